@@ -1,0 +1,38 @@
+"""Types shared by the rules, the engine and the runner.
+
+Kept free of libcst and torch so that the runner, the reporters and the CLI can
+import them before deciding whether any file needs parsing.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+
+class FixSafety(enum.Enum):
+    """How a rule's fix may be applied (ruff's vocabulary)."""
+
+    SAFE = "safe"  # applied by `migrate`
+    UNSAFE = "unsafe"  # applied only with --unsafe-fixes
+    DISPLAY_ONLY = "display-only"  # reported, never applied
+
+
+class Status(enum.Enum):
+    """What became of one finding in this run."""
+
+    FIXED = "fixed"  # the fix was applied (or would be, with --check/--diff)
+    UNSAFE_FIX_AVAILABLE = "unsafe-fix-available"  # withheld: needs --unsafe-fixes
+    MANUAL = "manual"  # no automatic fix; a person must act
+    SUPPRESSED = "suppressed"  # silenced by `# noqa`
+
+
+@dataclass(frozen=True, order=True)
+class Finding:
+    """One site in one file. ``line`` is 1-based, ``column`` 1-based (as editors show)."""
+
+    line: int
+    column: int
+    code: str
+    message: str
+    status: Status

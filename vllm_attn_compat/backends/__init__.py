@@ -1,0 +1,1 @@
+"""The mandatory-output attention contract of vLLM >= 0.20, implemented without vLLM."""

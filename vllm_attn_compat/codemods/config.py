@@ -1,0 +1,106 @@
+"""The ``[tool.vllm-attn-compat]`` table of the nearest ``pyproject.toml``.
+
+Settings are validated strictly: a misspelt key would otherwise be ignored silently and a run would
+quietly do something else than the user configured.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on Python 3.10 only
+    import tomli as tomllib
+
+TABLE = "tool.vllm-attn-compat"
+
+
+class ConfigError(Exception):
+    """A configuration file that cannot be used; the message names the file, the key and the value."""
+
+
+@dataclass(frozen=True)
+class Config:
+    """Settings for one run; ``base`` is the folder that ``exclude`` globs are relative to."""
+
+    select: tuple[str, ...] = ()
+    ignore: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
+    unsafe_fixes: bool = False
+    base: str = "."
+    source: str | None = field(default=None, compare=False)
+
+
+def _string_list(value: object) -> tuple[str, ...] | None:
+    if isinstance(value, list) and all(isinstance(item, str) for item in value):
+        return tuple(value)
+    return None
+
+
+# key -> (Config field, converter returning None for a wrong type, expected type in words)
+_KEYS = {
+    "select": ("select", _string_list, "a list of rule codes or prefixes (strings)"),
+    "ignore": ("ignore", _string_list, "a list of rule codes or prefixes (strings)"),
+    "exclude": ("exclude", _string_list, "a list of glob patterns (strings)"),
+    "unsafe-fixes": ("unsafe_fixes", lambda v: v if isinstance(v, bool) else None, "a boolean (true or false)"),
+}
+
+
+def find_pyproject(start: str) -> str | None:
+    """The ``pyproject.toml`` in ``start``'s folder or the closest folder above it, if any."""
+    folder = os.path.abspath(start)
+    if not os.path.isdir(folder):
+        folder = os.path.dirname(folder)
+    while True:
+        candidate = os.path.join(folder, "pyproject.toml")
+        if os.path.isfile(candidate):
+            return candidate
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            return None
+        folder = parent
+
+
+def parse_config(text: str, source: str) -> Config:
+    """Validate the tool table of a ``pyproject.toml``'s text; ``source`` names the file in errors."""
+    base = os.path.dirname(os.path.abspath(source))
+    try:
+        document = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(f"{source}: invalid TOML: {error}") from None
+    tool = document.get("tool")
+    table = tool.get("vllm-attn-compat") if isinstance(tool, dict) else None
+    if table is None:
+        return Config(base=base, source=source)
+    if not isinstance(table, dict):
+        raise ConfigError(f"{source}: [{TABLE}] must be a table, found {table!r}")
+    values: dict[str, object] = {}
+    for key, value in table.items():
+        if key not in _KEYS:
+            raise ConfigError(
+                f"{source}: [{TABLE}] unknown key {key!r}; expected one of: {', '.join(sorted(_KEYS))}"
+            )
+        name, convert, expected = _KEYS[key]
+        converted = convert(value)
+        if converted is None:
+            raise ConfigError(
+                f"{source}: [{TABLE}] {key}: expected {expected}, found {value!r} ({type(value).__name__})"
+            )
+        values[name] = converted
+    return Config(base=base, source=source, **values)  # type: ignore[arg-type]
+
+
+def load_config(start: str) -> Config:
+    """The configuration that applies to a run starting at ``start`` (a path given on the command line)."""
+    source = find_pyproject(start)
+    if source is None:
+        return Config(base=os.getcwd())
+    try:
+        with open(source, encoding="utf-8") as handle:
+            text = handle.read()
+    except (OSError, UnicodeDecodeError) as error:
+        raise ConfigError(f"{source}: could not read the configuration: {error}") from None
+    return parse_config(text, source)

@@ -1,0 +1,126 @@
+"""Invariants the runner checks on every rewritten file before it may be written.
+
+The rules are tested one by one; these checks guard the combination, on the user's real files, against
+the failures migration tools are known for (lost comments, rewritten line endings, invalid output,
+fixes that need a second run). A file that fails any check is not written, and the run reports an
+internal error for it.
+"""
+
+from __future__ import annotations
+
+import ast
+import codecs
+import difflib
+import io
+import re
+import tokenize
+import warnings
+from collections import Counter
+from collections.abc import Callable, Sequence
+
+# PEP 263: the declaration must be in a comment on line 1 or 2.
+_CODING_LINE = re.compile(rb"^[ \t\f]*#.*?coding[:=][ \t]*[-\w.]+")
+
+
+def _ending(line: bytes) -> bytes:
+    if line.endswith(b"\r\n"):
+        return b"\r\n"
+    if line.endswith((b"\n", b"\r")):
+        return line[-1:]
+    return b""
+
+
+def _ending_name(ending: bytes) -> str:
+    return {b"\r\n": "CRLF", b"\n": "LF", b"\r": "CR", b"": "no final newline"}[ending]
+
+
+def comments(source: bytes) -> Counter[str]:
+    """The multiset of comment texts (trailing blanks ignored); raises SyntaxError/TokenError if untokenizable."""
+    found: Counter[str] = Counter()
+    for token in tokenize.tokenize(io.BytesIO(source).readline):
+        if token.type == tokenize.COMMENT:
+            found[token.string.rstrip()] += 1
+    return found
+
+
+def comment_problems(old: bytes, new: bytes, removed_comments: Sequence[str]) -> list[str]:
+    """Comments that vanished without a rule declaring it, or that appeared from nowhere."""
+    try:
+        before, after = comments(old), comments(new)
+    except (SyntaxError, tokenize.TokenError) as error:
+        return [f"the rewritten source cannot be tokenized: {error}"]
+    declared = Counter(text.rstrip() for text in removed_comments)
+    problems = [f"comment lost: {text!r}" for text in (before - after - declared).elements()]
+    problems += [f"comment added: {text!r}" for text in (after - before).elements()]
+    problems += [
+        f"comment declared removed but still present: {text!r}" for text in (declared - (before - after)).elements()
+    ]
+    return problems
+
+
+def _coding_lines(source: bytes) -> list[bytes]:
+    return [line.rstrip(b"\r\n") for line in source.splitlines(keepends=True)[:2] if _CODING_LINE.match(line)]
+
+
+def layout_problems(old: bytes, new: bytes) -> list[str]:
+    """BOM, coding declaration, final newline and line endings that differ outside what was edited.
+
+    Lines a rule inserted or rewrote must use the line endings of the lines they replaced or stand
+    next to, so a CRLF file stays CRLF and a mixed file keeps each region's endings.
+    """
+    problems = []
+    if old.startswith(codecs.BOM_UTF8) != new.startswith(codecs.BOM_UTF8):
+        problems.append("the UTF-8 byte-order mark was added or removed")
+    if _coding_lines(old) != _coding_lines(new):
+        problems.append(f"the coding declaration changed: {_coding_lines(old)!r} -> {_coding_lines(new)!r}")
+    old_lines, new_lines = old.splitlines(keepends=True), new.splitlines(keepends=True)
+    if old_lines and new_lines and _ending(old_lines[-1]) != _ending(new_lines[-1]):
+        problems.append(
+            f"the end of the file changed from {_ending_name(_ending(old_lines[-1]))}"
+            f" to {_ending_name(_ending(new_lines[-1]))}"
+        )
+    file_endings = {_ending(line) for line in old_lines} - {b""}
+    matcher = difflib.SequenceMatcher(None, old_lines, new_lines, autojunk=False)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag not in ("replace", "insert"):
+            continue
+        allowed = {_ending(line) for line in old_lines[max(i1 - 1, 0) : i2 + 1]} - {b""} or file_endings
+        for number, line in enumerate(new_lines[j1:j2], start=j1 + 1):
+            ending = _ending(line)
+            if ending and allowed and ending not in allowed:
+                expected = " or ".join(sorted(_ending_name(e) for e in allowed))
+                problems.append(f"line {number} ends with {_ending_name(ending)}, expected {expected}")
+    return problems
+
+
+def _parses(source: bytes) -> SyntaxError | None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # e.g. SyntaxWarning for invalid escapes: not ours to report
+        try:
+            ast.parse(source)
+        except SyntaxError as error:
+            return error
+        except ValueError as error:  # e.g. NUL bytes
+            return SyntaxError(str(error))
+    return None
+
+
+def check_rewrite(
+    old: bytes, new: bytes, removed_comments: Sequence[str], migrate_again: Callable[[bytes], bytes]
+) -> list[str]:
+    """Every invariant broken by rewriting ``old`` into ``new``; an empty list means it is safe to write.
+
+    ``migrate_again`` applies the same rules with the same settings; its output must equal its input.
+    """
+    problems = []
+    error = _parses(new)
+    if error is not None and _parses(old) is None:
+        return [f"the rewritten source does not parse: {error.msg} (line {error.lineno}, column {error.offset})"]
+    try:
+        if migrate_again(new) != new:
+            problems.append("applying the rules again changes the file (the fixes are not idempotent)")
+    except Exception as failure:  # noqa: BLE001 - any failure on our own output is the invariant breaking
+        problems.append(f"applying the rules again fails: {type(failure).__name__}: {failure}")
+    problems += comment_problems(old, new, removed_comments)
+    problems += layout_problems(old, new)
+    return problems

@@ -1,0 +1,175 @@
+"""What a run found, and its three renderings: text for people, JSON for tools, GitHub annotations for CI.
+
+The summary carries the funnel (scanned, parsed, changed) and what is left to do, by status and by
+rule, so a maintainer can paste it into a pull request and a CI job can decide from the exit code.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+
+from vllm_attn_compat.codemods.findings import Finding, Status
+
+# Statuses that leave work for a person: they make `migrate` exit 1.
+LEFT = (Status.UNSAFE_FIX_AVAILABLE, Status.MANUAL)
+_MARKERS = {Status.FIXED: "[*] ", Status.UNSAFE_FIX_AVAILABLE: "[unsafe] ", Status.MANUAL: ""}
+
+
+@dataclass(frozen=True)
+class FileError:
+    """A file that could not be processed; the run goes on with the others."""
+
+    path: str
+    line: int
+    column: int
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}:{self.column}: {self.message}"
+
+
+@dataclass
+class RunReport:
+    """Everything one ``migrate`` run produced. ``mode`` is ``write``, ``check`` or ``diff``."""
+
+    mode: str = "write"
+    scanned: int = 0
+    parsed: int = 0
+    changed: list[str] = field(default_factory=list)
+    findings: list[tuple[str, Finding]] = field(default_factory=list)
+    errors: list[FileError] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+
+    @property
+    def by_status(self) -> Counter[Status]:
+        return Counter(finding.status for _, finding in self.findings)
+
+    @property
+    def left_by_code(self) -> Counter[str]:
+        return Counter(finding.code for _, finding in self.findings if finding.status in LEFT)
+
+    def exit_code(self) -> int:
+        """0: nothing left to do; 1: findings left, or --check/--diff would change a file; 2: a file failed."""
+        if self.errors:
+            return 2
+        if self.left_by_code or (self.mode != "write" and self.changed):
+            return 1
+        return 0
+
+    def sorted_findings(self) -> list[tuple[str, Finding]]:
+        return sorted(self.findings, key=lambda item: (item[0], item[1].line, item[1].column, item[1].code))
+
+
+def summary_lines(report: RunReport) -> list[str]:
+    """The closing summary: the funnel, the findings by status and by rule, and what to do next."""
+    would = report.mode != "write"
+    counts = report.by_status
+    lines = [
+        f"Scanned {report.scanned} file{'s' if report.scanned != 1 else ''}: {report.parsed} parsed, "
+        f"{len(report.changed)} {'would change' if would else 'changed'}."
+    ]
+    left = counts[Status.UNSAFE_FIX_AVAILABLE] + counts[Status.MANUAL]
+    lines.append(
+        f"Findings: {counts[Status.FIXED]} {'fixable' if would else 'fixed'}, {left} left "
+        f"({counts[Status.MANUAL]} manual, {counts[Status.UNSAFE_FIX_AVAILABLE]} unsafe fix withheld), "
+        f"{counts[Status.SUPPRESSED]} suppressed by noqa."
+    )
+    if report.left_by_code:
+        lines.append("Left by rule: " + ", ".join(f"{code} {n}" for code, n in sorted(report.left_by_code.items())))
+    if counts[Status.UNSAFE_FIX_AVAILABLE]:
+        n = counts[Status.UNSAFE_FIX_AVAILABLE]
+        lines.append(f"{n} unsafe fix{'es' if n != 1 else ''} available with --unsafe-fixes (review them).")
+    if would and report.changed:
+        lines.append("Run `vllm-attn-compat migrate` without --check/--diff to apply the fixes marked [*].")
+    if report.skipped:
+        lines.append(f"{len(report.skipped)} file(s) skipped on purpose (see above).")
+    if report.errors:
+        lines.append(f"{len(report.errors)} file(s) could not be processed (see the errors above).")
+    return lines
+
+
+def render_text(report: RunReport, *, quiet: bool = False) -> str:
+    lines = [str(error) for error in report.errors]
+    if not quiet:
+        lines += [f"{path}: skipped: {reason}" for path, reason in report.skipped]
+    for path, finding in report.sorted_findings():
+        if finding.status is not Status.SUPPRESSED:
+            marker = _MARKERS[finding.status]
+            lines.append(f"{path}:{finding.line}:{finding.column}: {finding.code} {marker}{finding.message}")
+    if not quiet:
+        lines += summary_lines(report)
+    return "".join(line + "\n" for line in lines)
+
+
+def render_json(report: RunReport) -> str:
+    counts = report.by_status
+    document = {
+        "mode": report.mode,
+        "findings": [
+            {
+                "file": path,
+                "line": finding.line,
+                "column": finding.column,
+                "code": finding.code,
+                "message": finding.message,
+                "status": finding.status.value,
+            }
+            for path, finding in report.sorted_findings()
+        ],
+        "errors": [
+            {"file": e.path, "line": e.line, "column": e.column, "message": e.message} for e in report.errors
+        ],
+        "skipped": [{"file": path, "reason": reason} for path, reason in report.skipped],
+        "summary": {
+            "files_scanned": report.scanned,
+            "files_parsed": report.parsed,
+            "files_changed": len(report.changed),
+            "files_failed": len(report.errors),
+            "findings": {status.value: counts[status] for status in Status},
+            "left_by_code": dict(sorted(report.left_by_code.items())),
+            "exit_code": report.exit_code(),
+        },
+    }
+    return json.dumps(document, indent=2) + "\n"
+
+
+def _escape_data(text: str) -> str:
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _escape_property(text: str) -> str:
+    return _escape_data(text).replace(":", "%3A").replace(",", "%2C")
+
+
+def _annotation(level: str, path: str, line: int, column: int, title: str, message: str) -> str:
+    return (
+        f"::{level} file={_escape_property(path)},line={line},col={column},"
+        f"title={_escape_property(title)}::{_escape_data(message)}"
+    )
+
+
+def render_github(report: RunReport, *, quiet: bool = False) -> str:
+    """GitHub Actions workflow commands: an error per file failure and per finding left (or fixable)."""
+    lines = [_annotation("error", e.path, e.line, e.column, "vllm-attn-compat", e.message) for e in report.errors]
+    for path, finding in report.sorted_findings():
+        if finding.status is Status.SUPPRESSED:
+            continue
+        applied = finding.status is Status.FIXED and report.mode == "write"
+        message = finding.message + (" (fixed)" if applied else "")
+        lines.append(
+            _annotation("notice" if applied else "error", path, finding.line, finding.column, finding.code, message)
+        )
+    if not quiet:
+        lines += summary_lines(report)
+    return "".join(line + "\n" for line in lines)
+
+
+RENDERERS = {"text": render_text, "github": render_github}
+
+
+def render(report: RunReport, output_format: str, *, quiet: bool = False) -> str:
+    if output_format == "json":
+        return render_json(report)
+    return RENDERERS[output_format](report, quiet=quiet)

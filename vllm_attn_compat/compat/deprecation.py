@@ -1,0 +1,107 @@
+"""The package's deprecation warning: its category, its messages, and warn-once per call site.
+
+Every deprecated path of vllm-attn-compat reports through :func:`warn_once`, so one environment variable
+(``VLLM_ATTN_COMPAT_WARNINGS``) and one category (:class:`VllmAttnCompatDeprecationWarning`) control them all.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import warnings
+
+import torch
+
+ENV_WARNINGS = "VLLM_ATTN_COMPAT_WARNINGS"
+_MODES = ("default", "error", "ignore")
+
+
+class VllmAttnCompatDeprecationWarning(DeprecationWarning):
+    """An API removed in vLLM 0.20 was used through vllm-attn-compat's forwarders.
+
+    Filter it like any warning category, e.g. ``-W error::vllm_attn_compat.compat.VllmAttnCompatDeprecationWarning``,
+    or set ``VLLM_ATTN_COMPAT_WARNINGS=error`` (raise) / ``ignore`` (silence).
+    """
+
+
+def removed_api_message(old: str, replacement: str, rule: str) -> str:
+    """The one wording of every deprecation message: what was removed, what replaces it, and the rule that migrates it."""
+    return (
+        f"{old} was removed in vLLM 0.20; {replacement}. vllm-attn-compat keeps it working for now: "
+        f"run `vllm-attn-compat migrate` to rewrite it (rule {rule})."
+    )
+
+
+def warning_mode() -> str:
+    """The value of ``VLLM_ATTN_COMPAT_WARNINGS``: ``default`` (warn once per call site), ``error`` or ``ignore``."""
+    mode = os.environ.get(ENV_WARNINGS, "default").strip().lower() or "default"
+    if mode not in _MODES:
+        raise ValueError(f"{ENV_WARNINGS} must be one of {', '.join(_MODES)}; found {mode!r}")
+    return mode
+
+
+# Keys of the call sites (or classes) already warned about. Reads are lock-free: a key is only ever added, and
+# the lock makes the add-if-absent atomic so that racing threads warn exactly once.
+_reported: set[tuple[object, ...]] = set()
+_reported_lock = threading.Lock()
+
+
+def _first_report(key: tuple[object, ...]) -> bool:
+    if key in _reported:
+        return False
+    with _reported_lock:
+        if key in _reported:
+            return False
+        _reported.add(key)
+        return True
+
+
+def warn_once(message: str, *, depth: int = 1) -> None:
+    """Warn ``message`` once per call site; ``depth`` counts frames from warn_once's caller up to the user's line.
+
+    ``depth=1`` names the line that called the function which called warn_once. Silent while torch.compile
+    traces (a ``warnings.warn`` there breaks ``fullgraph=True``). In ``error`` mode it raises on every call.
+    """
+    if torch.compiler.is_compiling():
+        return
+    caller = sys._getframe(depth + 1)
+    key = (message, caller.f_code, caller.f_lineno)
+    if key in _reported:
+        return
+    mode = warning_mode()
+    if mode == "ignore":
+        return
+    if mode == "error":
+        raise VllmAttnCompatDeprecationWarning(message)
+    if _first_report(key):
+        warnings.warn(message, VllmAttnCompatDeprecationWarning, stacklevel=depth + 2)
+
+
+def warn_once_about(subject: type, message: str) -> None:
+    """Warn ``message`` once per ``subject`` class, reported at the class's definition (its call sites are vLLM's)."""
+    if torch.compiler.is_compiling():
+        return
+    key = (message, subject)
+    if key in _reported:
+        return
+    mode = warning_mode()
+    if mode == "ignore":
+        return
+    if mode == "error":
+        raise VllmAttnCompatDeprecationWarning(message)
+    if _first_report(key):
+        filename, lineno = _definition_site(subject)
+        warnings.warn_explicit(
+            message, VllmAttnCompatDeprecationWarning, filename, lineno, module=subject.__module__
+        )
+
+
+def _definition_site(cls: type) -> tuple[str, int]:
+    import inspect
+
+    try:
+        return inspect.getsourcefile(cls) or "<unknown>", inspect.getsourcelines(cls)[1]
+    except (OSError, TypeError):
+        module = sys.modules.get(cls.__module__)
+        return getattr(module, "__file__", None) or f"<{cls.__module__}>", 1

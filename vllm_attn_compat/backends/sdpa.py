@@ -1,0 +1,81 @@
+"""The reference CPU backend on `torch.nn.functional.scaled_dot_product_attention`.
+
+The packed batch is scattered into a padded ``[B, max_query_len]`` grid, keys and values
+are gathered per sequence (from the paged cache when the batch has one), and one SDPA call
+with a boolean mask covers mixed lengths, causal and non-causal attention, grouped-query
+attention and decode. SDPA has no ``out=`` argument, so the result reaches ``output`` by
+exactly one ``copy_`` into ``output[:num_actual_tokens]`` (counted in the tests); rows after
+``num_actual_tokens`` are never touched.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from vllm_attn_compat.backends.abstract import (
+    AttentionBackend,
+    AttentionImpl,
+    reject_output_quantization,
+)
+from vllm_attn_compat.backends.metadata import AttentionMetadata
+from vllm_attn_compat.backends.paged import gather_kv
+
+
+def padded_sdpa(
+    query: torch.Tensor,
+    key_padded: torch.Tensor,
+    value_padded: torch.Tensor,
+    md: AttentionMetadata,
+    scale: float,
+) -> torch.Tensor:
+    """Attention of the packed ``query`` rows against padded ``[B, S, Hkv, D]`` keys/values;
+    returns a new ``[num_actual_tokens, H, Dv]`` tensor."""
+    layout = md.layout
+    n = md.num_actual_tokens
+    heads, head_size = query.shape[1:]
+    query_padded = query.new_zeros(md.num_seqs, md.max_query_len, heads, head_size)
+    query_padded[layout.token_seq, layout.token_row] = query[:n]
+    result = F.scaled_dot_product_attention(
+        query_padded.transpose(1, 2),
+        key_padded.to(query.dtype).transpose(1, 2),
+        value_padded.to(query.dtype).transpose(1, 2),
+        attn_mask=layout.mask,
+        scale=scale,
+        enable_gqa=key_padded.shape[2] != heads,
+    )
+    return result.transpose(1, 2)[layout.token_seq, layout.token_row]
+
+
+class SDPAImpl(AttentionImpl):
+    def forward(
+        self,
+        layer: torch.nn.Module,
+        query: torch.Tensor,
+        key: torch.Tensor | None,
+        value: torch.Tensor | None,
+        kv_cache: torch.Tensor,
+        attn_metadata: AttentionMetadata,
+        output: torch.Tensor,
+        output_scale: torch.Tensor | None = None,
+        output_block_scale: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Write attention for rows ``[:num_actual_tokens]`` into ``output`` (one copy)."""
+        reject_output_quantization("sdpa", output_scale, output_block_scale)
+        attn_metadata.check_fits(query.shape[0], kv_cache)
+        n = attn_metadata.num_actual_tokens
+        if n == 0:
+            return output
+        key_padded, value_padded = gather_kv(attn_metadata, key, value, kv_cache, self.head_size)
+        output[:n].copy_(padded_sdpa(query, key_padded, value_padded, attn_metadata, self.scale))
+        return output
+
+
+class SDPABackend(AttentionBackend):
+    @staticmethod
+    def get_name() -> str:
+        return "sdpa"
+
+    @staticmethod
+    def get_impl_cls() -> type[SDPAImpl]:
+        return SDPAImpl

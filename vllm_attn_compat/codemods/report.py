@@ -6,7 +6,9 @@ rule, so a maintainer can paste it into a pull request and a CI job can decide f
 
 from __future__ import annotations
 
+import difflib
 import json
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -14,6 +16,8 @@ from vllm_attn_compat.codemods.findings import Finding, Status
 
 # Statuses that leave work for a person: they make `migrate` exit 1.
 LEFT = (Status.UNSAFE_FIX_AVAILABLE, Status.MANUAL)
+# Python's own line breaks only: str.splitlines would also split at form feeds and U+2028.
+_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")
 _MARKERS = {Status.FIXED: "[*] ", Status.UNSAFE_FIX_AVAILABLE: "[unsafe] ", Status.MANUAL: ""}
 
 
@@ -60,6 +64,18 @@ class RunReport:
 
     def sorted_findings(self) -> list[tuple[str, Finding]]:
         return sorted(self.findings, key=lambda item: (item[0], item[1].line, item[1].column, item[1].code))
+
+
+def unified_diff(path: str, old: bytes, new: bytes, encoding: str) -> str:
+    """A ``git apply``-able unified diff of one file, decoded with the file's own encoding."""
+    old_lines, new_lines = _LINE.findall(old.decode(encoding)), _LINE.findall(new.decode(encoding))
+    lines = []
+    for line in difflib.unified_diff(old_lines, new_lines, f"a/{path}", f"b/{path}"):
+        if line.endswith(("\r\n", "\n", "\r")):
+            lines.append(line if line.endswith("\n") else line + "\n")
+        else:
+            lines.append(line + "\n\\ No newline at end of file\n")
+    return "".join(lines)
 
 
 def summary_lines(report: RunReport) -> list[str]:

@@ -1,0 +1,49 @@
+"""Helpers for the rule tests: run the real engine on dedented source text."""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Sequence
+
+from vllm_attn_compat.codemods.engine import MigrationResult, migrate_source
+from vllm_attn_compat.codemods.findings import Status
+from vllm_attn_compat.codemods.hierarchy import ClassHierarchy, index_module
+from vllm_attn_compat.codemods.registry import select_rules
+
+
+def source(text: str) -> str:
+    return textwrap.dedent(text).lstrip("\n")
+
+
+def run(
+    text: str | bytes,
+    select: Sequence[str] = (),
+    *,
+    unsafe: bool = False,
+    path: str = "plugin_mod.py",
+    others: Sequence[tuple[str, str]] = (),
+) -> MigrationResult:
+    """Migrate ``text`` (dedented when a str) with the selected rules; ``others`` are more
+    (path, source) files of the same run, for the class hierarchy."""
+    data = source(text).encode() if isinstance(text, str) else text
+    indexes = [index_module(data, path)] + [index_module(source(s).encode(), p) for p, s in others]
+    result = migrate_source(
+        data, path=path, rules=select_rules(select), hierarchy=ClassHierarchy.build(indexes), unsafe_fixes=unsafe
+    )
+    again = migrate_source(
+        result.source,
+        path=path,
+        rules=select_rules(select),
+        hierarchy=ClassHierarchy.build([index_module(result.source, path)] + indexes[1:]),
+        unsafe_fixes=unsafe,
+    )
+    assert again.source == result.source, "a second run changed the file again"
+    return result
+
+
+def fixed(text: str, select: Sequence[str] = (), **kwargs: object) -> str:
+    return run(text, select, **kwargs).source.decode()  # type: ignore[arg-type]
+
+
+def statuses(result: MigrationResult, code: str | None = None) -> list[Status]:
+    return [f.status for f in result.findings if code is None or f.code == code]

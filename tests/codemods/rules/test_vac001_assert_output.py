@@ -1,0 +1,311 @@
+"""VAC001 beyond its examples: formatting, comments, scope."""
+
+from __future__ import annotations
+
+from rule_testing import fixed, run, source, statuses
+from vllm_attn_compat.codemods.findings import Status
+
+HEADER = """\
+from vllm.v1.attention.backend import AttentionImpl
+
+
+class Impl(AttentionImpl):
+"""
+
+
+def _method(body: str) -> str:
+    lines = source(body).splitlines(keepends=True)
+    return HEADER + "".join(("    " + line) if line.strip() else line for line in lines)
+
+
+def test_multi_line_assert_with_message_goes_with_its_comments_kept():
+    result = fixed(
+        _method(
+            """
+            def forward(self, layer, q, k, v, cache, meta, output=None):
+                x = q + 1
+
+                # the caller always passes it
+                assert (
+                    output is not None  # checked upstream
+                ), (
+                    "Output tensor must be provided."
+                )
+
+                return x
+            """
+        ),
+        ["VAC001"],
+    )
+    assert result == _method(
+        """
+        def forward(self, layer, q, k, v, cache, meta, output=None):
+            x = q + 1
+
+            # the caller always passes it
+            # checked upstream
+
+            return x
+        """
+    )
+
+
+def test_first_statement_takes_the_blank_lines_after_it():
+    result = fixed(
+        _method(
+            """
+            def forward(self, q, output=None):
+                assert output is not None
+
+                return q
+            """
+        )
+    )
+    assert result == _method(
+        """
+        def forward(self, q, output=None):
+            return q
+        """
+    )
+
+
+def test_after_docstring_keeps_the_docstring_separation():
+    result = fixed(
+        _method(
+            '''
+            def forward(self, q, output=None):
+                """Doc."""
+
+                assert output is not None
+
+                return q
+            '''
+        )
+    )
+    assert result == _method(
+        '''
+        def forward(self, q, output=None):
+            """Doc."""
+
+            return q
+        '''
+    )
+
+
+def test_middle_removal_never_doubles_a_blank_line():
+    result = fixed(
+        _method(
+            """
+            def forward(self, q, output=None):
+                q = q * 2
+
+                assert output is not None
+
+                return q
+            """
+        )
+    )
+    assert result == _method(
+        """
+        def forward(self, q, output=None):
+            q = q * 2
+
+            return q
+        """
+    )
+
+
+def test_only_statement_becomes_pass_and_keeps_the_comment_above():
+    result = fixed(
+        _method(
+            """
+            def forward(self, q, output=None):
+                # must be given
+                assert output is not None  # always
+            """
+        )
+    )
+    assert result == _method(
+        """
+        def forward(self, q, output=None):
+            # must be given
+            # always
+            pass
+        """
+    )
+
+
+def test_last_statement_comments_go_to_the_block_footer():
+    result = fixed(
+        _method(
+            """
+            def forward(self, q, output=None):
+                output.copy_(q)
+                # why
+                assert output is not None
+
+            def other(self):
+                pass
+            """
+        )
+    )
+    assert result == _method(
+        """
+        def forward(self, q, output=None):
+            output.copy_(q)
+            # why
+
+        def other(self):
+            pass
+        """
+    )
+
+
+def test_semicolon_line_and_inline_suite():
+    result = fixed(
+        _method(
+            """
+            def forward(self, q, output=None):
+                assert output is not None; output.copy_(q)
+                if q is None: assert output is not None
+                output.copy_(q); assert output is not None
+            """
+        )
+    )
+    assert result == _method(
+        """
+        def forward(self, q, output=None):
+            output.copy_(q)
+            if q is None: pass
+            output.copy_(q)
+        """
+    )
+
+
+def test_crlf_source_keeps_crlf():
+    text = _method(
+        """
+        def forward(self, q, output=None):
+            assert output is not None
+
+            return q
+        """
+    ).replace("\n", "\r\n")
+    result = run(text.encode(), ["VAC001"])
+    assert result.source == _method(
+        """
+        def forward(self, q, output=None):
+            return q
+        """
+    ).replace("\n", "\r\n").encode()
+
+
+def test_noqa_suppresses_the_finding_and_the_fix():
+    text = _method(
+        """
+        def forward(self, q, output=None):
+            assert output is not None  # noqa: VAC001
+            assert output is not None  # noqa
+            assert output is not None  # noqa: VAC004
+            return q
+        """
+    )
+    result = run(text, ["VAC001"])
+    assert statuses(result) == [Status.SUPPRESSED, Status.SUPPRESSED, Status.FIXED]
+    assert result.source.decode().count("assert output is not None") == 2
+
+
+def test_local_variable_reassigned_parameter_and_nested_function_stay():
+    text = _method(
+        """
+        def forward(self, q, output=None):
+            output = self.compute(q)
+            assert output is not None
+            return output
+
+        def decode(self, q):
+            output = q
+            assert output is not None
+
+        def prefill(self, q, output=None):
+            def inner(output):
+                assert output is not None
+            return inner
+        """
+    )
+    result = run(text, ["VAC001"])
+    assert result.findings == []
+    assert result.source.decode() == text
+
+
+def test_outside_attention_classes_nothing_happens():
+    text = source(
+        """
+        from mylib.attention import AttentionImpl
+
+
+        class Impl(AttentionImpl):
+            def forward(self, q, output=None):
+                assert output is not None
+
+
+        def forward(q, output=None):
+            assert output is not None
+        """
+    )
+    result = run(text, ["VAC001"])
+    assert result.findings == [] and result.source.decode() == text
+
+
+def test_nested_class_in_a_factory_function():
+    text = source(
+        """
+        from vllm.v1.attention.backend import AttentionImpl
+
+
+        def make_impl():
+            class Base(AttentionImpl):
+                pass
+
+            class Impl(Base):
+                def forward(self, q, output=None):
+                    assert output is not None
+                    return q
+
+            return Impl
+        """
+    )
+    assert "assert" not in fixed(text, ["VAC001"])
+
+
+def test_hierarchy_over_three_files():
+    base = """
+        from vllm.model_executor.layers.attention import Attention
+        from vllm.v1.attention.backend import AttentionImpl as _Impl
+
+
+        class PluginImplBase(_Impl):
+            pass
+    """
+    middle = """
+        from plugin.base import PluginImplBase
+
+
+        class TiledImpl(PluginImplBase):
+            pass
+    """
+    leaf = """
+        from .tiled import TiledImpl
+
+
+        class FastImpl(TiledImpl):
+            def forward(self, q, output=None):
+                assert output is not None
+                return q
+    """
+    result = run(
+        leaf, ["VAC001"], path="plugin/fast.py", others=[("plugin/base.py", base), ("plugin/tiled.py", middle)]
+    )
+    assert statuses(result) == [Status.FIXED]
+    unrelated = run(leaf, ["VAC001"], path="plugin/fast.py", others=[("plugin/tiled.py", middle)])
+    assert unrelated.findings == []

@@ -1,0 +1,47 @@
+"""The edits a rule attaches to a finding. Plain data, free of libcst at import time, so rule
+modules can import it at the top; `apply` carries them out."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Union
+
+if TYPE_CHECKING:
+    import libcst as cst
+
+
+@dataclass(frozen=True)
+class RemoveStatement:
+    """Delete a statement (or one small statement of a ``a; b`` line), keeping the comments
+    around it unless ``drop_comment_block``: then the comment block directly above it and its
+    own trailing comment go too (they documented what is removed)."""
+
+    node: cst.CSTNode
+    drop_comment_block: bool = False
+
+
+@dataclass
+class CommentSink:
+    """Collects the text of comments an edit deliberately removes."""
+
+    removed: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Replace:
+    """Replace ``node`` by ``build(updated_node, sink)`` (the updated node already carries the
+    edits made inside it, so nested fixes compose)."""
+
+    node: cst.CSTNode
+    build: Callable[[cst.CSTNode, CommentSink], object]
+
+
+@dataclass(frozen=True)
+class AddImport:
+    """Add ``import <module>`` after the module's top imports, unless already imported."""
+
+    module: str
+
+
+Edit = Union[RemoveStatement, Replace, AddImport]

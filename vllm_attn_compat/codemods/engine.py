@@ -1,0 +1,146 @@
+"""Apply the selected rules to one file: one libcst parse, one analysis pass for all rules,
+one transform pass for the fixes that apply, rendered back byte for byte.
+
+The runner (`runner.py`) decides which files reach this point and checks the result.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from vllm_attn_compat.codemods.edits import AddImport, RemoveStatement, Replace
+from vllm_attn_compat.codemods.findings import Finding, FixSafety, Status
+from vllm_attn_compat.codemods.hierarchy import BASE_TOKENS, ClassHierarchy, index_module
+from vllm_attn_compat.codemods.noqa import noqa_codes, suppresses
+from vllm_attn_compat.codemods.rule import Rule
+
+
+@dataclass(frozen=True)
+class MigrationResult:
+    source: bytes
+    findings: list[Finding]
+    # Text of every comment a rule removed on purpose (e.g. the comment block documenting a
+    # removed `accept_output_buffer`), so the runner can prove no other comment was lost.
+    removed_comments: tuple[str, ...]
+
+
+class ParseError(Exception):
+    def __init__(self, line: int, column: int, message: str) -> None:
+        super().__init__(f"{line}:{column}: {message}")
+        self.line = line
+        self.column = column
+        self.message = message
+
+
+def prefilter_tokens(rules: Sequence[type[Rule]]) -> tuple[bytes, ...]:
+    """Byte strings of which a file must contain one to be worth parsing for ``rules``.
+
+    A scoped rule contributes the hierarchy's tokens rather than its own: it acts only inside
+    attention classes, and a file holding one mentions a vLLM attention module or defines a
+    vLLM base (``BASE_TOKENS``), or names an attention class of the run (the runner adds those
+    names). Its own tokens are necessary too but far less selective (``output is not None``
+    appears in a dozen of torch's files; vLLM's attention modules in none).
+    """
+    tokens: dict[bytes, None] = {}
+    for rule in rules:
+        for token in BASE_TOKENS if rule.scoped else rule.tokens:
+            tokens[token] = None
+    return tuple(tokens)
+
+
+def needs_parsing(source: bytes, rules: Sequence[type[Rule]], class_names: frozenset[str] = frozenset()) -> bool:
+    """Finer test than `prefilter_tokens`: some rule has both its own token and (if scoped)
+    a scope token or attention-class name in ``source``."""
+    in_scope: bool | None = None
+    for rule in rules:
+        if not any(token in source for token in rule.tokens):
+            continue
+        if not rule.scoped:
+            return True
+        if in_scope is None:
+            in_scope = any(token in source for token in BASE_TOKENS) or any(
+                name.encode() in source for name in class_names
+            )
+        if in_scope:
+            return True
+    return False
+
+
+def _status(safety: FixSafety, suppressed: bool, unsafe_fixes: bool) -> Status:
+    if suppressed:
+        return Status.SUPPRESSED
+    if safety is FixSafety.SAFE:
+        return Status.FIXED
+    if safety is FixSafety.UNSAFE:
+        return Status.FIXED if unsafe_fixes else Status.UNSAFE_FIX_AVAILABLE
+    return Status.MANUAL
+
+
+def migrate_source(
+    source: bytes,
+    *,
+    path: str,
+    rules: Sequence[type[Rule]],
+    hierarchy: ClassHierarchy,
+    unsafe_fixes: bool,
+) -> MigrationResult:
+    import libcst as cst
+    from libcst.metadata import MetadataWrapper, PositionProvider
+
+    from vllm_attn_compat.codemods.apply import Applier, add_imports
+    from vllm_attn_compat.codemods.scope import Analyzer, FileContext
+
+    try:
+        module = cst.parse_module(source)
+    except cst.ParserSyntaxError as error:
+        raise ParseError(error.raw_line, error.editor_column, error.message) from None
+    if not hierarchy.covers(path):
+        # A caller that built the hierarchy from other files: this file's classes count too.
+        try:
+            hierarchy = hierarchy.extended(index_module(source, path))
+        except SyntaxError:
+            pass  # libcst accepted what ast did not: its classes then count by their bases only
+
+    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
+    positions = wrapper.resolve(PositionProvider)
+    ctx = FileContext(path, module, hierarchy)
+    analyzer = Analyzer(ctx, [rule(ctx) for rule in rules])
+    module.visit(analyzer)
+
+    noqa_by_line: dict[int, frozenset[str]] = {}
+    for comment in analyzer.comments:
+        codes = noqa_codes(comment.value)
+        if codes is not None:
+            line = positions[comment].start.line
+            noqa_by_line[line] = noqa_by_line.get(line, frozenset()) | codes
+
+    findings: list[Finding] = []
+    removals: list[RemoveStatement] = []
+    replacements: list[Replace] = []
+    imports: list[AddImport] = []
+    for report in ctx.reports:
+        span = positions[report.node]
+        suppressed = any(
+            suppresses(noqa_by_line[line], report.code)
+            for line in range(span.start.line, span.end.line + 1)
+            if line in noqa_by_line
+        )
+        status = _status(report.safety, suppressed, unsafe_fixes)
+        findings.append(Finding(span.start.line, span.start.column + 1, report.code, report.message, status))
+        if status is Status.FIXED:
+            for edit in report.edits:
+                if isinstance(edit, RemoveStatement):
+                    removals.append(edit)
+                elif isinstance(edit, Replace):
+                    replacements.append(edit)
+                else:
+                    imports.append(edit)
+    findings.sort()
+    if not (removals or replacements or imports):
+        return MigrationResult(source, findings, ())
+    applier = Applier(removals, replacements)
+    new_module = module.visit(applier)
+    if imports:
+        new_module = add_imports(new_module, imports)
+    return MigrationResult(new_module.bytes, findings, tuple(applier.sink.removed))

@@ -1,0 +1,101 @@
+"""VAC001: remove ``assert output is not None`` from attention methods."""
+
+from __future__ import annotations
+
+from vllm_attn_compat.codemods.edits import RemoveStatement
+from vllm_attn_compat.codemods.findings import FixSafety, Status
+from vllm_attn_compat.codemods.rule import Example, Rule, class_source
+
+_IMPL_HEADER = """\
+    import torch
+    from vllm.v1.attention.backend import AttentionImpl
+
+
+    class MyImpl(AttentionImpl):
+"""
+
+
+class AssertOutputNotNone(Rule):
+    """Before vLLM 0.20 a backend could be called without an output buffer, so every in-tree
+    ``forward`` began with ``assert output is not None, "Output tensor must be provided."``.
+    Since 0.20 (PR #39125) the layer always passes ``output``; upstream deleted these asserts
+    and so does this rule. Only an assert on the ``output`` *parameter* of a method of an
+    attention class goes: an assert on a local variable named ``output``, on a parameter the
+    method reassigns, or outside attention classes stays. An assert that tests more than
+    ``output is not None`` is reported for a person to simplify.
+    """
+
+    code = "VAC001"
+    name = "assert-output-not-none"
+    summary = "Remove `assert output is not None`: vLLM >= 0.20 always passes the output buffer."
+    fix_safety = FixSafety.SAFE
+    tokens = (b"output is not None",)
+    examples = (
+        Example(
+            "the assert at the start of forward, with its message",
+            class_source(
+                _IMPL_HEADER,
+                """
+            def forward(self, layer, query, key, value, kv_cache, attn_metadata, output=None):
+                assert output is not None, "Output tensor must be provided."
+
+                output.copy_(query)
+                return output
+            """,
+            ),
+            after=class_source(
+                _IMPL_HEADER,
+                """
+            def forward(self, layer, query, key, value, kv_cache, attn_metadata, output=None):
+                output.copy_(query)
+                return output
+            """,
+            ),
+            findings=(Status.FIXED,),
+        ),
+        Example(
+            "a local variable named output stays",
+            class_source(
+                _IMPL_HEADER,
+                """
+            def prefill(self, query):
+                output = self.kernel(query)
+                assert output is not None
+                return output
+            """,
+            ),
+        ),
+        Example(
+            "a combined condition is reported",
+            class_source(
+                _IMPL_HEADER,
+                """
+            def forward(self, layer, query, key, value, kv_cache, attn_metadata, output=None):
+                assert output is not None and output.is_contiguous()
+                output.copy_(query)
+            """,
+            ),
+            findings=(Status.MANUAL,),
+        ),
+    )
+
+    def visit_Assert(self, node) -> None:
+        from vllm_attn_compat.codemods import patterns
+
+        method = self.ctx.output_method()
+        if method is None or not patterns.contains_none_test(node.test):
+            return
+        if patterns.none_test(node.test) == "is not" and not patterns.rebinds(method.node, "output"):
+            self.ctx.report(
+                self,
+                node,
+                "`assert output is not None` is always true: vLLM >= 0.20 always passes the output buffer",
+                RemoveStatement(node),
+            )
+        elif patterns.none_test(node.test) is None:
+            self.ctx.report(
+                self,
+                node,
+                "this assert tests `output` against None, which vLLM >= 0.20 never passes; "
+                "drop that part of the condition",
+            )

@@ -1,0 +1,204 @@
+"""What the rules see while the engine walks a file: scopes, imports, and a place to report.
+
+One `FileContext` per file. The engine's single traversal (`Analyzer`) keeps the stack of
+enclosing classes and functions up to date and calls the rules' ``visit_<NodeType>`` hooks;
+rules ask the context whether they are inside an attention class or one of its methods that
+takes an ``output`` parameter, and report findings with the edits that would fix them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Union
+
+import libcst as cst
+
+from vllm_attn_compat.codemods.edits import Edit
+from vllm_attn_compat.codemods.findings import FixSafety
+from vllm_attn_compat.codemods.hierarchy import ClassHierarchy
+
+if TYPE_CHECKING:
+    from vllm_attn_compat.codemods.rule import Rule
+
+
+@dataclass(frozen=True)
+class Report:
+    code: str
+    message: str
+    node: cst.CSTNode  # where the finding is shown and where `# noqa` is looked for
+    edits: tuple[Edit, ...]
+    safety: FixSafety
+
+
+@dataclass
+class ClassFrame:
+    node: cst.ClassDef
+    qualname: str
+    is_attention: bool
+
+
+@dataclass
+class FunctionFrame:
+    node: cst.FunctionDef | cst.Lambda
+    qualname: str
+    # Set when the function is a method defined directly in an attention class.
+    attention_class: ClassFrame | None
+
+    def param(self, name: str) -> cst.Param | None:
+        params = self.node.params
+        for param in (*params.posonly_params, *params.params, *params.kwonly_params):
+            if param.name.value == name:
+                return param
+        return None
+
+
+Frame = Union[ClassFrame, FunctionFrame]
+
+
+def _dotted(node: cst.BaseExpression) -> str | None:
+    parts: list[str] = []
+    while isinstance(node, cst.Attribute):
+        parts.insert(0, node.attr.value)
+        node = node.value
+    if not isinstance(node, cst.Name):
+        return None
+    parts.insert(0, node.value)
+    return ".".join(parts)
+
+
+def dotted_name(node: cst.BaseExpression) -> str | None:
+    """``torch.ops.vllm.x`` for an attribute chain of names, else None."""
+    return _dotted(node)
+
+
+class FileContext:
+    def __init__(self, path: str, module: cst.Module, hierarchy: ClassHierarchy) -> None:
+        self.path = path
+        self.module = module
+        self.hierarchy = hierarchy
+        self.module_name = hierarchy.module_name(path)
+        self.frames: list[Frame] = []
+        self.stack: list[cst.CSTNode] = []  # the node being visited and its ancestors
+        self.reports: list[Report] = []
+        self.imports: dict[str, str] = {}  # bound name -> dotted target, from top-level imports
+        self._collect_imports(module.body)
+
+    def _collect_imports(self, body: Sequence[cst.BaseStatement]) -> None:
+        for statement in body:
+            if not isinstance(statement, cst.SimpleStatementLine):
+                continue
+            for small in statement.body:
+                if isinstance(small, cst.Import):
+                    for alias in small.names:
+                        target = _dotted(alias.name) or ""
+                        bound = alias.asname.name.value if alias.asname else target.split(".")[0]
+                        self.imports[bound] = target if alias.asname else bound
+                elif isinstance(small, cst.ImportFrom) and not isinstance(small.names, cst.ImportStar):
+                    base = "." * len(small.relative) + (_dotted(small.module) or "" if small.module else "")
+                    for alias in small.names:
+                        name = alias.name.value if isinstance(alias.name, cst.Name) else ""
+                        bound = alias.asname.name.value if alias.asname else name
+                        self.imports[bound] = f"{base}.{name}"
+
+    # --- facts about the file ---------------------------------------------------------
+    @property
+    def imports_vllm(self) -> bool:
+        return any(target == "vllm" or target.startswith("vllm.") for target in self.imports.values())
+
+    def tensor_annotation(self) -> str | None:
+        """How this module can spell ``torch.Tensor`` at definition time, if it can."""
+        for bound, target in self.imports.items():
+            if target == "torch":
+                return f"{bound}.Tensor"
+        for bound, target in self.imports.items():
+            if target == "torch.Tensor":
+                return bound
+        return None
+
+    # --- scope ------------------------------------------------------------------------
+    def current_function(self) -> FunctionFrame | None:
+        frame = self.frames[-1] if self.frames else None
+        return frame if isinstance(frame, FunctionFrame) else None
+
+    def output_method(self) -> FunctionFrame | None:
+        """The method we are directly inside, if it belongs to an attention class and takes
+        an ``output`` parameter (the only place where ``output`` is the layer's buffer)."""
+        frame = self.current_function()
+        if frame is not None and frame.attention_class is not None and frame.param("output") is not None:
+            return frame
+        return None
+
+    def attention_class(self) -> ClassFrame | None:
+        """The innermost enclosing class, if it is an attention class."""
+        for frame in reversed(self.frames):
+            if isinstance(frame, ClassFrame):
+                return frame if frame.is_attention else None
+        return None
+
+    def parent(self, levels: int = 1) -> cst.CSTNode | None:
+        index = len(self.stack) - 1 - levels
+        return self.stack[index] if index >= 0 else None
+
+    # --- reporting --------------------------------------------------------------------
+    def report(
+        self,
+        rule: Rule,
+        node: cst.CSTNode,
+        message: str,
+        *edits: Edit,
+        safety: FixSafety | None = None,
+    ) -> None:
+        """Record a finding at ``node``; ``edits`` fix it with ``safety`` (the rule's by default).
+        Without edits the finding is display-only."""
+        chosen = safety if safety is not None else rule.fix_safety
+        if not edits:
+            chosen = FixSafety.DISPLAY_ONLY
+        self.reports.append(Report(rule.code, message, node, tuple(edits), chosen))
+
+
+_HOOK_PREFIX = "visit_"
+
+
+class Analyzer(cst.CSTVisitor):
+    """The one traversal: maintains scopes, records comments, dispatches to the rules."""
+
+    def __init__(self, ctx: FileContext, rules: Sequence[Rule]) -> None:
+        super().__init__()
+        self.ctx = ctx
+        self.comments: list[cst.Comment] = []
+        self.hooks: dict[str, list[Callable[[cst.CSTNode], None]]] = {}
+        for rule in rules:
+            for attr in dir(type(rule)):
+                if attr.startswith(_HOOK_PREFIX):
+                    self.hooks.setdefault(attr[len(_HOOK_PREFIX) :], []).append(getattr(rule, attr))
+
+    def _prefix(self) -> str:
+        if not self.ctx.frames:
+            return ""
+        frame = self.ctx.frames[-1]
+        return frame.qualname + (".<locals>." if isinstance(frame, FunctionFrame) else ".")
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        ctx = self.ctx
+        ctx.stack.append(node)
+        if isinstance(node, cst.ClassDef):
+            qualname = self._prefix() + node.name.value
+            full = f"{ctx.module_name}.{qualname}"
+            ctx.frames.append(ClassFrame(node, qualname, ctx.hierarchy.is_attention_class(full)))
+        elif isinstance(node, cst.FunctionDef):
+            owner = ctx.frames[-1] if ctx.frames else None
+            attention_class = owner if isinstance(owner, ClassFrame) and owner.is_attention else None
+            ctx.frames.append(FunctionFrame(node, self._prefix() + node.name.value, attention_class))
+        elif isinstance(node, cst.Lambda):
+            ctx.frames.append(FunctionFrame(node, self._prefix() + "<lambda>", None))
+        elif isinstance(node, cst.Comment):
+            self.comments.append(node)
+        for hook in self.hooks.get(type(node).__name__, ()):
+            hook(node)
+        return True
+
+    def on_leave(self, original_node: cst.CSTNode) -> None:
+        if isinstance(original_node, (cst.ClassDef, cst.FunctionDef, cst.Lambda)):
+            self.ctx.frames.pop()
+        self.ctx.stack.pop()

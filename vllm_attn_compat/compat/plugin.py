@@ -1,0 +1,64 @@
+"""The ``vllm.general_plugins`` entry point: installs the compatibility layer into a real vLLM >= 0.20.
+
+vLLM calls :func:`register` once per process (engine, each worker), possibly more than once; it must be cheap
+and idempotent. It detects features instead of parsing versions: it acts only when vLLM's ``AttentionBackend``
+no longer defines ``accept_output_buffer`` (the change of vLLM 0.20), does nothing without vLLM or on an older
+one, and nothing when ``VLLM_ATTN_COMPAT_DISABLE_PLUGIN=1``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import threading
+
+ENV_DISABLE = "VLLM_ATTN_COMPAT_DISABLE_PLUGIN"
+
+# Under vLLM's "vllm" logger, so the line appears with vLLM's own logging configuration.
+logger = logging.getLogger("vllm.plugins.vllm_attn_compat")
+
+_lock = threading.Lock()
+_done = False
+
+
+def register() -> None:
+    """Install into vLLM (once per process) and log one line saying what was installed."""
+    global _done
+    if os.environ.get(ENV_DISABLE, "").strip() not in ("", "0"):
+        logger.info("vllm-attn-compat: plugin disabled by %s; nothing installed", ENV_DISABLE)
+        return
+    with _lock:
+        if _done:
+            return
+        reason = _unsupported_reason()
+        if reason is not None:
+            _done = True
+            logger.info("vllm-attn-compat: nothing installed (%s)", reason)
+            return
+        from vllm_attn_compat.compat import vllm_install
+
+        installed = vllm_install.install()
+        _done = True
+    logger.info("vllm-attn-compat: installed %s", ", ".join(installed) or "nothing new (already installed)")
+
+
+def _unsupported_reason() -> str | None:
+    """Why this vLLM gets nothing, or None when it has the >= 0.20 attention API."""
+    if importlib.util.find_spec("vllm") is None:
+        return "vLLM is not installed"
+    try:
+        from vllm.v1.attention.backend import AttentionBackend
+    except ImportError as error:
+        return f"vLLM's v1 AttentionBackend does not import: {error}"
+    return old_api_reason(AttentionBackend)
+
+
+def old_api_reason(backend_base: type) -> str | None:
+    """The reason to leave a vLLM alone whose ``AttentionBackend`` still declares ``accept_output_buffer``."""
+    from vllm_attn_compat.compat.flags import AlwaysTrueFlag
+
+    declared = backend_base.__dict__.get("accept_output_buffer")
+    if declared is None or isinstance(declared, AlwaysTrueFlag):
+        return None
+    return "this vLLM still has AttentionBackend.accept_output_buffer: vLLM < 0.20 needs no compatibility layer"

@@ -83,13 +83,15 @@ def gather_kv(
     value: torch.Tensor | None,
     kv_cache: torch.Tensor | None,
     head_size: int,
+    index: torch.Tensor,
+    dtype: torch.dtype,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Padded ``[B, max_seq_len, num_kv_heads, D]`` keys and values for every sequence.
+    """Keys and values at ``index`` (entries of `BatchLayout.kv_index`), shaped
+    ``[*index.shape, num_kv_heads, D]``, in ``dtype``.
 
     A paged batch stores this step's key/value into the cache first, then reads all of each
     sequence's tokens back from it (so decode sees the context that prefill wrote).
     """
-    index = md.layout.kv_index
     if md.is_paged:
         if kv_cache is None or kv_cache.numel() == 0:
             raise ValueError(
@@ -98,7 +100,7 @@ def gather_kv(
             )
         if key is not None and value is not None:
             write_kv(kv_cache, key, value, md.slot_mapping)
-        gathered = kv_cache.flatten(0, 1)[index]
+        gathered = kv_cache.flatten(0, 1)[index].to(dtype)
         return gathered[..., :head_size], gathered[..., head_size:]
     if key is None or value is None:
         raise ValueError(

@@ -38,8 +38,8 @@ def padded_sdpa(
     query_padded[layout.token_seq, layout.token_row] = query[:n]
     result = F.scaled_dot_product_attention(
         query_padded.transpose(1, 2),
-        key_padded.to(query.dtype).transpose(1, 2),
-        value_padded.to(query.dtype).transpose(1, 2),
+        key_padded.transpose(1, 2),
+        value_padded.transpose(1, 2),
         attn_mask=layout.mask,
         scale=scale,
         enable_gqa=key_padded.shape[2] != heads,
@@ -66,7 +66,9 @@ class SDPAImpl(AttentionImpl):
         n = attn_metadata.num_actual_tokens
         if n == 0:
             return output
-        key_padded, value_padded = gather_kv(attn_metadata, key, value, kv_cache, self.head_size)
+        key_padded, value_padded = gather_kv(
+            attn_metadata, key, value, kv_cache, self.head_size, attn_metadata.layout.kv_index, query.dtype
+        )
         output[:n].copy_(padded_sdpa(query, key_padded, value_padded, attn_metadata, self.scale))
         return output
 

@@ -1,0 +1,155 @@
+"""FlexAttention backend, with vLLM's optional ``out_transform(out, lse)`` epilogue.
+
+The batch runs as one flex call over the packed query tokens against the packed keys and
+values of every sequence (gathered from the paged cache when the batch has one). The
+document mask (a token sees only its own sequence) and the causal mask are combined into a
+`BlockMask` when the metadata is built (`FlexAttentionMetadata`), outside the op: building
+it inside a compiled graph would run vmap inside the op (torch-notes 4.3).
+
+Kernels, on the CPU:
+
+- no epilogue: the compiled flex kernel (``torch.compile(flex_attention, fullgraph=True)``;
+  the first call for a new shape compiles, which takes seconds);
+- with ``out_transform``: the eager kernel with ``return_aux=AuxRequest(lse=True)``, since
+  compiled flex on the CPU cannot return the log-sum-exp (torch 2.13 raises
+  NotImplementedError). The eager kernel materialises the full score matrix and warns so.
+  Inside a ``torch.compile``'d model this path fails on the first call of each graph unless
+  ``torch._functorch.config.check_custom_op_aliasing = False`` (eager flex runs vmap).
+
+FlexAttention has no ``out=`` argument: the result reaches ``output`` by exactly one
+``copy_`` into ``output[:num_actual_tokens]``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch.nn.attention.flex_attention import AuxRequest, BlockMask, create_block_mask, flex_attention
+
+from vllm_attn_compat.backends.abstract import (
+    AttentionBackend,
+    AttentionImpl,
+    reject_output_quantization,
+)
+from vllm_attn_compat.backends.metadata import AttentionMetadata
+from vllm_attn_compat.backends.paged import gather_kv
+
+OutTransform = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+@functools.cache
+def _compiled_flex() -> Callable[..., Any]:
+    return torch.compile(flex_attention, fullgraph=True, dynamic=False)
+
+
+@dataclasses.dataclass(eq=False)
+class FlexAttentionMetadata(AttentionMetadata):
+    """`AttentionMetadata` plus the packed-KV index and the block mask, built once per step."""
+
+    block_mask: BlockMask | None = dataclasses.field(default=None, init=False)
+    kv_packed_index: torch.Tensor | None = dataclasses.field(default=None, init=False)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        device = self.query_start_loc.device
+        layout = self.layout
+        seq_lens = torch.tensor(self.seq_lens_list, dtype=torch.long, device=device)
+        q_lens = torch.tensor(self.query_lens, dtype=torch.long, device=device)
+        valid = torch.arange(self.max_seq_len, device=device)[None, :] < seq_lens[:, None]
+        self.kv_packed_index = layout.kv_index[valid]
+        kv_doc = torch.repeat_interleave(torch.arange(self.num_seqs, device=device), seq_lens)
+        kv_starts = torch.cumsum(seq_lens, 0) - seq_lens
+        kv_pos = torch.arange(kv_doc.numel(), device=device) - kv_starts[kv_doc]
+        q_doc = layout.token_seq
+        q_pos = layout.token_row + (seq_lens - q_lens)[q_doc]
+        causal = self.causal
+
+        def document_mask(b, h, q_idx, kv_idx):
+            same = q_doc[q_idx] == kv_doc[kv_idx]
+            return same & (kv_pos[kv_idx] <= q_pos[q_idx]) if causal else same
+
+        if self.num_actual_tokens and kv_doc.numel():
+            self.block_mask = create_block_mask(
+                document_mask, None, None, self.num_actual_tokens, kv_doc.numel(), device=device
+            )
+
+
+class FlexAttentionImpl(AttentionImpl):
+    """``out_transform(out, lse)``: optional epilogue on flex's ``[1, H, n, Dv]`` result and its
+    ``[1, H, n]`` fp32 log-sum-exp; it must return a tensor of the result's shape.
+    ``compile_kernel=False`` runs the eager kernel also without an epilogue."""
+
+    def __init__(
+        self,
+        num_heads: int,
+        head_size: int,
+        scale: float,
+        num_kv_heads: int,
+        head_size_v: int,
+        out_transform: OutTransform | None = None,
+        compile_kernel: bool = True,
+    ) -> None:
+        super().__init__(num_heads, head_size, scale, num_kv_heads, head_size_v)
+        self.out_transform = out_transform
+        self.compile_kernel = compile_kernel
+
+    def forward(
+        self,
+        layer: torch.nn.Module,
+        query: torch.Tensor,
+        key: torch.Tensor | None,
+        value: torch.Tensor | None,
+        kv_cache: torch.Tensor,
+        attn_metadata: AttentionMetadata,
+        output: torch.Tensor,
+        output_scale: torch.Tensor | None = None,
+        output_block_scale: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Write attention for rows ``[:num_actual_tokens]`` into ``output`` (one copy)."""
+        reject_output_quantization("flex", output_scale, output_block_scale)
+        if not isinstance(attn_metadata, FlexAttentionMetadata):
+            raise TypeError(
+                "attn_metadata: the flex backend needs its block mask built outside the op, "
+                f"expected FlexAttentionMetadata, got {type(attn_metadata).__name__}"
+            )
+        attn_metadata.check_fits(query.shape[0], kv_cache)
+        n = attn_metadata.num_actual_tokens
+        if n == 0:
+            return output
+        key_packed, value_packed = gather_kv(
+            attn_metadata, key, value, kv_cache, self.head_size, attn_metadata.kv_packed_index, query.dtype
+        )
+        to_bhsd = lambda x: x.transpose(0, 1).unsqueeze(0)  # noqa: E731  [S, H, D] -> [1, H, S, D]
+        args = (to_bhsd(query[:n]), to_bhsd(key_packed), to_bhsd(value_packed))
+        options = dict(block_mask=attn_metadata.block_mask, scale=self.scale, enable_gqa=self.num_kv_heads != self.num_heads)
+        if self.out_transform is None:
+            kernel = _compiled_flex() if self.compile_kernel else flex_attention
+            result = kernel(*args, **options)
+        else:
+            raw, aux = flex_attention(*args, **options, return_aux=AuxRequest(lse=True))
+            result = self.out_transform(raw, aux.lse)
+            if not isinstance(result, torch.Tensor) or result.shape != raw.shape:
+                raise ValueError(
+                    f"out_transform: expected a tensor of shape {list(raw.shape)}, got "
+                    f"{list(result.shape) if isinstance(result, torch.Tensor) else type(result).__name__}"
+                )
+        output[:n].copy_(result[0].transpose(0, 1))
+        return output
+
+
+class FlexAttentionBackend(AttentionBackend):
+    @staticmethod
+    def get_name() -> str:
+        return "flex"
+
+    @staticmethod
+    def get_impl_cls() -> type[FlexAttentionImpl]:
+        return FlexAttentionImpl
+
+    @staticmethod
+    def get_metadata_cls() -> type[FlexAttentionMetadata]:
+        return FlexAttentionMetadata

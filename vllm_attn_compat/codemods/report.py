@@ -70,7 +70,8 @@ def unified_diff(path: str, old: bytes, new: bytes, encoding: str) -> str:
     """A ``git apply``-able unified diff of one file, decoded with the file's own encoding."""
     old_lines, new_lines = _LINE.findall(old.decode(encoding)), _LINE.findall(new.decode(encoding))
     lines = []
-    for line in difflib.unified_diff(old_lines, new_lines, f"a/{path}", f"b/{path}"):
+    name = path.lstrip("/")
+    for line in difflib.unified_diff(old_lines, new_lines, f"a/{name}", f"b/{name}"):
         if line.endswith(("\r\n", "\n", "\r")):
             lines.append(line if line.endswith("\n") else line + "\n")
         else:

@@ -1,0 +1,170 @@
+"""The command line, through `main()` and as a real process: modes, formats, config and exit codes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from conftest import BASE, IMPL, IMPL_MIGRATED, MANUAL, UNRELATED, write_tree
+
+from vllm_attn_compat.codemods import cli
+from vllm_attn_compat.codemods.cli import main
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def run_cli(*args: str, stdin: bytes = b"", cwd: str | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": REPO}
+    return subprocess.run(
+        [sys.executable, "-m", "vllm_attn_compat", *args], input=stdin, capture_output=True, env=env, cwd=cwd
+    )
+
+
+def test_migrate_applies_safe_fixes_and_exits_0_when_nothing_is_left(plugin, capsys):
+    assert main(["migrate", str(plugin)]) == 0
+    assert (plugin / "plugin/impl.py").read_text() == IMPL_MIGRATED
+    assert (plugin / "plugin/helpers.py").read_text() == UNRELATED
+    out = capsys.readouterr().out
+    assert f"{plugin / 'plugin/impl.py'}:7:9: VAC001 [*] " in out
+    assert "Scanned 4 files: 2 parsed, 1 changed." in out
+    assert main(["migrate", "--check", str(plugin)]) == 0  # a second run has nothing to do
+
+
+def test_check_writes_nothing_and_exits_1_when_a_file_would_change(plugin, capsys):
+    assert main(["migrate", "--check", str(plugin)]) == 1
+    assert (plugin / "plugin/impl.py").read_text() == IMPL
+    assert "1 would change" in capsys.readouterr().out
+
+
+def test_diff_prints_a_unified_diff_on_stdout_and_the_report_on_stderr(plugin, capsys):
+    assert main(["migrate", "--diff", str(plugin)]) == 1
+    assert (plugin / "plugin/impl.py").read_text() == IMPL
+    captured = capsys.readouterr()
+    name = str(plugin / "plugin/impl.py").lstrip("/")
+    assert captured.out.splitlines()[:2] == [f"--- a/{name}", f"+++ b/{name}"]
+    assert '-        assert output is not None, "Output tensor must be provided."' in captured.out.splitlines()
+    assert "VAC001 [*]" in captured.err and "VAC001" not in captured.out
+
+
+def test_a_finding_without_fix_exits_1_and_is_counted(tmp_path, capsys):
+    write_tree(tmp_path, {"manual.py": MANUAL})
+    assert main(["migrate", str(tmp_path)]) == 1
+    out = capsys.readouterr().out
+    assert "manual.py:6:9: VAC001 " in out and "[*]" not in out
+    assert "Left by rule: VAC001 1" in out
+
+
+def test_noqa_suppresses_the_fix_and_the_site_is_counted(tmp_path, capsys):
+    source = IMPL.replace('provided."', 'provided."  # noqa: VAC001')
+    write_tree(tmp_path, {"plugin/__init__.py": "", "plugin/base.py": BASE, "plugin/impl.py": source})
+    assert main(["migrate", str(tmp_path)]) == 0
+    assert (tmp_path / "plugin/impl.py").read_text() == source
+    assert "1 suppressed by noqa" in capsys.readouterr().out
+
+
+def test_an_unparsable_file_exits_2_and_the_run_goes_on(plugin, capsys):
+    bad = "from vllm.v1.attention.backend import AttentionImpl\nclass X(AttentionImpl):\n    x = (\n"
+    write_tree(plugin, {"plugin/broken.py": bad, "plugin/latin.py": b"x = '\xe9'\n"})
+    assert main(["migrate", str(plugin)]) == 2
+    out = capsys.readouterr().out
+    assert f"{plugin / 'plugin/broken.py'}:3:" in out and "could not parse" in out
+    assert f"{plugin / 'plugin/latin.py'}:1:6: cannot decode byte" in out
+    assert (plugin / "plugin/impl.py").read_text() == IMPL_MIGRATED  # the others were still processed
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["migrate", "--select", "VAC9", "."], "unknown rule code 'VAC9'"),
+        (["migrate", "--check", "--diff", "."], "not allowed with argument"),
+        (["migrate", "--jobs", "0", "."], "expected a positive number of processes"),
+        (["migrate", "-", "x.py"], "'-' (standard input) cannot be combined with other paths"),
+        (["rules", "VAC999"], "unknown rule 'VAC999'"),
+        (["frobnicate"], "invalid choice"),
+    ],
+)
+def test_usage_errors_exit_2_with_a_message(arguments, message, capsys):
+    assert main(arguments) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_a_missing_path_is_a_file_error(tmp_path, capsys):
+    assert main(["migrate", str(tmp_path / "nope.py")]) == 2
+    assert f"{tmp_path / 'nope.py'}:1:1: no such file or directory" in capsys.readouterr().out
+
+
+def test_configuration_is_read_and_command_line_flags_win(plugin, capsys):
+    (plugin / "pyproject.toml").write_text('[tool.vllm-attn-compat]\nignore = ["VAC001"]\n')
+    assert main(["migrate", "--check", str(plugin)]) == 0  # VAC001 ignored by the configuration
+    assert main(["migrate", "--check", "--select", "VAC001", str(plugin)]) == 1  # the flag wins
+    (plugin / "pyproject.toml").write_text('[tool.vllm-attn-compat]\nexclude = ["plugin/impl.py"]\n')
+    assert main(["migrate", "--check", str(plugin)]) == 0
+    assert main(["migrate", "--check", "--exclude", "nothing", str(plugin)]) == 1
+    capsys.readouterr()
+
+
+def test_a_wrong_configuration_exits_2_naming_key_and_value(plugin, capsys):
+    (plugin / "pyproject.toml").write_text('[tool.vllm-attn-compat]\nunsafe-fixes = "yes"\n')
+    assert main(["migrate", str(plugin)]) == 2
+    assert "unsafe-fixes: expected a boolean (true or false), found 'yes' (str)" in capsys.readouterr().err
+    assert (plugin / "plugin/impl.py").read_text() == IMPL
+
+
+def test_json_report_has_a_record_per_site_and_the_summary(plugin, capsys):
+    write_tree(plugin, {"plugin/manual.py": MANUAL})
+    assert main(["migrate", "--check", "--format", "json", str(plugin)]) == 1
+    document = json.loads(capsys.readouterr().out)
+    assert [(os.path.basename(f["file"]), f["code"], f["status"]) for f in document["findings"]] == [
+        ("impl.py", "VAC001", "fixed"),
+        ("manual.py", "VAC001", "manual"),
+    ]
+    assert document["summary"]["files_changed"] == 1 and document["summary"]["exit_code"] == 1
+
+
+def test_github_format_annotates_each_site(plugin, capsys):
+    assert main(["migrate", "--check", "--format", "github", "--quiet", str(plugin)]) == 1
+    line = capsys.readouterr().out.splitlines()[0]
+    assert line.startswith("::error file=") and ",line=7,col=9,title=VAC001::" in line
+
+
+def test_progress_only_on_a_terminal_outside_ci_and_not_quiet(monkeypatch):
+    monkeypatch.delenv("CI", raising=False)
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    parse = cli.build_parser().parse_args
+    assert cli._options(parse(["migrate", "."])).progress is True
+    assert cli._options(parse(["migrate", "-q", "."])).progress is False
+    monkeypatch.setenv("CI", "true")
+    assert cli._options(parse(["migrate", "."])).progress is False
+
+
+def test_rules_lists_every_rule(capsys):
+    assert main(["rules"]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith("VAC001  assert-output-not-none") and "safe" in first
+
+
+def test_stdin_is_migrated_to_stdout_as_a_real_process(plugin):
+    source = (plugin / "plugin/impl.py").read_bytes()
+    source = source.replace(b"plugin.base", b"vllm.v1.attention.backend").replace(b"PluginImplBase", b"AttentionImpl")
+    written = run_cli("migrate", "--stdin-filename", "impl.py", "-", stdin=source)
+    assert written.returncode == 0, written.stderr
+    assert b"assert output is not None" not in written.stdout and b"output.copy_(query)" in written.stdout
+    assert b"impl.py:7:9: VAC001 [*]" in written.stderr
+    checked = run_cli("migrate", "--check", "-", stdin=b"x = 1\n")
+    assert (checked.returncode, checked.stdout) == (0, b"")
+    broken = run_cli("migrate", "-", stdin=b"from vllm.v1.attention.backend import AttentionImpl\nx = (\n")
+    assert broken.returncode == 2 and broken.stdout == b"from vllm.v1.attention.backend import AttentionImpl\nx = (\n"
+
+
+def test_no_libcst_import_when_no_file_is_a_candidate(tmp_path):
+    write_tree(tmp_path, {f"m{n}.py": "def f(output):\n    return output\n" for n in range(5)})
+    probe = (
+        "import sys\nfrom vllm_attn_compat.codemods.cli import main\n"
+        f"code = main(['migrate', '--check', '-q', {str(tmp_path)!r}])\n"
+        "print(code, 'libcst' in sys.modules, 'torch' in sys.modules)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO)
+    assert result.stdout.split() == ["0", "False", "False"], result.stderr

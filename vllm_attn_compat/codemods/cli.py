@@ -1,0 +1,148 @@
+"""``vllm-attn-compat``: ``migrate`` files and folders, or list and explain the ``rules``.
+
+Exit codes (ruff's convention, so CI can trust them): 0 nothing left to do; 1 findings remain, or
+``--check``/``--diff`` would change a file; 2 a usage or configuration error, or a file that could not
+be read, decoded or parsed (reported as ``path:line:col: message``; the other files are still processed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+from vllm_attn_compat import __version__
+from vllm_attn_compat.codemods import registry
+from vllm_attn_compat.codemods.config import ConfigError, load_config
+from vllm_attn_compat.codemods.report import render
+from vllm_attn_compat.codemods.runner import Options, run_paths, run_source
+
+EPILOG = (
+    "exit codes: 0 nothing left to do; 1 findings remain, or --check/--diff would change a file; "
+    "2 usage or configuration error, or a file could not be read, decoded or parsed."
+)
+
+
+def _codes(value: str) -> list[str]:
+    return [part.strip() for part in value.split(",") if part.strip()]
+
+
+def _jobs(value: str) -> int:
+    try:
+        jobs = int(value)
+    except ValueError:
+        jobs = 0
+    if jobs < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive number of processes, found {value!r}")
+    return jobs
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="vllm-attn-compat",
+        description="Migrate vLLM attention-backend code to the mandatory output buffer (vLLM >= 0.20).",
+        epilog=EPILOG,
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="{migrate,rules}")
+    migrate = commands.add_parser(
+        "migrate", help="apply safe fixes in place (or --check / --diff)", epilog=EPILOG,
+        description="Apply the rules' safe fixes to Python files in place and report what is left.",
+    )  # fmt: skip
+    migrate.add_argument("paths", nargs="+", metavar="PATH", help="files or folders; '-' reads standard input")
+    mode = migrate.add_mutually_exclusive_group()
+    mode.add_argument("--check", action="store_true", help="write nothing; exit 1 if a file would change or findings remain")
+    mode.add_argument("--diff", action="store_true", help="print a unified diff of the fixes instead of writing them")
+    migrate.add_argument(
+        "--unsafe-fixes", action=argparse.BooleanOptionalAction, default=None,
+        help="also apply unsafe fixes (review them); --no-unsafe-fixes overrides the configuration",
+    )  # fmt: skip
+    migrate.add_argument("--select", type=_codes, action="extend", help="rule codes or prefixes to run (comma-separated)")
+    migrate.add_argument("--ignore", type=_codes, action="extend", help="rule codes or prefixes to skip (comma-separated)")
+    migrate.add_argument("--exclude", type=_codes, action="extend", metavar="GLOB", help="paths to skip (globs, comma-separated)")
+    migrate.add_argument("--jobs", "-j", type=_jobs, default=None, help="worker processes (default: all cores)")
+    migrate.add_argument("--format", choices=("text", "json", "github"), default="text", help="report format")
+    migrate.add_argument("--quiet", "-q", action="store_true", help="print findings and errors only: no summary, no progress")
+    migrate.add_argument("--stdin-filename", metavar="NAME", help="the name to report for '-' (standard input)")
+    rules = commands.add_parser("rules", help="list the rules, or explain one with its examples")
+    rules.add_argument("code", nargs="?", help="a rule code (VAC004) or name to explain")
+    return parser
+
+
+def _options(args: argparse.Namespace) -> Options:
+    start = (args.stdin_filename or ".") if args.paths == ["-"] else args.paths[0]
+    config = load_config(start)
+    mode = "check" if args.check else "diff" if args.diff else "write"
+    unsafe = config.unsafe_fixes if args.unsafe_fixes is None else args.unsafe_fixes
+    progress = not args.quiet and sys.stderr.isatty() and not os.environ.get("CI")
+    options = Options(
+        mode=mode,
+        unsafe_fixes=unsafe,
+        # --select states exactly what to run: the configuration's select and ignore give way to it.
+        select=tuple(args.select if args.select is not None else config.select),
+        ignore=tuple(args.ignore if args.ignore is not None else () if args.select is not None else config.ignore),
+        exclude=tuple(args.exclude if args.exclude is not None else config.exclude),
+        base=config.base,
+        progress=progress,
+    )
+    if args.jobs is not None:
+        options = Options(**{**options.__dict__, "jobs": args.jobs})
+    return options
+
+
+def _migrate(args: argparse.Namespace) -> int:
+    options = _options(args)
+    if "-" in args.paths:
+        if len(args.paths) > 1:
+            raise ValueError("'-' (standard input) cannot be combined with other paths")
+        name = args.stdin_filename or "-"
+        report, result, diff = run_source(sys.stdin.buffer.read(), name, options)
+        if options.mode == "write":
+            sys.stdout.buffer.write(result)
+        elif options.mode == "diff":
+            sys.stdout.write(diff)
+        sys.stdout.flush()
+        report_stream = sys.stderr
+    else:
+        report = run_paths(args.paths, options, emit_diff=sys.stdout.write)
+        report_stream = sys.stderr if options.mode == "diff" else sys.stdout
+    report_stream.write(render(report, args.format, quiet=args.quiet))
+    return report.exit_code()
+
+
+def _rules(args: argparse.Namespace) -> int:
+    known = registry.all_rules()
+    if args.code is None:
+        width = max((len(rule.name) for rule in known), default=0)
+        for rule in known:
+            print(f"{rule.code}  {rule.name:<{width}}  {rule.fix_safety.value:<12}  {rule.summary}")
+        return 0
+    wanted = args.code.strip()
+    for rule in known:
+        if wanted.upper() == rule.code or wanted == rule.name:
+            print(rule.explain())
+            return 0
+    raise ValueError(f"unknown rule {wanted!r}: expected one of {', '.join(rule.code for rule in known)}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exit_request:  # argparse: --help/--version (0) or a usage error (2)
+        return int(exit_request.code or 0)
+    try:
+        return _migrate(args) if args.command == "migrate" else _rules(args)
+    except (ConfigError, ValueError) as error:
+        print(f"vllm-attn-compat: error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("vllm-attn-compat: interrupted; every file written so far is complete", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # e.g. `| head`: the reader is gone, nothing left to report to
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,199 @@
+"""``migrate`` over files and folders: the funnel that keeps whole-repository runs fast, and the writes.
+
+1. Every file is read once, as bytes, and checked to be decodable text.
+2. A literal scan (``bytes in``, no regex) finds the files worth parsing at all.
+3. The class-hierarchy pass (stdlib ``ast``) indexes files that mention vLLM's attention bases, then,
+   round after round, files that mention an attention class found so far, until no new name appears:
+   a plugin's base class in one file makes its backends in other files attention code.
+4. libcst parses only the files holding a rule's tokens (and, for rules scoped to attention classes,
+   taking part in the hierarchy), in worker processes when there are enough of them.
+5. A rewritten file is written only if every invariant in :mod:`safety` holds, atomically.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from vllm_attn_compat.codemods import engine, files, parallel, registry, worker
+from vllm_attn_compat.codemods.report import FileError, RunReport, unified_diff
+
+
+@dataclass(frozen=True)
+class Options:
+    """How to run; ``mode`` is ``write`` (apply fixes), ``check`` or ``diff`` (write nothing)."""
+
+    mode: str = "write"
+    unsafe_fixes: bool = False
+    select: tuple[str, ...] = ()
+    ignore: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
+    base: str = "."
+    jobs: int = field(default_factory=lambda: len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+    progress: bool = False
+
+
+@dataclass
+class _Scanned:
+    source_file: files.SourceFile
+    source: bytes
+    stat: os.stat_result
+    encoding: str
+
+
+def _contains_any(source: bytes, tokens: Sequence[bytes]) -> bool:
+    return any(token in source for token in tokens)
+
+
+def _read_all(source_files: Sequence[files.SourceFile], report: RunReport) -> list[_Scanned]:
+    scanned = []
+    for source_file in source_files:
+        try:
+            stat = os.stat(source_file.real_path)
+            source = files.read_source(source_file.real_path)
+            encoding = files.source_encoding(source)
+        except files.SourceError as error:
+            report.errors.append(FileError(source_file.path, error.line, error.column, error.message))
+            continue
+        except OSError as error:
+            report.errors.append(FileError(source_file.path, 1, 1, f"could not read the file: {error.strerror}"))
+            continue
+        scanned.append(_Scanned(source_file, source, stat, encoding))
+    report.scanned = len(source_files)
+    return scanned
+
+
+def _index_hierarchy(scanned: Sequence[_Scanned], options: Options, report: RunReport):
+    """Build the class hierarchy of the run; returns it with the files that took part in it."""
+    from vllm_attn_compat.codemods import hierarchy as hierarchy_module
+
+    indexes: dict[str, object] = {}
+    pending = [s for s in scanned if _contains_any(s.source, hierarchy_module.BASE_TOKENS)]
+    known_names: set[str] = set()
+    built = hierarchy_module.ClassHierarchy.build([])
+    while pending:
+        tasks = [(s.source_file.path, (s.source, s.source_file.path)) for s in pending]
+        for path, outcome in parallel.parallel_map(
+            worker.index_file, tasks, jobs=options.jobs, initializer=worker.no_setup
+        ):
+            if isinstance(outcome, FileError):
+                report.errors.append(outcome)
+            elif isinstance(outcome, parallel.WorkerCrashed):
+                report.errors.append(FileError(path, 1, 1, f"internal error: {outcome}"))
+            indexes[path] = outcome
+        built = hierarchy_module.ClassHierarchy.build(i for i in indexes.values() if isinstance(i, hierarchy_module.ModuleIndex))
+        new_names = set(built.attention_class_names()) - known_names
+        known_names |= new_names
+        name_tokens = tuple(name.encode() for name in new_names)
+        pending = [s for s in scanned if s.source_file.path not in indexes and _contains_any(s.source, name_tokens)]
+    return built, indexes
+
+
+def run_paths(
+    paths: Sequence[str],
+    options: Options,
+    *,
+    emit_diff: Callable[[str], None] = lambda text: None,
+) -> RunReport:
+    """Migrate the given files and folders; ``emit_diff`` receives each file's unified diff (diff mode)."""
+    report = RunReport(mode=options.mode)
+    rules = registry.select_rules(options.select, options.ignore)
+    source_files, skipped, missing = files.discover(paths, options.exclude, options.base)
+    report.skipped = [(s.path, s.reason) for s in skipped]
+    report.errors += [FileError(path, 1, 1, "no such file or directory") for path in missing]
+    scanned = _read_all(source_files, report)
+    tokens = engine.prefilter_tokens(rules)
+    if not any(_contains_any(s.source, tokens) for s in scanned):
+        return report  # the common case on a big tree: nothing is parsed, libcst is never imported
+    hierarchy, indexes = _index_hierarchy(scanned, options, report)
+    failed = {error.path for error in report.errors}
+    names = hierarchy.attention_class_names()
+    candidates = [
+        s for s in scanned if s.source_file.path not in failed and engine.needs_parsing(s.source, rules, names)
+    ]
+    report.parsed = len(set(indexes) | {c.source_file.path for c in candidates})
+    by_path = {c.source_file.path: c for c in candidates}
+    tasks = [(c.source_file.path, (c.source, c.source_file.path)) for c in candidates]
+    outcomes = parallel.parallel_map(
+        worker.migrate_file,
+        tasks,
+        jobs=options.jobs,
+        initializer=worker.setup,
+        initargs=(rules, hierarchy, options.unsafe_fixes),
+    )
+    for path, outcome in _with_progress(outcomes, len(tasks), options.progress):
+        _record(by_path[path], outcome, options, report, emit_diff)
+    return report
+
+
+def _with_progress(outcomes, total: int, enabled: bool):
+    if not enabled:
+        return outcomes
+    from tqdm import tqdm
+
+    return tqdm(outcomes, total=total, unit="file", desc="migrate", delay=0.5, leave=False)
+
+
+def _record(item: _Scanned, outcome, options: Options, report: RunReport, emit_diff) -> None:
+    path = item.source_file.path
+    if isinstance(outcome, parallel.WorkerCrashed):
+        report.errors.append(FileError(path, 1, 1, f"internal error: {outcome}; the file was not changed"))
+        return
+    if isinstance(outcome, FileError):
+        report.errors.append(outcome)
+        return
+    new_source, findings = outcome
+    report.findings += [(path, finding) for finding in findings]
+    if new_source is None:
+        return
+    if options.mode == "write":
+        try:
+            files.write_atomic(item.source_file.real_path, new_source, expected_stat=item.stat)
+        except files.SourceError as error:
+            report.errors.append(FileError(path, 1, 1, error.message))
+            return
+        except OSError as error:
+            report.errors.append(FileError(path, 1, 1, f"could not write the file: {error.strerror or error}"))
+            return
+    elif options.mode == "diff":
+        emit_diff(unified_diff(path, item.source, new_source, item.encoding))
+    report.changed.append(path)
+
+
+def run_source(source: bytes, path: str, options: Options) -> tuple[RunReport, bytes, str]:
+    """Migrate one source given as bytes (standard input); ``path`` names it in reports.
+
+    Returns the report, the resulting source (the input itself when nothing changed or the file
+    failed, so a pipe never loses code) and the unified diff (empty when unchanged).
+    """
+    report = RunReport(mode=options.mode, scanned=1)
+    rules = registry.select_rules(options.select, options.ignore)
+    try:
+        encoding = files.source_encoding(source)
+    except files.SourceError as error:
+        report.errors.append(FileError(path, error.line, error.column, error.message))
+        return report, source, ""
+    if not _contains_any(source, engine.prefilter_tokens(rules)):
+        return report, source, ""
+    from vllm_attn_compat.codemods import hierarchy
+
+    index = worker.index_file(source, path)
+    if isinstance(index, FileError):
+        report.errors.append(index)
+        return report, source, ""
+    report.parsed = 1
+    built = hierarchy.ClassHierarchy.build([index])
+    if not engine.needs_parsing(source, rules, built.attention_class_names()):
+        return report, source, ""
+    worker.setup(rules, built, options.unsafe_fixes)
+    outcome = worker.migrate_file(source, path)
+    if isinstance(outcome, FileError):
+        report.errors.append(outcome)
+        return report, source, ""
+    new_source, findings = outcome
+    report.findings += [(path, finding) for finding in findings]
+    if new_source is None:
+        return report, source, ""
+    report.changed.append(path)
+    return report, new_source, unified_diff(path, source, new_source, encoding)

@@ -1,0 +1,80 @@
+"""What runs in a worker process for one file: index its classes, or migrate it and check the result.
+
+Every function here returns its failure as a value (a :class:`FileError`) rather than raising, so one
+bad file never takes the others with it; only the death of the process itself is left to
+:mod:`parallel`. The engine is imported here, inside the functions, so the parent process imports
+libcst only when it migrates files itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from vllm_attn_compat.codemods import safety
+from vllm_attn_compat.codemods.findings import Finding
+from vllm_attn_compat.codemods.report import FileError
+
+# Set once per process by `setup`: the same for every file, so sent once rather than per task.
+_settings: dict[str, Any] = {}
+
+BUG = "this is a bug in vllm-attn-compat, please report it; the file was not changed"
+
+
+def no_setup() -> None:
+    """Initializer for the hierarchy pass, which needs no per-process state."""
+
+
+def index_file(source: bytes, path: str):
+    """The file's class index (``hierarchy.ModuleIndex``), or a :class:`FileError` if it does not parse."""
+    from vllm_attn_compat.codemods import hierarchy
+
+    try:
+        return hierarchy.index_module(source, path)
+    except SyntaxError as error:
+        return FileError(path, error.lineno or 1, error.offset or 1, f"could not parse: {error.msg}")
+    except (ValueError, RecursionError, MemoryError) as error:
+        return FileError(path, 1, 1, f"could not parse: {type(error).__name__}: {error}")
+    except Exception as error:  # noqa: BLE001 - reported per file, see the module docstring
+        return FileError(path, 1, 1, f"internal error while indexing classes: {type(error).__name__}: {error}; {BUG}")
+
+
+def setup(rules: Sequence[type], hierarchy: Any, unsafe_fixes: bool) -> None:
+    _settings.update(rules=list(rules), hierarchy=hierarchy, unsafe_fixes=unsafe_fixes)
+
+
+def _migrate(source: bytes, path: str):
+    from vllm_attn_compat.codemods.engine import migrate_source
+
+    return migrate_source(
+        source,
+        path=path,
+        rules=_settings["rules"],
+        hierarchy=_settings["hierarchy"],
+        unsafe_fixes=_settings["unsafe_fixes"],
+    )
+
+
+def migrate_file(source: bytes, path: str) -> tuple[bytes | None, list[Finding]] | FileError:
+    """``(new source or None when unchanged, findings)``, or the :class:`FileError` that stops this file.
+
+    A rewritten source is returned only if it passes every check of :func:`safety.check_rewrite`.
+    """
+    from vllm_attn_compat.codemods.engine import ParseError
+
+    try:
+        result = _migrate(source, path)
+    except ParseError as error:
+        return FileError(path, error.line, error.column, f"could not parse: {error.message}")
+    except RecursionError:
+        return FileError(path, 1, 1, "could not parse: the code is nested too deeply for the parser")
+    except Exception as error:  # noqa: BLE001 - reported per file, see the module docstring
+        return FileError(path, 1, 1, f"internal error: {type(error).__name__}: {error}; {BUG}")
+    if result.source == source:
+        return None, list(result.findings)
+    problems = safety.check_rewrite(
+        source, result.source, result.removed_comments, lambda again: _migrate(again, path).source
+    )
+    if problems:
+        return FileError(path, 1, 1, f"internal error: the fixed file failed a safety check ({'; '.join(problems)}); {BUG}")
+    return result.source, list(result.findings)

@@ -21,7 +21,7 @@ from plugin.base import PluginImplBase
 
 
 class MyImpl(PluginImplBase):
-    def forward(self, layer, query, key, value, kv_cache, attn_metadata, output=None):
+    def forward(self, layer, query, key, value, kv_cache, attn_metadata, output):
         # the buffer comes from the layer
         assert output is not None, "Output tensor must be provided."
 
@@ -34,7 +34,7 @@ from plugin.base import PluginImplBase
 
 
 class MyImpl(PluginImplBase):
-    def forward(self, layer, query, key, value, kv_cache, attn_metadata, output=None):
+    def forward(self, layer, query, key, value, kv_cache, attn_metadata, output):
         # the buffer comes from the layer
         output.copy_(query)
         return output
@@ -46,7 +46,7 @@ from vllm.v1.attention.backend import AttentionImpl
 
 
 class OtherImpl(AttentionImpl):
-    def forward(self, layer, query, key, value, kv_cache, attn_metadata, output=None):
+    def forward(self, layer, query, key, value, kv_cache, attn_metadata, output):
         assert output is not None and output.is_contiguous()
         output.copy_(query)
 """

@@ -1,0 +1,189 @@
+"""VAC002: make the ``output`` parameter of attention methods required."""
+
+from __future__ import annotations
+
+from vllm_attn_compat.codemods.edits import Replace
+from vllm_attn_compat.codemods.findings import FixSafety, Status
+from vllm_attn_compat.codemods.rule import Example, Rule, class_source
+
+_HEADER = """\
+    from typing import Optional
+
+    import torch
+    from vllm.v1.attention.backend import AttentionImpl
+
+
+    class MyImpl(AttentionImpl):
+"""
+
+
+def _optional_inner(annotation):
+    """The ``X`` of ``Optional[X]``, ``Union[X, None]``, ``X | None`` or ``None | X``; else None."""
+    import libcst as cst
+
+    from vllm_attn_compat.codemods.patterns import is_name
+    from vllm_attn_compat.codemods.scope import dotted_name
+
+    if isinstance(annotation, cst.BinaryOperation) and isinstance(annotation.operator, cst.BitOr):
+        if is_name(annotation.right, "None"):
+            return annotation.left
+        if is_name(annotation.left, "None"):
+            return annotation.right
+        return None
+    if isinstance(annotation, cst.Subscript):
+        kind = (dotted_name(annotation.value) or "").rpartition(".")[2]
+        items = [
+            element.slice.value for element in annotation.slice if isinstance(element.slice, cst.Index)
+        ]
+        if kind == "Optional" and len(items) == 1:
+            return items[0]
+        if kind == "Union" and len(items) == 2:
+            others = [item for item in items if not is_name(item, "None")]
+            return others[0] if len(others) == 1 else None
+    return None
+
+
+def _required_annotation(annotation, fallback: str | None):
+    """The annotation without its ``None`` alternative (string annotations stay strings)."""
+    import libcst as cst
+
+    if annotation is None:
+        return cst.Annotation(annotation=cst.parse_expression(fallback)) if fallback else None
+    inner_expression = annotation.annotation
+    if isinstance(inner_expression, cst.SimpleString) and "b" not in inner_expression.prefix.lower():
+        text = inner_expression.evaluated_value
+        try:
+            parsed = cst.parse_expression(text)
+        except cst.ParserSyntaxError:
+            return annotation
+        inner = _optional_inner(parsed)
+        if inner is None:
+            return annotation
+        quote = inner_expression.quote
+        new_text = cst.Module([]).code_for_node(inner)
+        if quote in new_text:
+            return annotation
+        return annotation.with_changes(
+            annotation=inner_expression.with_changes(value=f"{inner_expression.prefix}{quote}{new_text}{quote}")
+        )
+    inner = _optional_inner(inner_expression)
+    return annotation if inner is None else annotation.with_changes(annotation=inner)
+
+
+class RequiredOutputParameter(Rule):
+    """vLLM >= 0.20 declares ``AttentionImpl.forward(..., attn_metadata, output: torch.Tensor,
+    ...)``: the buffer is always passed, so an ``output`` parameter defaulting to ``None``
+    misdocuments the contract and invites dead fallback code. The parameter becomes required
+    and its annotation loses the ``None`` alternative (``Optional[...]``, ``Union[..., None]``,
+    ``... | None``, also inside string annotations), keeping the tensor type the code used; an
+    unannotated ``output=None`` becomes ``output: torch.Tensor`` (or ``Tensor`` when that is how
+    the module imports it; unannotated when it imports neither). When a positional parameter
+    before ``output`` has a default, dropping ``= None`` would be a syntax error: the site is
+    reported instead.
+    """
+
+    code = "VAC002"
+    name = "required-output-parameter"
+    summary = "Make the `output` parameter of attention methods required: vLLM >= 0.20 always passes it."
+    fix_safety = FixSafety.SAFE
+    tokens = (b"output=None", b"output = None", b"output:", b"output :", b"output =None", b"output= None")
+    examples = (
+        Example(
+            "Optional annotation",
+            class_source(
+                _HEADER,
+                """
+                def forward(self, layer, query, key, value, kv_cache, attn_metadata,
+                            output: Optional[torch.Tensor] = None,
+                            output_scale: Optional[torch.Tensor] = None) -> torch.Tensor:
+                    return output
+                """,
+            ),
+            after=class_source(
+                _HEADER,
+                """
+                def forward(self, layer, query, key, value, kv_cache, attn_metadata,
+                            output: torch.Tensor,
+                            output_scale: Optional[torch.Tensor] = None) -> torch.Tensor:
+                    return output
+                """,
+            ),
+            findings=(Status.FIXED,),
+        ),
+        Example(
+            "unannotated default",
+            class_source(
+                _HEADER,
+                """
+                def forward_decode(self, query, output=None):
+                    return output
+                """,
+            ),
+            after=class_source(
+                _HEADER,
+                """
+                def forward_decode(self, query, output: torch.Tensor):
+                    return output
+                """,
+            ),
+            findings=(Status.FIXED,),
+        ),
+        Example(
+            "a defaulted parameter before output is reported",
+            class_source(
+                _HEADER,
+                """
+                def forward(self, query, scale=1.0, output: torch.Tensor | None = None):
+                    return output
+                """,
+            ),
+            findings=(Status.MANUAL,),
+        ),
+        Example(
+            "a required output stays",
+            class_source(
+                _HEADER,
+                """
+                def forward(self, query, output: torch.Tensor):
+                    return output
+                """,
+            ),
+        ),
+    )
+
+    def visit_Param(self, node) -> None:
+        from vllm_attn_compat.codemods.patterns import is_name
+
+        method = self.ctx.output_method()
+        if method is None or node is not method.param("output") or not is_name(node.default, "None"):
+            return
+        params = method.node.params
+        positional = (*params.posonly_params, *params.params)
+        if any(node is param for param in positional):
+            before = positional[: [id(p) for p in positional].index(id(node))]
+            defaulted = [p.name.value for p in before if p.default is not None]
+            if defaulted:
+                self.ctx.report(
+                    self,
+                    node,
+                    f"`output` is required since vLLM 0.20, but parameter `{defaulted[-1]}` before it has a "
+                    "default, so `= None` cannot simply go: move `output` before it or make it keyword-only",
+                )
+                return
+        fallback = self.ctx.tensor_annotation()
+
+        def build(updated, sink):
+            import libcst as cst
+
+            return updated.with_changes(
+                annotation=_required_annotation(updated.annotation, fallback),
+                default=None,
+                equal=cst.MaybeSentinel.DEFAULT,
+            )
+
+        self.ctx.report(
+            self,
+            node,
+            "`output` defaults to None, but vLLM >= 0.20 always passes the output buffer: make it required",
+            Replace(node, build),
+        )

@@ -1,0 +1,173 @@
+"""VAC003: dead ``if output is None`` fallbacks in attention methods."""
+
+from __future__ import annotations
+
+from vllm_attn_compat.codemods.edits import RemoveStatement
+from vllm_attn_compat.codemods.findings import FixSafety, Status
+from vllm_attn_compat.codemods.rule import Example, Rule, class_source
+
+_HEADER = """\
+    import torch
+    from vllm.v1.attention.backend import AttentionImpl
+
+
+    class MyImpl(AttentionImpl):
+"""
+
+# Allocation calls a fallback may use; anything else in the branch may have side effects.
+_ALLOCATORS = frozenset(
+    {
+        "empty", "zeros", "ones", "full", "empty_like", "zeros_like", "ones_like", "full_like",
+        "empty_strided", "new_empty", "new_zeros", "new_ones", "new_full",
+    }
+)
+
+
+def _is_allocation_fallback(node) -> bool:
+    """``if output is None: output = <allocation call>`` with no other statement and no else."""
+    import libcst as cst
+
+    from vllm_attn_compat.codemods.patterns import is_name, none_test
+    from vllm_attn_compat.codemods.scope import dotted_name
+
+    if none_test(node.test) != "is" or node.orelse is not None:
+        return False
+    if isinstance(node.body, cst.SimpleStatementSuite):
+        smalls = node.body.body
+    elif len(node.body.body) == 1 and isinstance(node.body.body[0], cst.SimpleStatementLine):
+        smalls = node.body.body[0].body
+    else:
+        return False
+    if len(smalls) != 1 or not isinstance(smalls[0], cst.Assign) or len(smalls[0].targets) != 1:
+        return False
+    assign = smalls[0]
+    if not is_name(assign.targets[0].target, "output") or not isinstance(assign.value, cst.Call):
+        return False
+    func = dotted_name(assign.value.func) or ""
+    return func.rpartition(".")[2] in _ALLOCATORS
+
+
+def _at_method_start(method_body, node) -> bool:
+    """Only a docstring, asserts or ``pass`` come before ``node`` in the method body."""
+    import libcst as cst
+
+    from vllm_attn_compat.codemods.patterns import is_docstring
+
+    for statement in method_body.body:
+        if statement is node:
+            return True
+        if is_docstring(statement):
+            continue
+        if isinstance(statement, cst.SimpleStatementLine) and all(
+            isinstance(small, (cst.Assert, cst.Pass)) for small in statement.body
+        ):
+            continue
+        return False
+    return False
+
+
+class OutputNoneFallback(Rule):
+    """Old backends guarded against being called without a buffer with
+    ``if output is None: output = torch.empty(...)``. vLLM >= 0.20 always passes ``output``, so
+    such a fallback at the start of an attention method is dead code and goes. Anything else that
+    tests ``output`` against None there (a fallback further down, one with other statements, an
+    ``else``, ``output is not None`` in a condition) is reported for a person to simplify. Only
+    the ``output`` parameter counts: a method that assigns ``output`` itself, or a function
+    without such a parameter, is never touched.
+    """
+
+    code = "VAC003"
+    name = "output-none-fallback"
+    summary = "Remove dead `if output is None: output = torch.empty(...)` fallbacks; report other None tests."
+    fix_safety = FixSafety.SAFE
+    tokens = (b"output is None", b"output is not None")
+    examples = (
+        Example(
+            "a fallback allocation at the start of forward",
+            class_source(
+                _HEADER,
+                """
+                def forward(self, layer, query, key, value, kv_cache, attn_metadata, output=None):
+                    if output is None:
+                        output = torch.empty_like(query)
+
+                    output.copy_(query)
+                    return output
+                """,
+            ),
+            after=class_source(
+                _HEADER,
+                """
+                def forward(self, layer, query, key, value, kv_cache, attn_metadata, output=None):
+                    output.copy_(query)
+                    return output
+                """,
+            ),
+            findings=(Status.FIXED,),
+        ),
+        Example(
+            "a fallback that returns a new tensor is reported",
+            class_source(
+                _HEADER,
+                """
+                def forward(self, layer, query, key, value, kv_cache, attn_metadata, output=None):
+                    result = self.kernel(query, key, value)
+                    if output is None:
+                        return result
+                    output.copy_(result)
+                    return output
+                """,
+            ),
+            findings=(Status.MANUAL,),
+        ),
+        Example(
+            "a local variable named output stays",
+            class_source(
+                _HEADER,
+                """
+                def prefill(self, query):
+                    output = self.cache.get(query)
+                    if output is None:
+                        output = torch.empty_like(query)
+                    return output
+                """,
+            ),
+        ),
+    )
+
+    def visit_Comparison(self, node) -> None:
+        import libcst as cst
+
+        from vllm_attn_compat.codemods.patterns import none_test, rebinds
+
+        method = self.ctx.output_method()
+        kind = none_test(node)
+        if method is None or kind is None:
+            return
+        if any(isinstance(ancestor, cst.Assert) for ancestor in self.ctx.stack):
+            return  # VAC001's
+        parent = self.ctx.parent()
+        fallback = (
+            parent
+            if isinstance(parent, cst.If) and parent.test is node and _is_allocation_fallback(parent)
+            else None
+        )
+        if rebinds(method.node, "output", ignore=(fallback,) if fallback is not None else ()):
+            return  # `output` is (also) a local variable here: the test may be meaningful
+        if fallback is not None and self.ctx.parent(2) is method.node.body and _at_method_start(
+            method.node.body, fallback
+        ):
+            self.ctx.report(
+                self,
+                node,
+                "this fallback is dead: vLLM >= 0.20 always passes the output buffer",
+                RemoveStatement(fallback),
+            )
+            return
+        truth = "never true" if kind == "is" else "always true"
+        self.ctx.report(
+            self,
+            node,
+            f"`output {kind} None` is {truth}: vLLM >= 0.20 always passes the output buffer; "
+            "remove the code that handles a missing buffer",
+        )

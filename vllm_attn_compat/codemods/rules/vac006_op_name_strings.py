@@ -1,0 +1,144 @@
+"""VAC006: old op names in strings (``splitting_ops`` lists and the like)."""
+
+from __future__ import annotations
+
+from vllm_attn_compat.codemods.edits import Replace
+from vllm_attn_compat.codemods.findings import FixSafety, Status
+from vllm_attn_compat.codemods.rule import Example, Rule
+
+_OLD_OPS = ("unified_attention", "unified_mla_attention")
+# Both spellings vLLM accepted in `splitting_ops`: the schema name and the dotted form.
+OLD_NAMES = {f"vllm{sep}{op}": f"vllm{sep}{op}_with_output" for op in _OLD_OPS for sep in ("::", ".")}
+
+
+def _equivalents(name: str) -> set[str]:
+    return {name, name.replace("::", ".", 1), name.replace(".", "::", 1)}
+
+
+def _string_value(node) -> str | None:
+    import libcst as cst
+
+    if isinstance(node, cst.SimpleString) and "b" not in node.prefix.lower():
+        return node.evaluated_value
+    return None
+
+
+def _drop_elements(old: str):
+    def build(literal, sink):
+        from collections import Counter
+
+        import libcst as cst
+
+        from vllm_attn_compat.codemods.apply import inner_comments
+
+        elements = list(literal.elements)
+        kept = [e for e in elements if _string_value(e.value) != old]
+        if not kept or len(kept) == len(elements):
+            return literal
+        if _string_value(elements[-1].value) == old:
+            kept[-1] = kept[-1].with_changes(comma=elements[-1].comma)
+        if isinstance(literal, cst.Tuple) and len(kept) == 1 and kept[0].comma is cst.MaybeSentinel.DEFAULT:
+            kept[0] = kept[0].with_changes(comma=cst.Comma())
+        new = literal.with_changes(elements=kept)
+        lost = Counter(c.value for c in inner_comments(literal)) - Counter(c.value for c in inner_comments(new))
+        sink.removed.extend(lost.elements())
+        return new
+
+    return build
+
+
+def _rename(new_name: str):
+    def build(string, sink):
+        start = len(string.prefix) + len(string.quote)
+        return string.with_changes(value=string.value[:start] + new_name + string.value[-len(string.quote) :])
+
+    return build
+
+
+class OldOpNameStrings(Rule):
+    """vLLM 0.20 deleted the ops ``vllm::unified_attention`` and ``vllm::unified_mla_attention``;
+    only the ``_with_output`` ops remain. ``splitting_ops`` and similar op lists match names as
+    strings, so a stale name is silently ignored and piecewise CUDA graphs split at the wrong
+    places. A string that is exactly an old name (``vllm::`` or dotted ``vllm.`` form) inside a
+    list, tuple or set literal becomes the ``_with_output`` name, or drops out when that name is
+    already in the literal. Anywhere else (a comparison, an argument, a dictionary key) the
+    string is only reported: ``if name == "vllm::unified_attention": ...`` would change meaning
+    if renamed. Strings that merely start with an old name are never touched.
+    """
+
+    code = "VAC006"
+    name = "old-op-name-strings"
+    summary = "Rename old op names in op lists (`splitting_ops`) to their `_with_output` names."
+    fix_safety = FixSafety.SAFE
+    tokens = tuple(name.encode() for name in OLD_NAMES)
+    scoped = False
+    examples = (
+        Example(
+            "splitting_ops in a compilation config",
+            """\
+            splitting_ops = [
+                "vllm::unified_attention",
+                "vllm::unified_attention_with_output",
+                "vllm::unified_mla_attention",
+            ]
+            """,
+            after="""\
+            splitting_ops = [
+                "vllm::unified_attention_with_output",
+                "vllm::unified_mla_attention_with_output",
+            ]
+            """,
+            findings=(Status.FIXED, Status.FIXED),
+        ),
+        Example(
+            "a comparison is reported, not renamed",
+            """\
+            def is_attention(op_name: str) -> bool:
+                return op_name == "vllm::unified_attention"
+            """,
+            findings=(Status.MANUAL,),
+        ),
+        Example(
+            "a longer name that starts with an old one stays",
+            """\
+            ops = ("vllm::unified_attention_fp8", "vllm::unified_attention_with_output")
+            """,
+        ),
+    )
+
+    def visit_SimpleString(self, node) -> None:
+        import libcst as cst
+
+        value = _string_value(node)
+        if value not in OLD_NAMES:
+            return
+        new_name = OLD_NAMES[value]
+        element, literal = self.ctx.parent(), self.ctx.parent(2)
+        in_literal = (
+            isinstance(element, cst.Element)
+            and element.value is node
+            and isinstance(literal, (cst.List, cst.Tuple, cst.Set))
+        )
+        if not in_literal:
+            self.ctx.report(
+                self,
+                node,
+                f"`{value}` no longer exists in vLLM >= 0.20 (now `{new_name}`); "
+                "review this use: renaming it here could change what the code does",
+            )
+            return
+        present = {_string_value(e.value) for e in literal.elements}
+        if present & _equivalents(new_name):
+            self.ctx.report(
+                self,
+                node,
+                f"`{value}` no longer exists in vLLM >= 0.20 and `{new_name}` is already listed: drop it",
+                Replace(literal, _drop_elements(value)),
+            )
+        else:
+            self.ctx.report(
+                self,
+                node,
+                f"`{value}` no longer exists in vLLM >= 0.20: use `{new_name}`",
+                Replace(node, _rename(new_name)),
+            )

@@ -94,9 +94,11 @@ def forward_unified_mla_attention(
     kv_cache_dummy_dep: torch.Tensor | None = None,
     route: Route | None = None,
 ) -> torch.Tensor:
-    """The MLA forwarder's work: ``q`` and the latents go to the with-output op unchanged, as the old op did."""
+    """The MLA forwarder's work: ``q`` and ``k_pe`` as 3-D views (vLLM's layout), ``kv_c_normed`` unchanged."""
     route = route or _route
     layer = route.layer(layer_name)
+    q = _view_heads("q", q, layer.num_heads, layer.qk_head_dim)
+    k_pe = _view_heads("k_pe", k_pe, 1, layer.qk_rope_head_dim)
     output = route.allocate(layer, q)
     route.mla_attention_op()(
         q, kv_c_normed, k_pe, output, route.encode(layer_name), kv_cache_dummy_dep=kv_cache_dummy_dep

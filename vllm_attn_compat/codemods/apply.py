@@ -89,7 +89,8 @@ class Applier(cst.CSTTransformer):
         self._replacements: dict[int, list[Replace]] = {}
         for edit in replacements:
             self._replacements.setdefault(id(edit.node), []).append(edit)
-        self._removed_lines: dict[int, RemoveStatement] = {}  # id(updated statement) -> edit
+        # id(updated statement) -> (edit, statement); holding the statement keeps its id unique
+        self._removed_lines: dict[int, tuple[RemoveStatement, cst.CSTNode]] = {}
 
     def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode):  # type: ignore[override]
         result: object = updated_node
@@ -100,7 +101,7 @@ class Applier(cst.CSTTransformer):
         elif isinstance(result, cst.SimpleStatementSuite):
             result = self._drop_suite_statements(original_node, result)
         elif id(original_node) in self._removals and isinstance(result, cst.BaseCompoundStatement):
-            self._removed_lines[id(result)] = self._removals[id(original_node)]
+            self._removed_lines[id(result)] = (self._removals[id(original_node)], result)
         if isinstance(result, (cst.IndentedBlock, cst.Module)):
             result = self._remove_statements(result)
         return result
@@ -116,7 +117,7 @@ class Applier(cst.CSTTransformer):
         if not any(marks):
             return line
         if all(marks):
-            self._removed_lines[id(line)] = next(m for m in marks if m)
+            self._removed_lines[id(line)] = (next(m for m in marks if m), line)
             return line
         return line.with_changes(body=self._kept_small(line.body, marks))
 
@@ -154,7 +155,8 @@ class Applier(cst.CSTTransformer):
         carry: list[cst.EmptyLine] | None = None
         for index, statement in enumerate(body):
             at_start = not kept or (len(kept) == 1 and index > 0 and _is_docstring(kept[0]) and kept[0] is body[0])
-            edit = self._removed_lines.get(id(statement))
+            entry = self._removed_lines.get(id(statement))
+            edit = entry[0] if entry is not None and entry[1] is statement else None
             if edit is not None:
                 lines = self._lines_of_removed(statement, edit)
                 carry = lines if carry is None else join_lines(carry, lines, at_start=at_start)

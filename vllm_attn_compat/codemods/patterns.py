@@ -95,3 +95,28 @@ def is_docstring(statement: cst.CSTNode) -> bool:
         and isinstance(statement.body[0], cst.Expr)
         and isinstance(statement.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
     )
+
+
+class _NoneGuards(cst.CSTVisitor):
+    def __init__(self, name: str) -> None:
+        super().__init__()
+        self.name = name
+        self.found: list[cst.If] = []
+
+    def visit_If(self, node: cst.If) -> None:
+        if none_test(node.test, self.name) == "is":
+            self.found.append(node)
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        return False
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
+        return False
+
+
+def rebinds_outside_none_guards(function: cst.FunctionDef, name: str) -> bool:
+    """Like `rebinds`, but assignments under ``if <name> is None:`` do not count: they are the
+    old fallbacks, not a local variable shadowing the parameter."""
+    guards = _NoneGuards(name)
+    function.body.visit(guards)
+    return rebinds(function, name, ignore=tuple(guards.found))

@@ -138,7 +138,7 @@ class OutputNoneFallback(Rule):
     def visit_Comparison(self, node) -> None:
         import libcst as cst
 
-        from vllm_attn_compat.codemods.patterns import none_test, rebinds
+        from vllm_attn_compat.codemods.patterns import none_test, rebinds_outside_none_guards
 
         method = self.ctx.output_method()
         kind = none_test(node)
@@ -152,7 +152,7 @@ class OutputNoneFallback(Rule):
             if isinstance(parent, cst.If) and parent.test is node and _is_allocation_fallback(parent)
             else None
         )
-        if rebinds(method.node, "output", ignore=(fallback,) if fallback is not None else ()):
+        if rebinds_outside_none_guards(method.node, "output"):
             return  # `output` is (also) a local variable here: the test may be meaningful
         if fallback is not None and self.ctx.parent(2) is method.node.body and _at_method_start(
             method.node.body, fallback

@@ -1,0 +1,117 @@
+"""VAC003 beyond its examples."""
+
+from __future__ import annotations
+
+from rule_testing import run, source, statuses
+from vllm_attn_compat.codemods.findings import Status
+
+HEADER = """\
+import torch
+from vllm.v1.attention.backend import AttentionImpl
+
+
+class Impl(AttentionImpl):
+"""
+
+
+def method(body: str) -> str:
+    return HEADER + "".join("    " + line if line.strip() else line for line in source(body).splitlines(True))
+
+
+def test_fallback_after_an_assert_goes_with_its_comments_moved_and_the_blank_line_kept():
+    text = method(
+        '''
+        def forward(self, q, output=None):
+            """Doc."""
+            assert q is not None
+            # allocate when the caller did not
+            if output is None:  # old path
+                output = torch.zeros(q.shape, dtype=q.dtype)
+
+            output.copy_(q)
+        '''
+    )
+    result = run(text, ["VAC003"])
+    assert result.source.decode() == method(
+        '''
+        def forward(self, q, output=None):
+            """Doc."""
+            assert q is not None
+            # allocate when the caller did not
+            # old path
+
+            output.copy_(q)
+        '''
+    )
+    assert statuses(result) == [Status.FIXED]
+
+
+def test_inline_fallback_and_new_empty():
+    text = method(
+        """
+        def forward(self, q, output=None):
+            if output is None: output = q.new_empty(q.shape)
+            return output
+        """
+    )
+    assert run(text, ["VAC003"]).source.decode() == method(
+        """
+        def forward(self, q, output=None):
+            return output
+        """
+    )
+
+
+def test_fallbacks_that_are_not_plain_allocations_are_reported():
+    text = method(
+        """
+        def forward(self, q, output=None):
+            x = q * 2
+            if output is None:
+                output = torch.empty_like(q)
+            if output is None:
+                output = self.make(q)
+            if output is not None and q.numel():
+                output.copy_(x)
+            return output
+        """
+    )
+    result = run(text, ["VAC003"])
+    assert result.source.decode() == text
+    assert statuses(result) == [Status.MANUAL] * 3
+
+
+def test_local_variable_output_is_never_touched():
+    text = method(
+        """
+        def decode(self, q):
+            output = None
+            if output is None:
+                output = torch.empty_like(q)
+            return output
+
+        def forward(self, q, output=None):
+            output = self.cache.get(q)
+            if output is None:
+                output = torch.empty_like(q)
+            return output
+        """
+    )
+    result = run(text, ["VAC003"])
+    assert result.findings == [] and result.source.decode() == text
+
+
+def test_only_statement_becomes_pass():
+    text = method(
+        """
+        def forward(self, q, output=None):
+            if output is None:
+                output = torch.empty_like(q)
+        """
+    )
+    assert run(text, ["VAC003"]).source.decode() == method(
+        """
+        def forward(self, q, output=None):
+            pass
+        """
+    )

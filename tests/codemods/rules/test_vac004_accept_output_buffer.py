@@ -1,0 +1,156 @@
+"""VAC004 beyond its examples: comment blocks, properties, forks of vLLM, other projects."""
+
+from __future__ import annotations
+
+from rule_testing import run, source, statuses
+from vllm_attn_compat.codemods.findings import Status
+
+
+def test_comment_block_directly_above_goes_other_comments_stay():
+    text = source(
+        """
+        from vllm.v1.attention.backend import AttentionBackend
+
+
+        class Backend(AttentionBackend):
+            # Section: capabilities
+
+            # We write into the preallocated output.
+            accept_output_buffer: bool = True  # see PR 1234
+            supports_fp8 = True
+        """
+    )
+    result = run(text, ["VAC004"])
+    assert result.source.decode() == source(
+        """
+        from vllm.v1.attention.backend import AttentionBackend
+
+
+        class Backend(AttentionBackend):
+            # Section: capabilities
+
+            supports_fp8 = True
+        """
+    )
+    assert result.removed_comments == ("# We write into the preallocated output.", "# see PR 1234")
+
+
+def test_only_attribute_becomes_pass():
+    text = source(
+        """
+        from vllm.v1.attention.backend import AttentionBackend
+
+
+        class Backend(AttentionBackend):
+            accept_output_buffer = True
+        """
+    )
+    assert run(text, ["VAC004"]).source.decode() == text.replace("accept_output_buffer = True", "pass")
+
+
+def test_property_is_an_unsafe_removal():
+    text = source(
+        """
+        from vllm.v1.attention.backend import AttentionBackend
+
+
+        class Backend(AttentionBackend):
+            @property
+            def accept_output_buffer(self) -> bool:
+                return self.fused
+
+            def get_name(self):
+                return "B"
+        """
+    )
+    safe = run(text, ["VAC004"])
+    assert safe.source.decode() == text and statuses(safe) == [Status.UNSAFE_FIX_AVAILABLE]
+    assert "adapt_legacy_impl" in safe.findings[0].message
+    unsafe = run(text, ["VAC004"], unsafe=True)
+    assert "accept_output_buffer" not in unsafe.source.decode()
+    assert "def get_name" in unsafe.source.decode()
+
+
+def test_fork_base_class_declaration_and_its_comment_block(tmp_path):
+    text = source(
+        """
+        from abc import ABC
+
+
+        class AttentionBackend(ABC):
+            \"\"\"Abstract class for attention backends.\"\"\"
+
+            # For some attention backends, we allocate an output tensor before
+            # calling the custom op. When piecewise cudagraph is enabled, this
+            # makes sure the output tensor is allocated inside the cudagraph.
+            accept_output_buffer: bool = False
+            supported_dtypes = []
+        """
+    )
+    package = tmp_path / "vllm" / "v1" / "attention"
+    package.mkdir(parents=True)
+    for folder in (package, package.parent, package.parent.parent):
+        (folder / "__init__.py").write_text("")
+    path = str(package / "backend.py")
+    result = run(text, ["VAC004"], path=path, unsafe=True)
+    assert result.source.decode() == source(
+        """
+        from abc import ABC
+
+
+        class AttentionBackend(ABC):
+            \"\"\"Abstract class for attention backends.\"\"\"
+
+            supported_dtypes = []
+        """
+    )
+    assert len(result.removed_comments) == 3
+
+
+def test_unrelated_attention_backend_with_false_stays():
+    text = source(
+        """
+        from flashinfer.attention import AttentionBackend
+
+
+        class MyBackend(AttentionBackend):
+            accept_output_buffer = False
+        """
+    )
+    result = run(text, ["VAC004"], unsafe=True)
+    assert result.findings == [] and result.source.decode() == text
+
+
+def test_attribute_inside_a_method_or_nested_class_is_not_the_class_attribute():
+    text = source(
+        """
+        from vllm.v1.attention.backend import AttentionBackend
+
+
+        class Backend(AttentionBackend):
+            def setup(self):
+                accept_output_buffer = True
+                return accept_output_buffer
+
+            class Options:
+                accept_output_buffer = True
+        """
+    )
+    result = run(text, ["VAC004"])
+    assert result.findings == [] and result.source.decode() == text
+
+
+def test_crlf_removal():
+    text = source(
+        """
+        from vllm.v1.attention.backend import AttentionBackend
+
+
+        class Backend(AttentionBackend):
+            accept_output_buffer = True
+
+            x = 1
+        """
+    ).replace("\n", "\r\n")
+    result = run(text.encode(), ["VAC004"])
+    assert result.source == text.replace("    accept_output_buffer = True\r\n\r\n", "").encode()

@@ -1,0 +1,71 @@
+"""VAC006 beyond its examples."""
+
+from __future__ import annotations
+
+from rule_testing import run, source, statuses
+from vllm_attn_compat.codemods.findings import Status
+
+
+def test_dotted_forms_tuples_sets_and_quotes():
+    text = source(
+        """
+        a = ('vllm.unified_attention', "vllm::unified_mla_attention")
+        b = {"vllm::unified_attention", "vllm.unified_attention_with_output"}
+        c = ("vllm::unified_attention", "vllm::unified_attention_with_output")
+        """
+    )
+    result = run(text, ["VAC006"])
+    assert result.source.decode() == source(
+        """
+        a = ('vllm.unified_attention_with_output', "vllm::unified_mla_attention_with_output")
+        b = {"vllm.unified_attention_with_output"}
+        c = ("vllm::unified_attention_with_output",)
+        """
+    )
+
+
+def test_prefix_colliding_names_and_other_strings_stay():
+    text = source(
+        """
+        ops = ["vllm::unified_attention_with_output", "vllm::unified_attention2", "my::unified_attention"]
+        doc = "see vllm::unified_attention for details"
+        raw = b"vllm::unified_attention"
+        """
+    )
+    result = run(text, ["VAC006"])
+    assert result.findings == [] and result.source.decode() == text
+
+
+def test_comparison_argument_and_dict_key_are_reported_only():
+    text = source(
+        """
+        if name == "vllm::unified_attention":
+            destroy(name)
+        register("vllm::unified_mla_attention")
+        table = {"vllm::unified_attention": 1}
+        nested = [f("vllm::unified_attention")]
+        """
+    )
+    result = run(text, ["VAC006"])
+    assert result.source.decode() == text
+    assert statuses(result) == [Status.MANUAL] * 4
+
+
+def test_comment_on_a_dropped_element_is_declared_removed():
+    text = source(
+        """
+        splitting_ops = [
+            "vllm::unified_attention_with_output",
+            "vllm::unified_attention",  # legacy path
+        ]
+        """
+    )
+    result = run(text, ["VAC006"])
+    assert '"vllm::unified_attention",' not in result.source.decode()
+    assert "# legacy path" in result.source.decode() or result.removed_comments == ("# legacy path",)
+
+
+def test_noqa_keeps_a_string():
+    text = 'ops = ["vllm::unified_attention"]  # noqa: VAC006\n'
+    result = run(text, ["VAC006"])
+    assert result.source.decode() == text and statuses(result) == [Status.SUPPRESSED]

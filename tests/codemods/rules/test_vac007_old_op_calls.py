@@ -1,0 +1,82 @@
+"""VAC007 beyond its examples."""
+
+from __future__ import annotations
+
+from rule_testing import run, source, statuses
+from vllm_attn_compat.codemods.findings import Status
+
+
+def test_mla_default_overload_and_existing_import():
+    text = source(
+        """
+        import torch
+        import vllm_attn_compat.compat
+
+
+        def f(q, kv, pe, name):
+            return torch.ops.vllm.unified_mla_attention.default(q, kv, pe, name)
+        """
+    )
+    result = run(text, ["VAC007"], unsafe=True)
+    assert result.source.decode() == text.replace(
+        "torch.ops.vllm.unified_mla_attention.default", "vllm_attn_compat.compat.unified_mla_attention"
+    )
+
+
+def test_references_that_are_not_calls_are_reported_only():
+    text = "import torch\nops = [torch.ops.vllm.unified_attention.default]\n"
+    result = run(text, ["VAC007"], unsafe=True)
+    assert result.source.decode() == text and statuses(result) == [Status.MANUAL]
+
+
+def test_kernels_and_helpers_named_unified_attention_stay():
+    text = source(
+        """
+        from vllm.attention.ops.triton_unified_attention import unified_attention
+        from vllm.v1.attention.ops.triton_unified_attention import unified_attention as kernel
+        from .ops import unified_attention as mine
+        import torch
+
+
+        def unified_attention(q, k, v):
+            return q
+
+
+        unified_attention(1, 2, 3)
+        torch.ops.vllm.unified_attention_with_output(q, k, v, out, "x")
+        torch.ops.my_plugin.unified_attention(q, k, v)
+        """
+    )
+    result = run(text, ["VAC007"], unsafe=True)
+    assert result.findings == [] and result.source.decode() == text
+
+
+def test_import_of_the_whole_old_function_list():
+    text = "from vllm.attention.layer import unified_attention\n"
+    result = run(text, ["VAC007"], unsafe=True)
+    assert result.source.decode() == "from vllm_attn_compat.compat import unified_attention\n"
+    assert run(text, ["VAC007"]).source.decode() == text
+
+
+def test_import_after_docstring_and_future_import():
+    text = source(
+        '''
+        """Module."""
+        from __future__ import annotations
+
+        import torch
+
+        x = torch.ops.vllm.unified_attention(q, k, v, "l")
+        '''
+    )
+    assert run(text, ["VAC007"], unsafe=True).source.decode() == source(
+        '''
+        """Module."""
+        from __future__ import annotations
+
+        import torch
+        import vllm_attn_compat.compat
+
+        x = vllm_attn_compat.compat.unified_attention(q, k, v, "l")
+        '''
+    )

@@ -46,7 +46,8 @@ def prefilter_tokens(rules: Sequence[type[Rule]]) -> tuple[bytes, ...]:
     for rule in rules:
         for token in BASE_TOKENS if rule.scoped else rule.tokens:
             tokens[token] = None
-    return tuple(tokens)
+    # A token containing another is redundant: the shorter one already matches.
+    return tuple(t for t in tokens if not any(other != t and other in t for other in tokens))
 
 
 def needs_parsing(source: bytes, rules: Sequence[type[Rule]], class_names: frozenset[str] = frozenset()) -> bool:
@@ -65,6 +66,20 @@ def needs_parsing(source: bytes, rules: Sequence[type[Rule]], class_names: froze
         if in_scope:
             return True
     return False
+
+
+def _parse_error(source: bytes, path: str, error) -> ParseError:
+    # CPython's parser pinpoints syntax errors better than libcst's; ask it first.
+    import ast
+
+    try:
+        ast.parse(source, filename=path)
+    except SyntaxError as precise:
+        if precise.lineno:
+            return ParseError(precise.lineno, precise.offset or 1, precise.msg)
+    except ValueError:  # e.g. null bytes
+        pass
+    return ParseError(error.raw_line, error.editor_column, error.message)
 
 
 def _status(safety: FixSafety, suppressed: bool, unsafe_fixes: bool) -> Status:
@@ -94,7 +109,7 @@ def migrate_source(
     try:
         module = cst.parse_module(source)
     except cst.ParserSyntaxError as error:
-        raise ParseError(error.raw_line, error.editor_column, error.message) from None
+        raise _parse_error(source, path, error) from None
     if not hierarchy.covers(path):
         # A caller that built the hierarchy from other files: this file's classes count too.
         try:

@@ -1,0 +1,256 @@
+"""The plugin against the real vLLM package (>= 0.20): found through its entry point, installed, working.
+
+Set up with ``scripts/install-vllm-tier.sh``; skipped where vLLM is not importable.
+"""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+import logging
+import warnings
+from importlib.metadata import entry_points
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.vllm
+
+pytest.importorskip("vllm", reason="the real vLLM package is not installed (run scripts/install-vllm-tier.sh)")
+if not any(ep.name == "vllm_attn_compat" for ep in entry_points(group="vllm.general_plugins")):
+    pytest.skip(
+        "vllm-attn-compat is not pip-installed, so vLLM cannot find its entry point (pip install -e .)",
+        allow_module_level=True,
+    )
+
+import vllm.plugins  # noqa: E402
+from vllm.config import CompilationConfig, DeviceConfig, VllmConfig, set_current_vllm_config  # noqa: E402
+from vllm.forward_context import set_forward_context  # noqa: E402
+from vllm.model_executor.layers.attention.attention import Attention, unified_attention_with_output  # noqa: E402
+from vllm.utils.torch_utils import _encode_layer_name  # noqa: E402
+from vllm.v1.attention.backend import AttentionBackend, AttentionImpl  # noqa: E402
+
+from vllm_attn_compat import compat  # noqa: E402
+from vllm_attn_compat.compat import VllmAttnCompatDeprecationWarning, plugin  # noqa: E402
+from vllm_attn_compat.compat.legacy import is_adapted  # noqa: E402
+
+from conftest import causal_attention  # noqa: E402
+
+_names = itertools.count()
+
+
+class _Records(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.INFO)
+        self.lines = []
+
+    def emit(self, record):
+        self.lines.append(record.getMessage())
+
+
+@pytest.fixture(scope="module")
+def plugin_log():
+    """Load vLLM's general plugins once, restricted to ours, the way vLLM does at start-up; the plugin's log lines."""
+    records = _Records()
+    plugin.logger.addHandler(records)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("VLLM_PLUGINS", "vllm_attn_compat")
+        patch.setattr(vllm.plugins, "plugins_loaded", False)
+        vllm.plugins.load_general_plugins()
+    yield records.lines
+    plugin.logger.removeHandler(records)
+
+
+@pytest.fixture(autouse=True)
+def package_route(plugin_log):
+    """Overrides conftest's: here the forwarders go where the plugin sent them (vLLM), and back afterwards."""
+    from vllm_attn_compat.compat import forwarders, vllm_install
+
+    previous = forwarders.set_route(vllm_install.ROUTE)
+    yield
+    forwarders.set_route(previous)
+
+
+@pytest.fixture(scope="module")
+def vllm_config():
+    return VllmConfig(device_config=DeviceConfig(device="cpu"))
+
+
+def _reference(impl, query, key, value):
+    T = query.shape[0]
+    q, k, v = (x.reshape(T, h, -1) for x, h in ((query, impl.num_heads), (key, impl.num_kv_heads), (value, impl.num_kv_heads)))
+    return causal_attention(q, k, v, impl.scale).reshape(T, -1)
+
+
+class LegacyImpl(AttentionImpl):
+    """A plugin's impl for vLLM <= 0.19 (accept_output_buffer = False): returns a new 2-D tensor."""
+
+    def __init__(self, num_heads, head_size, scale, num_kv_heads=None, *args, **kwargs):
+        self.num_heads, self.head_size, self.scale = num_heads, head_size, scale
+        self.num_kv_heads = num_kv_heads or num_heads
+        self.seen = []
+
+    def forward(self, layer, query, key, value, kv_cache, attn_metadata, output=None, output_scale=None,
+                output_block_scale=None):
+        assert output is None or output.dim() == 2, "the adapter passes the old 2-D layout"
+        self.seen.append(query.dim())
+        return _reference(self, query, key, value)
+
+
+class WritesOutputImpl(LegacyImpl):
+    """A >= 0.20 impl: writes into output."""
+
+    def forward(self, layer, query, key, value, kv_cache, attn_metadata, output, output_scale=None,
+                output_block_scale=None):
+        output.copy_(_reference(self, query, key, value).view(output.shape))
+        return output
+
+
+def _backend(impl_cls, **flag):
+    class Backend(AttentionBackend):
+        @staticmethod
+        def get_name():
+            return "CUSTOM"
+
+        @staticmethod
+        def get_impl_cls():
+            return impl_cls
+
+        @staticmethod
+        def get_builder_cls():
+            raise NotImplementedError
+
+        @staticmethod
+        def get_kv_cache_shape(*args, **kwargs):
+            raise NotImplementedError
+
+        @classmethod
+        def supports_head_size(cls, head_size):
+            return True
+
+    for name, value in flag.items():
+        setattr(Backend, name, value)
+    return Backend
+
+
+def _layer(vllm_config, backend, head_size=16, head_size_v=None):
+    name = f"model.layers.{next(_names)}.attn"
+    with set_current_vllm_config(vllm_config):
+        return Attention(4, head_size, head_size**-0.5, num_kv_heads=2, prefix=name, attn_backend=backend,
+                         head_size_v=head_size_v)
+
+
+def _inputs(layer, T=5, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    return (torch.randn(T, 4 * layer.head_size, generator=gen), torch.randn(T, 2 * layer.head_size, generator=gen),
+            torch.randn(T, 2 * layer.head_size_v, generator=gen))
+
+
+def _context(vllm_config, layer):
+    return set_forward_context({layer.layer_name: None}, vllm_config, slot_mapping={})
+
+
+def test_plugin_is_found_and_run_by_load_general_plugins(plugin_log):
+    (line,) = [line for line in plugin_log if line.startswith("vllm-attn-compat:")]
+    for part in ("AttentionBackend.accept_output_buffer", "Attention.use_output", "torch.ops.vllm.unified_attention",
+                 "torch.ops.vllm.unified_mla_attention", "CompilationConfig.splitting_ops"):
+        assert part in line
+    assert hasattr(torch.ops.vllm, "unified_attention") and hasattr(torch.ops.vllm, "unified_mla_attention")
+
+
+def test_register_again_changes_nothing(plugin_log):
+    from vllm_attn_compat.compat import vllm_install
+
+    flag, init = AttentionBackend.__dict__["accept_output_buffer"], Attention.__init__
+    lines = len(plugin_log)
+    plugin.register()
+    assert vllm_install.install() == []  # each part detects it is already there
+    assert AttentionBackend.__dict__["accept_output_buffer"] is flag and Attention.__init__ is init
+    assert len(plugin_log) == lines
+
+
+def test_opt_out_environment_variable(monkeypatch, plugin_log):
+    from vllm_attn_compat.compat import vllm_install
+
+    monkeypatch.setenv(plugin.ENV_DISABLE, "1")
+    monkeypatch.setattr(plugin, "_done", False)
+    monkeypatch.setattr(vllm_install, "install", lambda: pytest.fail("installed despite the opt-out"))
+    plugin.register()
+    assert plugin_log[-1] == "vllm-attn-compat: plugin disabled by VLLM_ATTN_COMPAT_DISABLE_PLUGIN; nothing installed"
+
+
+def test_an_older_vllm_is_left_alone():
+    class OldAttentionBackend:  # vLLM <= 0.19 declared the flag on the base class
+        accept_output_buffer = False
+
+    assert "vLLM < 0.20" in plugin.old_api_reason(OldAttentionBackend)
+    assert plugin.old_api_reason(AttentionBackend) is None
+
+
+def test_deprecated_attribute_on_the_real_attention_backend():
+    from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
+
+    with warnings.catch_warnings(record=True) as log:
+        warnings.simplefilter("always")
+        values = [AttentionBackend.accept_output_buffer, CPUAttentionBackend.accept_output_buffer]  # READ
+    assert values == [True, True]
+    assert len(log) == 1  # one call site
+    (record,) = log
+    assert record.category is VllmAttnCompatDeprecationWarning and "(rule VAC005)" in str(record.message)
+    assert record.filename == __file__
+    assert "# READ" in inspect.getsource(test_deprecated_attribute_on_the_real_attention_backend).splitlines()[
+        record.lineno - test_deprecated_attribute_on_the_real_attention_backend.__code__.co_firstlineno
+    ]
+
+
+def test_use_output_reads_true_on_the_real_layer(vllm_config):
+    layer = _layer(vllm_config, _backend(WritesOutputImpl))
+    with pytest.warns(VllmAttnCompatDeprecationWarning, match=r"`Attention.use_output` was removed in vLLM 0.20"):
+        assert layer.use_output is True
+
+
+def test_legacy_backend_through_vllms_unified_attention_with_output(vllm_config):
+    layer = _layer(vllm_config, _backend(LegacyImpl, accept_output_buffer=False), head_size_v=8)
+    assert is_adapted(LegacyImpl)
+    q, k, v = _inputs(layer)
+    expected = _reference(layer.impl, q, k, v)
+    views = (q.view(5, 4, 16), k.view(5, 2, 16), v.view(5, 2, 8))
+    with _context(vllm_config, layer), warnings.catch_warnings():
+        warnings.simplefilter("ignore", VllmAttnCompatDeprecationWarning)
+        by_function = torch.full((5, 4, 8), float("nan"))
+        unified_attention_with_output(*views, by_function, layer.layer_name)
+        by_op = torch.full((5, 4, 8), float("nan"))
+        torch.ops.vllm.unified_attention_with_output(*views, by_op, _encode_layer_name(layer.layer_name))
+        by_layer = layer(q, k, v)  # vLLM's Attention.forward: allocates with torch.empty, calls the op
+    for result in (by_function, by_op, by_layer):
+        torch.testing.assert_close(result.reshape(5, -1), expected, atol=2e-5, rtol=2e-5)
+    assert layer.impl.seen == [2, 2, 2]
+
+
+@pytest.mark.parametrize("encoded", [False, True], ids=["str", "LayerName"])
+def test_torch_ops_vllm_unified_attention_through_the_real_layer_lookup(vllm_config, encoded):
+    layer = _layer(vllm_config, _backend(WritesOutputImpl), head_size_v=8)
+    q, k, v = _inputs(layer, seed=1)
+    name = _encode_layer_name(layer.layer_name) if encoded else layer.layer_name
+    with _context(vllm_config, layer):
+        with pytest.warns(VllmAttnCompatDeprecationWarning, match=r"rule VAC007"):
+            by_op = torch.ops.vllm.unified_attention(q, k, v, name)
+        with pytest.warns(VllmAttnCompatDeprecationWarning, match=r"rule VAC007"):
+            by_function = compat.unified_attention(q, k, v, layer.layer_name)
+        by_layer = layer(q, k, v)
+    assert by_op.shape == (5, 4 * 8)
+    torch.testing.assert_close(by_op, by_layer, rtol=0, atol=0)
+    torch.testing.assert_close(by_function, by_layer, rtol=0, atol=0)
+    torch.testing.assert_close(by_layer, _reference(layer.impl, q, k, v), atol=2e-5, rtol=2e-5)
+
+
+def test_real_compilation_config_normalises_old_op_names():
+    with pytest.warns(VllmAttnCompatDeprecationWarning, match=r"'vllm::unified_attention' named in splitting_ops") as log:
+        config = CompilationConfig(splitting_ops=["vllm::unified_attention", "vllm::other", "vllm::unified_attention_with_output"])
+    assert config.splitting_ops == ["vllm::unified_attention_with_output", "vllm::other"]
+    assert {record.filename for record in log if record.category is VllmAttnCompatDeprecationWarning} == {__file__}
+    assert config.splitting_ops_contain_attention() is False  # MLA still missing: vLLM's own check sees the real list
+    with pytest.warns(VllmAttnCompatDeprecationWarning, match=r"'vllm::unified_mla_attention' named in splitting_ops"):
+        full = CompilationConfig(splitting_ops=["vllm::unified_attention", "vllm::unified_mla_attention"]
+                                 + CompilationConfig._attention_ops[2:])
+    assert full.splitting_ops_contain_attention()

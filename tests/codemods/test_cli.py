@@ -168,3 +168,26 @@ def test_no_libcst_import_when_no_file_is_a_candidate(tmp_path):
     )
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO)
     assert result.stdout.split() == ["0", "False", "False"], result.stderr
+
+
+OLD_OP_CALL = """\
+import torch
+
+
+def attend(query, key, value, layer_name):
+    return torch.ops.vllm.unified_attention(query, key, value, layer_name)
+"""
+
+
+def test_unsafe_fixes_are_withheld_unless_asked_for_by_flag_or_configuration(tmp_path, capsys):
+    write_tree(tmp_path, {"ops.py": OLD_OP_CALL})
+    assert main(["migrate", str(tmp_path)]) == 1
+    out = capsys.readouterr().out
+    assert "VAC007 [unsafe] " in out and "1 unsafe fix available with --unsafe-fixes" in out
+    assert (tmp_path / "ops.py").read_text() == OLD_OP_CALL
+    (tmp_path / "pyproject.toml").write_text("[tool.vllm-attn-compat]\nunsafe-fixes = true\n")
+    assert main(["migrate", "--check", "--no-unsafe-fixes", str(tmp_path)]) == 1
+    assert "[unsafe]" in capsys.readouterr().out
+    assert main(["migrate", str(tmp_path)]) == 0
+    assert "vllm_attn_compat.compat.unified_attention(query" in (tmp_path / "ops.py").read_text()
+    assert "VAC007 [*] " in capsys.readouterr().out

@@ -93,21 +93,36 @@ def _git_listing(folder: str) -> list[str] | None:
         return None
     if listed.returncode != 0:
         return None
+    # A folder the user names is entered even when the enclosing repository ignores it as a whole
+    # (site-packages inside a versioned ~/.pyenv); ignore rules then apply below it only.
+    if not listed.stdout and subprocess.run(["git", "-C", folder, "check-ignore", "-q", "."], check=False).returncode == 0:
+        return None
     names = listed.stdout.decode("utf-8", "surrogateescape").split("\0")
     return sorted({name for name in names if name})
 
 
-def _walk(folder: str) -> Iterator[str]:
-    """Relative paths of the files under ``folder``, not descending into symlinked or skipped folders."""
-    for current, folders, files in os.walk(folder):
-        folders[:] = sorted(f for f in folders if not _is_skipped_folder(os.path.join(current, f)))
-        relative = os.path.relpath(current, folder)
-        for name in sorted(files):
-            yield name if relative == "." else f"{relative}/{name}"
-        # os.walk lists a symlink to a folder under `folders` and does not follow it: offer it as a path.
-        for name in folders:
-            if os.path.islink(os.path.join(current, name)):
-                yield name if relative == "." else f"{relative}/{name}"
+def _walk(folder: str) -> Iterator[tuple[str, str]]:
+    """``(relative path, kind)`` of the Python files (``file``) and the symlinks (``link``) under ``folder``.
+
+    ``os.scandir`` answers "folder? symlink?" from the directory listing itself, without a system
+    call per entry; symlinked and skipped folders are not descended into.
+    """
+    stack = [("", folder)]
+    while stack:
+        relative, current = stack.pop()
+        try:
+            entries = list(os.scandir(current))
+        except OSError:  # unreadable folder: nothing in it can be processed
+            continue
+        for entry in entries:
+            name = f"{relative}/{entry.name}" if relative else entry.name
+            if entry.is_symlink():
+                yield name, "link"
+            elif entry.is_dir():
+                if not _is_skipped_folder(entry.path):
+                    stack.append((name, entry.path))
+            elif entry.name.endswith(PYTHON_SUFFIXES):
+                yield name, "file"
 
 
 def _within(real_path: str, roots: Iterable[str]) -> bool:
@@ -144,32 +159,66 @@ class _Discovery:
             return os.path.relpath(absolute, self.base).replace(os.sep, "/")
         return absolute.replace(os.sep, "/")
 
-    def add_file(self, path: str) -> None:
-        if is_excluded(self._relative_to_base(path), self.exclude):
-            return
-        real_path = os.path.realpath(path)
-        if os.path.islink(path) and not _within(real_path, self.allowed_roots):
-            self.skipped.append(Skipped(path, f"symbolic link to {real_path}, outside the given paths"))
-            return
+    def add_named_file(self, path: str) -> None:
+        """A file given on the command line: used whatever its suffix, unless excluded."""
+        if os.path.islink(path):
+            real_path = os.path.realpath(path)
+            if not _within(real_path, self.allowed_roots):
+                self.skipped.append(Skipped(path, f"symbolic link to {real_path}, outside the given paths"))
+                return
+        if not self._excluded(path):
+            self._add(path, os.path.realpath(path))
+
+    def add_folder(self, folder: str) -> None:
+        listing = _git_listing(folder)
+        real_folder = os.path.realpath(folder)
+        entries = _walk(folder) if listing is None else self._git_entries(folder, listing)
+        for relative, kind in entries:
+            path = os.path.join(folder, relative) if folder != "." else relative
+            if kind == "link":
+                self._add_link(path)
+            elif kind == "folder":  # a git submodule: listed by its own git
+                if not _is_skipped_folder(path) and not self._excluded(path):
+                    self.add_folder(path)
+            elif not self._excluded(path):
+                # No symlink on the way down (those are never descended into): no realpath needed.
+                self._add(path, os.path.join(real_folder, relative))
+
+    def _git_entries(self, folder: str, listing: list[str]) -> Iterator[tuple[str, str]]:
+        for relative in listing:
+            if self._inside_skipped_folder(folder, relative):
+                continue
+            is_python = relative.endswith(PYTHON_SUFFIXES)
+            if not is_python and "." in relative.rpartition("/")[2]:
+                continue  # not Python, and no submodule (those are folders without a suffix)
+            try:
+                mode = os.lstat(os.path.join(folder, relative)).st_mode
+            except OSError:  # tracked but deleted in the work tree
+                continue
+            if stat.S_ISLNK(mode):
+                yield relative, "link"
+            elif stat.S_ISDIR(mode):
+                yield relative, "folder"
+            elif is_python:
+                yield relative, "file"
+
+    def _excluded(self, path: str) -> bool:
+        return bool(self.exclude) and is_excluded(self._relative_to_base(path), self.exclude)
+
+    def _add(self, path: str, real_path: str) -> None:
         if real_path not in self._seen:
             self._seen.add(real_path)
             self.files.append(SourceFile(path, real_path))
 
-    def add_folder(self, folder: str) -> None:
-        listing = _git_listing(folder)
-        for relative in listing if listing is not None else _walk(folder):
-            path = os.path.join(folder, relative) if folder != "." else relative
-            if listing is not None and self._inside_skipped_folder(folder, relative):
-                continue
-            if os.path.islink(path) and os.path.isdir(path):
-                if _within(os.path.realpath(path), self.allowed_roots):
-                    continue  # its target is inside a given folder and is visited there
-                self.skipped.append(Skipped(path, f"symbolic link to {os.path.realpath(path)}, outside the given paths"))
-            elif os.path.isdir(path):  # a git submodule: list it with its own git
-                if not _is_skipped_folder(path) and not is_excluded(self._relative_to_base(path), self.exclude):
-                    self.add_folder(path)
-            elif path.endswith(PYTHON_SUFFIXES) and os.path.lexists(path):
-                self.add_file(path)
+    def _add_link(self, path: str) -> None:
+        if not path.endswith(PYTHON_SUFFIXES) and not os.path.isdir(path):
+            return  # a link to something that is not Python: nothing to say about it
+        real_path = os.path.realpath(path)
+        if not _within(real_path, self.allowed_roots):
+            self.skipped.append(Skipped(path, f"symbolic link to {real_path}, outside the given paths"))
+        elif os.path.isfile(real_path) and path.endswith(PYTHON_SUFFIXES) and not self._excluded(path):
+            self._add(path, real_path)
+        # A link to a folder inside the given paths: that folder is visited where it really is.
 
 
 def discover(paths: Sequence[str], exclude: Sequence[str] = (), base: str = ".") -> tuple[list[SourceFile], list[Skipped], list[str]]:
@@ -185,19 +234,26 @@ def discover(paths: Sequence[str], exclude: Sequence[str] = (), base: str = ".")
         if os.path.isdir(path):
             discovery.add_folder(path)
         elif os.path.lexists(path):
-            discovery.add_file(path)
+            discovery.add_named_file(path)
         else:
             discovery.missing.append(path)
-    return discovery.files, discovery.skipped, discovery.missing
+    return sorted(discovery.files, key=lambda f: f.path), discovery.skipped, discovery.missing
 
 
-def read_source(path: str) -> bytes:
-    """Read a file's bytes, turning OS errors into a :class:`SourceError`."""
+def read_source(path: str) -> tuple[bytes, os.stat_result]:
+    """A file's bytes and its status when read (to detect a later change), or a :class:`SourceError`."""
     try:
-        with open(path, "rb") as handle:
-            return handle.read()
+        descriptor = os.open(path, os.O_RDONLY)
+        try:
+            status = os.fstat(descriptor)
+            chunks = [os.read(descriptor, max(status.st_size, 1) + 1)]
+            while chunks[-1]:  # the file may have grown since fstat
+                chunks.append(os.read(descriptor, 1 << 20))
+        finally:
+            os.close(descriptor)
     except OSError as error:
         raise SourceError(f"could not read the file: {error.strerror or error}") from None
+    return b"".join(chunks), status
 
 
 def source_encoding(source: bytes) -> str:

@@ -10,8 +10,6 @@ cost more than the work.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
-from concurrent.futures.process import BrokenProcessPool
 from typing import Any, TypeVar
 
 Key = TypeVar("Key")
@@ -32,6 +30,10 @@ def _run_pool(
     initargs: tuple[Any, ...],
 ) -> Iterator[tuple[Key, Any]]:
     """Yield ``(key, result)`` for every task that finished; stop quietly when the pool breaks."""
+    # Imported here: most runs never start a pool, and this import is a third of the CLI's start-up.
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+    from concurrent.futures.process import BrokenProcessPool
+
     with ProcessPoolExecutor(max_workers=min(jobs, len(tasks)), initializer=initializer, initargs=initargs) as pool:
         futures = {pool.submit(function, *arguments): key for key, arguments in tasks}
         for future in as_completed(futures):

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from vllm_attn_compat.codemods import engine, files, parallel, registry, worker
 from vllm_attn_compat.codemods.report import FileError, RunReport, unified_diff
+from vllm_attn_compat.codemods.scan import TokenScan
 
 
 @dataclass(frozen=True)
@@ -34,7 +35,7 @@ class Options:
     progress: bool = False
 
 
-@dataclass
+@dataclass(eq=False)
 class _Scanned:
     source_file: files.SourceFile
     source: bytes
@@ -42,34 +43,31 @@ class _Scanned:
     encoding: str
 
 
-def _contains_any(source: bytes, tokens: Sequence[bytes]) -> bool:
-    return any(token in source for token in tokens)
-
-
 def _read_all(source_files: Sequence[files.SourceFile], report: RunReport) -> list[_Scanned]:
     scanned = []
     for source_file in source_files:
         try:
-            stat = os.stat(source_file.real_path)
-            source = files.read_source(source_file.real_path)
+            source, stat = files.read_source(source_file.real_path)
             encoding = files.source_encoding(source)
         except files.SourceError as error:
             report.errors.append(FileError(source_file.path, error.line, error.column, error.message))
-            continue
-        except OSError as error:
-            report.errors.append(FileError(source_file.path, 1, 1, f"could not read the file: {error.strerror}"))
             continue
         scanned.append(_Scanned(source_file, source, stat, encoding))
     report.scanned = len(source_files)
     return scanned
 
 
-def _index_hierarchy(scanned: Sequence[_Scanned], options: Options, report: RunReport):
-    """Build the class hierarchy of the run; returns it with the files that took part in it."""
+def _index_hierarchy(scanned: Sequence[_Scanned], worth: Sequence[_Scanned], options: Options, report: RunReport):
+    """Build the class hierarchy of the run; returns it with the files that took part in it.
+
+    The first round looks only at ``worth`` (the files the prefilter kept, which include every file
+    holding a hierarchy token); later rounds at every file, for the attention classes found so far.
+    """
     from vllm_attn_compat.codemods import hierarchy as hierarchy_module
 
     indexes: dict[str, object] = {}
-    pending = [s for s in scanned if _contains_any(s.source, hierarchy_module.BASE_TOKENS)]
+    has_base_token = TokenScan(hierarchy_module.BASE_TOKENS)
+    pending = [s for s in worth if has_base_token(s.source)]
     known_names: set[str] = set()
     built = hierarchy_module.ClassHierarchy.build([])
     while pending:
@@ -85,9 +83,14 @@ def _index_hierarchy(scanned: Sequence[_Scanned], options: Options, report: RunR
         built = hierarchy_module.ClassHierarchy.build(i for i in indexes.values() if isinstance(i, hierarchy_module.ModuleIndex))
         new_names = set(built.attention_class_names()) - known_names
         known_names |= new_names
-        name_tokens = tuple(name.encode() for name in new_names)
-        pending = [s for s in scanned if s.source_file.path not in indexes and _contains_any(s.source, name_tokens)]
+        has_name = TokenScan(name.encode() for name in new_names)
+        pending = [s for s in scanned if s.source_file.path not in indexes and has_name(s.source)]
     return built, indexes
+
+
+def _defines_attention_class(index, hierarchy) -> bool:
+    classes = getattr(index, "classes", ())  # a FileError or None when the file was not indexed
+    return any(hierarchy.is_attention_class(f"{index.module}.{entry.qualname}") for entry in classes)
 
 
 def run_paths(
@@ -103,14 +106,22 @@ def run_paths(
     report.skipped = [(s.path, s.reason) for s in skipped]
     report.errors += [FileError(path, 1, 1, "no such file or directory") for path in missing]
     scanned = _read_all(source_files, report)
-    tokens = engine.prefilter_tokens(rules)
-    if not any(_contains_any(s.source, tokens) for s in scanned):
+    prefilter = TokenScan(engine.prefilter_tokens(rules))
+    worth = [s for s in scanned if prefilter(s.source)]
+    if not worth:
         return report  # the common case on a big tree: nothing is parsed, libcst is never imported
-    hierarchy, indexes = _index_hierarchy(scanned, options, report)
+    hierarchy, indexes = _index_hierarchy(scanned, worth, options, report)
     failed = {error.path for error in report.errors}
     names = hierarchy.attention_class_names()
+    unscoped = [rule for rule in rules if not rule.scoped]
+    # A file needing libcst holds a prefilter token, or an attention-class name (it was indexed);
+    # rules scoped to attention classes matter only where the index shows such a class.
+    pool = {s.source_file.path: s for s in worth} | {s.source_file.path: s for s in scanned if s.source_file.path in indexes}
     candidates = [
-        s for s in scanned if s.source_file.path not in failed and engine.needs_parsing(s.source, rules, names)
+        s
+        for path, s in sorted(pool.items())
+        if path not in failed
+        and engine.needs_parsing(s.source, rules if _defines_attention_class(indexes.get(path), hierarchy) else unscoped, names)
     ]
     report.parsed = len(set(indexes) | {c.source_file.path for c in candidates})
     by_path = {c.source_file.path: c for c in candidates}
@@ -174,7 +185,7 @@ def run_source(source: bytes, path: str, options: Options) -> tuple[RunReport, b
     except files.SourceError as error:
         report.errors.append(FileError(path, error.line, error.column, error.message))
         return report, source, ""
-    if not _contains_any(source, engine.prefilter_tokens(rules)):
+    if not TokenScan(engine.prefilter_tokens(rules))(source):
         return report, source, ""
     from vllm_attn_compat.codemods import hierarchy
 
@@ -184,7 +195,8 @@ def run_source(source: bytes, path: str, options: Options) -> tuple[RunReport, b
         return report, source, ""
     report.parsed = 1
     built = hierarchy.ClassHierarchy.build([index])
-    if not engine.needs_parsing(source, rules, built.attention_class_names()):
+    in_scope = _defines_attention_class(index, built)
+    if not engine.needs_parsing(source, rules if in_scope else [r for r in rules if not r.scoped], built.attention_class_names()):
         return report, source, ""
     worker.setup(rules, built, options.unsafe_fixes)
     outcome = worker.migrate_file(source, path)

@@ -1,0 +1,40 @@
+"""The anchored literal scan answers exactly what `any(token in source)` answers."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from vllm_attn_compat.codemods.engine import prefilter_tokens
+from vllm_attn_compat.codemods.registry import all_rules
+from vllm_attn_compat.codemods.scan import TokenScan, choose_anchors
+
+RULE_TOKENS = prefilter_tokens(all_rules())
+
+
+def test_every_token_contains_an_anchor_and_related_tokens_share_one():
+    anchors = choose_anchors(RULE_TOKENS)
+    assert all(any(anchor in token for anchor in anchors) for token in RULE_TOKENS)
+    assert len(anchors) < len(RULE_TOKENS)
+
+
+def test_short_tokens_are_their_own_anchor():
+    assert choose_anchors([b"abc", b"xabcx", b"zz"]) in ((b"abc", b"zz"), (b"zz", b"abc"))
+
+
+# Sources built from pieces of the real tokens, so near-misses (a token cut short) are common.
+pieces = st.sampled_from([t[: len(t) // 2] for t in RULE_TOKENS] + [t[len(t) // 2 :] for t in RULE_TOKENS] + list(RULE_TOKENS))
+sources = st.lists(st.one_of(pieces, st.binary(max_size=6)), max_size=8).map(b"".join)
+
+
+@settings(max_examples=150, deadline=None)
+@given(sources)
+def test_the_scan_agrees_with_the_naive_test(source):
+    assert TokenScan(RULE_TOKENS)(source) == any(token in source for token in RULE_TOKENS)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.binary(min_size=1, max_size=12), min_size=1, max_size=6), st.binary(max_size=40))
+def test_the_scan_agrees_for_arbitrary_tokens(tokens, source):
+    source = source + tokens[0] if source[:1] == b"\0" else source
+    assert TokenScan(tokens)(source) == any(token in source for token in tokens)

@@ -1,0 +1,45 @@
+"""The literal prefilter: does a file contain one of many byte strings, at close to ``grep -F`` speed?
+
+``token in source`` runs at memory speed, but once per token: twenty tokens cost twenty passes over
+every file. Most tokens share substrings (``ttention`` is in ``vllm.v1.attention``,
+``class AttentionImpl`` and ``unified_attention``), so the scan looks for a few such *anchors* first,
+chosen so that every token contains one: a file without any anchor cannot contain any token. Only the
+few files that hold an anchor are checked against the tokens themselves, so the answer is exact.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+# Long enough to be selective in ordinary code, short enough to be shared by related tokens.
+ANCHOR_LENGTH = 8
+
+
+def _grams(token: bytes, length: int) -> set[bytes]:
+    if len(token) <= length:
+        return {token}
+    return {token[i : i + length] for i in range(len(token) - length + 1)}
+
+
+def choose_anchors(tokens: Iterable[bytes], length: int = ANCHOR_LENGTH) -> tuple[bytes, ...]:
+    """Few substrings such that each token contains at least one (greedy set cover over n-grams)."""
+    uncovered = set(tokens)
+    grams = {gram for token in uncovered for gram in _grams(token, length)}
+    anchors: list[bytes] = []
+    while uncovered:
+        covers = {gram: sum(gram in token for token in uncovered) for gram in grams}
+        best = max(covers, key=lambda gram: (covers[gram], gram))  # ties broken by the bytes: deterministic
+        anchors.append(best)
+        uncovered = {token for token in uncovered if best not in token}
+    return tuple(anchors)
+
+
+class TokenScan:
+    """A callable answering exactly ``any(token in source for token in tokens)``, faster."""
+
+    def __init__(self, tokens: Iterable[bytes]) -> None:
+        self.tokens = tuple(dict.fromkeys(token for token in tokens if token))
+        self.anchors = choose_anchors(self.tokens)
+
+    def __call__(self, source: bytes) -> bool:
+        return any(anchor in source for anchor in self.anchors) and any(token in source for token in self.tokens)

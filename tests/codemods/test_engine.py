@@ -208,3 +208,18 @@ def test_listing_rules_and_prefiltering_import_neither_libcst_nor_torch():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False"]
     assert engine.__name__
+
+
+def test_files_where_no_rule_can_apply_skip_libcst_but_still_report_syntax_errors(monkeypatch):
+    calls = []
+    real = libcst.parse_module
+    monkeypatch.setattr(libcst, "parse_module", lambda *a, **k: calls.append(1) or real(*a, **k))
+    # Contains scoped tokens, but defines no attention class.
+    source = b"def forward(q, output=None):\n    assert output is not None\n"
+    assert migrate(source).source is source and calls == []
+    with pytest.raises(ParseError) as caught:
+        migrate_source(
+            b"def forward(q, output=None):\n    assert output is not\n", path="bad.py", rules=all_rules(),
+            hierarchy=ClassHierarchy.build([]), unsafe_fixes=False,
+        )
+    assert caught.value.line == 2

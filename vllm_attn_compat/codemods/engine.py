@@ -68,6 +68,22 @@ def needs_parsing(source: bytes, rules: Sequence[type[Rule]], class_names: froze
     return False
 
 
+def _may_apply(source: bytes, path: str, rules: Sequence[type[Rule]], hierarchy: ClassHierarchy) -> bool:
+    unscoped = any(token in source for rule in rules if not rule.scoped for token in rule.tokens)
+    return unscoped or (any(rule.scoped for rule in rules) and hierarchy.has_attention_classes(path))
+
+
+def _check_syntax(source: bytes, path: str) -> None:
+    import ast
+
+    try:
+        ast.parse(source, filename=path)
+    except SyntaxError as error:
+        raise ParseError(error.lineno or 1, error.offset or 1, error.msg) from None
+    except ValueError as error:  # null bytes
+        raise ParseError(1, 1, str(error)) from None
+
+
 def _parse_error(source: bytes, path: str, error) -> ParseError:
     # CPython's parser pinpoints syntax errors better than libcst's; ask it first.
     import ast
@@ -106,22 +122,29 @@ def migrate_source(
     from vllm_attn_compat.codemods.apply import Applier, add_imports
     from vllm_attn_compat.codemods.scope import Analyzer, FileContext
 
-    try:
-        module = cst.parse_module(source)
-    except cst.ParserSyntaxError as error:
-        raise _parse_error(source, path, error) from None
     if not hierarchy.covers(path):
         # A caller that built the hierarchy from other files: this file's classes count too.
         try:
             hierarchy = hierarchy.extended(index_module(source, path))
         except SyntaxError:
-            pass  # libcst accepted what ast did not: its classes then count by their bases only
+            pass  # libcst reports it below, with its position
+    if not _may_apply(source, path, rules, hierarchy):
+        # No attention class here and no token of a rule that works outside them: nothing can
+        # change, so skip libcst's parse and traversal (several times the cost of `ast`).
+        _check_syntax(source, path)
+        return MigrationResult(source, [], ())
+    try:
+        module = cst.parse_module(source)
+    except cst.ParserSyntaxError as error:
+        raise _parse_error(source, path, error) from None
 
-    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
-    positions = wrapper.resolve(PositionProvider)
     ctx = FileContext(path, module, hierarchy)
     analyzer = Analyzer(ctx, [rule(ctx) for rule in rules])
     module.visit(analyzer)
+    if not ctx.reports:
+        return MigrationResult(source, [], ())
+    # Positions cost another pass over the tree: only files with findings pay it.
+    positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
 
     noqa_by_line: dict[int, frozenset[str]] = {}
     for comment in analyzer.comments:

@@ -197,6 +197,7 @@ class ClassHierarchy:
     modules: dict[str, str] = field(default_factory=dict)  # normalized path -> module name
     bases: dict[str, tuple[str, ...]] = field(default_factory=dict)  # full class name -> bases
     _by_last: dict[str, list[str]] = field(default_factory=dict)
+    _by_module: dict[str, list[str]] = field(default_factory=dict)  # module -> full class names
     _attention: dict[str, bool] = field(default_factory=dict)
 
     @classmethod
@@ -212,11 +213,17 @@ class ClassHierarchy:
             full = f"{index.module}.{entry.qualname}"
             self.bases[full] = self.bases.get(full, ()) + entry.bases
             self._by_last.setdefault(full.rpartition(".")[2], []).append(full)
+            self._by_module.setdefault(index.module, []).append(full)
         self._attention.clear()
 
     def extended(self, index: ModuleIndex) -> ClassHierarchy:
         """A copy that also holds ``index`` (the hierarchy itself is left alone)."""
-        copy = ClassHierarchy(dict(self.modules), dict(self.bases), {k: list(v) for k, v in self._by_last.items()})
+        copy = ClassHierarchy(
+            dict(self.modules),
+            dict(self.bases),
+            {k: list(v) for k, v in self._by_last.items()},
+            {k: list(v) for k, v in self._by_module.items()},
+        )
         copy.add(index)
         return copy
 
@@ -242,6 +249,10 @@ class ClassHierarchy:
         )
         self._attention[full_name] = result
         return result
+
+    def has_attention_classes(self, path: str) -> bool:
+        """Whether the module at ``path`` defines any attention class."""
+        return any(self.is_attention_class(full) for full in self._by_module.get(self.module_name(path), ()))
 
     def attention_class_names(self) -> frozenset[str]:
         """Plain names (``PluginBase``) of the attention classes of the run, for the prefilter."""

@@ -112,7 +112,9 @@ class Applier(cst.CSTTransformer):
             return [None] * count
         return [self._removals.get(id(small)) for small in body]
 
-    def _drop_small_statements(self, original: cst.CSTNode, line: cst.SimpleStatementLine) -> cst.SimpleStatementLine:
+    def _drop_small_statements(
+        self, original: cst.CSTNode, line: cst.SimpleStatementLine
+    ) -> cst.SimpleStatementLine:
         marks = self._removed_small(original, len(line.body))
         if not any(marks):
             return line
@@ -121,14 +123,18 @@ class Applier(cst.CSTTransformer):
             return line
         return line.with_changes(body=self._kept_small(line.body, marks))
 
-    def _drop_suite_statements(self, original: cst.CSTNode, suite: cst.SimpleStatementSuite) -> cst.SimpleStatementSuite:
+    def _drop_suite_statements(
+        self, original: cst.CSTNode, suite: cst.SimpleStatementSuite
+    ) -> cst.SimpleStatementSuite:
         marks = self._removed_small(original, len(suite.body))
         if not any(marks):
             return suite
         kept = self._kept_small(suite.body, marks) or [cst.Pass()]
         return suite.with_changes(body=kept)
 
-    def _kept_small(self, body: Sequence[cst.BaseSmallStatement], marks: Sequence[object]) -> list[cst.BaseSmallStatement]:
+    def _kept_small(
+        self, body: Sequence[cst.BaseSmallStatement], marks: Sequence[object]
+    ) -> list[cst.BaseSmallStatement]:
         for small, mark in zip(body, marks):
             if mark and getattr(mark, "drop_comment_block", False):
                 self.sink.removed.extend(c.value for c in inner_comments(small))
@@ -211,5 +217,8 @@ def add_imports(module: cst.Module, imports: Sequence[AddImport]) -> cst.Module:
             position = index + 1
         else:
             break
-    new = [cst.SimpleStatementLine(body=[cst.Import(names=[cst.ImportAlias(name=cst.parse_expression(name))])]) for name in wanted]
+    new = [
+        cst.SimpleStatementLine(body=[cst.Import(names=[cst.ImportAlias(name=cst.parse_expression(name))])])
+        for name in wanted
+    ]
     return module.with_changes(body=[*body[:position], *new, *body[position:]])

@@ -85,7 +85,8 @@ class AssertOutputNotNone(Rule):
         method = self.ctx.output_method()
         if method is None or not patterns.contains_none_test(node.test):
             return
-        if patterns.none_test(node.test) == "is not" and not patterns.rebinds_outside_none_guards(method.node, "output"):
+        exact = patterns.none_test(node.test) == "is not"
+        if exact and not patterns.rebinds_outside_none_guards(method.node, "output"):
             self.ctx.report(
                 self,
                 node,

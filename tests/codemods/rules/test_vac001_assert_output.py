@@ -316,3 +316,17 @@ def test_hierarchy_over_three_files():
     assert statuses(result) == [Status.FIXED]
     unrelated = run(leaf, ["VAC001"], path="plugin/fast.py", others=[("plugin/tiled.py", middle)])
     assert unrelated.findings == []
+
+
+def test_noqa_on_any_line_of_a_multi_line_assert():
+    text = _method(
+        """
+        def forward(self, q, output=None):
+            assert (
+                output is not None
+            ), "needed"  # noqa: VAC001
+            return q
+        """
+    )
+    result = run(text, ["VAC001"])
+    assert statuses(result) == [Status.SUPPRESSED] and result.source.decode() == text

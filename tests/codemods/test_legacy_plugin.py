@@ -64,7 +64,7 @@ def test_after_migrate_no_safe_fix_is_left(migrated):
     assert '"vllm::unified_attention",' not in (migrated / "legacy_attn_plugin" / "compilation.py").read_text()
 
 
-def test_unsafe_fixes_leave_only_the_returning_backend_to_a_person(tmp_path):
+def test_unsafe_fixes_leave_no_finding(tmp_path):
     shutil.copytree(PLUGIN, tmp_path / "copy")
     _migrate_tree(tmp_path / "copy", unsafe=True)
     again = _migrate_tree(tmp_path / "copy", unsafe=True)

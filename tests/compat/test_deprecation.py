@@ -13,7 +13,7 @@ from vllm_attn_compat.backends import AttentionBackend
 from vllm_attn_compat.compat import VllmAttnCompatDeprecationWarning, deprecation, forwarders
 from vllm_attn_compat.compat.flags import AlwaysTrueFlag
 
-from conftest import random_inputs
+from compat_helpers import random_inputs
 
 
 def _recorded(fn):

@@ -11,7 +11,7 @@ from vllm_attn_compat import compat
 from vllm_attn_compat.backends import UnknownLayerError
 from vllm_attn_compat.compat import VllmAttnCompatDeprecationWarning
 
-from conftest import causal_attention, random_inputs
+from compat_helpers import causal_attention, random_inputs
 
 pytestmark = pytest.mark.filterwarnings("ignore::vllm_attn_compat.compat.VllmAttnCompatDeprecationWarning")
 

@@ -12,7 +12,7 @@ from vllm_attn_compat.backends import AttentionBackend, AttentionImpl
 from vllm_attn_compat.compat import VllmAttnCompatDeprecationWarning, adapt_legacy_impl
 from vllm_attn_compat.compat.legacy import is_adapted
 
-from conftest import CopiesInto, causal_attention, random_inputs
+from compat_helpers import CopiesInto, causal_attention, random_inputs
 
 
 def _attention_2d(impl, query, key, value):

@@ -34,7 +34,7 @@ from vllm_attn_compat import compat  # noqa: E402
 from vllm_attn_compat.compat import VllmAttnCompatDeprecationWarning, plugin  # noqa: E402
 from vllm_attn_compat.compat.legacy import is_adapted  # noqa: E402
 
-from conftest import causal_attention  # noqa: E402
+from compat_helpers import causal_attention  # noqa: E402
 
 _names = itertools.count()
 

@@ -41,19 +41,21 @@ def warning_mode() -> str:
     return mode
 
 
-# Keys of the call sites (or classes) already warned about. Reads are lock-free: a key is only ever added, and
-# the lock makes the add-if-absent atomic so that racing threads warn exactly once.
-_reported: set[tuple[object, ...]] = set()
+# Call sites (or classes) already warned about. A call site's key holds id() of its code object, which hashes
+# in a fraction of the time the code object itself takes; the value keeps that code object alive so that its id
+# cannot be reused. Reads are lock-free (keys are only ever added); the lock makes add-if-absent atomic, so
+# racing threads warn exactly once.
+_reported: dict[tuple[object, ...], object] = {}
 _reported_lock = threading.Lock()
 
 
-def _first_report(key: tuple[object, ...]) -> bool:
+def _first_report(key: tuple[object, ...], pinned: object) -> bool:
     if key in _reported:
         return False
     with _reported_lock:
         if key in _reported:
             return False
-        _reported.add(key)
+        _reported[key] = pinned
         return True
 
 
@@ -66,7 +68,7 @@ def warn_once(message: str, *, depth: int = 1) -> None:
     if torch.compiler.is_compiling():
         return
     caller = sys._getframe(depth + 1)
-    key = (message, caller.f_code, caller.f_lineno)
+    key = (message, id(caller.f_code), caller.f_lineno)
     if key in _reported:
         return
     mode = warning_mode()
@@ -74,7 +76,7 @@ def warn_once(message: str, *, depth: int = 1) -> None:
         return
     if mode == "error":
         raise VllmAttnCompatDeprecationWarning(message)
-    if _first_report(key):
+    if _first_report(key, caller.f_code):
         warnings.warn(message, VllmAttnCompatDeprecationWarning, stacklevel=depth + 2)
 
 
@@ -90,7 +92,7 @@ def warn_once_about(subject: type, message: str) -> None:
         return
     if mode == "error":
         raise VllmAttnCompatDeprecationWarning(message)
-    if _first_report(key):
+    if _first_report(key, subject):
         filename, lineno = _definition_site(subject)
         warnings.warn_explicit(
             message, VllmAttnCompatDeprecationWarning, filename, lineno, module=subject.__module__

@@ -191,3 +191,31 @@ def test_unsafe_fixes_are_withheld_unless_asked_for_by_flag_or_configuration(tmp
     assert main(["migrate", str(tmp_path)]) == 0
     assert "vllm_attn_compat.compat.unified_attention(query" in (tmp_path / "ops.py").read_text()
     assert "VAC007 [*] " in capsys.readouterr().out
+
+
+def test_pre_commit_hooks_run_the_real_command(plugin, capsys):
+    yaml = pytest.importorskip("yaml")
+    with open(os.path.join(REPO, ".pre-commit-hooks.yaml")) as handle:
+        hooks = {hook["id"]: hook for hook in yaml.safe_load(handle)}
+    assert set(hooks) == {"vllm-attn-compat", "vllm-attn-compat-check"}
+    assert all(hook["require_serial"] and hook["language"] == "python" for hook in hooks.values())
+    impl = str(plugin / "plugin/impl.py")
+    base = str(plugin / "plugin/base.py")
+    program, *check_args = hooks["vllm-attn-compat-check"]["entry"].split()
+    assert program == "vllm-attn-compat"  # the console script declared in pyproject.toml
+    assert main([*check_args, base, impl]) == 1  # as pre-commit calls it: the entry, then the files
+    _, *fix_args = hooks["vllm-attn-compat"]["entry"].split()
+    assert main([*fix_args, base, impl]) == 0
+    assert (plugin / "plugin/impl.py").read_text() == IMPL_MIGRATED
+    capsys.readouterr()
+
+
+def test_rules_explains_one_rule_with_its_examples(capsys):
+    from vllm_attn_compat.codemods.registry import all_rules
+
+    rule = next(rule for rule in all_rules() if rule.code == "VAC004")
+    assert main(["rules", "vac004"]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("## VAC004") and rule.summary in text
+    assert all(example.title in text for example in rule.examples)
+    assert main(["rules", rule.name]) == 0 and capsys.readouterr().out == text

@@ -143,6 +143,8 @@ def _with_progress(outcomes, total: int, enabled: bool):
         return outcomes
     from tqdm import tqdm
 
+    # No monitor thread: the worker processes are forked while the bar is alive.
+    tqdm.monitor_interval = 0
     return tqdm(outcomes, total=total, unit="file", desc="migrate", delay=0.5, leave=False)
 
 

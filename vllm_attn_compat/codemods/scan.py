@@ -39,7 +39,16 @@ class TokenScan:
 
     def __init__(self, tokens: Iterable[bytes]) -> None:
         self.tokens = tuple(dict.fromkeys(token for token in tokens if token))
-        self.anchors = choose_anchors(self.tokens)
+        anchors = choose_anchors(self.tokens)
+        # Each anchor with the tokens containing it: a hit on an anchor is confirmed by those alone.
+        self.groups = tuple((anchor, tuple(t for t in self.tokens if anchor in t)) for anchor in anchors)
+
+    @property
+    def anchors(self) -> tuple[bytes, ...]:
+        return tuple(anchor for anchor, _ in self.groups)
 
     def __call__(self, source: bytes) -> bool:
-        return any(anchor in source for anchor in self.anchors) and any(token in source for token in self.tokens)
+        for anchor, tokens in self.groups:
+            if anchor in source and any(token in source for token in tokens):
+                return True
+        return False

@@ -1,0 +1,210 @@
+"""How fast `vllm-attn-compat migrate --check` is on a large tree, next to grep and libcst's own runner.
+
+The tree is torch's installed Python sources (about 2,300 files, 46 MB), copied to a temporary folder
+with the legacy plugin of ``examples/legacy_plugin`` dropped in, so the run has real work in a few
+files among thousands that hold none. Measured side by side, in one run, on this machine:
+
+* ``migrate --check`` (all rules, default --jobs) against ``grep -rlF`` of the rules' prefilter tokens
+  over the same tree (target: within 3x of grep's wall time);
+* against ``python -m libcst.tool codemod`` running one equivalent rule (drop ``assert output is not
+  None`` where ``output`` is a parameter) in diff mode (target: at least 20x faster). That run takes
+  minutes on the whole tree; ``--quick`` runs it on a sample and extrapolates per file, and says so;
+* per file, on the files that do match: our whole migration of the file against a bare
+  ``libcst.parse_module(source).bytes`` of the same file.
+
+Usage: ``python benchmarks/bench_codemods.py [--quick] [--repeat N] [--jobs N]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+
+LIBCST_RULE = textwrap.dedent(
+    '''
+    import libcst as cst
+    import libcst.matchers as m
+    from libcst.codemod import VisitorBasedCodemodCommand
+
+    ASSERT_OUTPUT = m.Assert(
+        test=m.Comparison(left=m.Name("output"), comparisons=[m.ComparisonTarget(m.IsNot(), m.Name("None"))])
+    )
+
+
+    class DropAssertOutput(VisitorBasedCodemodCommand):
+        DESCRIPTION = "Remove `assert output is not None` in functions that take an `output` parameter."
+
+        def __init__(self, context):
+            super().__init__(context)
+            self.parameters = []
+
+        def visit_FunctionDef(self, node):
+            params = node.params
+            names = {p.name.value for p in (*params.posonly_params, *params.params, *params.kwonly_params)}
+            self.parameters.append(names)
+
+        def leave_FunctionDef(self, original_node, updated_node):
+            self.parameters.pop()
+            return updated_node
+
+        def leave_SimpleStatementLine(self, original_node, updated_node):
+            if self.parameters and "output" in self.parameters[-1] and len(updated_node.body) == 1:
+                if m.matches(updated_node.body[0], ASSERT_OUTPUT):
+                    return cst.RemoveFromParent()
+            return updated_node
+    '''
+)
+
+
+def build_tree(destination: str) -> tuple[int, int]:
+    """Copy torch's ``*.py`` files and the legacy plugin; returns (files, bytes)."""
+    import torch
+
+    torch_root = os.path.dirname(torch.__file__)
+    count = size = 0
+    for folder, _, names in os.walk(torch_root):
+        for name in names:
+            if name.endswith(".py"):
+                source = os.path.join(folder, name)
+                target = os.path.join(destination, "torch", os.path.relpath(source, torch_root))
+                os.makedirs(os.path.dirname(target), exist_ok=True)
+                shutil.copyfile(source, target)
+                count += 1
+                size += os.path.getsize(target)
+    plugin = os.path.join(REPO, "examples", "legacy_plugin")
+    if os.path.isdir(plugin):
+        shutil.copytree(plugin, os.path.join(destination, "legacy_plugin"), ignore=shutil.ignore_patterns("__pycache__"))
+    return count, size
+
+
+def timed(command: list[str], repeat: int, **kwargs) -> tuple[float, float, subprocess.CompletedProcess]:
+    """Median wall seconds and median CPU seconds (user+sys of the children) over ``repeat`` runs."""
+    walls, cpus = [], []
+    for _ in range(repeat):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        start = time.perf_counter()
+        completed = subprocess.run(command, capture_output=True, **kwargs)
+        walls.append(time.perf_counter() - start)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpus.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+    return statistics.median(walls), statistics.median(cpus), completed
+
+
+def per_file_costs(paths: list[str], loops: int) -> tuple[float, float]:
+    """Mean seconds per file: our migration (all rules) and a bare libcst parse + render."""
+    import libcst
+
+    from vllm_attn_compat.codemods.engine import migrate_source
+    from vllm_attn_compat.codemods.hierarchy import ClassHierarchy, index_module
+    from vllm_attn_compat.codemods.registry import all_rules
+
+    sources = {path: open(path, "rb").read() for path in paths}
+    hierarchy = ClassHierarchy.build(index_module(source, path) for path, source in sources.items())
+    rules = all_rules()
+
+    def ours() -> None:
+        for path, source in sources.items():
+            migrate_source(source, path=path, rules=rules, hierarchy=hierarchy, unsafe_fixes=False)
+
+    def bare() -> None:
+        for source in sources.values():
+            libcst.parse_module(source).bytes
+
+    results = []
+    for work in (ours, bare):
+        work()  # warm-up: imports, caches
+        samples = []
+        for _ in range(loops):
+            start = time.perf_counter()
+            work()
+            samples.append(time.perf_counter() - start)
+        results.append(min(samples) / len(sources))
+    return results[0], results[1]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="run libcst's runner on a sample only and extrapolate")
+    parser.add_argument("--repeat", type=int, default=5, help="runs of the fast commands (median reported)")
+    parser.add_argument("--jobs", type=int, default=len(os.sched_getaffinity(0)), help="processes for both runners")
+    parser.add_argument("--sample", type=int, default=150, help="files in the --quick libcst sample")
+    args = parser.parse_args()
+
+    from vllm_attn_compat.codemods.engine import prefilter_tokens
+    from vllm_attn_compat.codemods.registry import all_rules
+
+    with tempfile.TemporaryDirectory(prefix="bench-codemods-") as scratch:
+        tree = os.path.join(scratch, "tree")
+        files, size = build_tree(tree)
+        print(f"tree: {files} torch files ({size / 1e6:.1f} MB) + examples/legacy_plugin, jobs={args.jobs}")
+        env = {**os.environ, "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", "")}
+
+        ours_cmd = [sys.executable, "-m", "vllm_attn_compat", "migrate", "--check", "--format", "json",
+                    "--jobs", str(args.jobs), tree]  # fmt: skip
+        timed(ours_cmd, 1, env=env)  # warm the page cache
+        ours_wall, ours_cpu, ours_run = timed(ours_cmd, args.repeat, env=env)
+        summary = json.loads(ours_run.stdout)["summary"]
+        print(
+            f"migrate --check: {ours_wall:.3f} s wall, {ours_cpu:.3f} CPU-s; exit {ours_run.returncode}; "
+            f"scanned {summary['files_scanned']}, parsed {summary['files_parsed']}, "
+            f"would change {summary['files_changed']}, findings {summary['findings']}"
+        )
+
+        tokens = [token.decode() for token in prefilter_tokens(all_rules())]
+        grep_cmd = ["grep", "-rlF", "--include=*.py", *[arg for t in tokens for arg in ("-e", t)], tree]
+        grep_wall, grep_cpu, grep_run = timed(grep_cmd, args.repeat)
+        print(f"grep -rlF ({len(tokens)} tokens): {grep_wall:.3f} s wall, {grep_cpu:.3f} CPU-s; "
+              f"{len(grep_run.stdout.splitlines())} files match")  # fmt: skip
+
+        rule_dir = os.path.join(scratch, "rule")
+        os.makedirs(rule_dir)
+        with open(os.path.join(rule_dir, "bench_libcst_rule.py"), "w") as handle:
+            handle.write(LIBCST_RULE)
+        libcst_env = {**env, "PYTHONPATH": rule_dir + os.pathsep + env["PYTHONPATH"]}
+        target, scale, label = tree, 1.0, "whole tree"
+        if args.quick:
+            all_py = sorted(os.path.join(d, n) for d, _, ns in os.walk(tree) for n in ns if n.endswith(".py"))
+            sample = random.Random(0).sample(all_py, min(args.sample, len(all_py)))
+            target = os.path.join(scratch, "sample")
+            for index, path in enumerate(sample):
+                os.makedirs(target, exist_ok=True)
+                shutil.copyfile(path, os.path.join(target, f"f{index}.py"))
+            scale, label = len(all_py) / len(sample), f"{len(sample)}-file sample, extrapolated per file x{len(all_py) / len(sample):.1f}"
+        # The command must come before the options, and --no-format is required (see the research notes).
+        libcst_cmd = [sys.executable, "-m", "libcst.tool", "codemod", "-x", "bench_libcst_rule.DropAssertOutput",
+                      target, "-j", str(args.jobs), "--no-format", "-u", "1", "--hide-progress"]  # fmt: skip
+        libcst_wall, libcst_cpu, _ = timed(libcst_cmd, 1, env=libcst_env, cwd=scratch)
+        libcst_wall, libcst_cpu = libcst_wall * scale, libcst_cpu * scale
+        print(f"libcst.tool codemod, 1 rule ({label}): {libcst_wall:.1f} s wall, {libcst_cpu:.1f} CPU-s")
+
+        report = json.loads(ours_run.stdout)
+        matching = sorted({os.path.join(tree, f["file"]) if not os.path.isabs(f["file"]) else f["file"]
+                           for f in report["findings"]})  # fmt: skip
+        if matching:
+            ours_file, bare_file = per_file_costs(matching, loops=5)
+            print(f"per matching file ({len(matching)} files): migrate {ours_file * 1e3:.2f} ms, "
+                  f"bare libcst parse+render {bare_file * 1e3:.2f} ms")  # fmt: skip
+
+        print("\nratios (wall time):")
+        print(f"  migrate --check / grep -rlF        = {ours_wall / grep_wall:6.2f}x   (target <= 3x)")
+        print(f"  libcst.tool codemod / migrate      = {libcst_wall / ours_wall:6.1f}x   (target >= 20x)")
+        if matching:
+            print(f"  per matching file: migrate / parse = {ours_file / bare_file:6.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from vllm_attn_compat.codemods.findings import FixSafety
+from vllm_attn_compat.codemods.findings import FixSafety, Status
 from vllm_attn_compat.codemods.rule import Rule
 
 SAFETY_TEXT = {
@@ -22,11 +22,21 @@ def _code_block(text: str) -> str:
     return f"```python\n{text.rstrip()}\n```"
 
 
+def _fix_text(rule: type[Rule]) -> str:
+    text = SAFETY_TEXT[rule.fix_safety]
+    statuses = {status for example in rule.examples for status in example.findings}
+    if rule.fix_safety is FixSafety.SAFE and Status.UNSAFE_FIX_AVAILABLE in statuses:
+        text += "; some sites get only an unsafe fix"
+    if rule.fix_safety is not FixSafety.DISPLAY_ONLY and Status.MANUAL in statuses:
+        text += "; some sites are only reported"
+    return text
+
+
 def render_rule(rule: type[Rule]) -> str:
     parts = [
         f"## {rule.code} `{rule.name}`",
         rule.summary,
-        f"Fix: {SAFETY_TEXT[rule.fix_safety]}.",
+        f"Fix: {_fix_text(rule)}.",
         rule.description(),
     ]
     for example in rule.examples:

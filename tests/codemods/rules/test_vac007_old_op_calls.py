@@ -80,3 +80,25 @@ def test_import_after_docstring_and_future_import():
         x = vllm_attn_compat.compat.unified_attention(q, k, v, "l")
         '''
     )
+
+
+def test_calls_through_vllm_module_objects():
+    text = source(
+        """
+        import vllm
+        import vllm.attention.layer as layer_module
+        from vllm.model_executor.layers.attention import attention
+
+
+        a = layer_module.unified_attention(q, k, v, "l")
+        b = attention.unified_mla_attention(q, kv, pe, "l")
+        c = vllm.attention.layer.unified_attention(q, k, v, "l")
+        d = layer_module.Attention
+        """
+    )
+    result = run(text, ["VAC007"], unsafe=True)
+    assert statuses(result) == [Status.FIXED] * 3
+    out = result.source.decode()
+    assert out.count("vllm_attn_compat.compat.unified_attention(q, k, v") == 2
+    assert "vllm_attn_compat.compat.unified_mla_attention(q, kv, pe" in out
+    assert "d = layer_module.Attention" in out

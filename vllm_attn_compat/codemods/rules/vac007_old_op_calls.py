@@ -36,8 +36,9 @@ _IMPORT_MESSAGE = (
 class OldOpCalls(Rule):
     """vLLM 0.20 deleted ``torch.ops.vllm.unified_attention`` and ``unified_mla_attention`` and
     their Python functions: the replacement, ``*_with_output``, needs an output buffer the
-    caller allocates, which a codemod cannot decide for you. So calls of these ops, and imports
-    of their functions from vLLM's attention modules, are reported; the unsafe fix routes them to
+    caller allocates, which a codemod cannot decide for you. So calls of these ops, imports of
+    their functions from vLLM's attention modules and calls through those modules
+    (``layer_module.unified_attention(...)``) are reported; the unsafe fix routes them to
     this package's deprecated forwarders (``vllm_attn_compat.compat.unified_attention``,
     ``unified_mla_attention``), which allocate the buffer through the layer and call the
     ``_with_output`` op, and warn once per call site. Other functions named
@@ -97,8 +98,8 @@ class OldOpCalls(Rule):
 
         from vllm_attn_compat.codemods.scope import dotted_name
 
-        reference = dotted_name(node)
-        op = _OP_REFERENCES.get(reference or "")
+        reference = dotted_name(node) or ""
+        op = _OP_REFERENCES.get(reference) or self._module_function(reference)
         if op is None:
             return
         parent = self.ctx.parent()
@@ -122,6 +123,15 @@ class OldOpCalls(Rule):
             Replace(node, build),
             AddImport(COMPAT_MODULE),
         )
+
+    def _module_function(self, reference: str) -> str | None:
+        """``op`` for ``layer_module.unified_attention`` where ``layer_module`` is vLLM's module."""
+        head, _, rest = reference.partition(".")
+        target = self.ctx.imports.get(head)
+        if target is None or not rest:
+            return None
+        module, _, name = f"{target}.{rest}".rpartition(".")
+        return name if module in OLD_OP_MODULES and name in _OLD_OPS else None
 
     def visit_ImportFrom(self, node) -> None:
         import libcst as cst

@@ -116,12 +116,6 @@ def migrate_source(
     hierarchy: ClassHierarchy,
     unsafe_fixes: bool,
 ) -> MigrationResult:
-    import libcst as cst
-    from libcst.metadata import MetadataWrapper, PositionProvider
-
-    from vllm_attn_compat.codemods.apply import Applier, add_imports
-    from vllm_attn_compat.codemods.scope import Analyzer, FileContext
-
     if not hierarchy.covers(path):
         # A caller that built the hierarchy from other files: this file's classes count too.
         try:
@@ -133,6 +127,13 @@ def migrate_source(
         # change, so skip libcst's parse and traversal (several times the cost of `ast`).
         _check_syntax(source, path)
         return MigrationResult(source, [], ())
+
+    import libcst as cst
+    from libcst.metadata import MetadataWrapper, PositionProvider
+
+    from vllm_attn_compat.codemods.apply import Applier, add_imports
+    from vllm_attn_compat.codemods.scope import Analyzer, FileContext
+
     try:
         module = cst.parse_module(source)
     except cst.ParserSyntaxError as error:

@@ -219,3 +219,11 @@ def test_rules_explains_one_rule_with_its_examples(capsys):
     assert text.startswith("## VAC004") and rule.summary in text
     assert all(example.title in text for example in rule.examples)
     assert main(["rules", rule.name]) == 0 and capsys.readouterr().out == text
+
+
+def test_diffs_come_out_in_path_order_whatever_order_workers_finish(tmp_path, capsys):
+    layout = {"plugin/__init__.py": "", "plugin/base.py": BASE} | {f"plugin/impl{n:02}.py": IMPL for n in range(12)}
+    write_tree(tmp_path, layout)
+    assert main(["migrate", "--diff", "--jobs", "2", str(tmp_path)]) == 1
+    headers = [line for line in capsys.readouterr().out.splitlines() if line.startswith("--- a/")]
+    assert len(headers) == 12 and headers == sorted(headers)

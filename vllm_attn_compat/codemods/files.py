@@ -313,6 +313,10 @@ def write_atomic(path: str, data: bytes, expected_stat: os.stat_result | None = 
             handle.write(data)
             handle.flush()
             os.fchmod(handle.fileno(), stat.S_IMODE(current.st_mode))
+            try:  # keep the owner too when allowed (running as root over another user's tree)
+                os.fchown(handle.fileno(), current.st_uid, current.st_gid)
+            except OSError:
+                pass
             os.fsync(handle.fileno())
         os.replace(temporary, path)
     except BaseException:

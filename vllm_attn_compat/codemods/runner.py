@@ -133,8 +133,12 @@ def run_paths(
         initializer=worker.setup,
         initargs=(rules, hierarchy, options.unsafe_fixes),
     )
+    diffs: dict[str, str] = {}
     for path, outcome in _with_progress(outcomes, len(tasks), options.progress):
-        _record(by_path[path], outcome, options, report, emit_diff)
+        _record(by_path[path], outcome, options, report, diffs)
+    for path in sorted(diffs):  # workers finish in any order; the output must not depend on it
+        emit_diff(diffs[path])
+    report.changed.sort()
     return report
 
 
@@ -148,7 +152,7 @@ def _with_progress(outcomes, total: int, enabled: bool):
     return tqdm(outcomes, total=total, unit="file", desc="migrate", delay=0.5, leave=False)
 
 
-def _record(item: _Scanned, outcome, options: Options, report: RunReport, emit_diff) -> None:
+def _record(item: _Scanned, outcome, options: Options, report: RunReport, diffs: dict[str, str]) -> None:
     path = item.source_file.path
     if isinstance(outcome, parallel.WorkerCrashed):
         report.errors.append(FileError(path, 1, 1, f"internal error: {outcome}; the file was not changed"))
@@ -170,7 +174,7 @@ def _record(item: _Scanned, outcome, options: Options, report: RunReport, emit_d
             report.errors.append(FileError(path, 1, 1, f"could not write the file: {error.strerror or error}"))
             return
     elif options.mode == "diff":
-        emit_diff(unified_diff(path, item.source, new_source, item.encoding))
+        diffs[path] = unified_diff(path, item.source, new_source, item.encoding)
     report.changed.append(path)
 
 

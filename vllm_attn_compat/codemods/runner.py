@@ -88,9 +88,9 @@ def _index_hierarchy(scanned: Sequence[_Scanned], worth: Sequence[_Scanned], opt
     return built, indexes
 
 
-def _defines_attention_class(index, hierarchy) -> bool:
-    classes = getattr(index, "classes", ())  # a FileError or None when the file was not indexed
-    return any(hierarchy.is_attention_class(f"{index.module}.{entry.qualname}") for entry in classes)
+def _in_scope(path: str, indexes: dict, hierarchy) -> bool:
+    """Whether rules scoped to attention classes can act in this file: its index shows such a class."""
+    return path in indexes and hierarchy.has_attention_classes(path)
 
 
 def run_paths(
@@ -121,7 +121,7 @@ def run_paths(
         s
         for path, s in sorted(pool.items())
         if path not in failed
-        and engine.needs_parsing(s.source, rules if _defines_attention_class(indexes.get(path), hierarchy) else unscoped, names)
+        and engine.needs_parsing(s.source, rules if _in_scope(path, indexes, hierarchy) else unscoped, names)
     ]
     report.parsed = len(set(indexes) | {c.source_file.path for c in candidates})
     by_path = {c.source_file.path: c for c in candidates}
@@ -201,7 +201,7 @@ def run_source(source: bytes, path: str, options: Options) -> tuple[RunReport, b
         return report, source, ""
     report.parsed = 1
     built = hierarchy.ClassHierarchy.build([index])
-    in_scope = _defines_attention_class(index, built)
+    in_scope = built.has_attention_classes(path)
     if not engine.needs_parsing(source, rules if in_scope else [r for r in rules if not r.scoped], built.attention_class_names()):
         return report, source, ""
     worker.setup(rules, built, options.unsafe_fixes)

@@ -93,6 +93,9 @@ def _options(args: argparse.Namespace) -> Options:
 
 def _migrate(args: argparse.Namespace) -> int:
     options = _options(args)
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "reconfigure"):  # a diff of a latin-1 file on an ASCII terminal must not crash
+            stream.reconfigure(errors="backslashreplace")
     if "-" in args.paths:
         if len(args.paths) > 1:
             raise ValueError("'-' (standard input) cannot be combined with other paths")

@@ -227,3 +227,12 @@ def test_diffs_come_out_in_path_order_whatever_order_workers_finish(tmp_path, ca
     assert main(["migrate", "--diff", "--jobs", "2", str(tmp_path)]) == 1
     headers = [line for line in capsys.readouterr().out.splitlines() if line.startswith("--- a/")]
     assert len(headers) == 12 and headers == sorted(headers)
+
+
+def test_help_lists_every_rule_from_the_rules_themselves(capsys):
+    from vllm_attn_compat.codemods.registry import all_rules
+
+    assert main(["migrate", "--help"]) == 0
+    text = capsys.readouterr().out
+    assert all(f"{rule.code} ({rule.fix_safety.value}) {rule.summary}" in text for rule in all_rules())
+    assert "exit codes: 0 nothing left to do" in text

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import textwrap
 from collections.abc import Sequence
 
 from vllm_attn_compat import __version__
@@ -38,6 +39,12 @@ def _jobs(value: str) -> int:
     return jobs
 
 
+def _rules_epilog() -> str:
+    """The rules, from the rules themselves (``vllm-attn-compat rules CODE`` explains one)."""
+    lines = [f"  {rule.code} ({rule.fix_safety.value}) {rule.summary}" for rule in registry.all_rules()]
+    return "rules:\n" + "\n".join(lines) + "\n\n" + textwrap.fill(EPILOG, 79)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="vllm-attn-compat",
@@ -47,8 +54,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="{migrate,rules}")
     migrate = commands.add_parser(
-        "migrate", help="apply safe fixes in place (or --check / --diff)", epilog=EPILOG,
+        "migrate", help="apply safe fixes in place (or --check / --diff)", epilog=_rules_epilog(),
         description="Apply the rules' safe fixes to Python files in place and report what is left.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )  # fmt: skip
     migrate.add_argument("paths", nargs="+", metavar="PATH", help="files or folders; '-' reads standard input")
     mode = migrate.add_mutually_exclusive_group()
@@ -58,8 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--unsafe-fixes", action=argparse.BooleanOptionalAction, default=None,
         help="also apply unsafe fixes (review them); --no-unsafe-fixes overrides the configuration",
     )  # fmt: skip
-    migrate.add_argument("--select", type=_codes, action="extend", help="rule codes or prefixes to run (comma-separated)")
-    migrate.add_argument("--ignore", type=_codes, action="extend", help="rule codes or prefixes to skip (comma-separated)")
+    migrate.add_argument("--select", type=_codes, action="extend", metavar="CODES", help="rule codes or prefixes to run (comma-separated)")
+    migrate.add_argument("--ignore", type=_codes, action="extend", metavar="CODES", help="rule codes or prefixes to skip (comma-separated)")
     migrate.add_argument("--exclude", type=_codes, action="extend", metavar="GLOB", help="paths to skip (globs, comma-separated)")
     migrate.add_argument("--jobs", "-j", type=_jobs, default=None, help="worker processes (default: all cores)")
     migrate.add_argument("--format", choices=("text", "json", "github"), default="text", help="report format")

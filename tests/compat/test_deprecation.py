@@ -206,3 +206,24 @@ def test_forwarder_op_decomposes_into_allocation_and_the_with_output_op(layers):
     assert "copy" not in body and "clone" not in body
     # One buffer for the attention output [T, heads, head_size_v], one for the `* 2` result.
     assert body.count("empty_strided") == 2 and "empty_strided_cpu((4, 4, 8)" in body
+
+
+def test_shown_by_default_from_library_code(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    (tmp_path / "fork_backend.py").write_text(
+        "from vllm_attn_compat.backends import AttentionBackend\n"
+        "def read():\n"
+        "    return AttentionBackend.accept_output_buffer\n"
+    )
+    script = "import vllm_attn_compat.compat, fork_backend; fork_backend.read(); fork_backend.read()"
+    root = str(Path(compat.__file__).resolve().parents[2])
+    env = {"PYTHONPATH": f"{tmp_path}:{root}", "PATH": "/usr/bin:/bin"}
+
+    run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    # Python would hide a plain DeprecationWarning raised outside __main__; ours shows, once per call site.
+    (shown,) = [line for line in run.stderr.splitlines() if "VllmAttnCompatDeprecationWarning" in line]
+    assert shown.startswith(f"{tmp_path / 'fork_backend.py'}:3: ") and "(rule VAC005)" in shown

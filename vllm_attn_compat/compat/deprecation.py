@@ -25,6 +25,12 @@ class VllmAttnCompatDeprecationWarning(DeprecationWarning):
     """
 
 
+# Python hides DeprecationWarnings raised outside __main__, which is where a plugin's deprecated calls live; show
+# ours (once per call site) unless the user configured warnings (-W, PYTHONWARNINGS), whose filters then decide.
+if not sys.warnoptions:
+    warnings.filterwarnings("default", category=VllmAttnCompatDeprecationWarning)
+
+
 def removed_api_message(old: str, replacement: str, rule: str) -> str:
     """The one wording of every deprecation message: what was removed, what replaces it, and the rule that migrates it."""
     return (

@@ -3,9 +3,9 @@
 The cache holds each token's latent ``kv_c_normed`` and rotary ``k_pe``; attention first
 decompresses the latent through the layer's ``kv_b_proj`` into per-head ``k_nope`` and
 ``v``, appends the shared ``k_pe`` to every head's key, then runs the sdpa backend's padded
-attention. Clarity over speed: real MLA kernels absorb ``kv_b_proj`` into the query for
-decode instead of decompressing every cached token. SDPA has no ``out=``: one ``copy_``
-into ``output[:num_actual_tokens]``.
+attention, whose final gather writes straight into ``output[:num_actual_tokens]`` (no copy).
+Clarity over speed: real MLA kernels absorb ``kv_b_proj`` into the query for decode instead
+of decompressing every cached token.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import torch
 from vllm_attn_compat.backends.abstract import AttentionBackend, MLAAttentionImpl, reject_output_quantization
 from vllm_attn_compat.backends.metadata import AttentionMetadata
 from vllm_attn_compat.backends.paged import gather_kv
-from vllm_attn_compat.backends.sdpa import padded_sdpa
+from vllm_attn_compat.backends.sdpa import padded_sdpa_into
 
 
 def decompress(layer: torch.nn.Module, latent: torch.Tensor, k_pe: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -43,7 +43,7 @@ class ReferenceMLAImpl(MLAAttentionImpl):
         output_scale: torch.Tensor | None = None,
         output_block_scale: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Write MLA for rows ``[:num_actual_tokens]`` into ``output`` (one copy)."""
+        """Write MLA for rows ``[:num_actual_tokens]`` into ``output`` (no copy)."""
         reject_output_quantization("mla_reference", output_scale, output_block_scale)
         attn_metadata.check_fits(q.shape[0], kv_cache)
         n = attn_metadata.num_actual_tokens
@@ -58,8 +58,9 @@ class ReferenceMLAImpl(MLAAttentionImpl):
             attn_metadata.layout.kv_index,
             q.dtype,
         )
-        key, value = decompress(layer, latent.squeeze(-2), rope)
-        output[:n].copy_(padded_sdpa(q, key, value, attn_metadata, layer.scale))
+        with torch.no_grad():  # the ops define no backward; out= writes refuse autograd inputs
+            key, value = decompress(layer, latent.squeeze(-2), rope)
+        padded_sdpa_into(output[:n], q, key, value, attn_metadata, layer.scale)
         return output
 
 

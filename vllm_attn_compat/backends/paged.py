@@ -35,6 +35,7 @@ class BatchLayout:
 
     token_seq: torch.Tensor  # [n] sequence of each real query token
     token_row: torch.Tensor  # [n] row of each real query token inside its sequence
+    token_flat: torch.Tensor  # [n] its row in the flattened [B * max_query_len] grid
     kv_index: torch.Tensor  # [B, max_seq_len]
     mask: torch.Tensor  # [B, 1, max_query_len, max_seq_len] bool
 
@@ -64,7 +65,8 @@ class BatchLayout:
             allowed = allowed & (pos[None, None, :] <= last_visible[:, :, None])
         padding_row = rows[None, :] >= q_lens[:, None]
         allowed = allowed | (padding_row[:, :, None] & (pos == 0)[None, None, :])
-        return BatchLayout(token_seq, token_row, kv_index, allowed[:, None])
+        token_flat = token_seq * md.max_query_len + token_row
+        return BatchLayout(token_seq, token_row, token_flat, kv_index, allowed[:, None])
 
 
 def write_kv(
@@ -73,8 +75,8 @@ def write_kv(
     """Store this step's keys and values at their slots (rows beyond the slots are padding)."""
     n, head_size = slot_mapping.shape[0], key.shape[-1]
     flat = kv_cache.flatten(0, 1)
-    flat[slot_mapping, :, :head_size] = key[:n].to(kv_cache.dtype)
-    flat[slot_mapping, :, head_size:] = value[:n].to(kv_cache.dtype)
+    flat[..., :head_size].index_copy_(0, slot_mapping, key[:n].to(kv_cache.dtype))
+    flat[..., head_size:].index_copy_(0, slot_mapping, value[:n].to(kv_cache.dtype))
 
 
 def gather_kv(
@@ -100,10 +102,15 @@ def gather_kv(
             )
         if key is not None and value is not None:
             write_kv(kv_cache, key, value, md.slot_mapping)
-        gathered = kv_cache.flatten(0, 1)[index].to(dtype)
+        gathered = _rows(kv_cache.flatten(0, 1), index).to(dtype)
         return gathered[..., :head_size], gathered[..., head_size:]
     if key is None or value is None:
         raise ValueError(
             "key/value: without a paged cache the batch's keys and values must be passed, got None"
         )
-    return key[index], value[index]
+    return _rows(key, index), _rows(value, index)
+
+
+def _rows(source: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    # index_select gathers whole rows; advanced indexing is several times slower on the CPU
+    return source.index_select(0, index.flatten()).view(*index.shape, *source.shape[1:])

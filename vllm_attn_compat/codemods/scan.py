@@ -15,22 +15,34 @@ from collections.abc import Iterable
 ANCHOR_LENGTH = 8
 
 
-def _grams(token: bytes, length: int) -> set[bytes]:
-    if len(token) <= length:
-        return {token}
-    return {token[i : i + length] for i in range(len(token) - length + 1)}
+def _candidates(token: bytes, length: int) -> set[bytes]:
+    return {token} | {token[i : i + length] for i in range(len(token) - length + 1)}
+
+
+def _selectivity(gram: bytes) -> tuple[int, int]:
+    # Longer is rarer; so are capitals, digits and punctuation next to the lowercase of prose.
+    return len(gram), sum(not (97 <= byte <= 122) for byte in gram)
 
 
 def choose_anchors(tokens: Iterable[bytes], length: int = ANCHOR_LENGTH) -> tuple[bytes, ...]:
-    """Few substrings such that each token contains at least one (greedy set cover over n-grams)."""
+    """Few substrings such that each token contains at least one (greedy set cover).
+
+    Candidates are each token's ``length``-grams and the token itself. The anchor covering the
+    most tokens comes first; among equals the most selective (a token shared with no other is its
+    own anchor). Past a few hundred tokens the choice would cost more than it saves: each token is
+    then its own anchor.
+    """
     uncovered = set(tokens)
-    grams = {gram for token in uncovered for gram in _grams(token, length)}
+    if len(uncovered) > 200:
+        return tuple(sorted(uncovered))
+    candidates = {gram for token in uncovered for gram in _candidates(token, length)}
     anchors: list[bytes] = []
     while uncovered:
-        covers = {gram: sum(gram in token for token in uncovered) for gram in grams}
-        best = max(covers, key=lambda gram: (covers[gram], gram))  # ties broken by the bytes: deterministic
+        covers = {gram: sum(gram in token for token in uncovered) for gram in candidates}
+        best = max(covers, key=lambda gram: (covers[gram], *_selectivity(gram), gram))  # deterministic
         anchors.append(best)
         uncovered = {token for token in uncovered if best not in token}
+        candidates = {gram for gram in candidates if covers[gram]}
     return tuple(anchors)
 
 

@@ -86,7 +86,8 @@ def build_tree(destination: str) -> tuple[int, int]:
                 size += os.path.getsize(target)
     plugin = os.path.join(REPO, "examples", "legacy_plugin")
     if os.path.isdir(plugin):
-        shutil.copytree(plugin, os.path.join(destination, "legacy_plugin"), ignore=shutil.ignore_patterns("__pycache__"))
+        ignore = shutil.ignore_patterns("__pycache__")
+        shutil.copytree(plugin, os.path.join(destination, "legacy_plugin"), ignore=ignore)
     return count, size
 
 
@@ -137,9 +138,9 @@ def per_file_costs(paths: list[str], loops: int) -> tuple[float, float]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="run libcst's runner on a sample only and extrapolate")
+    parser.add_argument("--quick", action="store_true", help="run libcst's runner on a sample, extrapolate")
     parser.add_argument("--repeat", type=int, default=5, help="runs of the fast commands (median reported)")
-    parser.add_argument("--jobs", type=int, default=len(os.sched_getaffinity(0)), help="processes for both runners")
+    parser.add_argument("--jobs", type=int, default=len(os.sched_getaffinity(0)), help="processes, both runners")
     parser.add_argument("--sample", type=int, default=150, help="files in the --quick libcst sample")
     args = parser.parse_args()
 
@@ -182,7 +183,8 @@ def main() -> int:
             for index, path in enumerate(sample):
                 os.makedirs(target, exist_ok=True)
                 shutil.copyfile(path, os.path.join(target, f"f{index}.py"))
-            scale, label = len(all_py) / len(sample), f"{len(sample)}-file sample, extrapolated per file x{len(all_py) / len(sample):.1f}"
+            scale = len(all_py) / len(sample)
+            label = f"{len(sample)}-file sample, extrapolated per file x{scale:.1f}"
         # The command must come before the options, and --no-format is required (see the research notes).
         libcst_cmd = [sys.executable, "-m", "libcst.tool", "codemod", "-x", "bench_libcst_rule.DropAssertOutput",
                       target, "-j", str(args.jobs), "--no-format", "-u", "1", "--hide-progress"]  # fmt: skip

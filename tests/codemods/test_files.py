@@ -9,8 +9,9 @@ import subprocess
 
 import pytest
 
-from vllm_attn_compat.codemods import files
-from vllm_attn_compat.codemods.files import SourceError, discover, is_excluded, source_encoding, write_atomic
+from vllm_attn_compat.codemods import sources
+from vllm_attn_compat.codemods.files import discover, is_excluded
+from vllm_attn_compat.codemods.sources import SourceError, source_encoding, write_atomic
 
 needs_git = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
 
@@ -145,7 +146,7 @@ def test_undecodable_sources_are_errors_with_positions(source, expected_message,
 
 def test_read_source_reports_unreadable_files(tmp_path):
     with pytest.raises(SourceError, match="could not read the file"):
-        files.read_source(str(tmp_path / "missing.py"))
+        sources.read_source(str(tmp_path / "missing.py"))
 
 
 def test_write_atomic_replaces_content_and_keeps_permissions(tmp_path):
@@ -176,7 +177,7 @@ def test_write_atomic_leaves_the_old_file_when_writing_fails(tmp_path, monkeypat
     def failing_replace(src, dst):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(files.os, "replace", failing_replace)
+    monkeypatch.setattr(sources.os, "replace", failing_replace)
     with pytest.raises(OSError, match="No space left"):
         write_atomic(str(target), b"new\n")
     assert target.read_bytes() == b"old\n"

@@ -60,18 +60,23 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     migrate.add_argument("paths", nargs="+", metavar="PATH", help="files or folders; '-' reads standard input")
     mode = migrate.add_mutually_exclusive_group()
-    mode.add_argument("--check", action="store_true", help="write nothing; exit 1 if a file would change or findings remain")
-    mode.add_argument("--diff", action="store_true", help="print a unified diff of the fixes instead of writing them")
+    mode.add_argument(
+        "--check", action="store_true", help="write nothing; exit 1 if a file would change or findings remain"
+    )
+    mode.add_argument("--diff", action="store_true", help="print a unified diff of the fixes, write nothing")
     migrate.add_argument(
         "--unsafe-fixes", action=argparse.BooleanOptionalAction, default=None,
         help="also apply unsafe fixes (review them); --no-unsafe-fixes overrides the configuration",
     )  # fmt: skip
-    migrate.add_argument("--select", type=_codes, action="extend", metavar="CODES", help="rule codes or prefixes to run (comma-separated)")
-    migrate.add_argument("--ignore", type=_codes, action="extend", metavar="CODES", help="rule codes or prefixes to skip (comma-separated)")
-    migrate.add_argument("--exclude", type=_codes, action="extend", metavar="GLOB", help="paths to skip (globs, comma-separated)")
+    listed = {"type": _codes, "action": "extend"}  # repeatable, and comma-separated lists
+    migrate.add_argument("--select", **listed, metavar="CODES", help="rule codes or prefixes to run")
+    migrate.add_argument("--ignore", **listed, metavar="CODES", help="rule codes or prefixes to skip")
+    migrate.add_argument("--exclude", **listed, metavar="GLOB", help="paths to skip (globs)")
     migrate.add_argument("--jobs", "-j", type=_jobs, default=None, help="worker processes (default: all cores)")
     migrate.add_argument("--format", choices=("text", "json", "github"), default="text", help="report format")
-    migrate.add_argument("--quiet", "-q", action="store_true", help="print findings and errors only: no summary, no progress")
+    migrate.add_argument(
+        "--quiet", "-q", action="store_true", help="print findings and errors only: no summary, no progress"
+    )
     migrate.add_argument("--stdin-filename", metavar="NAME", help="the name to report for '-' (standard input)")
     rules = commands.add_parser("rules", help="list the rules, or explain one with its examples")
     rules.add_argument("code", nargs="?", help="a rule code (VAC004) or name to explain")

@@ -1,4 +1,4 @@
-"""Which files a run covers, how each is read once and decoded, and how a changed one is written back.
+"""Which files a run covers.
 
 Discovery honours ``.gitignore`` by asking ``git`` itself (``git ls-files``), so every git feature
 (nested ignore files, negations, ``info/exclude``, global excludes) behaves as the user expects; outside
@@ -9,14 +9,10 @@ never reads or writes anything it was not pointed at; each real file is visited 
 
 from __future__ import annotations
 
-import codecs
 import fnmatch
-import io
 import os
 import stat
 import subprocess
-import tempfile
-import tokenize
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
@@ -48,16 +44,6 @@ class Skipped:
     reason: str
 
 
-class SourceError(Exception):
-    """A file that cannot be used: unreadable, binary, or not decodable with its declared encoding."""
-
-    def __init__(self, message: str, line: int = 1, column: int = 1) -> None:
-        super().__init__(message)
-        self.message = message
-        self.line = line
-        self.column = column
-
-
 def is_excluded(relative_path: str, patterns: Sequence[str]) -> bool:
     """Whether a ``/``-separated path matches one of the exclude globs.
 
@@ -78,7 +64,9 @@ def is_excluded(relative_path: str, patterns: Sequence[str]) -> bool:
 
 def _is_skipped_folder(path: str) -> bool:
     name = os.path.basename(path)
-    return name in SKIPPED_FOLDER_NAMES or name.endswith(".egg-info") or os.path.isfile(os.path.join(path, "pyvenv.cfg"))
+    if name in SKIPPED_FOLDER_NAMES or name.endswith(".egg-info"):
+        return True
+    return os.path.isfile(os.path.join(path, "pyvenv.cfg"))  # a virtual environment of any name
 
 
 def _git_listing(folder: str) -> list[str] | None:
@@ -95,8 +83,9 @@ def _git_listing(folder: str) -> list[str] | None:
         return None
     # A folder the user names is entered even when the enclosing repository ignores it as a whole
     # (site-packages inside a versioned ~/.pyenv); ignore rules then apply below it only.
-    if not listed.stdout and subprocess.run(["git", "-C", folder, "check-ignore", "-q", "."], check=False).returncode == 0:
-        return None
+    if not listed.stdout:
+        if subprocess.run(["git", "-C", folder, "check-ignore", "-q", "."], check=False).returncode == 0:
+            return None
     names = listed.stdout.decode("utf-8", "surrogateescape").split("\0")
     return sorted({name for name in names if name})
 
@@ -221,7 +210,9 @@ class _Discovery:
         # A link to a folder inside the given paths: that folder is visited where it really is.
 
 
-def discover(paths: Sequence[str], exclude: Sequence[str] = (), base: str = ".") -> tuple[list[SourceFile], list[Skipped], list[str]]:
+def discover(
+    paths: Sequence[str], exclude: Sequence[str] = (), base: str = "."
+) -> tuple[list[SourceFile], list[Skipped], list[str]]:
     """Expand files and folders into the Python files to process.
 
     Returns the files (in a stable order), the files skipped on purpose, and the given paths that do
@@ -238,90 +229,3 @@ def discover(paths: Sequence[str], exclude: Sequence[str] = (), base: str = ".")
         else:
             discovery.missing.append(path)
     return sorted(discovery.files, key=lambda f: f.path), discovery.skipped, discovery.missing
-
-
-def read_source(path: str) -> tuple[bytes, os.stat_result]:
-    """A file's bytes and its status when read (to detect a later change), or a :class:`SourceError`."""
-    try:
-        descriptor = os.open(path, os.O_RDONLY)
-        try:
-            status = os.fstat(descriptor)
-            chunks = [os.read(descriptor, max(status.st_size, 1) + 1)]
-            while chunks[-1]:  # the file may have grown since fstat
-                chunks.append(os.read(descriptor, 1 << 20))
-        finally:
-            os.close(descriptor)
-    except OSError as error:
-        raise SourceError(f"could not read the file: {error.strerror or error}") from None
-    return b"".join(chunks), status
-
-
-def source_encoding(source: bytes) -> str:
-    """The encoding Python would use for ``source`` (BOM, then coding declaration, then UTF-8).
-
-    Raises :class:`SourceError` when the source is binary or not decodable as declared.
-    """
-    if b"\0" in source:
-        offset = source.index(b"\0")
-        line, column = position_of(source, offset)
-        raise SourceError("binary file (contains a NUL byte); expected Python source text", line, column)
-    if source.startswith(codecs.BOM_UTF8):
-        encoding = "utf-8-sig"
-    elif b"coding" not in source[: source.find(b"\n", source.find(b"\n") + 1) + 1 or len(source)]:
-        encoding = "utf-8"  # the fast path: no BOM and no declaration in the first two lines
-    else:
-        try:
-            encoding, _ = tokenize.detect_encoding(io.BytesIO(source).readline)
-        except SyntaxError as error:
-            raise SourceError(f"invalid encoding declaration: {error.msg}", error.lineno or 1, 1) from None
-    if encoding == "utf-8" and source.isascii():
-        return encoding  # most source files: valid without decoding, at a tenth of the cost
-    try:
-        source.decode(encoding)
-    except UnicodeDecodeError as error:
-        line, column = position_of(source, error.start)
-        declared = "UTF-8 (no coding declaration)" if encoding == "utf-8" else encoding
-        raise SourceError(
-            f"cannot decode byte {source[error.start:error.start + 1]!r}: expected {declared} text", line, column
-        ) from None
-    return encoding
-
-
-def position_of(source: bytes, offset: int) -> tuple[int, int]:
-    """1-based line and column of a byte offset (the column counts bytes)."""
-    line_start = source.rfind(b"\n", 0, offset) + 1
-    return source.count(b"\n", 0, offset) + 1, offset - line_start + 1
-
-
-def write_atomic(path: str, data: bytes, expected_stat: os.stat_result | None = None) -> None:
-    """Replace ``path``'s content by ``data`` so that a reader (or a crash) sees the old or the new file.
-
-    The new bytes go to a temporary file in the same folder (same file system), keep the original's
-    permission bits, are flushed to disk, then renamed over the original. With ``expected_stat``, a
-    file modified since it was read is left alone (:class:`SourceError`), rather than losing that edit.
-    """
-    current = os.stat(path)
-    if expected_stat is not None and (current.st_mtime_ns, current.st_size) != (
-        expected_stat.st_mtime_ns,
-        expected_stat.st_size,
-    ):
-        raise SourceError("the file changed on disk during the run; it was not rewritten")
-    folder, name = os.path.split(path)
-    descriptor, temporary = tempfile.mkstemp(prefix=f".{name}.", suffix=".vac-tmp", dir=folder or ".")
-    try:
-        with os.fdopen(descriptor, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fchmod(handle.fileno(), stat.S_IMODE(current.st_mode))
-            try:  # keep the owner too when allowed (running as root over another user's tree)
-                os.fchown(handle.fileno(), current.st_uid, current.st_gid)
-            except OSError:
-                pass
-            os.fsync(handle.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        try:
-            os.unlink(temporary)
-        except FileNotFoundError:
-            pass
-        raise

@@ -34,7 +34,8 @@ def _run_pool(
     from concurrent.futures import ProcessPoolExecutor, as_completed
     from concurrent.futures.process import BrokenProcessPool
 
-    with ProcessPoolExecutor(max_workers=min(jobs, len(tasks)), initializer=initializer, initargs=initargs) as pool:
+    workers = min(jobs, len(tasks))
+    with ProcessPoolExecutor(max_workers=workers, initializer=initializer, initargs=initargs) as pool:
         futures = {pool.submit(function, *arguments): key for key, arguments in tasks}
         for future in as_completed(futures):
             try:

@@ -94,7 +94,8 @@ def summary_lines(report: RunReport) -> list[str]:
         f"{counts[Status.SUPPRESSED]} suppressed by noqa."
     )
     if report.left_by_code:
-        lines.append("Left by rule: " + ", ".join(f"{code} {n}" for code, n in sorted(report.left_by_code.items())))
+        left_by_code = sorted(report.left_by_code.items())
+        lines.append("Left by rule: " + ", ".join(f"{code} {count}" for code, count in left_by_code))
     if counts[Status.UNSAFE_FIX_AVAILABLE]:
         n = counts[Status.UNSAFE_FIX_AVAILABLE]
         lines.append(f"{n} unsafe fix{'es' if n != 1 else ''} available with --unsafe-fixes (review them).")
@@ -175,9 +176,8 @@ def render_github(report: RunReport, *, quiet: bool = False) -> str:
             continue
         applied = finding.status is Status.FIXED and report.mode == "write"
         message = finding.message + (" (fixed)" if applied else "")
-        lines.append(
-            _annotation("notice" if applied else "error", path, finding.line, finding.column, finding.code, message)
-        )
+        level = "notice" if applied else "error"
+        lines.append(_annotation(level, path, finding.line, finding.column, finding.code, message))
     if not quiet:
         lines += summary_lines(report)
     return "".join(line + "\n" for line in lines)

@@ -16,9 +16,14 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from vllm_attn_compat.codemods import engine, files, parallel, registry, worker
+from vllm_attn_compat.codemods import engine, files, parallel, registry, sources, worker
 from vllm_attn_compat.codemods.report import FileError, RunReport, unified_diff
 from vllm_attn_compat.codemods.scan import TokenScan
+
+
+def available_cores() -> int:
+    """The cores this process may run on (a container or `taskset` may allow fewer than the machine has)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 @dataclass(frozen=True)
@@ -31,7 +36,7 @@ class Options:
     ignore: tuple[str, ...] = ()
     exclude: tuple[str, ...] = ()
     base: str = "."
-    jobs: int = field(default_factory=lambda: len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+    jobs: int = field(default_factory=lambda: available_cores())
     progress: bool = False
 
 
@@ -47,9 +52,9 @@ def _read_all(source_files: Sequence[files.SourceFile], report: RunReport) -> li
     scanned = []
     for source_file in source_files:
         try:
-            source, stat = files.read_source(source_file.real_path)
-            encoding = files.source_encoding(source)
-        except files.SourceError as error:
+            source, stat = sources.read_source(source_file.real_path)
+            encoding = sources.source_encoding(source)
+        except sources.SourceError as error:
             report.errors.append(FileError(source_file.path, error.line, error.column, error.message))
             continue
         scanned.append(_Scanned(source_file, source, stat, encoding))
@@ -80,7 +85,9 @@ def _index_hierarchy(scanned: Sequence[_Scanned], worth: Sequence[_Scanned], opt
             elif isinstance(outcome, parallel.WorkerCrashed):
                 report.errors.append(FileError(path, 1, 1, f"internal error: {outcome}"))
             indexes[path] = outcome
-        built = hierarchy_module.ClassHierarchy.build(i for i in indexes.values() if isinstance(i, hierarchy_module.ModuleIndex))
+        built = hierarchy_module.ClassHierarchy.build(
+            index for index in indexes.values() if isinstance(index, hierarchy_module.ModuleIndex)
+        )
         new_names = set(built.attention_class_names()) - known_names
         known_names |= new_names
         has_name = TokenScan(name.encode() for name in new_names)
@@ -116,7 +123,8 @@ def run_paths(
     unscoped = [rule for rule in rules if not rule.scoped]
     # A file needing libcst holds a prefilter token, or an attention-class name (it was indexed);
     # rules scoped to attention classes matter only where the index shows such a class.
-    pool = {s.source_file.path: s for s in worth} | {s.source_file.path: s for s in scanned if s.source_file.path in indexes}
+    pool = {s.source_file.path: s for s in scanned if s.source_file.path in indexes}
+    pool |= {s.source_file.path: s for s in worth}
     candidates = [
         s
         for path, s in sorted(pool.items())
@@ -166,8 +174,8 @@ def _record(item: _Scanned, outcome, options: Options, report: RunReport, diffs:
         return
     if options.mode == "write":
         try:
-            files.write_atomic(item.source_file.real_path, new_source, expected_stat=item.stat)
-        except files.SourceError as error:
+            sources.write_atomic(item.source_file.real_path, new_source, expected_stat=item.stat)
+        except sources.SourceError as error:
             report.errors.append(FileError(path, 1, 1, error.message))
             return
         except OSError as error:
@@ -187,8 +195,8 @@ def run_source(source: bytes, path: str, options: Options) -> tuple[RunReport, b
     report = RunReport(mode=options.mode, scanned=1)
     rules = registry.select_rules(options.select, options.ignore)
     try:
-        encoding = files.source_encoding(source)
-    except files.SourceError as error:
+        encoding = sources.source_encoding(source)
+    except sources.SourceError as error:
         report.errors.append(FileError(path, error.line, error.column, error.message))
         return report, source, ""
     if not TokenScan(engine.prefilter_tokens(rules))(source):
@@ -201,8 +209,8 @@ def run_source(source: bytes, path: str, options: Options) -> tuple[RunReport, b
         return report, source, ""
     report.parsed = 1
     built = hierarchy.ClassHierarchy.build([index])
-    in_scope = built.has_attention_classes(path)
-    if not engine.needs_parsing(source, rules if in_scope else [r for r in rules if not r.scoped], built.attention_class_names()):
+    acting = rules if built.has_attention_classes(path) else [rule for rule in rules if not rule.scoped]
+    if not engine.needs_parsing(source, acting, built.attention_class_names()):
         return report, source, ""
     worker.setup(rules, built, options.unsafe_fixes)
     outcome = worker.migrate_file(source, path)

@@ -52,9 +52,8 @@ def comment_problems(old: bytes, new: bytes, removed_comments: Sequence[str]) ->
     declared = Counter(text.rstrip() for text in removed_comments)
     problems = [f"comment lost: {text!r}" for text in (before - after - declared).elements()]
     problems += [f"comment added: {text!r}" for text in (after - before).elements()]
-    problems += [
-        f"comment declared removed but still present: {text!r}" for text in (declared - (before - after)).elements()
-    ]
+    still_present = declared - (before - after)
+    problems += [f"comment declared removed but still present: {text!r}" for text in still_present.elements()]
     return problems
 
 

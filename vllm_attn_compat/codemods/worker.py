@@ -36,7 +36,8 @@ def index_file(source: bytes, path: str):
     except (ValueError, RecursionError, MemoryError) as error:
         return FileError(path, 1, 1, f"could not parse: {type(error).__name__}: {error}")
     except Exception as error:  # noqa: BLE001 - reported per file, see the module docstring
-        return FileError(path, 1, 1, f"internal error while indexing classes: {type(error).__name__}: {error}; {BUG}")
+        message = f"internal error while indexing classes: {type(error).__name__}: {error}; {BUG}"
+        return FileError(path, 1, 1, message)
 
 
 def setup(rules: Sequence[type], hierarchy: Any, unsafe_fixes: bool) -> None:
@@ -76,5 +77,6 @@ def migrate_file(source: bytes, path: str) -> tuple[bytes | None, list[Finding]]
         source, result.source, result.removed_comments, lambda again: _migrate(again, path).source
     )
     if problems:
-        return FileError(path, 1, 1, f"internal error: the fixed file failed a safety check ({'; '.join(problems)}); {BUG}")
+        message = f"internal error: the fixed file failed a safety check ({'; '.join(problems)}); {BUG}"
+        return FileError(path, 1, 1, message)
     return result.source, list(result.findings)

@@ -1,0 +1,112 @@
+"""Reading a source file once, deciding how it decodes, and writing a changed one back atomically.
+
+Bytes are what the rules work on (libcst honours the BOM and coding declaration itself); decoding here
+only proves the file is text in its declared encoding, so a binary or mis-encoded file is reported
+with the position of the first bad byte instead of failing somewhere deeper.
+"""
+
+from __future__ import annotations
+
+import codecs
+import io
+import os
+import stat
+import tempfile
+import tokenize
+
+
+class SourceError(Exception):
+    """A file that cannot be used: unreadable, binary, or not decodable with its declared encoding."""
+
+    def __init__(self, message: str, line: int = 1, column: int = 1) -> None:
+        super().__init__(message)
+        self.message = message
+        self.line = line
+        self.column = column
+
+
+def read_source(path: str) -> tuple[bytes, os.stat_result]:
+    """A file's bytes and its status when read (to detect a later change), or a :class:`SourceError`."""
+    try:
+        descriptor = os.open(path, os.O_RDONLY)
+        try:
+            status = os.fstat(descriptor)
+            chunks = [os.read(descriptor, max(status.st_size, 1) + 1)]
+            while chunks[-1]:  # the file may have grown since fstat
+                chunks.append(os.read(descriptor, 1 << 20))
+        finally:
+            os.close(descriptor)
+    except OSError as error:
+        raise SourceError(f"could not read the file: {error.strerror or error}") from None
+    return b"".join(chunks), status
+
+
+def source_encoding(source: bytes) -> str:
+    """The encoding Python would use for ``source`` (BOM, then coding declaration, then UTF-8).
+
+    Raises :class:`SourceError` when the source is binary or not decodable as declared.
+    """
+    if b"\0" in source:
+        offset = source.index(b"\0")
+        line, column = position_of(source, offset)
+        raise SourceError("binary file (contains a NUL byte); expected Python source text", line, column)
+    if source.startswith(codecs.BOM_UTF8):
+        encoding = "utf-8-sig"
+    elif b"coding" not in source[: source.find(b"\n", source.find(b"\n") + 1) + 1 or len(source)]:
+        encoding = "utf-8"  # the fast path: no BOM and no declaration in the first two lines
+    else:
+        try:
+            encoding, _ = tokenize.detect_encoding(io.BytesIO(source).readline)
+        except SyntaxError as error:
+            raise SourceError(f"invalid encoding declaration: {error.msg}", error.lineno or 1, 1) from None
+    if encoding == "utf-8" and source.isascii():
+        return encoding  # most source files: valid without decoding, at a tenth of the cost
+    try:
+        source.decode(encoding)
+    except UnicodeDecodeError as error:
+        line, column = position_of(source, error.start)
+        declared = "UTF-8 (no coding declaration)" if encoding == "utf-8" else encoding
+        raise SourceError(
+            f"cannot decode byte {source[error.start:error.start + 1]!r}: expected {declared} text", line, column
+        ) from None
+    return encoding
+
+
+def position_of(source: bytes, offset: int) -> tuple[int, int]:
+    """1-based line and column of a byte offset (the column counts bytes)."""
+    line_start = source.rfind(b"\n", 0, offset) + 1
+    return source.count(b"\n", 0, offset) + 1, offset - line_start + 1
+
+
+def write_atomic(path: str, data: bytes, expected_stat: os.stat_result | None = None) -> None:
+    """Replace ``path``'s content by ``data`` so that a reader (or a crash) sees the old or the new file.
+
+    The new bytes go to a temporary file in the same folder (same file system), keep the original's
+    permission bits, are flushed to disk, then renamed over the original. With ``expected_stat``, a
+    file modified since it was read is left alone (:class:`SourceError`), rather than losing that edit.
+    """
+    current = os.stat(path)
+    if expected_stat is not None and (current.st_mtime_ns, current.st_size) != (
+        expected_stat.st_mtime_ns,
+        expected_stat.st_size,
+    ):
+        raise SourceError("the file changed on disk during the run; it was not rewritten")
+    folder, name = os.path.split(path)
+    descriptor, temporary = tempfile.mkstemp(prefix=f".{name}.", suffix=".vac-tmp", dir=folder or ".")
+    try:
+        with os.fdopen(descriptor, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fchmod(handle.fileno(), stat.S_IMODE(current.st_mode))
+            try:  # keep the owner too when allowed (running as root over another user's tree)
+                os.fchown(handle.fileno(), current.st_uid, current.st_gid)
+            except OSError:
+                pass
+            os.fsync(handle.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        try:
+            os.unlink(temporary)
+        except FileNotFoundError:
+            pass
+        raise

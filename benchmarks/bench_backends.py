@@ -40,7 +40,9 @@ from vllm_attn_compat.backends import (  # noqa: E402
 class OutWritingImpl(AttentionImpl):
     """Stands in for a kernel with ``out=``: writes ``output[:n] = value`` in one pass."""
 
-    def forward(self, layer, query, key, value, kv_cache, attn_metadata, output, output_scale=None, output_block_scale=None):
+    def forward(
+        self, layer, query, key, value, kv_cache, attn_metadata, output, output_scale=None, output_block_scale=None
+    ):
         n = attn_metadata.num_actual_tokens
         torch.mul(value[:n], 1.0, out=output[:n])
         return output
@@ -56,7 +58,9 @@ class OutWritingBackend(AttentionBackend):
         return OutWritingImpl
 
 
-def side_by_side(variants: dict[str, object], repeat: int, block_s: float = 0.004) -> list[tuple[str, float, float]]:
+def side_by_side(
+    variants: dict[str, object], repeat: int, block_s: float = 0.004
+) -> list[tuple[str, float, float]]:
     """(name, us/call, ratio to the first variant) per variant. Blocks of the variants
     alternate, so that a change in machine load hits all of them alike; each keeps its
     fastest block."""
@@ -80,7 +84,9 @@ def dispatch_table(repeat: int) -> list[tuple[str, float, float]]:
     lib.impl("noop", lambda q, k, v, output, layer_name: None, "CompositeExplicitAutograd")
 
     @torch.library.custom_op("bench_backends_custom::noop", mutates_args=("output",))
-    def custom_noop(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, output: torch.Tensor, layer_name: str) -> None:
+    def custom_noop(
+        q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, output: torch.Tensor, layer_name: str
+    ) -> None:
         return None
 
     q, k, v, out = (torch.randn(8, 8, 64) for _ in range(4))
@@ -95,7 +101,12 @@ def dispatch_table(repeat: int) -> list[tuple[str, float, float]]:
 
 
 def layer_table(
-    query_lens: list[int], seq_lens: list[int], repeat: int, heads: int = 8, head_size: int = 64, backend="sdpa"
+    query_lens: list[int],
+    seq_lens: list[int],
+    repeat: int,
+    heads: int = 8,
+    head_size: int = 64,
+    backend: str | type[AttentionBackend] = "sdpa",
 ) -> list[tuple[str, float, float]]:
     block_size = 16
     num_tokens = sum(query_lens)

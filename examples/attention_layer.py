@@ -20,9 +20,8 @@ NUM_HEADS, NUM_KV_HEADS, HEAD_SIZE, BLOCK_SIZE = 8, 2, 64, 16
 
 def main() -> None:
     torch.manual_seed(0)
-    layer = Attention(
-        NUM_HEADS, HEAD_SIZE, 1 / math.sqrt(HEAD_SIZE), NUM_KV_HEADS, prefix="model.layers.0.attn", attn_backend="sdpa"
-    )
+    scale = 1 / math.sqrt(HEAD_SIZE)
+    layer = Attention(NUM_HEADS, HEAD_SIZE, scale, NUM_KV_HEADS, prefix="model.layers.0.attn")
     layer.allocate_kv_cache(num_blocks=8, block_size=BLOCK_SIZE)
     block_table = torch.tensor([[0, 1, 2], [3, 4, 5]], dtype=torch.int32)  # 3 blocks per sequence
 

@@ -17,12 +17,36 @@ def _buffer(shape, **kw):
 
 
 BAD_BUFFERS = {
-    "shape": (lambda: _buffer((T, H, DV + 1)), ValueError, r"output: expected shape \[4, 4, 8\] or \[4, 32\], got \[4, 4, 9\]"),
-    "tokens": (lambda: _buffer((T + 1, H * DV)), ValueError, r"expected shape \[4, 4, 8\] or \[4, 32\], got \[5, 32\]"),
-    "dtype": (lambda: _buffer((T, H, DV), dtype=torch.float64), TypeError, r"output: expected dtype torch.float32 \(the query's\), got torch.float64"),
-    "device": (lambda: torch.empty((T, H, DV), device="meta"), ValueError, r"output: expected device cpu \(the query's\), got meta"),
-    "last-dim": (lambda: _buffer((T, H, 2 * DV))[..., ::2], ValueError, r"output: expected a contiguous last dimension \(stride 1\), got strides \[64, 16, 2\]"),
-    "heads-apart": (lambda: _buffer((T, H, 2 * DV))[..., :DV], ValueError, r"expected the heads of each token packed together \(head stride 8\), got strides \[64, 16, 1\]"),
+    "shape": (
+        lambda: _buffer((T, H, DV + 1)),
+        ValueError,
+        r"output: expected shape \[4, 4, 8\] or \[4, 32\], got \[4, 4, 9\]",
+    ),
+    "tokens": (
+        lambda: _buffer((T + 1, H * DV)),
+        ValueError,
+        r"expected shape \[4, 4, 8\] or \[4, 32\], got \[5, 32\]",
+    ),
+    "dtype": (
+        lambda: _buffer((T, H, DV), dtype=torch.float64),
+        TypeError,
+        r"output: expected dtype torch.float32 \(the query's\), got torch.float64",
+    ),
+    "device": (
+        lambda: torch.empty((T, H, DV), device="meta"),
+        ValueError,
+        r"output: expected device cpu \(the query's\), got meta",
+    ),
+    "last-dim": (
+        lambda: _buffer((T, H, 2 * DV))[..., ::2],
+        ValueError,
+        r"output: expected a contiguous last dimension \(stride 1\), got strides \[64, 16, 2\]",
+    ),
+    "heads-apart": (
+        lambda: _buffer((T, H, 2 * DV))[..., :DV],
+        ValueError,
+        r"expected the heads of each token packed together \(head stride 8\), got strides \[64, 16, 1\]",
+    ),
 }
 
 
@@ -60,7 +84,8 @@ def test_bad_query_shape(make_layer):
 BAD_METADATA = {
     "decreasing": (
         dict(num_actual_tokens=3, query_start_loc=[0, 4, 3], seq_lens=[4, 1], max_query_len=4, max_seq_len=4),
-        r"query_start_loc: expected non-decreasing cumulative lengths, got \[0, 4, 3\] \(entry 2 = 3 < entry 1 = 4\)",
+        r"query_start_loc: expected non-decreasing cumulative lengths, got \[0, 4, 3\] "
+        r"\(entry 2 = 3 < entry 1 = 4\)",
     ),
     "sum": (
         dict(num_actual_tokens=4, query_start_loc=[0, 2, 3], seq_lens=[2, 1], max_query_len=2, max_seq_len=2),
@@ -95,7 +120,8 @@ def test_inconsistent_metadata_is_refused_when_built(case):
 
 
 def test_block_table_too_short_from_lengths():
-    with pytest.raises(ValueError, match=r"block_table: sequence 1 has 6 tokens, which need 2 blocks of 4, but the block table has 1 columns"):
+    message = r"block_table: sequence 1 has 6 tokens, which need 2 blocks of 4, but the block table has 1 columns"
+    with pytest.raises(ValueError, match=message):
         AttentionMetadata.from_lengths([2, 6], block_table=torch.tensor([[0], [1]]), block_size=4)
 
 
@@ -108,13 +134,15 @@ def test_metadata_that_does_not_fit_the_step_leaves_output_and_cache_unwritten(m
     output = _buffer((T, H, DV))
     # more tokens in the metadata than rows in the query
     with set_forward_context({layer.layer_name: metadata_cls.from_lengths([3, 2])}):
-        with pytest.raises(ValueError, match=r"query: attn_metadata.num_actual_tokens=5, expected at most the number of query rows, got 4 rows"):
+        message = r"query: attn_metadata.num_actual_tokens=5, expected at most the number of query rows, got 4 rows"
+        with pytest.raises(ValueError, match=message):
             layer(q, k, v, output=output)
     # a block table that points past the end of the cache
     layer.allocate_kv_cache(num_blocks=2, block_size=4)
     md = metadata_cls.from_lengths([T], block_table=torch.tensor([[5]]), block_size=4)
     with set_forward_context({layer.layer_name: md}):
-        with pytest.raises(ValueError, match=r"kv_cache: the block table uses block 5 and slot_mapping slot 23, but the cache has 2 blocks of 4"):
+        message = r"kv_cache: the block table uses block 5 and slot_mapping slot 23, but the cache has 2 blocks of 4"
+        with pytest.raises(ValueError, match=message):
             layer(q, k, v, output=output)
     assert torch.all(output == SENTINEL) and torch.all(layer.kv_cache == 0)
 
@@ -124,6 +152,9 @@ def test_output_quantization_is_refused_before_writing(make_layer):
     q, k, v = random_qkv(layer, T)
     output = _buffer((T, H, DV))
     with set_forward_context({layer.layer_name: AttentionMetadata.from_lengths([T])}):
-        with pytest.raises(NotImplementedError, match=r"output_scale: the sdpa backend writes unquantized output, expected None, got a tensor of shape \[1\]"):
-            torch.ops.vllm_attn_compat.unified_attention_with_output(q, k, v, output, layer.layer_name, output_scale=torch.ones(1))
+        message = r"output_scale: the sdpa backend writes unquantized output, expected None, got a tensor of shape \[1\]"
+        with pytest.raises(NotImplementedError, match=message):
+            torch.ops.vllm_attn_compat.unified_attention_with_output(
+                q, k, v, output, layer.layer_name, output_scale=torch.ones(1)
+            )
     assert torch.all(output == SENTINEL)

@@ -37,7 +37,8 @@ def test_attention_layer_compiles_without_breaks_or_output_copies(make_layer, ca
         eager = layer(q, k, v)
         if caller_buffer:
             buffer = torch.zeros(16, 32)[:7]  # a slice of a persistent buffer
-            breaks, result, body = _compile_and_inspect(lambda q, k, v, b: layer(q, k, v, output=b), q, k, v, buffer)
+            into_buffer = lambda q, k, v, b: layer(q, k, v, output=b)  # noqa: E731
+            breaks, result, body = _compile_and_inspect(into_buffer, q, k, v, buffer)
             assert result.data_ptr() == buffer.data_ptr()
         else:
             breaks, result, body = _compile_and_inspect(layer, q, k, v)

@@ -34,13 +34,16 @@ class WritesInto(TorchDispatchMode):
         self.writes: collections.Counter = collections.Counter()
         self.allocations = 0
 
+    def _in_target(self, tensor: torch.Tensor) -> bool:
+        return tensor.untyped_storage().data_ptr() == self.storage
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         schema_args = func._schema.arguments
         values = list(args) + [kwargs.get(a.name) for a in schema_args[len(args) :]]
         for arg, value in zip(schema_args, values):
             writes = arg.alias_info is not None and arg.alias_info.is_write
-            if writes and isinstance(value, torch.Tensor) and value.untyped_storage().data_ptr() == self.storage:
+            if writes and isinstance(value, torch.Tensor) and self._in_target(value):
                 self.writes["copy" if func.overloadpacket is torch.ops.aten.copy_ else "direct"] += 1
         if func.namespace == NAMESPACE:
             with self:
@@ -54,7 +57,9 @@ class WritesInto(TorchDispatchMode):
 class DirectWriteImpl(AttentionImpl):
     """A backend whose kernel takes ``out=``: output = 2 * value, written in place."""
 
-    def forward(self, layer, query, key, value, kv_cache, attn_metadata, output, output_scale=None, output_block_scale=None):
+    def forward(
+        self, layer, query, key, value, kv_cache, attn_metadata, output, output_scale=None, output_block_scale=None
+    ):
         n = attn_metadata.num_actual_tokens
         torch.mul(value[:n], 2, out=output[:n])
         return output

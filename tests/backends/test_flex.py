@@ -69,7 +69,8 @@ def test_out_transform_of_wrong_shape_leaves_output_unwritten(make_layer):
     q, k, v = random_qkv(layer, 3)
     output = torch.full((3, 2, 8), SENTINEL)
     with set_forward_context({layer.layer_name: FlexAttentionMetadata.from_lengths([3])}):
-        with warnings.catch_warnings(), pytest.raises(ValueError, match=r"out_transform: expected .*\[1, 2, 3, 8\].*\[1, 2, 3, 1\]"):
+        message = r"out_transform: expected .*\[1, 2, 3, 8\].*\[1, 2, 3, 1\]"
+        with warnings.catch_warnings(), pytest.raises(ValueError, match=message):
             warnings.simplefilter("ignore", UserWarning)
             layer(q, k, v, output=output)
     assert torch.all(output == SENTINEL)

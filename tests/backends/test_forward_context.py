@@ -22,7 +22,8 @@ SENTINEL = 42.0
 def test_layers_register_by_name_and_duplicates_are_refused(make_layer):
     layer = make_layer()
     assert STATIC_FORWARD_CONTEXT[layer.layer_name] is layer
-    with pytest.raises(ValueError, match=rf"layer_name: expected a name not yet registered, got duplicate '{layer.layer_name}'"):
+    message = rf"layer_name: expected a name not yet registered, got duplicate '{layer.layer_name}'"
+    with pytest.raises(ValueError, match=message):
         type(layer)(4, 16, 0.25, prefix=layer.layer_name)
 
 
@@ -54,7 +55,8 @@ def test_unknown_layer_name_is_named_and_output_untouched(make_layer):
     q, k, v = random_qkv(layer, 3)
     output = torch.full((3, 4, 16), SENTINEL)
     with set_forward_context(AttentionMetadata.from_lengths([3])):
-        with pytest.raises(UnknownLayerError, match=r"layer_name: expected the name of a registered attention layer .* got 'no.such.layer'"):
+        message = r"layer_name: expected the name of a registered attention layer .* got 'no.such.layer'"
+        with pytest.raises(UnknownLayerError, match=message):
             torch.ops.vllm_attn_compat.unified_attention_with_output(q, k, v, output, "no.such.layer")
     assert torch.all(output == SENTINEL)
 
@@ -64,7 +66,8 @@ def test_missing_metadata_entry_is_named(make_layer):
     q, k, v = random_qkv(layer, 3)
     output = torch.full((3, 64), SENTINEL)
     with set_forward_context({other.layer_name: AttentionMetadata.from_lengths([3])}):
-        with pytest.raises(UnknownLayerError, match=rf"attn_metadata: expected an entry for layer '{layer.layer_name}'"):
+        message = rf"attn_metadata: expected an entry for layer '{layer.layer_name}'"
+        with pytest.raises(UnknownLayerError, match=message):
             layer(q, k, v, output=output)
     assert torch.all(output == SENTINEL)
 

@@ -27,7 +27,8 @@ def test_schemas_mark_output_as_mutated_and_return_nothing():
     ]:
         schema = op.default._schema
         names = [a.name for a in schema.arguments]
-        assert names == [*first, "output", "layer_name", "output_scale", "output_block_scale", "kv_cache_dummy_dep"]
+        tail = ["output", "layer_name", "output_scale", "output_block_scale", "kv_cache_dummy_dep"]
+        assert names == [*first, *tail]
         written = [a.name for a in schema.arguments if a.alias_info is not None and a.alias_info.is_write]
         assert written == ["output", "output_block_scale"]
         assert schema.returns == []
@@ -52,16 +53,16 @@ def test_opcheck_attention(make_layer, sliced):
     q, k, v = random_qkv(layer, 6)
     output = torch.empty(12, 4, 8)[:6] if sliced else torch.empty(6, 4, 8)
     with set_forward_context({layer.layer_name: AttentionMetadata.from_lengths([2, 4])}):
-        torch.library.opcheck(
-            OPS.unified_attention_with_output.default, (q, k, v, output, layer.layer_name), test_utils=OPCHECK_TESTS
-        )
+        args = (q, k, v, output, layer.layer_name)
+        torch.library.opcheck(OPS.unified_attention_with_output.default, args, test_utils=OPCHECK_TESTS)
 
 
 def test_opcheck_mla_on_paged_cache(layer_name):
     layer = MLAAttention(2, 0.3, 8, 4, 6, 10, prefix=layer_name("test.mla")).requires_grad_(False)
     layer.allocate_kv_cache(num_blocks=3, block_size=4)
     md = AttentionMetadata.from_lengths([5], block_table=torch.tensor([[2, 0]]), block_size=4)
-    args = (torch.randn(5, 2, 12), torch.randn(5, 10), torch.randn(5, 1, 4), torch.empty(5, 2, 6), layer.layer_name)
+    q, kv_c, k_pe = torch.randn(5, 2, 12), torch.randn(5, 10), torch.randn(5, 1, 4)
+    args = (q, kv_c, k_pe, torch.empty(5, 2, 6), layer.layer_name)
     with set_forward_context({layer.layer_name: md}):
         torch.library.opcheck(OPS.unified_mla_attention_with_output.default, args, test_utils=OPCHECK_TESTS)
 

@@ -58,9 +58,8 @@ def load_flash_attn() -> tuple[Any, ModuleType | None]:
         missing.append(f"the flash-attn package (pip install 'vllm-attn-compat[flash]'; {exc})")
         flash_attn = None
     if missing:
-        raise FlashUnavailableError(
-            "flash backend: expected " + " and ".join(missing) + ", got " + ("neither" if len(missing) > 1 else "none")
-        )
+        found = "neither" if len(missing) > 1 else "none"
+        raise FlashUnavailableError(f"flash backend: expected {' and '.join(missing)}, got {found}")
     public = getattr(flash_attn, "flash_attn_varlen_func", None)
     if public is not None and "out" in inspect.signature(public).parameters:
         return public, None
@@ -118,7 +117,8 @@ class FlashAttentionImpl(AttentionImpl):
         if md.is_paged:
             if kv_cache is None or kv_cache.numel() == 0:
                 raise ValueError(
-                    "kv_cache: attn_metadata has a block table, expected an allocated paged cache, got an empty one"
+                    "kv_cache: attn_metadata has a block table, expected an allocated paged cache, "
+                    "got an empty one"
                 )
             if md.block_size % 256:
                 raise ValueError(
@@ -141,7 +141,8 @@ class FlashAttentionImpl(AttentionImpl):
                 q, k, v, out, md.query_start_loc, cu_seqlens_k,
                 None, None, block_table, None,  # seqused_k, leftpad_k, block_table, alibi_slopes
                 md.max_query_len, md.max_seq_len, 0.0, self.scale,
-                False, md.causal, -1, -1, 0.0, False, None,  # zero_tensors, causal, window, softcap, return_softmax, generator
+                False, md.causal, -1, -1,  # zero_tensors, causal, window_size_left/right
+                0.0, False, None,  # softcap, return_softmax, generator
             )  # fmt: skip
         return output
 

@@ -125,7 +125,8 @@ class FlexAttentionImpl(AttentionImpl):
         )
         to_bhsd = lambda x: x.transpose(0, 1).unsqueeze(0)  # noqa: E731  [S, H, D] -> [1, H, S, D]
         args = (to_bhsd(query[:n]), to_bhsd(key_packed), to_bhsd(value_packed))
-        options = dict(block_mask=attn_metadata.block_mask, scale=self.scale, enable_gqa=self.num_kv_heads != self.num_heads)
+        gqa = self.num_kv_heads != self.num_heads
+        options = dict(block_mask=attn_metadata.block_mask, scale=self.scale, enable_gqa=gqa)
         if self.out_transform is None:
             kernel = _compiled_flex() if self.compile_kernel else flex_attention
             result = kernel(*args, **options)

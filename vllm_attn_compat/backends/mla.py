@@ -18,7 +18,9 @@ from vllm_attn_compat.backends.paged import gather_kv
 from vllm_attn_compat.backends.sdpa import padded_sdpa_into
 
 
-def decompress(layer: torch.nn.Module, latent: torch.Tensor, k_pe: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def decompress(
+    layer: torch.nn.Module, latent: torch.Tensor, k_pe: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-head keys ``[..., H, nope + rope]`` and values ``[..., H, v_head_dim]`` from the
     latent ``[..., kv_lora_rank]`` and ``k_pe`` ``[..., 1, rope]``."""
     kv = layer.kv_b_proj(latent)

@@ -169,21 +169,22 @@ def test_pep702_marker_without_a_second_runtime_warning(layers):
 
 
 @pytest.mark.parametrize("use_op", [False, True], ids=["function", "op"])
-def test_forwarders_compile_fullgraph_without_warning(layers, use_op):
+def test_forwarders_and_flags_compile_fullgraph_without_warning(layers, use_op):
     layer = layers.attention(head_size_v=8)
     q, k, v = random_inputs(layer, 4)
     name = layer.layer_name
     forwarder = torch.ops.vllm_attn_compat.unified_attention if use_op else compat.unified_attention
 
     def fn(q, k, v):
-        return forwarder(q, k, v, name) * 2
+        scale = 2 if layer.use_output and _Backend.accept_output_buffer else 3  # the removed flags, read as True
+        return forwarder(q, k, v, name) * scale
 
     torch._dynamo.reset()
     compiled = torch.compile(fn, fullgraph=True, backend="aot_eager")
     with layers.context([4]):
         expected = layer(q, k, v) * 2
         records = _recorded(lambda: [torch.testing.assert_close(compiled(q, k, v), expected) for _ in range(2)])
-    assert records == []
+    assert [(r.filename, r.lineno, str(r.message)[:60]) for r in records] == []
 
 
 def test_forwarder_op_decomposes_into_allocation_and_the_with_output_op(layers):

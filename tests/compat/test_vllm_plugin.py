@@ -233,11 +233,15 @@ def test_torch_ops_vllm_unified_attention_through_the_real_layer_lookup(vllm_con
     q, k, v = _inputs(layer, seed=1)
     name = _encode_layer_name(layer.layer_name) if encoded else layer.layer_name
     with _context(vllm_config, layer):
-        with pytest.warns(VllmAttnCompatDeprecationWarning, match=r"rule VAC007"):
-            by_op = torch.ops.vllm.unified_attention(q, k, v, name)
+        with pytest.warns(VllmAttnCompatDeprecationWarning, match=r"rule VAC007") as log:
+            by_op = torch.ops.vllm.unified_attention(q, k, v, name)  # OP-CALL
         with pytest.warns(VllmAttnCompatDeprecationWarning, match=r"rule VAC007"):
             by_function = compat.unified_attention(q, k, v, layer.layer_name)
         by_layer = layer(q, k, v)
+    (record,) = log
+    assert record.filename == __file__ and "# OP-CALL" in inspect.getsource(inspect.getmodule(_layer)).splitlines()[
+        record.lineno - 1
+    ]
     assert by_op.shape == (5, 4 * 8)
     torch.testing.assert_close(by_op, by_layer, rtol=0, atol=0)
     torch.testing.assert_close(by_function, by_layer, rtol=0, atol=0)

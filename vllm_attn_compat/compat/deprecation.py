@@ -77,6 +77,8 @@ def warn_once(message: str, *, depth: int = 1) -> None:
     key = (message, id(caller.f_code), caller.f_lineno)
     if key in _reported:
         return
+    if caller.f_globals.get("__name__", "").startswith("torch."):
+        return  # torch's own machinery (dynamo evaluating a class attribute while it traces), not a user's line
     mode = warning_mode()
     if mode == "ignore":
         return

@@ -20,8 +20,8 @@ _MODES = ("default", "error", "ignore")
 class VllmAttnCompatDeprecationWarning(DeprecationWarning):
     """An API removed in vLLM 0.20 was used through vllm-attn-compat's forwarders.
 
-    Filter it like any warning category, e.g. ``-W error::vllm_attn_compat.compat.VllmAttnCompatDeprecationWarning``,
-    or set ``VLLM_ATTN_COMPAT_WARNINGS=error`` (raise) / ``ignore`` (silence).
+    Filter it like any warning category (``-W error::vllm_attn_compat.compat.VllmAttnCompatDeprecationWarning``,
+    pytest's ``filterwarnings``), or set ``VLLM_ATTN_COMPAT_WARNINGS=error`` (raise) / ``ignore`` (silence).
     """
 
 
@@ -32,7 +32,7 @@ if not sys.warnoptions:
 
 
 def removed_api_message(old: str, replacement: str, rule: str) -> str:
-    """The one wording of every deprecation message: what was removed, what replaces it, and the rule that migrates it."""
+    """The wording of every deprecation message: what was removed, what replaces it, the rule that migrates it."""
     return (
         f"{old} was removed in vLLM 0.20; {replacement}. vllm-attn-compat keeps it working for now: "
         f"run `vllm-attn-compat migrate` to rewrite it (rule {rule})."
@@ -55,7 +55,13 @@ _reported: dict[tuple[object, ...], object] = {}
 _reported_lock = threading.Lock()
 
 
-def _first_report(key: tuple[object, ...], pinned: object) -> bool:
+def _claim(key: tuple[object, ...], pinned: object, message: str) -> bool:
+    """Whether to warn for ``key`` now: only the first time, in ``default`` mode; ``error`` mode raises."""
+    mode = warning_mode()
+    if mode == "ignore":
+        return False
+    if mode == "error":
+        raise VllmAttnCompatDeprecationWarning(message)
     if key in _reported:
         return False
     with _reported_lock:
@@ -79,12 +85,7 @@ def warn_once(message: str, *, depth: int = 1) -> None:
         return
     if caller.f_globals.get("__name__", "").startswith("torch."):
         return  # torch's own machinery (dynamo evaluating a class attribute while it traces), not a user's line
-    mode = warning_mode()
-    if mode == "ignore":
-        return
-    if mode == "error":
-        raise VllmAttnCompatDeprecationWarning(message)
-    if _first_report(key, caller.f_code):
+    if _claim(key, caller.f_code, message):
         warnings.warn(message, VllmAttnCompatDeprecationWarning, stacklevel=depth + 2)
 
 
@@ -93,18 +94,9 @@ def warn_once_about(subject: type, message: str) -> None:
     if torch.compiler.is_compiling():
         return
     key = (message, subject)
-    if key in _reported:
-        return
-    mode = warning_mode()
-    if mode == "ignore":
-        return
-    if mode == "error":
-        raise VllmAttnCompatDeprecationWarning(message)
-    if _first_report(key, subject):
+    if key not in _reported and _claim(key, subject, message):
         filename, lineno = _definition_site(subject)
-        warnings.warn_explicit(
-            message, VllmAttnCompatDeprecationWarning, filename, lineno, module=subject.__module__
-        )
+        warnings.warn_explicit(message, VllmAttnCompatDeprecationWarning, filename, lineno, module=subject.__module__)
 
 
 def _definition_site(cls: type) -> tuple[str, int]:

@@ -95,10 +95,9 @@ def install_removed_flags(backend_base: type, attention_layer: type) -> list[str
     (backend classes may be defined before this runs). Returns what was installed now, for the log line.
     """
     installed = []
-    if install_flag(backend_base, ACCEPT_OUTPUT_BUFFER, AlwaysTrueFlag(f"{backend_base.__name__}.accept_output_buffer", "VAC005")):
-        installed.append(f"{backend_base.__name__}.{ACCEPT_OUTPUT_BUFFER}")
-    if install_flag(attention_layer, USE_OUTPUT, AlwaysTrueFlag(f"{attention_layer.__name__}.use_output", "VAC005")):
-        installed.append(f"{attention_layer.__name__}.{USE_OUTPUT}")
+    for cls, name in ((backend_base, ACCEPT_OUTPUT_BUFFER), (attention_layer, USE_OUTPUT)):
+        if install_flag(cls, name, AlwaysTrueFlag(f"{cls.__name__}.{name}", "VAC005")):
+            installed.append(f"{cls.__name__}.{name}")
     original_init = attention_layer.__init__
     if not getattr(original_init, _CHECKS_BACKEND, False):
 

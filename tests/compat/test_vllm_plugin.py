@@ -248,6 +248,15 @@ def test_torch_ops_vllm_unified_attention_through_the_real_layer_lookup(vllm_con
     torch.testing.assert_close(by_layer, _reference(layer.impl, q, k, v), atol=2e-5, rtol=2e-5)
 
 
+def test_unknown_layer_name_in_vllms_forward_context(vllm_config):
+    layer = _layer(vllm_config, _backend(WritesOutputImpl))
+    q, k, v = _inputs(layer)
+    with _context(vllm_config, layer), warnings.catch_warnings():
+        warnings.simplefilter("ignore", VllmAttnCompatDeprecationWarning)
+        with pytest.raises(KeyError, match=r"attention layer in vLLM's forward context .* found 'no.such.layer'"):
+            compat.unified_attention(q, k, v, "no.such.layer")
+
+
 def test_real_compilation_config_normalises_old_op_names():
     with pytest.warns(VllmAttnCompatDeprecationWarning, match=r"'vllm::unified_attention' named in splitting_ops") as log:
         config = CompilationConfig(splitting_ops=["vllm::unified_attention", "vllm::other", "vllm::unified_attention_with_output"])

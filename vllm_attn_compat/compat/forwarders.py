@@ -37,8 +37,6 @@ UNIFIED_MLA_ATTENTION_MESSAGE = removed_api_message(
 class Route:
     """Where the forwarders find layers and the with-output ops (this package's backends)."""
 
-    name = "vllm_attn_compat.backends"
-
     def layer(self, layer_name: str) -> Any:
         return forward_context.get_attention_context(layer_name)[1]
 

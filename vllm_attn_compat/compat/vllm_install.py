@@ -25,8 +25,6 @@ from vllm_attn_compat.compat.op_names import RENAMED_OPS, normalize_splitting_op
 class VllmRoute(forwarders.Route):
     """vLLM's forward context, layers and ``torch.ops.vllm.*_with_output`` ops."""
 
-    name = "vllm"
-
     def layer(self, layer_name: str) -> Any:
         layers = get_forward_context().no_compile_layers
         try:
@@ -124,12 +122,13 @@ def install_splitting_ops_normalization() -> list[str]:
 
 def _warn_stale_ops(stale: list[str]) -> None:
     for old in stale:
-        warn_once(
-            removed_api_message(
-                f"The op {old!r} named in splitting_ops", f"the entry now reads {RENAMED_OPS[old]!r} (update your config)", "VAC006"
-            ),
-            depth=_depth_outside(("vllm", "pydantic", "pydantic_core", "dataclasses", "vllm_attn_compat")),
+        message = removed_api_message(
+            f"The op {old!r} named in splitting_ops",
+            f"the entry now reads {RENAMED_OPS[old]!r} (update your config)",
+            "VAC006",
         )
+        # The user's line is the CompilationConfig(...) call, above pydantic's and vLLM's frames.
+        warn_once(message, depth=_depth_outside(("vllm", "pydantic", "pydantic_core", "vllm_attn_compat")))
 
 
 def _depth_outside(packages: tuple[str, ...]) -> int:

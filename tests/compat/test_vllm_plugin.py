@@ -203,6 +203,21 @@ def test_deprecated_attribute_on_the_real_attention_backend():
     ]
 
 
+def test_redundant_flag_reported_for_a_plugin_backend_not_for_vllms_own(vllm_config):
+    from vllm.v1.attention.backends.turboquant_attn import TurboQuantAttentionBackend
+
+    from vllm_attn_compat.compat.flags import check_backend_flag
+
+    assert TurboQuantAttentionBackend.__dict__["accept_output_buffer"] is True  # vLLM 0.20's own stale line
+    with warnings.catch_warnings(record=True) as log:
+        warnings.simplefilter("always")
+        check_backend_flag(TurboQuantAttentionBackend)
+        _layer(vllm_config, _backend(WritesOutputImpl, accept_output_buffer=True))
+    (record,) = log
+    assert "Backend.accept_output_buffer = True` was removed in vLLM 0.20" in str(record.message)
+    assert record.filename == __file__  # the plugin's backend class, where the line to delete is
+
+
 def test_use_output_reads_true_on_the_real_layer(vllm_config):
     layer = _layer(vllm_config, _backend(WritesOutputImpl))
     with pytest.warns(VllmAttnCompatDeprecationWarning, match=r"`Attention.use_output` was removed in vLLM 0.20"):

@@ -65,13 +65,15 @@ def declared_accept_output_buffer(backend_cls: type) -> bool | None:
 def check_backend_flag(backend_cls: type) -> None:
     """Report a backend that still declares ``accept_output_buffer``, once per class; adapt a ``False`` one's impl.
 
-    ``True`` is redundant and keeps working. ``False`` marks a pre-0.20 return-value backend: its impl class
+    ``True`` is redundant and keeps working (reported for out-of-tree classes only). ``False`` marks a pre-0.20 return-value backend: its impl class
     (from ``get_impl_cls()``) gets :func:`adapt_legacy_impl`, which warns on first use.
     """
     declared = declared_accept_output_buffer(backend_cls)
     if declared is None:
         return
     if declared:
+        if backend_cls.__module__.split(".")[0] == "vllm":
+            return  # vLLM's own backends still carry stale `= True` lines; they are not the user's to delete
         warn_once_about(
             backend_cls,
             removed_api_message(

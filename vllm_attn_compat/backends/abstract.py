@@ -96,6 +96,8 @@ class AttentionBackend(ABC):
     """A named attention implementation: its impl class, metadata class and cache shape."""
 
     supported_dtypes: ClassVar[tuple[torch.dtype, ...]] = (torch.float32, torch.float16, torch.bfloat16)
+    # As in vLLM: the impl's forward stores this step's key/value into the paged cache itself.
+    forward_includes_kv_cache_update: ClassVar[bool] = True
 
     @staticmethod
     @abstractmethod

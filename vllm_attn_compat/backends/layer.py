@@ -21,7 +21,9 @@ from vllm_attn_compat.backends.forward_context import register_layer
 from vllm_attn_compat.backends.registry import get_backend
 
 
-def _view_heads(name: str, tensor: torch.Tensor, heads: int, size: int) -> torch.Tensor:
+def view_heads(name: str, tensor: torch.Tensor, heads: int, size: int) -> torch.Tensor:
+    """``tensor`` as ``[T, heads, size]``, from 2-D ``[T, heads * size]`` or 3-D input;
+    a clear error naming ``name`` otherwise."""
     if tensor.dim() == 3 and list(tensor.shape[1:]) == [heads, size]:
         return tensor
     if tensor.dim() == 2 and tensor.shape[1] == heads * size:
@@ -29,6 +31,9 @@ def _view_heads(name: str, tensor: torch.Tensor, heads: int, size: int) -> torch
     raise ValueError(
         f"{name}: expected shape [T, {heads * size}] or [T, {heads}, {size}], got {list(tensor.shape)}"
     )
+
+
+_view_heads = view_heads  # the name compat/forwarders.py imports
 
 
 class _AttentionLayerBase(torch.nn.Module):
@@ -129,9 +134,9 @@ class Attention(_AttentionLayerBase):
         value: torch.Tensor,
         output: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        query = _view_heads("query", query, self.num_heads, self.head_size)
-        key = _view_heads("key", key, self.num_kv_heads, self.head_size)
-        value = _view_heads("value", value, self.num_kv_heads, self.head_size_v)
+        query = view_heads("query", query, self.num_heads, self.head_size)
+        key = view_heads("key", key, self.num_kv_heads, self.head_size)
+        value = view_heads("value", value, self.num_kv_heads, self.head_size_v)
         if not query.shape[0] == key.shape[0] == value.shape[0]:
             raise ValueError(
                 f"key/value: expected {query.shape[0]} tokens like query, got key "
@@ -201,8 +206,8 @@ class MLAAttention(_AttentionLayerBase):
         k_pe: torch.Tensor,
         output: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        q = _view_heads("q", q, self.num_heads, self.qk_head_dim)
-        k_pe = _view_heads("k_pe", k_pe, 1, self.qk_rope_head_dim)
+        q = view_heads("q", q, self.num_heads, self.qk_head_dim)
+        k_pe = view_heads("k_pe", k_pe, 1, self.qk_rope_head_dim)
         if kv_c_normed.dim() != 2 or kv_c_normed.shape[1] != self.kv_lora_rank:
             raise ValueError(
                 f"kv_c_normed: expected shape [T, {self.kv_lora_rank}], got {list(kv_c_normed.shape)}"

@@ -1,0 +1,396 @@
+"""Hypothesis strategies that write attention modules against vLLM's old output-buffer API.
+
+Each generated module comes with the program its safe migration must produce, written line by
+line next to the old one, so a test can compare syntax trees: formatting is the rules' business,
+but every statement the rules should keep must still be there, and every one they should remove
+must be gone. Comments (each one unique) and blank lines are drawn in every position the line
+layout allows, including inside parameter lists, list literals and multi-line asserts.
+
+Only constructs whose migration issue 3 pins down exactly are woven in as fixable; the others
+(reads of ``use_output``, calls of the removed ops, comparisons with old op names,
+``accept_output_buffer = False``, the same code in classes of an unrelated hierarchy) must come
+out untouched by the safe fixes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from hypothesis import strategies as st
+
+SAME = object()  # a row whose migrated text equals its old text
+
+VLLM_IMPL_BASES = [
+    ("vllm.v1.attention.backend", "AttentionImpl"),
+    ("vllm.v1.attention.backend", "MLAAttentionImpl"),
+    ("vllm.attention.backends.abstract", "AttentionImpl"),
+]
+VLLM_BACKEND_BASES = [
+    ("vllm.v1.attention.backend", "AttentionBackend"),
+    ("vllm.attention.backends.abstract", "AttentionBackend"),
+]
+FOREIGN_MODULE = "myproject.attention.base"  # an unrelated project's own AttentionBackend/AttentionImpl
+
+OP_NAMES = {  # op -> its old and new names, in the "vllm::" and the dotted "vllm." forms
+    "attention": (("vllm::unified_attention", "vllm.unified_attention"), ("vllm::unified_attention_with_output", "vllm.unified_attention_with_output")),
+    "mla": (("vllm::unified_mla_attention", "vllm.unified_mla_attention"), ("vllm::unified_mla_attention_with_output", "vllm.unified_mla_attention_with_output")),
+}
+UNRELATED_OPS = [
+    "vllm::mamba_mixer2",
+    "vllm::unified_attention_v2",  # merely starts with an old name: never touched
+    "custom::unified_attention",
+    "vllm::unified_attention_with_output_extra",
+]
+
+# Comment text: printable, one line, never a directive the tools or Python act on.
+_FORBIDDEN_IN_COMMENTS = ("noqa", "coding", "type:", "fmt:")
+
+
+@dataclass(frozen=True)
+class GeneratedModule:
+    source: bytes  # the old-API module, encoded as its header says
+    expected: bytes  # the same module with every safe fix applied (compare syntax trees only)
+    comments: tuple[str, ...]  # every comment written, each unique
+    removable_comments: frozenset[str]  # comments documenting a removed accept_output_buffer
+    unsafe_removable_comments: frozenset[str]  # the same for `accept_output_buffer = False` (unsafe fix)
+    newline: str  # "\n", "\r\n" or "mixed"
+    encoding: str  # "utf-8", "utf-8-sig" (BOM) or "latin-1" (with a coding declaration)
+    changes_expected: bool  # whether the safe fixes must change the module
+
+
+@dataclass
+class _Row:
+    old: str | None
+    new: str | None
+
+
+class _Writer:
+    """Collects rows of (old, new) text and draws comments and blank lines between them."""
+
+    def __init__(self, draw: Callable, unit: str, comment_alphabet: st.SearchStrategy[str]):
+        self.draw = draw
+        self.unit = unit
+        self.rows: list[_Row] = []
+        self.comments: list[str] = []
+        self.removable: set[str] = set()
+        self.unsafe_removable: set[str] = set()
+        self._alphabet = comment_alphabet
+
+    def comment(self) -> str:
+        text = self.draw(
+            st.text(self._alphabet, max_size=12).filter(
+                lambda t: not any(word in t.lower() for word in _FORBIDDEN_IN_COMMENTS)
+            )
+        )
+        comment = f"# c{len(self.comments)}" + (f" {text.strip()}" if text.strip() else "")
+        self.comments.append(comment)
+        return comment
+
+    def indent(self, depth: int) -> str:
+        return self.unit * depth
+
+    def gap(self, depth: int, *, allow_blank: bool = True) -> list[str]:
+        """Blank lines (some with trailing whitespace), then own-line comments; returns the comments."""
+        if allow_blank:
+            for _ in range(self.draw(st.integers(0, 2))):
+                self.rows.append(_Row(self.draw(st.sampled_from(["", " ", self.indent(depth)])), SAME))
+        placed = []
+        for _ in range(self.draw(st.integers(0, 2))):
+            column = self.indent(self.draw(st.integers(0, depth))) if depth else ""
+            comment = self.comment()
+            placed.append(comment)
+            self.rows.append(_Row(column + comment, SAME))
+        return placed
+
+    def trailing(self) -> str:
+        return f"  {self.comment()}" if self.draw(st.booleans()) else ""
+
+    def line(self, depth: int, old: str, new: object = SAME, *, trailing: bool = True) -> str:
+        """One physical line; ``new`` is SAME, None (removed) or the migrated text."""
+        suffix = self.trailing() if trailing else ""
+        text = self.indent(depth) + old + suffix
+        if new is SAME:
+            migrated: object = SAME
+        elif new is None:
+            migrated = None
+        else:
+            migrated = self.indent(depth) + str(new) + suffix
+        self.rows.append(_Row(text, migrated))  # type: ignore[arg-type]
+        return suffix
+
+    def statement(self, depth: int, old: str, new: object = SAME) -> None:
+        self.gap(depth)
+        self.line(depth, old, new)
+
+
+# -- pieces of a module ---------------------------------------------------------------------------
+
+
+def _import_line(w: _Writer, module: str, name: str, style: str) -> str:
+    """Writes an import of ``name`` from ``module``; returns how the code refers to it."""
+    if style == "from":
+        w.statement(0, f"from {module} import {name}")
+        return name
+    if style == "alias":
+        w.statement(0, f"from {module} import {name} as Base{name}")
+        return f"Base{name}"
+    w.statement(0, f"import {module}")
+    return f"{module}.{name}"
+
+
+_OUTPUT_PARAMS = [  # (old text, migrated text, needs)
+    ("output: Optional[torch.Tensor] = None", "output: torch.Tensor", "Optional"),
+    ("output: torch.Tensor | None = None", "output: torch.Tensor", ""),
+    ("output: Union[torch.Tensor, None] = None", "output: torch.Tensor", "Union"),
+    ("output: Optional[Tensor] = None", "output: Tensor", "Optional"),
+    ("output=None", "output: torch.Tensor", ""),
+    ("output: torch.Tensor", "output: torch.Tensor", ""),  # already required
+]
+
+
+def _forward(w: _Writer, depth: int, *, in_scope: bool, name: str = "forward") -> None:
+    """A forward method with an old-API ``output`` parameter, assert and fallback."""
+    draw = w.draw
+    param_old, param_new, _ = draw(st.sampled_from(_OUTPUT_PARAMS))
+    if not in_scope:
+        param_new = param_old
+    before = ["self", "layer", "query", "key", "value", "kv_cache", "attn_metadata"]
+    if draw(st.booleans()):
+        before = [p if p in ("self", "layer", "kv_cache", "attn_metadata") else f"{p}: torch.Tensor" for p in before]
+    after = draw(st.sampled_from([[], ["output_scale=None"], ["output_scale=None", "output_block_scale=None"]]))
+    ret = draw(st.sampled_from(["", " -> torch.Tensor"]))
+    w.gap(depth)
+    if draw(st.booleans()):  # one line
+        params = before + ["{OUT}"] + after
+        old = f"def {name}(" + ", ".join(params) + f"){ret}:"
+        w.line(depth, old.replace("{OUT}", param_old), old.replace("{OUT}", param_new))
+    else:  # one parameter per line, comments between them
+        w.line(depth, f"def {name}(")
+        params = before + [None] + after
+        for i, p in enumerate(params):
+            comma = "," if i < len(params) - 1 or draw(st.booleans()) else ""
+            w.gap(depth + 1, allow_blank=False)
+            if p is None:
+                w.line(depth + 1, param_old + comma, param_new + comma)
+            else:
+                w.line(depth + 1, p + comma)
+        w.line(depth, f"){ret}:")
+    body = depth + 1
+    if draw(st.booleans()):
+        w.gap(body)
+        w.line(body, '"""Runs attention, writing into output."""')
+    guard = draw(st.sampled_from(["none", "assert", "assert_msg", "assert_multiline", "fallback"]))
+    drop: object = None if in_scope else SAME
+    if guard == "assert":
+        w.statement(body, "assert output is not None", drop)
+    elif guard == "assert_msg":
+        w.statement(body, 'assert output is not None, "Output tensor must be provided."', drop)
+    elif guard == "assert_multiline":
+        w.gap(body)
+        w.line(body, "assert output is not None, (", drop)
+        w.gap(body + 1, allow_blank=False)
+        w.line(body + 1, '"Output tensor must be provided."', drop)
+        w.line(body, ")", drop)
+    elif guard == "fallback":
+        alloc = draw(st.sampled_from(["torch.empty_like(query)", "torch.zeros_like(query)", "torch.empty(query.shape)"]))
+        w.gap(body)
+        w.line(body, "if output is None:", drop)
+        w.gap(body + 1, allow_blank=False)
+        w.line(body + 1, f"output = {alloc}", drop)
+    for stmt in draw(st.lists(st.sampled_from(["scale = self.scale", "x = query * 2", "del kv_cache"]), max_size=2)):
+        w.statement(body, stmt)
+    w.statement(body, "output.copy_(query)")
+    w.statement(body, "return output")
+
+
+def _report_only_method(w: _Writer, depth: int) -> None:
+    """Old-API reads and calls that the safe fixes only report."""
+    kind = w.draw(st.sampled_from(["use_output", "getattr", "call", "compare"]))
+    w.statement(depth, "def legacy_path(self, query, key, value, name):")
+    body = depth + 1
+    if kind == "use_output":
+        w.statement(body, "if self.use_output:")
+        w.statement(body + 1, "return None")
+    elif kind == "getattr":
+        w.statement(body, 'flag = getattr(self.backend, "accept_output_buffer", False)')
+    elif kind == "call":
+        w.statement(body, "return torch.ops.vllm.unified_attention(query, key, value, name)")
+    else:
+        w.statement(body, 'if name == "vllm::unified_attention":')
+        w.statement(body + 1, "return None")
+    w.statement(body, "return query")
+
+
+def _local_output_method(w: _Writer, depth: int) -> None:
+    """A local variable named ``output``: never touched."""
+    w.statement(depth, "def combine(self, query):")
+    w.statement(depth + 1, "output = None")
+    w.statement(depth + 1, "if output is None:")
+    w.statement(depth + 2, "output = torch.empty_like(query)")
+    w.statement(depth + 1, "assert output is not None")
+    w.statement(depth + 1, "return output")
+
+
+def _backend_class(w: _Writer, base: str, *, in_scope: bool, depth: int = 0) -> None:
+    draw = w.draw
+    w.statement(depth, f"class {draw(st.sampled_from(['Flash', 'Paged', 'Custom']))}Backend({base}):")
+    body = depth + 1
+    if draw(st.booleans()):
+        w.gap(body)
+        w.line(body, '"""A backend written for vLLM <= 0.19."""')
+    flag = draw(st.sampled_from(["True", "bool_True", "False", "absent"]))
+    if flag in ("True", "bool_True"):
+        above = w.gap(body)  # blank lines, then comments directly above: they document the attribute
+        text = "accept_output_buffer = True" if flag == "True" else "accept_output_buffer: bool = True"
+        suffix = w.line(body, text, None if in_scope else SAME)
+        if in_scope:
+            w.removable.update(above)
+            if suffix:
+                w.removable.add(suffix.strip())
+    elif flag == "False":  # an unsafe fix only
+        above = w.gap(body)
+        suffix = w.line(body, "accept_output_buffer = False")
+        if in_scope:
+            w.unsafe_removable.update(above + ([suffix.strip()] if suffix else []))
+    w.statement(body, "@staticmethod")
+    w.line(body, "def get_name() -> str:")
+    w.statement(body + 1, 'return "CUSTOM"')
+
+
+def _impl_class(w: _Writer, base: str, *, in_scope: bool, depth: int = 0) -> None:
+    draw = w.draw
+    w.statement(depth, f"class {draw(st.sampled_from(['Flash', 'Paged', 'Custom']))}Impl({base}):")
+    body = depth + 1
+    if draw(st.booleans()):
+        w.gap(body)
+        w.line(body, '"""An impl written for vLLM <= 0.19."""')
+    _forward(w, body, in_scope=in_scope)
+    if draw(st.booleans()):
+        _forward(w, body, in_scope=in_scope, name="forward_decode")
+    if draw(st.booleans()):
+        _report_only_method(w, body)
+    if draw(st.booleans()):
+        _local_output_method(w, body)
+
+
+def _op_list(w: _Writer) -> None:
+    """A literal of op names: exact old names renamed, dropped where the new one is present."""
+    draw = w.draw
+    entries: list[tuple[str, object]] = [(f'"{op}"', SAME) for op in draw(st.lists(st.sampled_from(UNRELATED_OPS), unique=True, max_size=2))]
+    for old_forms, new_forms in OP_NAMES.values():
+        # Either form of the old name, and of the new; an old name is dropped where the new one (in
+        # either form: they name the same op) is already listed, and renamed in its own form otherwise.
+        form = draw(st.integers(0, 1))
+        old, renamed, new = old_forms[form], new_forms[form], new_forms[draw(st.integers(0, 1))]
+        choice = draw(st.sampled_from(["absent", "old", "new", "both"]))
+        if choice == "old":
+            entries.append((f'"{old}"', f'"{renamed}"'))
+        elif choice == "new":
+            entries.append((f'"{new}"', SAME))
+        elif choice == "both":
+            pair = [(f'"{old}"', None), (f'"{new}"', SAME)]
+            entries.extend(pair if draw(st.booleans()) else pair[::-1])
+    if not entries:
+        entries.append(('"vllm::mamba_mixer2"', SAME))
+    entries = draw(st.permutations(entries))
+    opener, closer = draw(st.sampled_from([("[", "]"), ("(", ")"), ("{", "}")]))
+    w.gap(0)
+    if draw(st.booleans()):  # one line: rewrite the whole literal
+        def render(items: list[str]) -> str:
+            tail = "," if opener == "(" and len(items) == 1 else ""
+            return f"SPLITTING_OPS = {opener}" + ", ".join(items) + tail + closer
+
+        new_items = [str(e if n is SAME else n) for e, n in entries if n is not None]
+        old_items = [e for e, _ in entries]
+        w.line(0, render(old_items), SAME if new_items == old_items else render(new_items))
+        return
+    w.line(0, f"SPLITTING_OPS = {opener}")
+    dropped = [new is None for _, new in entries] + [False]
+    for i, (text, new) in enumerate(entries):
+        # No comment next to a dropped element: see DROPPED_ELEMENT_COMMENTS in test_generated_attention_modules.py
+        if not (dropped[i] or dropped[i - 1] if i else dropped[i]):
+            w.gap(1, allow_blank=False)
+        quiet = dropped[i] or dropped[i + 1]
+        w.line(1, text + ",", SAME if new is SAME else (None if dropped[i] else f"{new},"), trailing=not quiet)
+    w.line(0, closer)
+
+
+def _helper_function(w: _Writer) -> None:
+    """Module-level function with an ``output`` parameter: not attention code."""
+    w.statement(0, "def helper(x, output=None):")
+    w.statement(1, "assert output is not None")
+    w.statement(1, "return x")
+
+
+# -- the module strategy --------------------------------------------------------------------------
+
+
+@st.composite
+def legacy_modules(draw) -> GeneratedModule:
+    encoding = draw(st.sampled_from(["utf-8", "utf-8", "utf-8-sig", "latin-1"]))
+    max_codepoint = 0xFF if encoding == "latin-1" else 0x2FFF
+    alphabet = st.characters(min_codepoint=0x20, max_codepoint=max_codepoint, blacklist_categories=("Cc", "Cs", "Zl", "Zp"))
+    unit = draw(st.sampled_from(["    ", "  ", "\t"]))
+    w = _Writer(draw, unit, alphabet)
+
+    if encoding == "latin-1":
+        w.line(0, "# -*- coding: latin-1 -*-", trailing=False)
+    if draw(st.booleans()):
+        w.gap(0)
+        w.line(0, '"""A plugin backend written against vLLM <= 0.19."""')
+    w.statement(0, "from __future__ import annotations")
+    w.statement(0, "from typing import Optional, Union")
+    w.statement(0, "import torch")
+    w.statement(0, "from torch import Tensor")
+
+    vllm_side = draw(st.booleans()) or not draw(st.booleans())  # mostly vLLM, sometimes unrelated
+    style = draw(st.sampled_from(["from", "alias", "module"]))
+    if vllm_side:
+        backend_mod, backend_name = draw(st.sampled_from(VLLM_BACKEND_BASES))
+        impl_mod, impl_name = draw(st.sampled_from(VLLM_IMPL_BASES))
+    else:
+        backend_mod, backend_name, impl_mod, impl_name = FOREIGN_MODULE, "AttentionBackend", FOREIGN_MODULE, "AttentionImpl"
+    backend_base = _import_line(w, backend_mod, backend_name, style)
+    impl_base = _import_line(w, impl_mod, impl_name, style)
+
+    if draw(st.booleans()):
+        _helper_function(w)
+    _backend_class(w, backend_base, in_scope=vllm_side)
+    if draw(st.booleans()):  # through a local intermediate base class
+        w.statement(0, f"class PluginImplBase({impl_base}):")
+        w.statement(1, "scale = 1.0")
+        impl_base = "PluginImplBase"
+    if draw(st.booleans()):  # defined inside a factory function
+        w.statement(0, "def make_impl():")
+        _impl_class(w, impl_base, in_scope=vllm_side, depth=1)
+        w.statement(1, "return None")
+    else:
+        _impl_class(w, impl_base, in_scope=vllm_side)
+    if draw(st.booleans()):
+        _op_list(w)
+    w.gap(0)  # comments and blank lines at the end of the file
+
+    newline = draw(st.sampled_from(["\n", "\r\n", "mixed"]))
+    final_newline = draw(st.booleans()) or newline != "\n"
+
+    def join(texts: list[str], endings: list[str]) -> str:
+        out = "".join(t + e for t, e in zip(texts, endings))
+        return out if final_newline else out[: -len(endings[-1])] if endings else out
+
+    endings = [newline if newline != "mixed" else draw(st.sampled_from(["\n", "\r\n"])) for _ in w.rows]
+    old_text = join([r.old for r in w.rows], endings)  # type: ignore[misc]
+    new_rows = [(r.old if r.new is SAME else r.new, e) for r, e in zip(w.rows, endings)]
+    new_rows = [(t, e) for t, e in new_rows if t is not None]
+    new_text = join([t for t, _ in new_rows], [e for _, e in new_rows])
+    changes = any(r.new is not SAME and r.new != r.old for r in w.rows)
+    return GeneratedModule(
+        source=old_text.encode(encoding),
+        expected=new_text.encode(encoding),
+        comments=tuple(w.comments),
+        removable_comments=frozenset(w.removable),
+        unsafe_removable_comments=frozenset(w.removable | w.unsafe_removable),
+        newline=newline,
+        encoding=encoding,
+        changes_expected=changes,
+    )

@@ -144,7 +144,8 @@ def main():
         print("3. legacy adapter: copies into output per call; the impl called as vLLM >= 0.20 calls it (through the "
               "adapter) vs called the pre-0.20 way (us)")
         reference = layers["sdpa backend"](q, k, v)
-        for label, impl_cls in (("returns a new tensor", ReturnsNewImpl), ("writes the given output", WritesGivenOutputImpl)):
+        legacy_impls = (("returns a new tensor", ReturnsNewImpl), ("writes the given output", WritesGivenOutputImpl))
+        for label, impl_cls in legacy_impls:
             attn = layer(impl_cls.__name__, _backend(impl_cls.__name__, impl_cls, accept_output_buffer=False))
             torch.testing.assert_close(attn(q, k, v), reference, atol=1e-5, rtol=1e-5)
             out = attn.allocate_output(q3)

@@ -52,8 +52,8 @@ def main():
         expected = reference(query, key, value)
     print("legacy backend through the layer matches sdpa:", torch.allclose(by_layer, expected, atol=1e-5))
     print("deprecated unified_attention matches sdpa:   ", torch.allclose(by_old_op, expected, atol=1e-5))
-    print("MyLegacyBackend.accept_output_buffer reads", MyLegacyBackend.accept_output_buffer,
-          "(its own stale value; the base class's reads True with a warning:", AttentionBackend.accept_output_buffer, ")")
+    print("MyLegacyBackend.accept_output_buffer reads its own stale value:", MyLegacyBackend.accept_output_buffer)
+    print("AttentionBackend.accept_output_buffer reads (with a warning):", AttentionBackend.accept_output_buffer)
 
 
 if __name__ == "__main__":

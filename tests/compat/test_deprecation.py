@@ -134,7 +134,8 @@ def test_ignore_mode_is_silent(monkeypatch):
 
 def test_bad_mode_is_a_clear_error(monkeypatch):
     monkeypatch.setenv(deprecation.ENV_WARNINGS, "loud")
-    with pytest.raises(ValueError, match=r"VLLM_ATTN_COMPAT_WARNINGS must be one of default, error, ignore; found 'loud'"):
+    expected = r"VLLM_ATTN_COMPAT_WARNINGS must be one of default, error, ignore; found 'loud'"
+    with pytest.raises(ValueError, match=expected):
         _Backend.accept_output_buffer
 
 

@@ -43,7 +43,8 @@ def test_unified_attention_matches_the_with_output_path(layers, forwarder, three
     assert result.shape == (5, layer.num_heads * layer.head_size_v)  # the old 2-D result
     torch.testing.assert_close(result, expected.view(5, -1), rtol=0, atol=0)
     # ...and that path is attention: sequence 0 is rows 0-2, sequence 1 rows 3-4.
-    q3, k3, v3 = (x.reshape(5, h, -1) for x, h in ((q, layer.num_heads), (k, layer.num_kv_heads), (v, layer.num_kv_heads)))
+    heads = (layer.num_heads, layer.num_kv_heads, layer.num_kv_heads)
+    q3, k3, v3 = (x.reshape(5, h, -1) for x, h in zip((q, k, v), heads))
     reference = torch.cat([causal_attention(q3[s], k3[s], v3[s], layer.scale) for s in (slice(0, 3), slice(3, 5))])
     torch.testing.assert_close(result.view(5, layer.num_heads, -1), reference, atol=2e-5, rtol=2e-5)
 
@@ -80,7 +81,8 @@ def test_unified_mla_attention_matches_the_with_output_path(layers, forwarder, t
 def test_wrong_input_shape_names_the_argument_and_both_shapes(layers):
     layer = layers.attention(head_size=16, num_kv_heads=2)
     q, k, v = random_inputs(layer, 3)
-    with layers.context([3]), pytest.raises(ValueError, match=r"key: expected shape \[T, 32\] or \[T, 2, 16\], got \[3, 31\]"):
+    expected = r"key: expected shape \[T, 32\] or \[T, 2, 16\], got \[3, 31\]"
+    with layers.context([3]), pytest.raises(ValueError, match=expected):
         compat.unified_attention(q, k[:, :31], v, layer.layer_name)
 
 

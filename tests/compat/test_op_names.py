@@ -36,14 +36,14 @@ def test_normalize_splitting_ops(ops, expected):
 def test_table_maps_each_old_name_to_its_with_output_name():
     assert all(new == old + "_with_output" for old, new in RENAMED_OPS.items())
     assert set(RENAMED_OPS) == {
-        "vllm::unified_attention", "vllm::unified_mla_attention", "vllm.unified_attention", "vllm.unified_mla_attention",
+        "vllm::unified_attention", "vllm::unified_mla_attention",
+        "vllm.unified_attention", "vllm.unified_mla_attention",
     }
 
 
 def test_renamed_in_lists_each_old_name_once_in_order():
-    assert renamed_in(["vllm::unified_mla_attention", "x", "vllm::unified_attention", "vllm::unified_mla_attention"]) == [
-        "vllm::unified_mla_attention", "vllm::unified_attention",
-    ]
+    ops = ["vllm::unified_mla_attention", "x", "vllm::unified_attention", "vllm::unified_mla_attention"]
+    assert renamed_in(ops) == ["vllm::unified_mla_attention", "vllm::unified_attention"]
 
 
 def test_bad_input_is_a_clear_error():

@@ -78,7 +78,8 @@ def vllm_config():
 
 def _reference(impl, query, key, value):
     T = query.shape[0]
-    q, k, v = (x.reshape(T, h, -1) for x, h in ((query, impl.num_heads), (key, impl.num_kv_heads), (value, impl.num_kv_heads)))
+    heads = (impl.num_heads, impl.num_kv_heads, impl.num_kv_heads)
+    q, k, v = (x.reshape(T, h, -1) for x, h in zip((query, key, value), heads))
     return causal_attention(q, k, v, impl.scale).reshape(T, -1)
 
 
@@ -273,8 +274,10 @@ def test_unknown_layer_name_in_vllms_forward_context(vllm_config):
 
 
 def test_real_compilation_config_normalises_old_op_names():
-    with pytest.warns(VllmAttnCompatDeprecationWarning, match=r"'vllm::unified_attention' named in splitting_ops") as log:
-        config = CompilationConfig(splitting_ops=["vllm::unified_attention", "vllm::other", "vllm::unified_attention_with_output"])
+    old_and_new = ["vllm::unified_attention", "vllm::other", "vllm::unified_attention_with_output"]
+    expected = r"'vllm::unified_attention' named in splitting_ops"
+    with pytest.warns(VllmAttnCompatDeprecationWarning, match=expected) as log:
+        config = CompilationConfig(splitting_ops=old_and_new)
     assert config.splitting_ops == ["vllm::unified_attention_with_output", "vllm::other"]
     assert {record.filename for record in log if record.category is VllmAttnCompatDeprecationWarning} == {__file__}
     assert config.splitting_ops_contain_attention() is False  # MLA still missing: vLLM's own check sees the real list

@@ -65,8 +65,9 @@ def declared_accept_output_buffer(backend_cls: type) -> bool | None:
 def check_backend_flag(backend_cls: type) -> None:
     """Report a backend that still declares ``accept_output_buffer``, once per class; adapt a ``False`` one's impl.
 
-    ``True`` is redundant and keeps working (reported for out-of-tree classes only). ``False`` marks a pre-0.20 return-value backend: its impl class
-    (from ``get_impl_cls()``) gets :func:`adapt_legacy_impl`, which warns on first use.
+    ``True`` is redundant and keeps working (reported for out-of-tree classes only). ``False`` marks a pre-0.20
+    return-value backend: its impl class (from ``get_impl_cls()``) gets :func:`adapt_legacy_impl`, which warns on
+    first use.
     """
     declared = declared_accept_output_buffer(backend_cls)
     if declared is None:

@@ -104,6 +104,11 @@ BAD_METADATA = {
              block_table=[[0, 1]], slot_mapping=[8], block_size=4),
         r"block_table: sequence 0 has 9 tokens, which need 3 blocks of 4, but the block table has 2 columns",
     ),
+    "slot-not-in-block-table": (
+        dict(num_actual_tokens=2, query_start_loc=[0, 2], seq_lens=[6], max_query_len=2, max_seq_len=6,
+             block_table=[[3, 1]], slot_mapping=[4, 18], block_size=4),
+        r"slot_mapping: token 1 \(sequence 0, position 5\) expected slot 5 from the block table, got 18",
+    ),
     "context-without-cache": (
         dict(num_actual_tokens=1, query_start_loc=[0, 1], seq_lens=[5], max_query_len=1, max_seq_len=5),
         r"block_table: sequences with earlier context .* need a paged KV cache",

@@ -133,8 +133,30 @@ class AttentionMetadata:
             raise ValueError(
                 f"slot_mapping: expected one slot per token ({self.num_actual_tokens}), got {len(slots)}"
             )
+        self._check_slots(table, query_lens, seq_lens, slots)
         used_blocks = [b for i, s in enumerate(seq_lens) for b in table[i][: -(-s // self.block_size)]]
         return max(used_blocks, default=-1), max(slots, default=-1)
+
+    def _check_slots(
+        self, table: list[list[int]], query_lens: list[int], seq_lens: list[int], slots: list[int]
+    ) -> None:
+        """Each new token's slot must be where the block table puts it, or the cache write and
+        the reads after it would silently disagree."""
+        if not slots:
+            return
+        q_lens, s_lens = torch.tensor(query_lens), torch.tensor(seq_lens)
+        seq = torch.repeat_interleave(torch.arange(len(query_lens)), q_lens)
+        starts = torch.cumsum(q_lens, 0) - q_lens
+        pos = torch.arange(len(slots)) - starts[seq] + (s_lens - q_lens)[seq]
+        expected = torch.tensor(table, dtype=torch.long)[seq, pos // self.block_size] * self.block_size
+        expected += pos % self.block_size
+        wrong = (expected != torch.tensor(slots)).nonzero()
+        if wrong.numel():
+            i = int(wrong[0])
+            raise ValueError(
+                f"slot_mapping: token {i} (sequence {int(seq[i])}, position {int(pos[i])}) expected "
+                f"slot {int(expected[i])} from the block table, got {slots[i]}"
+            )
 
     @property
     def num_seqs(self) -> int:

@@ -42,9 +42,9 @@ def test_walk_finds_python_files_and_skips_environments_and_caches(tmp_path):
             "thing.egg-info/w.py": "",
         },
     )
-    found, skipped, missing = discover([str(tmp_path)], base=str(tmp_path))
+    found, skipped, unreadable = discover([str(tmp_path)], base=str(tmp_path))
     assert relative_paths(found, tmp_path) == ["pkg/a.py", "pkg/stub.pyi"]
-    assert skipped == [] and missing == []
+    assert skipped == [] and unreadable == []
 
 
 @needs_git
@@ -98,9 +98,9 @@ def test_exclude_applies_to_walked_and_named_files_relative_to_base(tmp_path):
 
 def test_named_file_is_used_whatever_its_suffix_and_missing_paths_are_returned(tmp_path):
     make_tree(tmp_path, {"script": "x = 1\n"})
-    found, _, missing = discover([str(tmp_path / "script"), str(tmp_path / "nope.py")])
+    found, _, unreadable = discover([str(tmp_path / "script"), str(tmp_path / "nope.py")])
     assert [f.path for f in found] == [str(tmp_path / "script")]
-    assert missing == [str(tmp_path / "nope.py")]
+    assert [(u.path, u.reason) for u in unreadable] == [(str(tmp_path / "nope.py"), "no such file or directory")]
 
 
 def test_symlinks_are_not_followed_out_of_the_given_paths(tmp_path):
@@ -182,3 +182,17 @@ def test_write_atomic_leaves_the_old_file_when_writing_fails(tmp_path, monkeypat
         write_atomic(str(target), b"new\n")
     assert target.read_bytes() == b"old\n"
     assert os.listdir(tmp_path) == ["a.py"]
+
+
+def test_broken_and_looping_symlinks_are_unreadable_not_silently_dropped(tmp_path):
+    make_tree(tmp_path, {"a.py": ""})
+    (tmp_path / "loop.py").symlink_to("loop.py")
+    (tmp_path / "dangling.py").symlink_to("gone.py")
+    (tmp_path / "cycle").mkdir()
+    (tmp_path / "cycle" / "back").symlink_to("..")  # a folder loop inside the tree: visited once, quietly
+    found, skipped, unreadable = discover([str(tmp_path)], base=str(tmp_path))
+    assert relative_paths(found, tmp_path) == ["a.py"] and skipped == []
+    assert sorted(os.path.basename(u.path) for u in unreadable) == ["dangling.py", "loop.py"]
+    assert all("broken symbolic link" in u.reason for u in unreadable)
+    _, _, named = discover([str(tmp_path / "loop.py")])
+    assert [os.path.basename(u.path) for u in named] == ["loop.py"]

@@ -75,3 +75,11 @@ def test_latin1_source_is_tokenized_with_its_declared_encoding():
     old = b"# -*- coding: latin-1 -*-\ns = 1  # caf\xe9\nassert s\n"
     new = b"# -*- coding: latin-1 -*-\ns = 1  # caf\xe9\n"
     assert check_rewrite(old, new, [], unchanged) == []
+
+
+def test_thousands_of_identical_lines_edited_at_both_ends():
+    # Quadratic diffing would not finish here; the edited middle is all that is diffed.
+    filler = b"x = 1\n" * 20000
+    old, new = b"a = 0\n" + filler + b"b = 0\n", b"a = 9\n" + filler + b"b = 9\n"
+    assert layout_problems(old, new) == []
+    assert layout_problems(old, b"a = 9\r\n" + filler + b"b = 9\n") == ["line 1 ends with CRLF, expected LF"]

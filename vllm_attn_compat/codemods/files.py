@@ -128,7 +128,7 @@ class _Discovery:
         ]
         self.files: list[SourceFile] = []
         self.skipped: list[Skipped] = []
-        self.missing: list[str] = []
+        self.unreadable: list[Skipped] = []  # given paths that do not exist, broken links
         self._seen: set[str] = set()
         self._skipped_folders: dict[str, bool] = {}
 
@@ -151,6 +151,9 @@ class _Discovery:
     def add_named_file(self, path: str) -> None:
         """A file given on the command line: used whatever its suffix, unless excluded."""
         if os.path.islink(path):
+            if not os.path.exists(path):
+                self._add_link(path)
+                return
             real_path = os.path.realpath(path)
             if not _within(real_path, self.allowed_roots):
                 self.skipped.append(Skipped(path, f"symbolic link to {real_path}, outside the given paths"))
@@ -200,6 +203,10 @@ class _Discovery:
             self.files.append(SourceFile(path, real_path))
 
     def _add_link(self, path: str) -> None:
+        if path.endswith(PYTHON_SUFFIXES) and not os.path.exists(path):
+            reason = "could not read the file: broken symbolic link (missing target, or a loop)"
+            self.unreadable.append(Skipped(path, reason))
+            return
         if not path.endswith(PYTHON_SUFFIXES) and not os.path.isdir(path):
             return  # a link to something that is not Python: nothing to say about it
         real_path = os.path.realpath(path)
@@ -212,11 +219,11 @@ class _Discovery:
 
 def discover(
     paths: Sequence[str], exclude: Sequence[str] = (), base: str = "."
-) -> tuple[list[SourceFile], list[Skipped], list[str]]:
+) -> tuple[list[SourceFile], list[Skipped], list[Skipped]]:
     """Expand files and folders into the Python files to process.
 
-    Returns the files (in a stable order), the files skipped on purpose, and the given paths that do
-    not exist. ``exclude`` globs are matched against paths relative to ``base`` (the folder of the
+    Returns the files (in a stable order), the files skipped on purpose, and the paths that cannot be
+    read (given paths that do not exist, broken or looping symbolic links), each with the reason. ``exclude`` globs are matched against paths relative to ``base`` (the folder of the
     configuration file, or the working directory). A file named explicitly is processed whatever its
     suffix, unless an exclude glob matches it.
     """
@@ -227,5 +234,5 @@ def discover(
         elif os.path.lexists(path):
             discovery.add_named_file(path)
         else:
-            discovery.missing.append(path)
-    return sorted(discovery.files, key=lambda f: f.path), discovery.skipped, discovery.missing
+            discovery.unreadable.append(Skipped(path, "no such file or directory"))
+    return sorted(discovery.files, key=lambda f: f.path), discovery.skipped, discovery.unreadable

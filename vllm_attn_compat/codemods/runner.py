@@ -109,9 +109,9 @@ def run_paths(
     """Migrate the given files and folders; ``emit_diff`` receives each file's unified diff (diff mode)."""
     report = RunReport(mode=options.mode)
     rules = registry.select_rules(options.select, options.ignore)
-    source_files, skipped, missing = files.discover(paths, options.exclude, options.base)
+    source_files, skipped, unreadable = files.discover(paths, options.exclude, options.base)
     report.skipped = [(s.path, s.reason) for s in skipped]
-    report.errors += [FileError(path, 1, 1, "no such file or directory") for path in missing]
+    report.errors += [FileError(u.path, 1, 1, u.reason) for u in unreadable]
     scanned = _read_all(source_files, report)
     prefilter = TokenScan(engine.prefilter_tokens(rules))
     worth = [s for s in scanned if prefilter(s.source)]

@@ -16,7 +16,7 @@ import re
 import tokenize
 import warnings
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 # PEP 263: the declaration must be in a comment on line 1 or 2.
 _CODING_LINE = re.compile(rb"^[ \t\f]*#.*?coding[:=][ \t]*[-\w.]+")
@@ -61,6 +61,27 @@ def _coding_lines(source: bytes) -> list[bytes]:
     return [line.rstrip(b"\r\n") for line in source.splitlines(keepends=True)[:2] if _CODING_LINE.match(line)]
 
 
+def _edited_spans(old_lines: list[bytes], new_lines: list[bytes]) -> Iterator[tuple[int, int, int, int]]:
+    """``(i1, i2, j1, j2)``: ``old_lines[i1:i2]`` became ``new_lines[j1:j2]``; everything else is equal.
+
+    The common head and tail are cut off first (linear, and all a typical fix leaves alone), so the
+    diff runs on the edited middle only; with difflib's popular-line heuristic on, a file of
+    thousands of identical lines costs linear time, not quadratic.
+    """
+    head = 0
+    while head < min(len(old_lines), len(new_lines)) and old_lines[head] == new_lines[head]:
+        head += 1
+    tail = 0
+    while tail < min(len(old_lines), len(new_lines)) - head and old_lines[-1 - tail] == new_lines[-1 - tail]:
+        tail += 1
+    old_middle = old_lines[head : len(old_lines) - tail]
+    new_middle = new_lines[head : len(new_lines) - tail]
+    matcher = difflib.SequenceMatcher(None, old_middle, new_middle, autojunk=True)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag in ("replace", "insert"):
+            yield head + i1, head + i2, head + j1, head + j2
+
+
 def layout_problems(old: bytes, new: bytes) -> list[str]:
     """BOM, coding declaration, final newline and line endings that differ outside what was edited.
 
@@ -79,10 +100,7 @@ def layout_problems(old: bytes, new: bytes) -> list[str]:
             f" to {_ending_name(_ending(new_lines[-1]))}"
         )
     file_endings = {_ending(line) for line in old_lines} - {b""}
-    matcher = difflib.SequenceMatcher(None, old_lines, new_lines, autojunk=False)
-    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
-        if tag not in ("replace", "insert"):
-            continue
+    for i1, i2, j1, j2 in _edited_spans(old_lines, new_lines):
         allowed = {_ending(line) for line in old_lines[max(i1 - 1, 0) : i2 + 1]} - {b""} or file_endings
         for number, line in enumerate(new_lines[j1:j2], start=j1 + 1):
             ending = _ending(line)

@@ -129,14 +129,23 @@ def unified_mla_attention(
 _OP_CALLER_DEPTH = 2
 
 
-def _unified_attention_kernel(query, key, value, layer_name):
-    warn_once(UNIFIED_ATTENTION_MESSAGE, depth=_OP_CALLER_DEPTH)
-    return forward_unified_attention(query, key, value, layer_name)
+def forwarder_kernels(
+    route: Route | None = None, resolve_name: Callable[[Any], str] = str
+) -> dict[str, Callable[..., torch.Tensor]]:
+    """Op kernels of the two forwarders: warn once per caller, then forward (to ``route``, default: the current one).
 
+    ``resolve_name`` turns the op's layer-name argument into a ``str`` (vLLM passes an opaque ``LayerName``).
+    """
 
-def _unified_mla_attention_kernel(q, kv_c_normed, k_pe, layer_name, kv_cache_dummy_dep=None):
-    warn_once(UNIFIED_MLA_ATTENTION_MESSAGE, depth=_OP_CALLER_DEPTH)
-    return forward_unified_mla_attention(q, kv_c_normed, k_pe, layer_name, kv_cache_dummy_dep)
+    def unified_attention_kernel(query, key, value, layer_name):
+        warn_once(UNIFIED_ATTENTION_MESSAGE, depth=_OP_CALLER_DEPTH)
+        return forward_unified_attention(query, key, value, resolve_name(layer_name), route)
+
+    def unified_mla_attention_kernel(q, kv_c_normed, k_pe, layer_name, kv_cache_dummy_dep=None):
+        warn_once(UNIFIED_MLA_ATTENTION_MESSAGE, depth=_OP_CALLER_DEPTH)
+        return forward_unified_mla_attention(q, kv_c_normed, k_pe, resolve_name(layer_name), kv_cache_dummy_dep, route)
+
+    return {"unified_attention": unified_attention_kernel, "unified_mla_attention": unified_mla_attention_kernel}
 
 
 FORWARDER_SCHEMAS = {
@@ -148,18 +157,12 @@ FORWARDER_SCHEMAS = {
 }
 
 
-def define_forwarder_ops(
-    lib: torch.library.Library, layer_name_type: str, kernels: dict[str, Callable[..., torch.Tensor]]
-) -> None:
-    """Define the two forwarder ops in ``lib`` with CompositeImplicitAutograd ``kernels``."""
+def define_forwarder_ops(lib: torch.library.Library, layer_name_type: str, kernels: dict[str, Callable]) -> None:
+    """Define the two forwarder ops in ``lib``, CompositeImplicitAutograd: they decompose under torch.compile."""
     for name, schema in FORWARDER_SCHEMAS.items():
         lib.define(name + schema.format(layer_name=layer_name_type))
         lib.impl(name, kernels[name], "CompositeImplicitAutograd")
 
 
 _lib = torch.library.Library(NAMESPACE, "FRAGMENT")
-define_forwarder_ops(
-    _lib,
-    "str",
-    {"unified_attention": _unified_attention_kernel, "unified_mla_attention": _unified_mla_attention_kernel},
-)
+define_forwarder_ops(_lib, "str", forwarder_kernels())

@@ -64,18 +64,6 @@ def install_route() -> list[str]:
     return ["vllm_attn_compat.compat.unified_attention/unified_mla_attention -> vLLM"]
 
 
-def _vllm_unified_attention(query, key, value, layer_name):
-    warn_once(forwarders.UNIFIED_ATTENTION_MESSAGE, depth=2)
-    return forwarders.forward_unified_attention(query, key, value, _resolve_layer_name(layer_name), ROUTE)
-
-
-def _vllm_unified_mla_attention(q, kv_c_normed, k_pe, layer_name, kv_cache_dummy_dep=None):
-    warn_once(forwarders.UNIFIED_MLA_ATTENTION_MESSAGE, depth=2)
-    return forwarders.forward_unified_mla_attention(
-        q, kv_c_normed, k_pe, _resolve_layer_name(layer_name), kv_cache_dummy_dep, ROUTE
-    )
-
-
 _vllm_lib: torch.library.Library | None = None  # kept alive: the ops live as long as their library
 
 
@@ -88,11 +76,8 @@ def install_ops() -> list[str]:
     # LayerName (opaque, torch >= 2.11) or str, as vLLM's own ops; eager callers may pass either.
     probe_schema = torch.library.infer_schema(_layer_name_probe, mutates_args=())  # "(<type> layer_name) -> ()"
     layer_name_type = probe_schema[1 : probe_schema.index(" layer_name")]
-    forwarders.define_forwarder_ops(
-        _vllm_lib,
-        layer_name_type,
-        {"unified_attention": _vllm_unified_attention, "unified_mla_attention": _vllm_unified_mla_attention},
-    )
+    kernels = forwarders.forwarder_kernels(ROUTE, _resolve_layer_name)
+    forwarders.define_forwarder_ops(_vllm_lib, layer_name_type, kernels)
     return ["torch.ops.vllm.unified_attention", "torch.ops.vllm.unified_mla_attention"]
 
 

@@ -9,9 +9,11 @@ the call goes, in order of preference, to:
    positional argument is the output tensor. This is a private, schema-less binding: the
    argument list below matches flash-attn 2.6-2.8 and is checked against the version.
 
-Both paths cover packed prefill and decode from the paged cache (``block_table``). Without a
-CUDA device or without flash-attn, constructing the backend raises `FlashUnavailableError`
-naming what is missing. flash-attn needs fp16/bf16, ``head_size == head_size_v`` and a head
+Both paths cover packed prefill and decode from the paged cache (``block_table``). If the
+kernel returns a tensor other than ``output`` (flash-attn 2 does for single-token GQA
+decode batches), it is copied in, so the result is never lost. Without a CUDA device or
+without flash-attn, constructing the backend raises `FlashUnavailableError` naming what is
+missing. flash-attn needs fp16/bf16, ``head_size == head_size_v`` and a head
 size divisible by 8 (others are padded and copied inside the kernel wrapper, so they are
 refused here rather than silently copied); paged caches need a block size divisible by 256.
 """
@@ -131,20 +133,30 @@ class FlashAttentionImpl(AttentionImpl):
             k, v, block_table, cu_seqlens_k = key[:n], value[:n], None, md.query_start_loc
         q, out = query[:n], output[:n]
         if self._public is not None:
-            self._public(
+            returned = self._public(
                 q, k, v, cu_seqlens_q=md.query_start_loc, cu_seqlens_k=cu_seqlens_k,
                 max_seqlen_q=md.max_query_len, max_seqlen_k=md.max_seq_len, softmax_scale=self.scale,
                 causal=md.causal, block_table=block_table, out=out,
             )  # fmt: skip
         else:
-            self._extension.varlen_fwd(
+            returned = self._extension.varlen_fwd(
                 q, k, v, out, md.query_start_loc, cu_seqlens_k,
                 None, None, block_table, None,  # seqused_k, leftpad_k, block_table, alibi_slopes
                 md.max_query_len, md.max_seq_len, 0.0, self.scale,
                 False, md.causal, -1, -1,  # zero_tensors, causal, window_size_left/right
                 0.0, False, None,  # softcap, return_softmax, generator
             )  # fmt: skip
+        _ensure_written(out, returned)
         return output
+
+
+def _ensure_written(out: torch.Tensor, returned: object) -> None:
+    """Copy only if the kernel computed somewhere else (the SGLang pattern). flash-attn 2's
+    decode path for grouped-query attention (one query token, more query than kv heads)
+    reshapes ``out`` into a temporary and returns that instead of writing the caller's buffer."""
+    result = returned[0] if isinstance(returned, (tuple, list)) else returned
+    if isinstance(result, torch.Tensor) and result.data_ptr() != out.data_ptr():
+        out.copy_(result.reshape(out.shape))
 
 
 def _cumulative(lengths: torch.Tensor) -> torch.Tensor:

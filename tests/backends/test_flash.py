@@ -69,3 +69,16 @@ def test_flash_decode_from_paged_cache(make_layer):
         )  # fmt: skip
         torch.testing.assert_close(out.double().cpu(), expected, atol=2e-2, rtol=2e-2)
         done = seq_lens
+
+
+def test_result_returned_elsewhere_is_copied_in_and_aliased_result_is_not():
+    from vllm_attn_compat.backends.flash import _ensure_written
+
+    out = torch.zeros(3, 2, 8)
+    aliased = [out, torch.empty(2, 3)]  # what varlen_fwd returns when it wrote into out
+    out.fill_(1.0)
+    _ensure_written(out, aliased)
+    assert torch.all(out == 1.0)
+    elsewhere = torch.full((3, 2, 8), 2.0)  # flash-attn 2's swapped GQA decode path
+    _ensure_written(out, [elsewhere, torch.empty(2, 3)])
+    assert torch.equal(out, elsewhere)

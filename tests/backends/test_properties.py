@@ -9,7 +9,12 @@ from backend_helpers import TOLERANCES, reference_attention
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vllm_attn_compat.backends import STATIC_FORWARD_CONTEXT, Attention, AttentionMetadata, set_forward_context
+from vllm_attn_compat.backends import (
+    STATIC_FORWARD_CONTEXT,
+    Attention,
+    AttentionMetadata,
+    set_forward_context,
+)
 
 BLOCK_SIZE, BLOCKS_PER_SEQ = 4, 4
 
@@ -53,7 +58,7 @@ def test_paged_sdpa_matches_reference(batch, seed):
         with set_forward_context(md):
             layer(pad(q), pad(k), pad(v), output=output)
         expected = torch.cat(
-            [reference_attention(s[0][c:], s[1], s[2], layer.scale, causal=True) for s, c in zip(full, context)]
+            [reference_attention(s[0][c:], s[1], s[2], layer.scale, True) for s, c in zip(full, context)]
         )
         torch.testing.assert_close(output[: len(q)].double(), expected, **TOLERANCES[torch.float32])
         assert torch.all(output[len(q) :] == 7.0)

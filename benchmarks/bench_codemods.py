@@ -151,6 +151,8 @@ def main() -> int:
         tree = os.path.join(scratch, "tree")
         files, size = build_tree(tree)
         print(f"tree: {files} torch files ({size / 1e6:.1f} MB) + examples/legacy_plugin, jobs={args.jobs}")
+        # Other work on the machine slows the runs unevenly: the ratios are meaningful on a quiet one.
+        print("load average at start: {:.1f} {:.1f} {:.1f}".format(*os.getloadavg()))
         env = {**os.environ, "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", "")}
 
         ours_cmd = [sys.executable, "-m", "vllm_attn_compat", "migrate", "--check", "--format", "json",
@@ -200,9 +202,13 @@ def main() -> int:
             print(f"per matching file ({len(matching)} files): migrate {ours_file * 1e3:.2f} ms, "
                   f"bare libcst parse+render {bare_file * 1e3:.2f} ms")  # fmt: skip
 
+        print("load average at end: {:.1f} {:.1f} {:.1f}".format(*os.getloadavg()))
         print("\nratios (wall time):")
         print(f"  migrate --check / grep -rlF        = {ours_wall / grep_wall:6.2f}x   (target <= 3x)")
         print(f"  libcst.tool codemod / migrate      = {libcst_wall / ours_wall:6.1f}x   (target >= 20x)")
+        print("ratios (CPU time, less sensitive to other load):")
+        print(f"  migrate --check / grep -rlF        = {ours_cpu / grep_cpu:6.2f}x")
+        print(f"  libcst.tool codemod / migrate      = {libcst_cpu / ours_cpu:6.1f}x")
         if matching:
             print(f"  per matching file: migrate / parse = {ours_file / bare_file:6.2f}x")
     return 0

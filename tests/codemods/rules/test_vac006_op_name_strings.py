@@ -51,18 +51,33 @@ def test_comparison_argument_and_dict_key_are_reported_only():
     assert statuses(result) == [Status.MANUAL] * 4
 
 
-def test_comment_on_a_dropped_element_is_declared_removed():
+def test_comments_around_dropped_elements_stay_in_the_literal():
     text = source(
         """
-        splitting_ops = [
-            "vllm::unified_attention_with_output",
+        splitting_ops = [  # the ops
+            # old first
             "vllm::unified_attention",  # legacy path
+            "vllm::mamba_mixer2",  # keeps the mamba mixer split
+            # the attention op:
+            "vllm::unified_attention_with_output",
+            "vllm::unified_attention"  # trailing, without a comma
         ]
         """
     )
     result = run(text, ["VAC006"])
-    assert '"vllm::unified_attention",' not in result.source.decode()
-    assert "# legacy path" in result.source.decode() or result.removed_comments == ("# legacy path",)
+    assert result.source.decode() == source(
+        """
+        splitting_ops = [  # the ops
+            # old first
+            # legacy path
+            "vllm::mamba_mixer2",  # keeps the mamba mixer split
+            # the attention op:
+            "vllm::unified_attention_with_output"
+            # trailing, without a comma
+        ]
+        """
+    )
+    assert result.removed_comments == ()
 
 
 def test_noqa_keeps_a_string():

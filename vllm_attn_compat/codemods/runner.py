@@ -77,9 +77,8 @@ def _index_hierarchy(scanned: Sequence[_Scanned], worth: Sequence[_Scanned], opt
     built = hierarchy_module.ClassHierarchy.build([])
     while pending:
         tasks = [(s.source_file.path, (s.source, s.source_file.path)) for s in pending]
-        for path, outcome in parallel.parallel_map(
-            worker.index_file, tasks, jobs=options.jobs, initializer=worker.no_setup
-        ):
+        outcomes = parallel.parallel_map(worker.index_file, tasks, jobs=options.jobs, initializer=worker.no_setup)
+        for path, outcome in _with_progress(outcomes, len(tasks), options.progress, "index classes"):
             if isinstance(outcome, FileError):
                 report.errors.append(outcome)
             elif isinstance(outcome, parallel.WorkerCrashed):
@@ -142,7 +141,7 @@ def run_paths(
         initargs=(rules, hierarchy, options.unsafe_fixes),
     )
     diffs: dict[str, str] = {}
-    for path, outcome in _with_progress(outcomes, len(tasks), options.progress):
+    for path, outcome in _with_progress(outcomes, len(tasks), options.progress, "migrate"):
         _record(by_path[path], outcome, options, report, diffs)
     for path in sorted(diffs):  # workers finish in any order; the output must not depend on it
         emit_diff(diffs[path])
@@ -150,14 +149,14 @@ def run_paths(
     return report
 
 
-def _with_progress(outcomes, total: int, enabled: bool):
+def _with_progress(outcomes, total: int, enabled: bool, stage: str):
     if not enabled:
         return outcomes
     from tqdm import tqdm
 
     # No monitor thread: the worker processes are forked while the bar is alive.
     tqdm.monitor_interval = 0
-    return tqdm(outcomes, total=total, unit="file", desc="migrate", delay=0.5, leave=False)
+    return tqdm(outcomes, total=total, unit="file", desc=stage, delay=0.5, leave=False)
 
 
 def _record(item: _Scanned, outcome, options: Options, report: RunReport, diffs: dict[str, str]) -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections import Counter
 
-import pytest
 from hypothesis import given, note
 
 from .engine_api import Status, comments, has_bom, line_endings, longest_blank_run, migrate, program
@@ -79,7 +78,7 @@ def test_unsafe_fixes_keep_the_module_valid(module: GeneratedModule) -> None:
     )
 
 
-# Found by the property above (which now keeps comments away from dropped op names, so it can go on
+# Found by the property above, fixed by the owner (the property still keeps comments away from dropped op names, so it can go on
 # checking everything else): dropping an old op name from a multi-line literal also drops the comments
 # next to it, though issue 3 lets a rule remove only the comments documenting a removed attribute.
 DROPPED_ELEMENT_COMMENTS = b"""SPLITTING_OPS = [
@@ -92,7 +91,6 @@ DROPPED_ELEMENT_COMMENTS = b"""SPLITTING_OPS = [
 """
 
 
-@pytest.mark.xfail(strict=True, reason="VAC006 removes the comments around an op name it drops (issue 3)")
 def test_dropping_an_op_name_keeps_the_comments_around_it() -> None:
     result = migrate(DROPPED_ELEMENT_COMMENTS)
     assert b'"vllm::unified_attention",' not in result.source

@@ -28,7 +28,8 @@ class SourceError(Exception):
 def read_source(path: str) -> tuple[bytes, os.stat_result]:
     """A file's bytes and its status when read (to detect a later change), or a :class:`SourceError`."""
     try:
-        descriptor = os.open(path, os.O_RDONLY)
+        # O_BINARY: on Windows a plain O_RDONLY descriptor would translate CRLF to LF.
+        descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
         try:
             status = os.fstat(descriptor)
             chunks = [os.read(descriptor, max(status.st_size, 1) + 1)]
@@ -97,12 +98,13 @@ def write_atomic(path: str, data: bytes, expected_stat: os.stat_result | None = 
         with os.fdopen(descriptor, "wb") as handle:
             handle.write(data)
             handle.flush()
-            os.fchmod(handle.fileno(), stat.S_IMODE(current.st_mode))
-            try:  # keep the owner too when allowed (running as root over another user's tree)
-                os.fchown(handle.fileno(), current.st_uid, current.st_gid)
-            except OSError:
-                pass
+            if hasattr(os, "fchown"):  # keep the owner when allowed (root running over a user's tree)
+                try:
+                    os.fchown(handle.fileno(), current.st_uid, current.st_gid)
+                except OSError:
+                    pass
             os.fsync(handle.fileno())
+        os.chmod(temporary, stat.S_IMODE(current.st_mode))  # mkstemp made it private (0600)
         os.replace(temporary, path)
     except BaseException:
         try:

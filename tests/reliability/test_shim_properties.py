@@ -129,3 +129,78 @@ def test_warn_once_under_many_threads() -> None:
     lines = sorted(w.lineno for w in ours)
     assert len(ours) == len(sites) and len(set(lines)) == len(sites), f"expected one warning per call site, got lines {lines}"
     assert all(w.filename == __file__ for w in ours), "a warning names another file than the caller's"
+
+
+# -- the legacy adapter -----------------------------------------------------------------------------
+
+class _Layer:
+    def __init__(self, num_heads: int, num_kv_heads: int, head_size: int, head_size_v: int) -> None:
+        self.num_heads, self.num_kv_heads, self.head_size, self.head_size_v = num_heads, num_kv_heads, head_size, head_size_v
+
+
+def _legacy_result(layer: _Layer, query: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+    """What the legacy impls compute from 2-D inputs: elementwise, so any correct path is bit-identical."""
+    tokens = query.shape[0]
+    q = query.view(tokens, layer.num_heads, layer.head_size)[..., : layer.head_size_v]
+    v = value.view(tokens, layer.num_kv_heads, layer.head_size_v).repeat_interleave(layer.num_heads // layer.num_kv_heads, 1)
+    return q * 2 + v
+
+
+class _ReturnsNew:
+    """accept_output_buffer = False, the common case: returns a new [T, H * Dv] tensor."""
+
+    def forward(self, layer, query, key, value, kv_cache, attn_metadata):
+        assert query.dim() == 2 and key.dim() == 2 and value.dim() == 2, "the legacy path delivered 2-D inputs"
+        return _legacy_result(layer, query, value).reshape(query.shape[0], layer.num_heads * layer.head_size_v)
+
+
+class _ReturnsTransposed:
+    """Returns a correct result laid out non-contiguously (a transposed view)."""
+
+    def forward(self, layer, query, key, value, kv_cache, attn_metadata):
+        result = _legacy_result(layer, query, value).reshape(query.shape[0], -1 if query.shape[0] else layer.num_heads * layer.head_size_v)
+        return result.t().contiguous().t()
+
+
+class _WritesOutput:
+    """Takes the 2-D output and writes into it, returning it (the adapter must not copy)."""
+
+    def forward(self, layer, query, key, value, kv_cache, attn_metadata, output=None):
+        result = _legacy_result(layer, query, value)
+        output.copy_(result.reshape(output.shape))
+        return output
+
+
+LEGACY_IMPLS = [_ReturnsNew, _ReturnsTransposed, _WritesOutput]
+
+
+@reliability_settings(ci=40, long=1500)
+@given(problem=_problems(), impl=st.sampled_from(LEGACY_IMPLS))
+def test_legacy_adapter_is_bit_identical_to_the_legacy_result(problem, impl) -> None:
+    num_heads, num_kv_heads, head_size, head_size_v, lengths, seed = problem
+    _check_adapter(_Layer(num_heads, num_kv_heads, head_size, min(head_size_v, head_size)), max(sum(lengths), 1), seed, impl)
+
+
+# Found by the property above: `_rows` reshapes with -1, ambiguous for 0 elements. Until the owner
+# fixes it, the property draws at least one token for the adapter and this test pins the empty batch.
+@pytest.mark.xfail(strict=True, raises=RuntimeError, reason="adapt_legacy_impl: `_rows` reshape(T, -1) raises on an empty batch (issue 5)")
+@pytest.mark.parametrize("impl", LEGACY_IMPLS)
+def test_legacy_adapter_on_an_empty_batch(impl) -> None:
+    _check_adapter(_Layer(2, 1, 8, 8), 0, 0, impl)
+
+
+def _check_adapter(layer: _Layer, tokens: int, seed: int, impl: type) -> None:
+    num_heads, num_kv_heads, head_size, head_size_v = layer.num_heads, layer.num_kv_heads, layer.head_size, layer.head_size_v
+    gen = torch.Generator().manual_seed(seed)
+    q = torch.randn(tokens, num_heads, head_size, generator=gen)
+    k = torch.randn(tokens, num_kv_heads, head_size, generator=gen)
+    v = torch.randn(tokens, num_kv_heads, head_size_v, generator=gen)
+    expected = _legacy_result(layer, q.reshape(tokens, num_heads * head_size), v.reshape(tokens, num_kv_heads * head_size_v))
+
+    adapted = compat.adapt_legacy_impl(type(f"Adapted{impl.__name__}", (impl,), {}))
+    output = torch.full((tokens, num_heads, head_size_v), float("nan"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", VllmAttnCompatDeprecationWarning)
+        returned = adapted().forward(layer, q, k, v, None, None, output=output)
+    assert returned is output or returned.data_ptr() == output.data_ptr(), "the adapter returned another tensor"
+    assert torch.equal(output, expected), "the adapted legacy impl wrote other numbers than the legacy result"

@@ -15,7 +15,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import vllm_attn_compat.compat as compat  # noqa: E402  (installs the old flags and the legacy adapter)
+import vllm_attn_compat.compat as compat  # noqa: E402
 from vllm_attn_compat.backends import Attention, AttentionBackend, AttentionImpl  # noqa: E402
 from vllm_attn_compat.backends import AttentionMetadata, set_forward_context  # noqa: E402
 
@@ -43,6 +43,7 @@ class MyLegacyBackend(AttentionBackend):
 
 
 def main():
+    compat.install_into_backends()  # the old flags and the legacy adapter; the plugin does this inside vLLM
     layer = Attention(4, 16, 1 / math.sqrt(16), prefix="model.layers.0.attn", attn_backend=MyLegacyBackend)
     reference = Attention(4, 16, 1 / math.sqrt(16), prefix="model.layers.1.attn", attn_backend="sdpa")
     query, key, value = (torch.randn(6, 4 * 16) for _ in range(3))

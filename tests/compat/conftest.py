@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-import vllm_attn_compat.compat  # noqa: F401  (installs the removed flags on this package's classes)
+from vllm_attn_compat import compat
 from vllm_attn_compat.backends import Attention, AttentionMetadata, MLAAttention, set_forward_context
 from vllm_attn_compat.compat import deprecation, forwarders
 
@@ -19,6 +19,15 @@ def fresh_warning_state(monkeypatch):
     """Each test starts with no call site reported yet and the default warning mode."""
     monkeypatch.setattr(deprecation, "_reported", {})
     monkeypatch.delenv(deprecation.ENV_WARNINGS, raising=False)
+
+
+@pytest.fixture(autouse=True)
+def package_flags():
+    """The removed flags and the legacy adapter hook on this package's classes, for the test only: the backends'
+    own tests check that the reference backends have no accept_output_buffer."""
+    compat.install_into_backends()
+    yield
+    compat.remove_from_backends()
 
 
 @pytest.fixture(autouse=True)

@@ -220,7 +220,10 @@ def test_shown_by_default_from_library_code(tmp_path):
         "def read():\n"
         "    return AttentionBackend.accept_output_buffer\n"
     )
-    script = "import vllm_attn_compat.compat, fork_backend; fork_backend.read(); fork_backend.read()"
+    script = (
+        "import vllm_attn_compat.compat as c, fork_backend; c.install_into_backends(); "
+        "fork_backend.read(); fork_backend.read()"
+    )
     root = str(Path(compat.__file__).resolve().parents[2])
     env = {"PYTHONPATH": f"{tmp_path}:{root}", "PATH": "/usr/bin:/bin"}
 

@@ -113,3 +113,12 @@ def install_removed_flags(backend_base: type, attention_layer: type) -> list[str
         attention_layer.__init__ = __init__
         installed.append(f"legacy adapter for {attention_layer.__name__} backends with accept_output_buffer = False")
     return installed
+
+
+def remove_removed_flags(backend_base: type, attention_layer: type) -> None:
+    """Undo :func:`install_removed_flags` (impl classes already adapted stay adapted)."""
+    for cls, name in ((backend_base, ACCEPT_OUTPUT_BUFFER), (attention_layer, USE_OUTPUT)):
+        if isinstance(cls.__dict__.get(name), AlwaysTrueFlag):
+            delattr(cls, name)
+    if getattr(attention_layer.__dict__.get("__init__"), _CHECKS_BACKEND, False):
+        attention_layer.__init__ = attention_layer.__init__.__wrapped__

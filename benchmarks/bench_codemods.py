@@ -104,17 +104,17 @@ def timed(command: list[str], repeat: int, **kwargs) -> tuple[float, float, subp
     return statistics.median(walls), statistics.median(cpus), completed
 
 
-def per_file_costs(paths: list[str], loops: int) -> tuple[float, float]:
+def per_file_costs(paths: list[str], loops: int, ignored: list[str]) -> tuple[float, float]:
     """Mean seconds per file: our migration (all rules) and a bare libcst parse + render."""
     import libcst
 
     from vllm_attn_compat.codemods.engine import migrate_source
     from vllm_attn_compat.codemods.hierarchy import ClassHierarchy, index_module
-    from vllm_attn_compat.codemods.registry import all_rules
+    from vllm_attn_compat.codemods.registry import select_rules
 
     sources = {path: open(path, "rb").read() for path in paths}
     hierarchy = ClassHierarchy.build(index_module(source, path) for path, source in sources.items())
-    rules = all_rules()
+    rules = select_rules(ignore=ignored)
 
     def ours() -> None:
         for path, source in sources.items():
@@ -142,10 +142,13 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=5, help="runs of the fast commands (median reported)")
     parser.add_argument("--jobs", type=int, default=len(os.sched_getaffinity(0)), help="processes, both runners")
     parser.add_argument("--sample", type=int, default=150, help="files in the --quick libcst sample")
+    parser.add_argument("--ignore", default="", help="rule codes to leave out of migrate and grep (what-if runs)")
     args = parser.parse_args()
 
     from vllm_attn_compat.codemods.engine import prefilter_tokens
-    from vllm_attn_compat.codemods.registry import all_rules
+    from vllm_attn_compat.codemods.registry import select_rules
+
+    ignored = [code for code in args.ignore.split(",") if code]
 
     with tempfile.TemporaryDirectory(prefix="bench-codemods-") as scratch:
         tree = os.path.join(scratch, "tree")
@@ -153,10 +156,12 @@ def main() -> int:
         print(f"tree: {files} torch files ({size / 1e6:.1f} MB) + examples/legacy_plugin, jobs={args.jobs}")
         # Other work on the machine slows the runs unevenly: the ratios are meaningful on a quiet one.
         print("load average at start: {:.1f} {:.1f} {:.1f}".format(*os.getloadavg()))
+        if ignored:
+            print(f"what-if run: rules {', '.join(ignored)} left out of both migrate and grep")
         env = {**os.environ, "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", "")}
 
         ours_cmd = [sys.executable, "-m", "vllm_attn_compat", "migrate", "--check", "--format", "json",
-                    "--jobs", str(args.jobs), tree]  # fmt: skip
+                    "--jobs", str(args.jobs), *(["--ignore", args.ignore] if ignored else []), tree]  # fmt: skip
         timed(ours_cmd, 1, env=env)  # warm the page cache
         ours_wall, ours_cpu, ours_run = timed(ours_cmd, args.repeat, env=env)
         summary = json.loads(ours_run.stdout)["summary"]
@@ -166,7 +171,7 @@ def main() -> int:
             f"would change {summary['files_changed']}, findings {summary['findings']}"
         )
 
-        tokens = [token.decode() for token in prefilter_tokens(all_rules())]
+        tokens = [token.decode() for token in prefilter_tokens(select_rules(ignore=ignored))]
         grep_cmd = ["grep", "-rlF", "--include=*.py", *[arg for t in tokens for arg in ("-e", t)], tree]
         grep_wall, grep_cpu, grep_run = timed(grep_cmd, args.repeat)
         print(f"grep -rlF ({len(tokens)} tokens): {grep_wall:.3f} s wall, {grep_cpu:.3f} CPU-s; "
@@ -198,7 +203,7 @@ def main() -> int:
         matching = sorted({os.path.join(tree, f["file"]) if not os.path.isabs(f["file"]) else f["file"]
                            for f in report["findings"]})  # fmt: skip
         if matching:
-            ours_file, bare_file = per_file_costs(matching, loops=5)
+            ours_file, bare_file = per_file_costs(matching, loops=5, ignored=ignored)
             print(f"per matching file ({len(matching)} files): migrate {ours_file * 1e3:.2f} ms, "
                   f"bare libcst parse+render {bare_file * 1e3:.2f} ms")  # fmt: skip
 

@@ -38,3 +38,22 @@ def test_the_scan_agrees_with_the_naive_test(source):
 def test_the_scan_agrees_for_arbitrary_tokens(tokens, source):
     source = source + tokens[0] if source[:1] == b"\0" else source
     assert TokenScan(tokens)(source) == any(token in source for token in tokens)
+
+
+def test_whole_words_match_identifiers_not_parts_of_longer_names():
+    scan = TokenScan([b"SdpaBackend"], whole_words=True)
+    assert scan(b"from plugin.sdpa import SdpaBackend\n")
+    assert scan(b"class X(sdpa.SdpaBackend):\n") and scan(b"SdpaBackend")
+    assert not scan(b"def setSdpaBackendsToDefault(): pass\n")
+    assert not scan(b"x = SdpaBackend2\ny = _SdpaBackend\nz = \xc3\xa9SdpaBackend\n")
+    assert scan(b"x = SdpaBackend2 or SdpaBackend\n")
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.sampled_from([b"Impl", b"Base", b"_", b" ", b"(", b".", b"x", b"\n", b"\xc3\xa9"]), max_size=10))
+def test_whole_words_agree_with_a_tokenizing_definition(parts):
+    import re
+
+    source = b"".join(parts)
+    words = set(re.findall(rb"[A-Za-z0-9_\x80-\xff]+", source))
+    assert TokenScan([b"Impl", b"ImplBase"], whole_words=True)(source) == bool({b"Impl", b"ImplBase"} & words)

@@ -89,7 +89,7 @@ def _index_hierarchy(scanned: Sequence[_Scanned], worth: Sequence[_Scanned], opt
         )
         new_names = set(built.attention_class_names()) - known_names
         known_names |= new_names
-        has_name = TokenScan(name.encode() for name in new_names)
+        has_name = TokenScan((name.encode() for name in new_names), whole_words=True)
         pending = [s for s in scanned if s.source_file.path not in indexes and has_name(s.source)]
     return built, indexes
 

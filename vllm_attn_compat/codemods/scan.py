@@ -46,11 +46,35 @@ def choose_anchors(tokens: Iterable[bytes], length: int = ANCHOR_LENGTH) -> tupl
     return tuple(anchors)
 
 
-class TokenScan:
-    """A callable answering exactly ``any(token in source for token in tokens)``, faster."""
+# Bytes that can continue a Python identifier (non-ASCII too: identifiers may be Unicode).
+_IDENTIFIER_BYTES = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_") | frozenset(
+    range(128, 256)
+)
 
-    def __init__(self, tokens: Iterable[bytes]) -> None:
+
+def contains_word(source: bytes, word: bytes) -> bool:
+    """Whether ``word`` occurs in ``source`` as a whole identifier: ``SdpaBackend``, not ``setSdpaBackends``."""
+    start = source.find(word)
+    while start != -1:
+        end = start + len(word)
+        if (start == 0 or source[start - 1] not in _IDENTIFIER_BYTES) and (
+            end == len(source) or source[end] not in _IDENTIFIER_BYTES
+        ):
+            return True
+        start = source.find(word, start + 1)
+    return False
+
+
+class TokenScan:
+    """A callable answering exactly ``any(token in source for token in tokens)``, faster.
+
+    With ``whole_words``, a token counts only as a whole identifier (see :func:`contains_word`): a
+    class name found inside a longer name is no reference to that class.
+    """
+
+    def __init__(self, tokens: Iterable[bytes], *, whole_words: bool = False) -> None:
         self.tokens = tuple(dict.fromkeys(token for token in tokens if token))
+        self.whole_words = whole_words
         anchors = choose_anchors(self.tokens)
         # Each anchor with the tokens containing it: a hit on an anchor is confirmed by those alone.
         self.groups = tuple((anchor, tuple(t for t in self.tokens if anchor in t)) for anchor in anchors)
@@ -61,6 +85,10 @@ class TokenScan:
 
     def __call__(self, source: bytes) -> bool:
         for anchor, tokens in self.groups:
-            if anchor in source and any(token in source for token in tokens):
-                return True
+            if anchor in source:
+                if self.whole_words:
+                    if any(contains_word(source, token) for token in tokens):
+                        return True
+                elif any(token in source for token in tokens):
+                    return True
         return False

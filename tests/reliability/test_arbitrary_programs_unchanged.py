@@ -38,13 +38,15 @@ def _valid(source: str) -> bytes | None:
 
 
 def _unchanged(source: bytes) -> None:
-    result = migrate(source)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SyntaxWarning)  # generated code like `1()`: the engine's ast pass warns
+        result = migrate(source)
     assert result.source == source, "an arbitrary program was changed"
     assert not [f for f in result.findings if f.status is Status.FIXED]
     assert not result.removed_comments
 
 
-@reliability_settings(ci=60, long=3000)
+@reliability_settings(ci=40, long=3000)
 @given(program=hypothesmith.from_grammar())
 def test_generated_programs_come_out_byte_identical(program: str) -> None:
     source = _valid(program)
@@ -52,7 +54,7 @@ def test_generated_programs_come_out_byte_identical(program: str) -> None:
     _unchanged(source)
 
 
-@reliability_settings(ci=60, long=1500)
+@reliability_settings(ci=30, long=1500)
 @given(program=hypothesmith.from_grammar(), crlf=st.booleans())
 def test_generated_statements_inside_an_attention_method_come_out_byte_identical(program: str, crlf: bool) -> None:
     assume("output" not in program)  # a statement of its own about `output` could be old-API code
@@ -65,7 +67,7 @@ def test_generated_statements_inside_an_attention_method_come_out_byte_identical
     _unchanged(source)
 
 
-@reliability_settings(ci=2, long=30)
+@reliability_settings(ci=1, long=30)
 @given(programs=st.lists(hypothesmith.from_grammar(), min_size=8, max_size=12))
 def test_generated_programs_through_the_cli(programs: list[str], tmp_path_factory) -> None:
     tree: Path = tmp_path_factory.mktemp("programs")

@@ -151,7 +151,7 @@ def test_bad_input_is_reported_and_the_rest_processed(
     _REFERENCE[:] = [_program(migrated_legacy)]
     if case.needs_permissions and not permissions_enforced():
         pytest.skip("running as root without setpriv: file permissions are not enforced")
-    if jobs == "2" and case.name not in ("deeply-nested-expression", "no-read-permission"):
+    if jobs == "2" and case.name != "deeply-nested-expression":
         pytest.skip("the worker-pool variant is run for the cases whose failure happens inside a worker")
     tree = tmp_path / "tree"
     # With --jobs 2, enough candidates that the runner really uses worker processes.

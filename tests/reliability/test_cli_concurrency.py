@@ -47,7 +47,7 @@ def _records(output: bytes) -> tuple[list, dict]:
     return records, summary
 
 
-@pytest.mark.parametrize("mode", [(), ("--check",), ("--unsafe-fixes",)], ids=["write", "check", "unsafe"])
+@pytest.mark.parametrize("mode", [(), ("--check", "--unsafe-fixes")], ids=["write", "check-unsafe"])
 def test_parallel_run_equals_serial_run(tmp_path: Path, mode: tuple[str, ...]) -> None:
     _tree(tmp_path / "serial")
     shutil.copytree(tmp_path / "serial", tmp_path / "parallel")

@@ -41,7 +41,7 @@ def _check_comments(module: GeneratedModule, new: bytes, removed: tuple[str, ...
     assert set(lost) <= removable, f"removed comments that document no removed attribute: {sorted(set(lost) - removable)}"
 
 
-@reliability_settings(ci=80, long=4000)
+@reliability_settings(ci=50, long=4000)
 @given(module=legacy_modules())
 def test_safe_fixes_keep_everything_else(module: GeneratedModule) -> None:
     result = migrate(module.source)
@@ -61,7 +61,7 @@ def test_safe_fixes_keep_everything_else(module: GeneratedModule) -> None:
     assert not [f for f in migrate(new).findings if f.status is Status.FIXED], "the second run still found fixes"
 
 
-@reliability_settings(ci=25, long=1500)
+@reliability_settings(ci=15, long=1500)
 @given(module=legacy_modules())
 def test_unsafe_fixes_keep_the_module_valid(module: GeneratedModule) -> None:
     result = migrate(module.source, unsafe_fixes=True)

@@ -3,10 +3,10 @@
 1. Every file is read once, as bytes, and checked to be decodable text.
 2. A literal scan (``bytes in``, no regex) finds the files worth parsing at all.
 3. The class-hierarchy pass (stdlib ``ast``) indexes files that mention vLLM's attention bases, then,
-   round after round, files that mention an attention class found so far, until no new name appears:
-   a plugin's base class in one file makes its backends in other files attention code.
-4. libcst parses only the files holding a rule's tokens (and, for rules scoped to attention classes,
-   taking part in the hierarchy), in worker processes when there are enough of them.
+   round after round, files naming (as a whole identifier) an attention class found so far, until no
+   new name appears: a plugin's base class in one file makes its backends in other files attention code.
+4. libcst parses only the files holding a rule's tokens (for rules scoped to attention classes, only
+   files whose class index shows an attention class), in worker processes when there are enough.
 5. A rewritten file is written only if every invariant in :mod:`safety` holds, atomically.
 """
 
@@ -122,11 +122,11 @@ def run_paths(
     unscoped = [rule for rule in rules if not rule.scoped]
     # A file needing libcst holds a prefilter token, or an attention-class name (it was indexed);
     # rules scoped to attention classes matter only where the index shows such a class.
-    pool = {s.source_file.path: s for s in scanned if s.source_file.path in indexes}
-    pool |= {s.source_file.path: s for s in worth}
+    reachable = {s.source_file.path: s for s in scanned if s.source_file.path in indexes}
+    reachable |= {s.source_file.path: s for s in worth}
     candidates = [
         s
-        for path, s in sorted(pool.items())
+        for path, s in sorted(reachable.items())
         if path not in failed
         and engine.needs_parsing(s.source, rules if _in_scope(path, indexes, hierarchy) else unscoped, names)
     ]

@@ -306,13 +306,9 @@ def _op_list(w: _Writer) -> None:
         w.line(0, render(old_items), SAME if new_items == old_items else render(new_items))
         return
     w.line(0, f"SPLITTING_OPS = {opener}")
-    dropped = [new is None for _, new in entries] + [False]
-    for i, (text, new) in enumerate(entries):
-        # No comment next to a dropped element: see DROPPED_ELEMENT_COMMENTS in test_generated_attention_modules.py
-        if not (dropped[i] or dropped[i - 1] if i else dropped[i]):
-            w.gap(1, allow_blank=False)
-        quiet = dropped[i] or dropped[i + 1]
-        w.line(1, text + ",", SAME if new is SAME else (None if dropped[i] else f"{new},"), trailing=not quiet)
+    for text, new in entries:
+        w.gap(1, allow_blank=False)
+        w.line(1, text + ",", SAME if new is SAME else (None if new is None else f"{new},"))
     w.line(0, closer)
 
 

@@ -78,9 +78,9 @@ def test_unsafe_fixes_keep_the_module_valid(module: GeneratedModule) -> None:
     )
 
 
-# Found by the property above, fixed by the owner (the property still keeps comments away from dropped op names, so it can go on
-# checking everything else): dropping an old op name from a multi-line literal also drops the comments
-# next to it, though issue 3 lets a rule remove only the comments documenting a removed attribute.
+# Found by the property above, and fixed by the owner: dropping an old op name from a multi-line
+# literal also dropped the comments next to it, though issue 3 lets a rule remove only the comments
+# documenting a removed attribute.
 DROPPED_ELEMENT_COMMENTS = b"""SPLITTING_OPS = [
     "vllm::mamba_mixer2",  # keeps the mamba mixer split
     # the attention op:

@@ -92,7 +92,8 @@ def _rows(tensor: torch.Tensor | None) -> torch.Tensor | None:
     """``[T, heads, size]`` -> ``[T, heads * size]``, a view whenever the memory allows (the old 2-D layout)."""
     if tensor is None or tensor.dim() <= 2:
         return tensor
-    return tensor.reshape(tensor.shape[0], -1)
+    # Spelled out rather than -1: reshape cannot infer a size from zero elements (an empty batch).
+    return tensor.reshape(tensor.shape[0], tensor.shape[1:].numel())
 
 
 def _store(result: object, output: torch.Tensor, cls: type, *, wrote_output: bool) -> None:

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import BASE, IMPL, IMPL_MIGRATED, MANUAL, UNRELATED, write_tree
+from runner_trees import BASE, IMPL, IMPL_MIGRATED, MANUAL, UNRELATED, write_tree
 
 from vllm_attn_compat.codemods import cli
 from vllm_attn_compat.codemods.cli import main

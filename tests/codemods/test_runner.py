@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import stat
 
-from conftest import BASE, IMPL, IMPL_MIGRATED, UNRELATED, write_tree
+from runner_trees import BASE, IMPL, IMPL_MIGRATED, UNRELATED, write_tree
 
 from vllm_attn_compat.codemods import safety, worker
 from vllm_attn_compat.codemods.findings import Status

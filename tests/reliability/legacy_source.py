@@ -57,6 +57,7 @@ class GeneratedModule:
     newline: str  # "\n", "\r\n" or "mixed"
     encoding: str  # "utf-8", "utf-8-sig" (BOM) or "latin-1" (with a coding declaration)
     changes_expected: bool  # whether the safe fixes must change the module
+    suppressed: int  # lines whose old-API code a `# noqa` comment suppresses
 
 
 @dataclass
@@ -75,6 +76,7 @@ class _Writer:
         self.comments: list[str] = []
         self.removable: set[str] = set()
         self.unsafe_removable: set[str] = set()
+        self.suppressed = 0  # `# noqa` lines on in-scope old-API code: each must yield a SUPPRESSED finding
         self._alphabet = comment_alphabet
 
     def comment(self) -> str:
@@ -171,7 +173,10 @@ def _forward(w: _Writer, depth: int, *, in_scope: bool, name: str = "forward") -
         for i, p in enumerate(params):
             comma = "," if i < len(params) - 1 or draw(st.booleans()) else ""
             w.gap(depth + 1, allow_blank=False)
-            if p is None:
+            if p is None and in_scope and param_old != param_new and draw(st.integers(0, 5)) == 0:
+                w.line(depth + 1, f"{param_old}{comma}  # noqa: VAC002", trailing=False)  # suppressed: kept
+                w.suppressed += 1
+            elif p is None:
                 w.line(depth + 1, param_old + comma, param_new + comma)
             else:
                 w.line(depth + 1, p + comma)
@@ -180,9 +185,13 @@ def _forward(w: _Writer, depth: int, *, in_scope: bool, name: str = "forward") -
     if draw(st.booleans()):
         w.gap(body)
         w.line(body, '"""Runs attention, writing into output."""')
-    guard = draw(st.sampled_from(["none", "assert", "assert_msg", "assert_multiline", "fallback"]))
+    guard = draw(st.sampled_from(["none", "assert", "assert_msg", "assert_multiline", "fallback", "noqa", "noqa_bare"]))
     drop: object = None if in_scope else SAME
-    if guard == "assert":
+    if guard in ("noqa", "noqa_bare"):  # suppressed: kept
+        w.gap(body)
+        w.line(body, "assert output is not None  # noqa" + (": VAC001" if guard == "noqa" else ""), trailing=False)
+        w.suppressed += in_scope
+    elif guard == "assert":
         w.statement(body, "assert output is not None", drop)
     elif guard == "assert_msg":
         w.statement(body, 'assert output is not None, "Output tensor must be provided."', drop)
@@ -389,4 +398,5 @@ def legacy_modules(draw) -> GeneratedModule:
         newline=newline,
         encoding=encoding,
         changes_expected=changes,
+        suppressed=w.suppressed,
     )

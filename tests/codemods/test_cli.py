@@ -236,3 +236,11 @@ def test_help_lists_every_rule_from_the_rules_themselves(capsys):
     text = capsys.readouterr().out
     assert all(f"{rule.code} ({rule.fix_safety.value}) {rule.summary}" in text for rule in all_rules())
     assert "exit codes: 0 nothing left to do" in text
+
+
+def test_an_unknown_rule_code_in_the_configuration_names_the_file_and_key(plugin, capsys):
+    (plugin / "pyproject.toml").write_text('[tool.vllm-attn-compat]\nignore = ["VAC0X"]\n')
+    assert main(["migrate", str(plugin)]) == 2
+    err = capsys.readouterr().err
+    assert f"{plugin / 'pyproject.toml'}: [tool.vllm-attn-compat] ignore: unknown rule code 'VAC0X'" in err
+    assert main(["migrate", "--check", "--ignore", "VAC001", str(plugin)]) == 0  # the flag replaces it

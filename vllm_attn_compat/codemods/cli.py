@@ -8,6 +8,7 @@ be read, decoded or parsed (reported as ``path:line:col: message``; the other fi
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 import textwrap
@@ -100,7 +101,15 @@ def _options(args: argparse.Namespace) -> Options:
         progress=progress,
     )
     if args.jobs is not None:
-        options = Options(**{**options.__dict__, "jobs": args.jobs})
+        options = dataclasses.replace(options, jobs=args.jobs)
+    configured = (("select", args.select is None), ("ignore", args.ignore is None and args.select is None))
+    for key, from_config in configured:
+        codes = getattr(config, key)
+        if from_config and codes:
+            try:  # a code misspelt in the configuration: say where it comes from
+                registry.select_rules(codes if key == "select" else (), codes if key == "ignore" else ())
+            except ValueError as error:
+                raise ConfigError(f"{config.source}: [tool.vllm-attn-compat] {key}: {error}") from None
     return options
 
 

@@ -54,6 +54,15 @@ def test_generated_programs_come_out_byte_identical(program: str) -> None:
     _unchanged(source)
 
 
+@reliability_settings(ci=8, long=300)
+@given(program=hypothesmith.from_node())
+def test_generated_syntax_trees_come_out_byte_identical(program: str) -> None:
+    """from_node writes programs from libcst's own node types: more realistic statements, slower to draw."""
+    source = _valid(program)
+    assume(source is not None)
+    _unchanged(source)
+
+
 @reliability_settings(ci=30, long=1500)
 @given(program=hypothesmith.from_grammar(), crlf=st.booleans())
 def test_generated_statements_inside_an_attention_method_come_out_byte_identical(program: str, crlf: bool) -> None:

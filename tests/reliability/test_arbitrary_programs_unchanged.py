@@ -46,7 +46,7 @@ def _unchanged(source: bytes) -> None:
     assert not result.removed_comments
 
 
-@reliability_settings(ci=40, long=3000)
+@reliability_settings(ci=30, long=3000)
 @given(program=hypothesmith.from_grammar())
 def test_generated_programs_come_out_byte_identical(program: str) -> None:
     source = _valid(program)

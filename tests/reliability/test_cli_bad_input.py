@@ -141,8 +141,11 @@ def _assert_only(folder: Path, names: set[str]) -> None:
     assert {p.name for p in folder.iterdir()} == names, f"files left behind in {folder}"
 
 
-@pytest.mark.parametrize("jobs", ["1", "2"])
-@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+# Every case in-process (--jobs 1); the one whose failure kills a process also with worker processes.
+RUNS = [(case, "1") for case in CASES] + [(case, "2") for case in CASES if case.name == "deeply-nested-expression"]
+
+
+@pytest.mark.parametrize(("case", "jobs"), RUNS, ids=[f"{c.name}-{j}" for c, j in RUNS])
 def test_bad_input_is_reported_and_the_rest_processed(
     case: Case, jobs: str, tmp_path: Path, migrated_legacy: bytes, request: pytest.FixtureRequest
 ) -> None:
@@ -151,8 +154,6 @@ def test_bad_input_is_reported_and_the_rest_processed(
     _REFERENCE[:] = [_program(migrated_legacy)]
     if case.needs_permissions and not permissions_enforced():
         pytest.skip("running as root without setpriv: file permissions are not enforced")
-    if jobs == "2" and case.name != "deeply-nested-expression":
-        pytest.skip("the worker-pool variant is run for the cases whose failure happens inside a worker")
     tree = tmp_path / "tree"
     # With --jobs 2, enough candidates that the runner really uses worker processes.
     neighbours = [f"more/legacy_{i}.py" for i in range(8 if jobs == "2" else 1)]

@@ -42,7 +42,7 @@ def _check_comments(module: GeneratedModule, new: bytes, removed: tuple[str, ...
     assert set(lost) <= removable, f"removed comments that document no removed attribute: {sorted(set(lost) - removable)}"
 
 
-@reliability_settings(ci=50, long=4000)
+@reliability_settings(ci=40, long=4000)
 @given(module=legacy_modules())
 def test_safe_fixes_keep_everything_else(module: GeneratedModule) -> None:
     result = migrate(module.source)

@@ -98,6 +98,12 @@ CASES = [
         check=lambda tree: (_migrated_file("real.py")(tree), _assert_link(tree / "link.py", "real.py")),
     ),
     Case(
+        "symlink-out-of-the-tree", {}, 0, "outside.py",
+        prepare=lambda tree: ((tree.parent / "elsewhere").mkdir(), (tree.parent / "elsewhere" / "target.py").write_bytes(LEGACY),
+                              os.symlink(tree.parent / "elsewhere" / "target.py", tree / "outside.py")),
+        check=lambda tree: (_assert_bytes(tree.parent / "elsewhere" / "target.py", LEGACY), _assert_link(tree / "outside.py", str(tree.parent / "elsewhere" / "target.py"))),
+    ),
+    Case(
         "no-read-permission", {"secret.py": LEGACY}, 2, "secret.py:1:1: ",
         prepare=lambda tree: os.chmod(tree / "secret.py", 0), needs_permissions=True,
         check=lambda tree: (os.chmod(tree / "secret.py", 0o644), _assert_bytes(tree / "secret.py", LEGACY)),
@@ -114,6 +120,8 @@ CASES = [
                             _assert_only(tree / "locked", {"inner.py"})),
     ),
     Case("missing-path", {}, 2, "missing.py", extra_args=("missing.py",)),
+    # libcst's native parser runs for minutes on this: the tool must reject it before (hang guard 60 s).
+    Case("nested-10000", {"deep.py": LEGACY + b"DEPTH = " + b"-" * 10_000 + b"1\n"}, 2, "deep.py:", untouched=("deep.py",), timeout=60),
     Case(
         # libcst's native parser dies with SIGSEGV on this (and hangs on 10,000): it must never reach it in-process.
         "deeply-nested-expression", {"nested.py": LEGACY + b"DEPTH = " + b"-" * 100_000 + b"1\n"},

@@ -101,7 +101,8 @@ def forward_unified_mla_attention(
     route.mla_attention_op()(
         q, kv_c_normed, k_pe, output, route.encode(layer_name), kv_cache_dummy_dep=kv_cache_dummy_dep
     )
-    return output.view(q.shape[0], -1)
+    # Sizes spelled out rather than -1: view cannot infer a size from zero elements (an empty batch).
+    return output.view(q.shape[0], output.shape[1:].numel())
 
 
 # category=None: the marker is for type checkers and IDEs; warn_once does the run-time part, once per call site.

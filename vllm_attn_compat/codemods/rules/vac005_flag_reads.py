@@ -76,7 +76,16 @@ class FlagReads(Rule):
     name = "output-flag-reads"
     summary = "Report reads of `accept_output_buffer` / `use_output`; unsafe fix: keep only the true branch."
     fix_safety = FixSafety.UNSAFE
-    tokens = (b"accept_output_buffer", b".use_output", b'"use_output"', b"'use_output'")
+    # The quoted name matters only as getattr's second argument: a bare "use_output" string appears in
+    # unrelated code (torch's own export serializer), and every file it matches costs a libcst parse.
+    tokens = (
+        b"accept_output_buffer",
+        b".use_output",
+        b', "use_output"',
+        b", 'use_output'",
+        b',"use_output"',
+        b",'use_output'",
+    )
     scoped = False
     examples = (
         Example(

@@ -15,11 +15,11 @@ out untouched by the safe fixes.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
 
 from hypothesis import strategies as st
 
-SAME = object()  # a row whose migrated text equals its old text
+from .source_writer import SAME, SourceWriter
+
 
 VLLM_IMPL_BASES = [
     ("vllm.v1.attention.backend", "AttentionImpl"),
@@ -43,10 +43,6 @@ UNRELATED_OPS = [
     "vllm::unified_attention_with_output_extra",
 ]
 
-# Comment text: printable, one line, never a directive the tools or Python act on.
-_FORBIDDEN_IN_COMMENTS = ("noqa", "coding", "type:", "fmt:")
-
-
 @dataclass(frozen=True)
 class GeneratedModule:
     source: bytes  # the old-API module, encoded as its header says
@@ -60,76 +56,10 @@ class GeneratedModule:
     suppressed: int  # lines whose old-API code a `# noqa` comment suppresses
 
 
-@dataclass
-class _Row:
-    old: str | None
-    new: str | None
-
-
-class _Writer:
-    """Collects rows of (old, new) text and draws comments and blank lines between them."""
-
-    def __init__(self, draw: Callable, unit: str, comment_alphabet: st.SearchStrategy[str]):
-        self.draw = draw
-        self.unit = unit
-        self.rows: list[_Row] = []
-        self.comments: list[str] = []
-        self.removable: set[str] = set()
-        self.unsafe_removable: set[str] = set()
-        self.suppressed = 0  # `# noqa` lines on in-scope old-API code: each must yield a SUPPRESSED finding
-        self._alphabet = comment_alphabet
-
-    def comment(self) -> str:
-        text = self.draw(
-            st.text(self._alphabet, max_size=12).filter(
-                lambda t: not any(word in t.lower() for word in _FORBIDDEN_IN_COMMENTS)
-            )
-        )
-        comment = f"# c{len(self.comments)}" + (f" {text.strip()}" if text.strip() else "")
-        self.comments.append(comment)
-        return comment
-
-    def indent(self, depth: int) -> str:
-        return self.unit * depth
-
-    def gap(self, depth: int, *, allow_blank: bool = True) -> list[str]:
-        """Blank lines (some with trailing whitespace), then own-line comments; returns the comments."""
-        if allow_blank:
-            for _ in range(self.draw(st.integers(0, 2))):
-                self.rows.append(_Row(self.draw(st.sampled_from(["", " ", self.indent(depth)])), SAME))
-        placed = []
-        for _ in range(self.draw(st.integers(0, 2))):
-            column = self.indent(self.draw(st.integers(0, depth))) if depth else ""
-            comment = self.comment()
-            placed.append(comment)
-            self.rows.append(_Row(column + comment, SAME))
-        return placed
-
-    def trailing(self) -> str:
-        return f"  {self.comment()}" if self.draw(st.booleans()) else ""
-
-    def line(self, depth: int, old: str, new: object = SAME, *, trailing: bool = True) -> str:
-        """One physical line; ``new`` is SAME, None (removed) or the migrated text."""
-        suffix = self.trailing() if trailing else ""
-        text = self.indent(depth) + old + suffix
-        if new is SAME:
-            migrated: object = SAME
-        elif new is None:
-            migrated = None
-        else:
-            migrated = self.indent(depth) + str(new) + suffix
-        self.rows.append(_Row(text, migrated))  # type: ignore[arg-type]
-        return suffix
-
-    def statement(self, depth: int, old: str, new: object = SAME) -> None:
-        self.gap(depth)
-        self.line(depth, old, new)
-
-
 # -- pieces of a module ---------------------------------------------------------------------------
 
 
-def _import_line(w: _Writer, module: str, name: str, style: str) -> str:
+def _import_line(w: SourceWriter, module: str, name: str, style: str) -> str:
     """Writes an import of ``name`` from ``module``; returns how the code refers to it."""
     if style == "from":
         w.statement(0, f"from {module} import {name}")
@@ -151,7 +81,7 @@ _OUTPUT_PARAMS = [  # (old text, migrated text, needs)
 ]
 
 
-def _forward(w: _Writer, depth: int, *, in_scope: bool, name: str = "forward") -> None:
+def _forward(w: SourceWriter, depth: int, *, in_scope: bool, name: str = "forward") -> None:
     """A forward method with an old-API ``output`` parameter, assert and fallback."""
     draw = w.draw
     param_old, param_new, _ = draw(st.sampled_from(_OUTPUT_PARAMS))
@@ -213,7 +143,7 @@ def _forward(w: _Writer, depth: int, *, in_scope: bool, name: str = "forward") -
     w.statement(body, "return output")
 
 
-def _report_only_method(w: _Writer, depth: int) -> None:
+def _report_only_method(w: SourceWriter, depth: int) -> None:
     """Old-API reads and calls that the safe fixes only report."""
     kind = w.draw(st.sampled_from(["use_output", "getattr", "call", "compare"]))
     w.statement(depth, "def legacy_path(self, query, key, value, name):")
@@ -231,7 +161,7 @@ def _report_only_method(w: _Writer, depth: int) -> None:
     w.statement(body, "return query")
 
 
-def _local_output_method(w: _Writer, depth: int) -> None:
+def _local_output_method(w: SourceWriter, depth: int) -> None:
     """A local variable named ``output``: never touched."""
     w.statement(depth, "def combine(self, query):")
     w.statement(depth + 1, "output = None")
@@ -241,7 +171,7 @@ def _local_output_method(w: _Writer, depth: int) -> None:
     w.statement(depth + 1, "return output")
 
 
-def _backend_class(w: _Writer, base: str, *, in_scope: bool, depth: int = 0) -> None:
+def _backend_class(w: SourceWriter, base: str, *, in_scope: bool, depth: int = 0) -> None:
     draw = w.draw
     w.statement(depth, f"class {draw(st.sampled_from(['Flash', 'Paged', 'Custom']))}Backend({base}):")
     body = depth + 1
@@ -267,7 +197,7 @@ def _backend_class(w: _Writer, base: str, *, in_scope: bool, depth: int = 0) -> 
     w.statement(body + 1, 'return "CUSTOM"')
 
 
-def _impl_class(w: _Writer, base: str, *, in_scope: bool, depth: int = 0) -> None:
+def _impl_class(w: SourceWriter, base: str, *, in_scope: bool, depth: int = 0) -> None:
     draw = w.draw
     w.statement(depth, f"class {draw(st.sampled_from(['Flash', 'Paged', 'Custom']))}Impl({base}):")
     body = depth + 1
@@ -283,7 +213,7 @@ def _impl_class(w: _Writer, base: str, *, in_scope: bool, depth: int = 0) -> Non
         _local_output_method(w, body)
 
 
-def _op_list(w: _Writer) -> None:
+def _op_list(w: SourceWriter) -> None:
     """A literal of op names: exact old names renamed, dropped where the new one is present."""
     draw = w.draw
     entries: list[tuple[str, object]] = [(f'"{op}"', SAME) for op in draw(st.lists(st.sampled_from(UNRELATED_OPS), unique=True, max_size=2))]
@@ -321,7 +251,7 @@ def _op_list(w: _Writer) -> None:
     w.line(0, closer)
 
 
-def _helper_function(w: _Writer) -> None:
+def _helper_function(w: SourceWriter) -> None:
     """Module-level function with an ``output`` parameter: not attention code."""
     w.statement(0, "def helper(x, output=None):")
     w.statement(1, "assert output is not None")
@@ -337,7 +267,7 @@ def legacy_modules(draw) -> GeneratedModule:
     max_codepoint = 0xFF if encoding == "latin-1" else 0x2FFF
     alphabet = st.characters(min_codepoint=0x20, max_codepoint=max_codepoint, blacklist_categories=("Cc", "Cs", "Zl", "Zp"))
     unit = draw(st.sampled_from(["    ", "  ", "\t"]))
-    w = _Writer(draw, unit, alphabet)
+    w = SourceWriter(draw, unit, alphabet)
 
     if encoding == "latin-1":
         w.line(0, "# -*- coding: latin-1 -*-", trailing=False)

@@ -96,14 +96,7 @@ def _mla_problems(draw):
 @given(problem=_mla_problems(), three_d=st.booleans())
 def test_mla_forwarders_are_bit_identical_to_the_with_output_path(problem, three_d) -> None:
     dims, lengths, seed = problem
-    _check_mla(dims, lengths if sum(lengths) else [1], seed, three_d)  # empty batch: see the xfail below
-
-
-# Found by the property above: the MLA forwarder returns output.view(T, -1), ambiguous for 0 elements.
-@pytest.mark.xfail(strict=True, raises=RuntimeError, reason="MLA forwarder: output.view(T, -1) raises on an empty batch (issue 5)")
-@pytest.mark.parametrize("three_d", [False, True], ids=["2d", "3d"])
-def test_mla_forwarders_on_an_empty_batch(three_d) -> None:
-    _check_mla(dict(num_heads=2, qk_nope=4, qk_rope=2, v_head_dim=3, kv_lora_rank=6), [0], 0, three_d)
+    _check_mla(dims, lengths, seed, three_d)
 
 
 def _check_mla(dims: dict, lengths: list[int], seed: int, three_d: bool) -> None:

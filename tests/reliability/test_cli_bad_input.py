@@ -134,11 +134,7 @@ CASES = [
 ]
 # Found by this suite; the owners are told in the lead's issue notes (docs/reliability.md lists them).
 # Cases that failed when this suite was written and were fixed by their owners: docs/reliability.md.
-KNOWN_FAILURES: dict[tuple[str, str], str] = {
-    ("last-comment-ends-in-backslash", "1"): "libcst 1.9 drops the final newline after a last comment ending in a "
-    "backslash; the runner's safety check then refuses the fix (exit 2, file unchanged): the engine should restore "
-    "the original ending (issue 3)",
-}
+KNOWN_FAILURES: dict[tuple[str, str], str] = {}
 
 
 def _assert_link(path: Path, target: str) -> None:

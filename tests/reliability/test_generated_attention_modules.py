@@ -116,7 +116,6 @@ class PluginBackend(AttentionBackend):
 """
 
 
-@pytest.mark.xfail(strict=True, reason="engine: libcst drops the final newline after a last comment ending in a backslash (issue 3)")
 @pytest.mark.parametrize("newline", [b"\n", b"\r\n"], ids=["LF", "CRLF"])
 def test_a_last_comment_ending_in_a_backslash_keeps_the_final_newline(newline: bytes) -> None:
     source = LAST_COMMENT_BACKSLASH.replace(b"\n", newline)

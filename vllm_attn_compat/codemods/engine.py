@@ -182,4 +182,12 @@ def migrate_source(
     new_module = module.visit(applier)
     if imports:
         new_module = add_imports(new_module, imports)
-    return MigrationResult(new_module.bytes, findings, tuple(applier.sink.removed))
+    return MigrationResult(_keep_final_newline(source, new_module.bytes), findings, tuple(applier.sink.removed))
+
+
+def _keep_final_newline(original: bytes, new: bytes) -> bytes:
+    """Put back a final newline that libcst lost: it drops the one after a last comment ending in a backslash."""
+    for newline in (b"\r\n", b"\n", b"\r"):
+        if original.endswith(newline):
+            return new if new.endswith((b"\n", b"\r")) else new + newline
+    return new

@@ -33,8 +33,12 @@ def index_file(source: bytes, path: str):
         return hierarchy.index_module(source, path)
     except SyntaxError as error:
         return FileError(path, error.lineno or 1, error.offset or 1, f"could not parse: {error.msg}")
-    except (ValueError, RecursionError, MemoryError) as error:
-        return FileError(path, 1, 1, f"could not parse: {type(error).__name__}: {error}")
+    except (RecursionError, MemoryError):
+        # CPython's parser raises an empty MemoryError for deep nesting ("too many nested parentheses" is the
+        # tokenizer's own limit); say what is wrong instead of echoing the exception's name.
+        return FileError(path, 1, 1, "could not parse: the code is nested too deeply for the parser")
+    except ValueError as error:  # e.g. null bytes
+        return FileError(path, 1, 1, f"could not parse: {error}")
     except Exception as error:  # noqa: BLE001 - reported per file, see the module docstring
         message = f"internal error while indexing classes: {type(error).__name__}: {error}; {BUG}"
         return FileError(path, 1, 1, message)

@@ -100,7 +100,27 @@ def is_vllm_base(dotted: str) -> bool:
     return name in VLLM_BASE_NAMES or name.endswith(_IN_TREE_SUFFIXES)
 
 
-class _Indexer(ast.NodeVisitor):
+# Where statements nest, by statement type, in the order ``ast.NodeVisitor`` would reach them.
+# Classes, functions and imports are statements, so walking these bodies finds every one of them
+# (classes nested in functions, imports inside ``try``) without visiting a single expression.
+_NESTED_BODIES: dict[type, tuple[str, ...]] = {
+    ast.If: ("body", "orelse"),
+    ast.For: ("body", "orelse"),
+    ast.AsyncFor: ("body", "orelse"),
+    ast.While: ("body", "orelse"),
+    ast.With: ("body",),
+    ast.AsyncWith: ("body",),
+    ast.Try: ("body", "handlers", "orelse", "finalbody"),
+    ast.ExceptHandler: ("body",),
+}
+if hasattr(ast, "TryStar"):  # Python >= 3.11
+    _NESTED_BODIES[ast.TryStar] = ("body", "handlers", "orelse", "finalbody")
+if hasattr(ast, "Match"):  # Python >= 3.10
+    _NESTED_BODIES[ast.Match] = ("cases",)
+    _NESTED_BODIES[ast.match_case] = ("body",)
+
+
+class _Indexer:
     def __init__(self, module: str, is_package: bool) -> None:
         self.module = module
         self.is_package = is_package
@@ -111,6 +131,23 @@ class _Indexer(ast.NodeVisitor):
 
     def _prefix(self) -> str:
         return self.scopes[-1][0] if self.scopes else ""
+
+    def visit_body(self, statements: list) -> None:
+        for node in statements:
+            kind = type(node)
+            if kind is ast.ClassDef:
+                self.visit_ClassDef(node)
+            elif kind is ast.FunctionDef or kind is ast.AsyncFunctionDef:
+                self._visit_function(node)
+            elif kind is ast.ImportFrom:
+                self.visit_ImportFrom(node)
+            elif kind is ast.Import:
+                self.visit_Import(node)
+            else:
+                fields = _NESTED_BODIES.get(kind)
+                if fields:
+                    for name in fields:
+                        self.visit_body(getattr(node, name))
 
     def visit_Import(self, node: ast.Import) -> None:
         for alias in node.names:
@@ -140,16 +177,13 @@ class _Indexer(ast.NodeVisitor):
         local_scopes = [scope for _, scope in self.scopes]
         self.pending.append((qualname, list(node.bases), node.lineno, local_scopes))
         self.scopes.append((qualname + ".", {}))
-        self.generic_visit(node)
+        self.visit_body(node.body)
         self.scopes.pop()
 
     def _visit_function(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
         self.scopes.append((self._prefix() + node.name + ".<locals>.", {}))
-        self.generic_visit(node)
+        self.visit_body(node.body)
         self.scopes.pop()
-
-    visit_FunctionDef = _visit_function
-    visit_AsyncFunctionDef = _visit_function
 
     def resolve(self, expr: ast.expr, local_scopes: list[dict[str, str]]) -> str | None:
         if isinstance(expr, ast.Subscript):  # AttentionImpl[Metadata]
@@ -176,7 +210,7 @@ def index_module(source: bytes, path: str) -> ModuleIndex:
     tree = ast.parse(source, filename=path)
     module = guess_module_name(path)
     indexer = _Indexer(module, is_package=os.path.basename(path) == "__init__.py")
-    indexer.visit(tree)
+    indexer.visit_body(tree.body)
     classes = []
     for qualname, bases, line, local_scopes in indexer.pending:
         resolved = (indexer.resolve(base, local_scopes) for base in bases)

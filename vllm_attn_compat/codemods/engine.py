@@ -9,10 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from vllm_attn_compat.codemods.edits import AddImport, RemoveStatement, Replace
 from vllm_attn_compat.codemods.findings import Finding, FixSafety, Status
 from vllm_attn_compat.codemods.hierarchy import BASE_TOKENS, ClassHierarchy, index_module
-from vllm_attn_compat.codemods.noqa import noqa_codes, suppresses
 from vllm_attn_compat.codemods.rule import Rule
 
 
@@ -132,6 +130,8 @@ def migrate_source(
     from libcst.metadata import MetadataWrapper, PositionProvider
 
     from vllm_attn_compat.codemods.apply import Applier, add_imports
+    from vllm_attn_compat.codemods.edits import RemoveStatement, Replace
+    from vllm_attn_compat.codemods.noqa import noqa_codes, suppresses
     from vllm_attn_compat.codemods.scope import Analyzer, FileContext
 
     try:
@@ -157,7 +157,7 @@ def migrate_source(
     findings: list[Finding] = []
     removals: list[RemoveStatement] = []
     replacements: list[Replace] = []
-    imports: list[AddImport] = []
+    imports: list = []  # edits.AddImport
     for report in ctx.reports:
         span = positions[report.node]
         suppressed = any(

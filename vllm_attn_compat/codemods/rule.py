@@ -10,7 +10,6 @@ methods only, so listing rules (``vllm-attn-compat rules``) and prefiltering sta
 
 from __future__ import annotations
 
-import inspect
 import re
 import textwrap
 from dataclasses import dataclass
@@ -96,4 +95,6 @@ class Rule:
 
     @classmethod
     def description(cls) -> str:
+        import inspect  # not at module level: the CLI imports this module on every run
+
         return inspect.cleandoc(cls.__doc__ or "")

@@ -8,11 +8,8 @@ with the position of the first bad byte instead of failing somewhere deeper.
 from __future__ import annotations
 
 import codecs
-import io
 import os
 import stat
-import tempfile
-import tokenize
 
 
 class SourceError(Exception):
@@ -56,6 +53,9 @@ def source_encoding(source: bytes) -> str:
     elif b"coding" not in source[: source.find(b"\n", source.find(b"\n") + 1) + 1 or len(source)]:
         encoding = "utf-8"  # the fast path: no BOM and no declaration in the first two lines
     else:
+        import io
+        import tokenize
+
         try:
             encoding, _ = tokenize.detect_encoding(io.BytesIO(source).readline)
         except SyntaxError as error:
@@ -86,6 +86,8 @@ def write_atomic(path: str, data: bytes, expected_stat: os.stat_result | None = 
     permission bits, are flushed to disk, then renamed over the original. With ``expected_stat``, a
     file modified since it was read is left alone (:class:`SourceError`), rather than losing that edit.
     """
+    import tempfile  # only runs that write pay for this import
+
     current = os.stat(path)
     if expected_stat is not None and (current.st_mtime_ns, current.st_size) != (
         expected_stat.st_mtime_ns,

@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from vllm_attn_compat.codemods import safety
 from vllm_attn_compat.codemods.findings import Finding
 from vllm_attn_compat.codemods.report import FileError
 
@@ -65,6 +64,7 @@ def migrate_file(source: bytes, path: str) -> tuple[bytes | None, list[Finding]]
 
     A rewritten source is returned only if it passes every check of :func:`safety.check_rewrite`.
     """
+    from vllm_attn_compat.codemods import safety
     from vllm_attn_compat.codemods.engine import ParseError
 
     try:

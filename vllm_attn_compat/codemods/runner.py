@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import os
+import pickle
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -116,6 +117,42 @@ def run_paths(
     worth = [s for s in scanned if prefilter(s.source)]
     if not worth:
         return report  # the common case on a big tree: nothing is parsed, libcst is never imported
+    warm = _start_workers_early(worth, rules, options)
+    try:
+        _migrate_worth(scanned, worth, rules, options, report, emit_diff, warm)
+    finally:
+        if warm is not None and not warm.used:
+            warm.close()
+    return report
+
+
+# Workers started early get the run's settings with every task (they start before those are known);
+# past this size (a hierarchy of thousands of classes) a fresh pool that gets them once is cheaper.
+_SETTINGS_SENT_PER_TASK_UP_TO = 1 << 16  # bytes
+
+
+def _start_workers_early(worth: Sequence[_Scanned], rules, options: Options):
+    """A :class:`parallel.WarmPool` when files will probably be parsed with libcst, else None: its
+    workers import libcst while this process builds the class hierarchy.
+
+    Probably: a file holds the token of a rule that acts anywhere, or mentions vLLM and holds a
+    scoped rule's token too. A file naming ``class Attention(`` alone (torch has one) is left to the
+    hierarchy pass: most such classes are no vLLM attention class.
+    """
+    if options.jobs <= 1:
+        return None
+    unscoped = [rule for rule in rules if not rule.scoped]
+    likely = sum(
+        1
+        for s in worth
+        if engine.needs_parsing(s.source, unscoped) or (b"vllm" in s.source and engine.needs_parsing(s.source, rules))
+    )
+    if not likely:
+        return None
+    return parallel.WarmPool(min(options.jobs, likely), worker.preload)
+
+
+def _migrate_worth(scanned, worth, rules, options: Options, report: RunReport, emit_diff, warm) -> None:
     hierarchy, indexes = _index_hierarchy(scanned, worth, options, report)
     failed = {error.path for error in report.errors}
     names = hierarchy.attention_class_names()
@@ -132,21 +169,25 @@ def run_paths(
     ]
     report.parsed = len(set(indexes) | {c.source_file.path for c in candidates})
     by_path = {c.source_file.path: c for c in candidates}
-    tasks = [(c.source_file.path, (c.source, c.source_file.path)) for c in candidates]
-    outcomes = parallel.parallel_map(
-        worker.migrate_file,
-        tasks,
-        jobs=options.jobs,
-        initializer=worker.setup,
-        initargs=(rules, hierarchy, options.unsafe_fixes),
-    )
+    settings = (rules, hierarchy, options.unsafe_fixes)
+    pickled = pickle.dumps(settings) if warm is not None and candidates else b""
+    if warm is not None and 0 < len(pickled) <= _SETTINGS_SENT_PER_TASK_UP_TO:
+        warm.used = True
+        tasks = [(c.source_file.path, (pickled, c.source, c.source_file.path)) for c in candidates]
+        outcomes = parallel.parallel_map(
+            worker.migrate_file_with, tasks, jobs=options.jobs, initializer=worker.preload, warm=warm
+        )
+    else:
+        tasks = [(c.source_file.path, (c.source, c.source_file.path)) for c in candidates]
+        outcomes = parallel.parallel_map(
+            worker.migrate_file, tasks, jobs=options.jobs, initializer=worker.setup, initargs=settings
+        )
     diffs: dict[str, str] = {}
     for path, outcome in _with_progress(outcomes, len(tasks), options.progress, "migrate"):
         _record(by_path[path], outcome, options, report, diffs)
     for path in sorted(diffs):  # workers finish in any order; the output must not depend on it
         emit_diff(diffs[path])
     report.changed.sort()
-    return report
 
 
 def _with_progress(outcomes, total: int, enabled: bool, stage: str):

@@ -47,6 +47,26 @@ def setup(rules: Sequence[type], hierarchy: Any, unsafe_fixes: bool) -> None:
     _settings.update(rules=list(rules), hierarchy=hierarchy, unsafe_fixes=unsafe_fixes)
 
 
+def preload() -> None:
+    """Initializer of a pool started before the run knows its settings: import what migrating needs."""
+    import libcst  # noqa: F401 - the point is the import itself
+
+    from vllm_attn_compat.codemods import apply, engine, registry, safety, scope  # noqa: F401
+
+    registry.all_rules()
+
+
+def migrate_file_with(settings: bytes, source: bytes, path: str):
+    """:func:`migrate_file` in a worker started by :func:`preload`: ``settings`` is the pickled
+    ``(rules, hierarchy, unsafe_fixes)`` of :func:`setup`, the same bytes for every task of a run."""
+    if _settings.get("pickled") != settings:
+        import pickle
+
+        setup(*pickle.loads(settings))
+        _settings["pickled"] = settings
+    return migrate_file(source, path)
+
+
 def _migrate(source: bytes, path: str):
     from vllm_attn_compat.codemods.engine import migrate_source
 

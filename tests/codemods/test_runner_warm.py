@@ -1,0 +1,51 @@
+"""Workers started before the class-hierarchy pass: same results as in-process, and started only when useful."""
+
+from __future__ import annotations
+
+from runner_trees import IMPL, IMPL_MIGRATED, write_tree
+
+from vllm_attn_compat.codemods import parallel
+from vllm_attn_compat.codemods.runner import Options, run_paths
+
+DIRECT = IMPL.replace("from plugin.base import PluginImplBase", "from vllm.v1.attention.backend import AttentionImpl")
+DIRECT = DIRECT.replace("MyImpl(PluginImplBase)", "MyImpl(AttentionImpl)")
+DIRECT_MIGRATED = IMPL_MIGRATED.replace(
+    "from plugin.base import PluginImplBase", "from vllm.v1.attention.backend import AttentionImpl"
+).replace("MyImpl(PluginImplBase)", "MyImpl(AttentionImpl)")
+
+# torch's case: a class named Attention that is no vLLM class, and a scoped rule's token.
+TORCH_LIKE = "import torch.nn as nn\n\n\nclass Attention(nn.Module):\n    def forward(self, x, output: int):\n        return x\n"
+
+
+def _record_warm_pools(monkeypatch) -> list:
+    started = []
+
+    class Recorded(parallel.WarmPool):
+        def __init__(self, *args, **kwargs) -> None:
+            super().__init__(*args, **kwargs)
+            started.append(self)
+
+    monkeypatch.setattr(parallel, "WarmPool", Recorded)
+    return started
+
+
+def test_a_few_files_in_early_started_workers_match_an_in_process_run(tmp_path, monkeypatch):
+    started = _record_warm_pools(monkeypatch)
+    layout = {f"impl{n}.py": DIRECT for n in range(3)} | {"unrelated.py": TORCH_LIKE}
+    pooled, alone = write_tree(tmp_path / "a", layout), write_tree(tmp_path / "b", layout)
+    pooled_report = run_paths([str(pooled)], Options(jobs=2))
+    assert len(started) == 1 and started[0].used
+    alone_report = run_paths([str(alone)], Options(jobs=1))
+    assert len(started) == 1
+    assert pooled_report.errors == alone_report.errors == []
+    assert len(pooled_report.changed) == len(alone_report.changed) == 3
+    assert sorted(f for _, f in pooled_report.findings) == sorted(f for _, f in alone_report.findings)
+    assert all((pooled / f"impl{n}.py").read_text() == DIRECT_MIGRATED for n in range(3))
+    assert (pooled / "unrelated.py").read_text() == TORCH_LIKE
+
+
+def test_no_workers_start_for_a_class_that_is_merely_named_attention(tmp_path, monkeypatch):
+    started = _record_warm_pools(monkeypatch)
+    write_tree(tmp_path, {"model.py": TORCH_LIKE})
+    report = run_paths([str(tmp_path)], Options(mode="check", jobs=2))
+    assert started == [] and report.findings == [] and report.parsed == 1

@@ -65,6 +65,17 @@ def contains_word(source: bytes, word: bytes) -> bool:
     return False
 
 
+# Past this many occurrences of an anchor in one file, confirming each occurrence costs more than
+# looking for each of the anchor's tokens in the whole file.
+_OCCURRENCES_CHECKED = 32
+
+
+def _word_at(source: bytes, start: int, end: int) -> bool:
+    return (start == 0 or source[start - 1] not in _IDENTIFIER_BYTES) and (
+        end == len(source) or source[end] not in _IDENTIFIER_BYTES
+    )
+
+
 class TokenScan:
     """A callable answering exactly ``any(token in source for token in tokens)``, faster.
 
@@ -78,14 +89,31 @@ class TokenScan:
         anchors = choose_anchors(self.tokens)
         # Each anchor with the tokens containing it: a hit on an anchor is confirmed by those alone.
         self.groups = tuple((anchor, tuple(t for t in self.tokens if anchor in t)) for anchor in anchors)
+        # Where the anchor first stands in each of its tokens: a token found at ``p`` puts the anchor at
+        # ``p + offset``, so the anchor's occurrences are the only places a token can start from.
+        self._placed = tuple(
+            (anchor, tuple((token, token.index(anchor)) for token in group)) for anchor, group in self.groups
+        )
 
     @property
     def anchors(self) -> tuple[bytes, ...]:
         return tuple(anchor for anchor, _ in self.groups)
 
     def __call__(self, source: bytes) -> bool:
-        for anchor, tokens in self.groups:
-            if anchor in source:
+        for (anchor, tokens), (_, placed) in zip(self.groups, self._placed):
+            at = source.find(anchor)
+            if at == -1:
+                continue
+            for _ in range(_OCCURRENCES_CHECKED):
+                for token, offset in placed:
+                    start = at - offset
+                    if start >= 0 and source.startswith(token, start):
+                        if not self.whole_words or _word_at(source, start, start + len(token)):
+                            return True
+                at = source.find(anchor, at + 1)
+                if at == -1:
+                    break
+            else:  # a common anchor in this file: look for the tokens themselves
                 if self.whole_words:
                     if any(contains_word(source, token) for token in tokens):
                         return True

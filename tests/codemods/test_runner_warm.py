@@ -49,3 +49,18 @@ def test_no_workers_start_for_a_class_that_is_merely_named_attention(tmp_path, m
     write_tree(tmp_path, {"model.py": TORCH_LIKE})
     report = run_paths([str(tmp_path)], Options(mode="check", jobs=2))
     assert started == [] and report.findings == [] and report.parsed == 1
+
+
+def test_more_files_than_the_early_workers_can_take_go_to_a_full_pool(tmp_path, monkeypatch):
+    from runner_trees import BASE
+
+    started = _record_warm_pools(monkeypatch)
+    # Three files are probable before the hierarchy pass (they import vLLM); twelve more turn out
+    # to derive from the plugin's base: one early worker would be too few for fifteen files.
+    layout = {f"direct{n}.py": DIRECT for n in range(3)} | {"plugin/__init__.py": "", "plugin/base.py": BASE}
+    layout |= {f"plugin/impl{n}.py": IMPL for n in range(12)}
+    write_tree(tmp_path, layout)
+    report = run_paths([str(tmp_path)], Options(jobs=2))
+    assert len(started) == 1 and started[0].workers == 1 and not started[0].used
+    assert report.errors == [] and len(report.changed) == 15
+    assert all((tmp_path / f"plugin/impl{n}.py").read_text() == IMPL_MIGRATED for n in range(12))

@@ -31,6 +31,7 @@ class WarmPool:
     def __init__(self, jobs: int, initializer: Callable[..., None], initargs: tuple[Any, ...] = ()) -> None:
         from concurrent.futures import ProcessPoolExecutor
 
+        self.workers = jobs
         self.used = False  # set by whoever hands it tasks: parallel_map shuts it down when done
         self.executor = ProcessPoolExecutor(max_workers=jobs, initializer=initializer, initargs=initargs)
         self.executor.submit(_nothing)  # processes start on the first submission, not before

@@ -149,7 +149,8 @@ def _start_workers_early(worth: Sequence[_Scanned], rules, options: Options):
     )
     if not likely:
         return None
-    return parallel.WarmPool(min(options.jobs, likely), worker.preload)
+    # Each worker's start-up costs as much CPU as migrating several files: a few files get one worker.
+    return parallel.WarmPool(min(options.jobs, max(1, likely // parallel.IN_PROCESS_BELOW)), worker.preload)
 
 
 def _migrate_worth(scanned, worth, rules, options: Options, report: RunReport, emit_diff, warm) -> None:
@@ -171,7 +172,10 @@ def _migrate_worth(scanned, worth, rules, options: Options, report: RunReport, e
     by_path = {c.source_file.path: c for c in candidates}
     settings = (rules, hierarchy, options.unsafe_fixes)
     pickled = pickle.dumps(settings) if warm is not None and candidates else b""
-    if warm is not None and 0 < len(pickled) <= _SETTINGS_SENT_PER_TASK_UP_TO:
+    enough_workers = warm is not None and (
+        warm.workers == options.jobs or len(candidates) <= parallel.IN_PROCESS_BELOW * warm.workers
+    )
+    if enough_workers and 0 < len(pickled) <= _SETTINGS_SENT_PER_TASK_UP_TO:
         warm.used = True
         tasks = [(c.source_file.path, (pickled, c.source, c.source_file.path)) for c in candidates]
         outcomes = parallel.parallel_map(

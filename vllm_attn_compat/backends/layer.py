@@ -33,8 +33,6 @@ def view_heads(name: str, tensor: torch.Tensor, heads: int, size: int) -> torch.
     )
 
 
-_view_heads = view_heads  # the name compat/forwarders.py imports
-
 
 class _AttentionLayerBase(torch.nn.Module):
     num_heads: int

@@ -18,7 +18,7 @@ import torch
 from typing_extensions import deprecated
 
 from vllm_attn_compat.backends import forward_context
-from vllm_attn_compat.backends.layer import _view_heads
+from vllm_attn_compat.backends.layer import view_heads
 from vllm_attn_compat.backends.ops import NAMESPACE
 from vllm_attn_compat.compat.deprecation import removed_api_message, warn_once
 
@@ -76,9 +76,9 @@ def forward_unified_attention(
     route = route or _route
     layer = route.layer(layer_name)
     heads, head_size, head_size_v = layer.num_heads, layer.head_size, layer.head_size_v
-    query = _view_heads("query", query, heads, head_size)
-    key = _view_heads("key", key, layer.num_kv_heads, head_size)
-    value = _view_heads("value", value, layer.num_kv_heads, head_size_v)
+    query = view_heads("query", query, heads, head_size)
+    key = view_heads("key", key, layer.num_kv_heads, head_size)
+    value = view_heads("value", value, layer.num_kv_heads, head_size_v)
     output = route.allocate(layer, query).view(-1, heads, head_size_v)
     route.attention_op()(query, key, value, output, route.encode(layer_name))
     return output.view(-1, heads * head_size_v)
@@ -95,8 +95,8 @@ def forward_unified_mla_attention(
     """The MLA forwarder's work: ``q`` and ``k_pe`` as 3-D views (vLLM's layout), ``kv_c_normed`` unchanged."""
     route = route or _route
     layer = route.layer(layer_name)
-    q = _view_heads("q", q, layer.num_heads, layer.qk_head_dim)
-    k_pe = _view_heads("k_pe", k_pe, 1, layer.qk_rope_head_dim)
+    q = view_heads("q", q, layer.num_heads, layer.qk_head_dim)
+    k_pe = view_heads("k_pe", k_pe, 1, layer.qk_rope_head_dim)
     output = route.allocate(layer, q)
     route.mla_attention_op()(
         q, kv_c_normed, k_pe, output, route.encode(layer_name), kv_cache_dummy_dep=kv_cache_dummy_dep

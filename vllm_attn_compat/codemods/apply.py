@@ -17,6 +17,7 @@ from typing import Union
 import libcst as cst
 
 from vllm_attn_compat.codemods.edits import AddImport, CommentSink, RemoveStatement, Replace
+from vllm_attn_compat.codemods.patterns import is_docstring
 
 _Block = Union[cst.Module, cst.IndentedBlock]
 
@@ -70,15 +71,6 @@ def inner_comments(node: cst.CSTNode) -> list[cst.Comment]:
 
 def comment_line(comment: cst.Comment) -> cst.EmptyLine:
     return cst.EmptyLine(indent=True, whitespace=cst.SimpleWhitespace(""), comment=comment)
-
-
-def _is_docstring(statement: cst.BaseStatement) -> bool:
-    return (
-        isinstance(statement, cst.SimpleStatementLine)
-        and len(statement.body) == 1
-        and isinstance(statement.body[0], cst.Expr)
-        and isinstance(statement.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
-    )
 
 
 class Applier(cst.CSTTransformer):
@@ -160,7 +152,7 @@ class Applier(cst.CSTTransformer):
         kept: list[cst.BaseStatement] = []
         carry: list[cst.EmptyLine] | None = None
         for index, statement in enumerate(body):
-            at_start = not kept or (len(kept) == 1 and index > 0 and _is_docstring(kept[0]) and kept[0] is body[0])
+            at_start = not kept or (len(kept) == 1 and index > 0 and is_docstring(kept[0]) and kept[0] is body[0])
             entry = self._removed_lines.get(id(statement))
             edit = entry[0] if entry is not None and entry[1] is statement else None
             if edit is not None:
@@ -209,7 +201,7 @@ def add_imports(module: cst.Module, imports: Sequence[AddImport]) -> cst.Module:
     body = list(module.body)
     position = 0
     for index, statement in enumerate(body):
-        if index == 0 and _is_docstring(statement):
+        if index == 0 and is_docstring(statement):
             position = 1
         elif isinstance(statement, cst.SimpleStatementLine) and all(
             isinstance(small, (cst.Import, cst.ImportFrom)) for small in statement.body

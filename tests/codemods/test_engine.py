@@ -243,3 +243,27 @@ def test_generated_python_without_old_api_comes_back_unchanged(body):
         assert result.source is source
     else:
         compile(result.source, "generated.py", "exec")
+
+
+def test_the_fix_pass_goes_only_down_the_paths_to_the_edits_and_changes_nothing_by_it(monkeypatch):
+    from vllm_attn_compat.codemods import apply
+    from vllm_attn_compat.codemods.walk import walk
+
+    descended = []
+    real_on_visit = apply.Applier.on_visit
+
+    def on_visit(self, node):
+        entered = real_on_visit(self, node)
+        descended.append(entered)
+        return entered
+
+    monkeypatch.setattr(apply.Applier, "on_visit", on_visit)
+    result = migrate(LEGACY.encode())
+    nodes = []
+    walk(libcst.parse_module(LEGACY), lambda node: nodes.append(node) or True, lambda node: None)
+    assert 0 < sum(descended) < len(nodes) / 4
+
+    # The same edits made by a pass over the whole tree give the same file.
+    real_init = apply.Applier.__init__
+    monkeypatch.setattr(apply.Applier, "__init__", lambda self, *edits, within=None: real_init(self, *edits))
+    assert migrate(LEGACY.encode()) == result

@@ -18,6 +18,7 @@ import libcst as cst
 
 from vllm_attn_compat.codemods.edits import AddImport, CommentSink, RemoveStatement, Replace
 from vllm_attn_compat.codemods.patterns import is_docstring
+from vllm_attn_compat.codemods.walk import walk
 
 _Block = Union[cst.Module, cst.IndentedBlock]
 
@@ -51,22 +52,19 @@ def join_lines(
     return [*before[: len(before) - a], *kept, *after[b:]]
 
 
-class _CommentCollector(cst.CSTVisitor):
-    def __init__(self) -> None:
-        super().__init__()
-        self.comments: list[cst.Comment] = []
-
-    def visit_Comment(self, node: cst.Comment) -> None:
-        self.comments.append(node)
-
-
 def inner_comments(node: cst.CSTNode) -> list[cst.Comment]:
     """Comments inside ``node`` (a statement's own leading lines excluded)."""
     if hasattr(node, "leading_lines"):
         node = node.with_changes(leading_lines=())
-    collector = _CommentCollector()
-    node.visit(collector)
-    return collector.comments
+    comments: list[cst.Comment] = []
+
+    def visit(child: cst.CSTNode) -> bool:
+        if isinstance(child, cst.Comment):
+            comments.append(child)
+        return True
+
+    walk(node, visit, lambda child: None)
+    return comments
 
 
 def comment_line(comment: cst.Comment) -> cst.EmptyLine:
@@ -74,8 +72,14 @@ def comment_line(comment: cst.Comment) -> cst.EmptyLine:
 
 
 class Applier(cst.CSTTransformer):
-    def __init__(self, removals: Sequence[RemoveStatement], replacements: Sequence[Replace]) -> None:
+    """Carries out the edits in one pass. ``within`` (ids of the edited nodes and of every node above
+    them) keeps the pass on the paths to the edits: libcst rebuilds every node it passes through."""
+
+    def __init__(
+        self, removals: Sequence[RemoveStatement], replacements: Sequence[Replace], within: set[int] | None = None
+    ) -> None:
         super().__init__()
+        self.within = within
         self.sink = CommentSink()
         self._removals = {id(edit.node): edit for edit in removals}
         self._replacements: dict[int, list[Replace]] = {}
@@ -83,6 +87,9 @@ class Applier(cst.CSTTransformer):
             self._replacements.setdefault(id(edit.node), []).append(edit)
         # id(updated statement) -> (edit, statement); holding the statement keeps its id unique
         self._removed_lines: dict[int, tuple[RemoveStatement, cst.CSTNode]] = {}
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        return self.within is None or id(node) in self.within
 
     def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode):  # type: ignore[override]
         result: object = updated_node

@@ -127,12 +127,13 @@ def migrate_source(
         return MigrationResult(source, [], ())
 
     import libcst as cst
-    from libcst.metadata import MetadataWrapper, PositionProvider
 
     from vllm_attn_compat.codemods.apply import Applier, add_imports
     from vllm_attn_compat.codemods.edits import RemoveStatement, Replace
     from vllm_attn_compat.codemods.noqa import noqa_codes, suppresses
+    from vllm_attn_compat.codemods.positions import positions
     from vllm_attn_compat.codemods.scope import Analyzer, FileContext
+    from vllm_attn_compat.codemods.walk import walk
 
     try:
         module = cst.parse_module(source)
@@ -141,32 +142,31 @@ def migrate_source(
 
     ctx = FileContext(path, module, hierarchy)
     analyzer = Analyzer(ctx, [rule(ctx) for rule in rules])
-    module.visit(analyzer)
+    walk(module, analyzer.on_visit, analyzer.on_leave)
     if not ctx.reports:
         return MigrationResult(source, [], ())
-    # Positions cost another pass over the tree: only files with findings pay it.
-    positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+    noqa_comments = [(comment, codes) for comment in analyzer.comments if (codes := noqa_codes(comment.value)) is not None]
+    # Positions cost a rendering of the module: only files with findings pay it.
+    spans = positions(module, [*(report.node for report in ctx.reports), *(c for c, _ in noqa_comments)])
 
     noqa_by_line: dict[int, frozenset[str]] = {}
-    for comment in analyzer.comments:
-        codes = noqa_codes(comment.value)
-        if codes is not None:
-            line = positions[comment].start.line
-            noqa_by_line[line] = noqa_by_line.get(line, frozenset()) | codes
+    for comment, codes in noqa_comments:
+        line = spans[id(comment)].start_line
+        noqa_by_line[line] = noqa_by_line.get(line, frozenset()) | codes
 
     findings: list[Finding] = []
     removals: list[RemoveStatement] = []
     replacements: list[Replace] = []
     imports: list = []  # edits.AddImport
     for report in ctx.reports:
-        span = positions[report.node]
+        span = spans[id(report.node)]
         suppressed = any(
             suppresses(noqa_by_line[line], report.code)
-            for line in range(span.start.line, span.end.line + 1)
+            for line in range(span.start_line, span.end_line + 1)
             if line in noqa_by_line
         )
         status = _status(report.safety, suppressed, unsafe_fixes)
-        findings.append(Finding(span.start.line, span.start.column + 1, report.code, report.message, status))
+        findings.append(Finding(span.start_line, span.start_column + 1, report.code, report.message, status))
         if status is Status.FIXED:
             for edit in report.edits:
                 if isinstance(edit, RemoveStatement):
@@ -178,7 +178,8 @@ def migrate_source(
     findings.sort()
     if not (removals or replacements or imports):
         return MigrationResult(source, findings, ())
-    applier = Applier(removals, replacements)
+    edited = analyzer.enclosing([edit.node for edit in (*removals, *replacements)])
+    applier = Applier(removals, replacements, within=edited)
     new_module = module.visit(applier)
     if imports:
         new_module = add_imports(new_module, imports)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import libcst as cst
 
+from vllm_attn_compat.codemods.walk import walk
+
 
 def is_name(node: cst.CSTNode | None, value: str) -> bool:
     return isinstance(node, cst.Name) and node.value == value
@@ -23,52 +25,20 @@ def none_test(node: cst.BaseExpression, name: str = "output") -> str | None:
     return None
 
 
-class _NoneTests(cst.CSTVisitor):
-    def __init__(self, name: str) -> None:
-        super().__init__()
-        self.name = name
-        self.found = False
-
-    def visit_Comparison(self, node: cst.Comparison) -> None:
-        if none_test(node, self.name):
-            self.found = True
+def _nothing(node: cst.CSTNode) -> None:
+    pass
 
 
 def contains_none_test(node: cst.CSTNode, name: str = "output") -> bool:
-    visitor = _NoneTests(name)
-    node.visit(visitor)
-    return visitor.found
+    found = False
 
+    def visit(child: cst.CSTNode) -> bool:
+        nonlocal found
+        found = found or (isinstance(child, cst.Comparison) and none_test(child, name) is not None)
+        return not found
 
-class _Assignments(cst.CSTVisitor):
-    """Does a function body bind ``name`` (nested functions and classes are other scopes)?"""
-
-    def __init__(self, name: str, ignore: tuple[cst.CSTNode, ...]) -> None:
-        super().__init__()
-        self.name = name
-        self.ignore = ignore
-        self.found = False
-
-    def on_visit(self, node: cst.CSTNode) -> bool:
-        if any(node is skipped for skipped in self.ignore):
-            return False
-        if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
-            return False
-        targets: list[cst.CSTNode] = []
-        if isinstance(node, cst.Assign):
-            targets = [t.target for t in node.targets]
-        elif isinstance(node, (cst.AnnAssign, cst.AugAssign, cst.For, cst.CompFor)):
-            targets = [node.target]
-        elif isinstance(node, cst.NamedExpr):
-            targets = [node.target]
-        elif isinstance(node, cst.AsName):
-            targets = [node.name]
-        elif isinstance(node, cst.Del):
-            targets = [node.target]
-        for target in targets:
-            if _binds(target, self.name):
-                self.found = True
-        return not self.found
+    walk(node, visit, _nothing)
+    return found
 
 
 def _binds(target: cst.CSTNode, name: str) -> bool:
@@ -82,10 +52,29 @@ def _binds(target: cst.CSTNode, name: str) -> bool:
 
 
 def rebinds(function: cst.FunctionDef, name: str, *, ignore: tuple[cst.CSTNode, ...] = ()) -> bool:
-    """True when the body of ``function`` assigns ``name`` outside the ``ignore`` nodes."""
-    visitor = _Assignments(name, ignore)
-    function.body.visit(visitor)
-    return visitor.found
+    """True when the body of ``function`` assigns ``name`` outside the ``ignore`` nodes (nested
+    functions and classes are other scopes)."""
+    found = False
+
+    def visit(node: cst.CSTNode) -> bool:
+        nonlocal found
+        if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)) or any(node is n for n in ignore):
+            return False
+        found = found or any(_binds(target, name) for target in _targets(node))
+        return not found
+
+    walk(function.body, visit, _nothing)
+    return found
+
+
+def _targets(node: cst.CSTNode) -> list[cst.CSTNode]:
+    if isinstance(node, cst.Assign):
+        return [t.target for t in node.targets]
+    if isinstance(node, (cst.AnnAssign, cst.AugAssign, cst.For, cst.CompFor, cst.NamedExpr, cst.Del)):
+        return [node.target]
+    if isinstance(node, cst.AsName):
+        return [node.name]
+    return []
 
 
 def is_docstring(statement: cst.CSTNode) -> bool:
@@ -97,26 +86,15 @@ def is_docstring(statement: cst.CSTNode) -> bool:
     )
 
 
-class _NoneGuards(cst.CSTVisitor):
-    def __init__(self, name: str) -> None:
-        super().__init__()
-        self.name = name
-        self.found: list[cst.If] = []
-
-    def visit_If(self, node: cst.If) -> None:
-        if none_test(node.test, self.name) == "is":
-            self.found.append(node)
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
-        return False
-
-    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
-        return False
-
-
 def rebinds_outside_none_guards(function: cst.FunctionDef, name: str) -> bool:
     """Like `rebinds`, but assignments under ``if <name> is None:`` do not count: they are the
     old fallbacks, not a local variable shadowing the parameter."""
-    guards = _NoneGuards(name)
-    function.body.visit(guards)
-    return rebinds(function, name, ignore=tuple(guards.found))
+    guards: list[cst.If] = []
+
+    def visit(node: cst.CSTNode) -> bool:
+        if isinstance(node, cst.If) and none_test(node.test, name) == "is":
+            guards.append(node)
+        return not isinstance(node, (cst.FunctionDef, cst.ClassDef))
+
+    walk(function.body, visit, _nothing)
+    return rebinds(function, name, ignore=tuple(guards))

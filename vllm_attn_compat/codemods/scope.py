@@ -1,6 +1,6 @@
 """What the rules see while the engine walks a file: scopes, imports, and a place to report.
 
-One `FileContext` per file. The engine's single traversal (`Analyzer`) keeps the stack of
+One `FileContext` per file. The engine's single traversal (`Analyzer`, driven by `walk.walk`) keeps the stack of
 enclosing classes and functions up to date and calls the rules' ``visit_<NodeType>`` hooks;
 rules ask the context whether they are inside an attention class or one of its methods that
 takes an ``output`` parameter, and report findings with the edits that would fix them.
@@ -158,15 +158,16 @@ class FileContext:
 
 
 _HOOK_PREFIX = "visit_"
+_SCOPES = (cst.ClassDef, cst.FunctionDef, cst.Lambda)
 
 
-class Analyzer(cst.CSTVisitor):
-    """The one traversal: maintains scopes, records comments, dispatches to the rules."""
+class Analyzer:
+    """The one traversal (:func:`walk.walk`): maintains scopes, records comments, dispatches to the rules."""
 
     def __init__(self, ctx: FileContext, rules: Sequence[Rule]) -> None:
-        super().__init__()
         self.ctx = ctx
         self.comments: list[cst.Comment] = []
+        self.parents: dict[int, cst.CSTNode] = {}  # id(node) -> the node it was walked under
         self.hooks: dict[str, list[Callable[[cst.CSTNode], None]]] = {}
         for rule in rules:
             for attr in dir(type(rule)):
@@ -181,24 +182,43 @@ class Analyzer(cst.CSTVisitor):
 
     def on_visit(self, node: cst.CSTNode) -> bool:
         ctx = self.ctx
+        if ctx.stack:
+            self.parents[id(node)] = ctx.stack[-1]
         ctx.stack.append(node)
-        if isinstance(node, cst.ClassDef):
+        # Exact types (the parser makes no subclasses): isinstance on libcst's ABC-based classes is slow.
+        kind = type(node)
+        if kind is cst.ClassDef:
             qualname = self._prefix() + node.name.value
             full = f"{ctx.module_name}.{qualname}"
             ctx.frames.append(ClassFrame(node, qualname, ctx.hierarchy.is_attention_class(full)))
-        elif isinstance(node, cst.FunctionDef):
+        elif kind is cst.FunctionDef:
             owner = ctx.frames[-1] if ctx.frames else None
             attention_class = owner if isinstance(owner, ClassFrame) and owner.is_attention else None
             ctx.frames.append(FunctionFrame(node, self._prefix() + node.name.value, attention_class))
-        elif isinstance(node, cst.Lambda):
+        elif kind is cst.Lambda:
             ctx.frames.append(FunctionFrame(node, self._prefix() + "<lambda>", None))
-        elif isinstance(node, cst.Comment):
+        elif kind is cst.Comment:
             self.comments.append(node)
-        for hook in self.hooks.get(type(node).__name__, ()):
+        for hook in self.hooks.get(kind.__name__, ()):
             hook(node)
         return True
 
     def on_leave(self, original_node: cst.CSTNode) -> None:
-        if isinstance(original_node, (cst.ClassDef, cst.FunctionDef, cst.Lambda)):
+        if type(original_node) in _SCOPES:
             self.ctx.frames.pop()
         self.ctx.stack.pop()
+
+    def enclosing(self, nodes: Sequence[cst.CSTNode]) -> set[int] | None:
+        """The ids of ``nodes`` and of every node above them, or None if one of them was not walked."""
+        found: set[int] = set()
+        for node in nodes:
+            current = node
+            while id(current) not in found:
+                found.add(id(current))
+                if current is self.ctx.module:
+                    break
+                parent = self.parents.get(id(current))
+                if parent is None:
+                    return None
+                current = parent
+        return found

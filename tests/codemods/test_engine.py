@@ -79,10 +79,15 @@ MIGRATED = textwrap.dedent(
 )
 
 
-def migrate(source: bytes, path: str = "legacy.py", *, unsafe: bool = False, rules=None):
+def migrate(source: bytes, path: str = "legacy.py", *, unsafe: bool = False, rules=None, with_findings=True):
     hierarchy = ClassHierarchy.build([index_module(source, path)])
     return migrate_source(
-        source, path=path, rules=rules or all_rules(), hierarchy=hierarchy, unsafe_fixes=unsafe
+        source,
+        path=path,
+        rules=rules or all_rules(),
+        hierarchy=hierarchy,
+        unsafe_fixes=unsafe,
+        with_findings=with_findings,
     )
 
 
@@ -267,3 +272,21 @@ def test_the_fix_pass_goes_only_down_the_paths_to_the_edits_and_changes_nothing_
     real_init = apply.Applier.__init__
     monkeypatch.setattr(apply.Applier, "__init__", lambda self, *edits, within=None: real_init(self, *edits))
     assert migrate(LEGACY.encode()) == result
+
+
+def test_without_findings_the_same_source_comes_back_and_positions_are_computed_only_for_a_noqa(monkeypatch):
+    from vllm_attn_compat.codemods import positions
+
+    rendered = []
+    real = positions.positions
+    monkeypatch.setattr(positions, "positions", lambda module, nodes: rendered.append(1) or real(module, nodes))
+    full = migrate(LEGACY.encode())
+    assert rendered == [1]
+    source_only = migrate(LEGACY.encode(), with_findings=False)
+    assert (source_only.source, source_only.findings) == (full.source, [])
+    assert rendered == [1]  # no noqa in the file: nothing needed a position
+
+    held_back = LEGACY.replace("accept_output_buffer: bool = True", "accept_output_buffer: bool = True  # noqa: VAC004")
+    source_only = migrate(held_back.encode(), with_findings=False)
+    assert "accept_output_buffer: bool = True  # noqa: VAC004" in source_only.source.decode()
+    assert source_only.source == migrate(held_back.encode()).source

@@ -106,6 +106,10 @@ def _status(safety: FixSafety, suppressed: bool, unsafe_fixes: bool) -> Status:
     return Status.MANUAL
 
 
+def _fixable(safety: FixSafety, unsafe_fixes: bool) -> bool:
+    return _status(safety, False, unsafe_fixes) is Status.FIXED
+
+
 def migrate_source(
     source: bytes,
     *,
@@ -113,7 +117,11 @@ def migrate_source(
     rules: Sequence[type[Rule]],
     hierarchy: ClassHierarchy,
     unsafe_fixes: bool,
+    with_findings: bool = True,
 ) -> MigrationResult:
+    """Apply ``rules`` to ``source``. Without ``with_findings`` only the new source is wanted (the
+    runner's idempotence check): findings come back empty and positions are computed only where a
+    ``# noqa`` comment may hold a fix back."""
     if not hierarchy.covers(path):
         # A caller that built the hierarchy from other files: this file's classes count too.
         try:
@@ -143,14 +151,16 @@ def migrate_source(
     ctx = FileContext(path, module, hierarchy)
     analyzer = Analyzer(ctx, [rule(ctx) for rule in rules])
     walk(module, analyzer.on_visit, analyzer.on_leave)
-    if not ctx.reports:
+    reports = ctx.reports if with_findings else [r for r in ctx.reports if _fixable(r.safety, unsafe_fixes)]
+    if not reports:
         return MigrationResult(source, [], ())
-    noqa_comments = [(comment, codes) for comment in analyzer.comments if (codes := noqa_codes(comment.value)) is not None]
-    # Positions cost a rendering of the module: only files with findings pay it.
-    spans = positions(module, [*(report.node for report in ctx.reports), *(c for c, _ in noqa_comments)])
+    noqa = [(comment, codes) for comment in analyzer.comments if (codes := noqa_codes(comment.value)) is not None]
+    # Positions cost a rendering of the module: paid for findings to show, or for a noqa to consult.
+    wanted = [*(report.node for report in reports), *(comment for comment, _ in noqa)]
+    spans = positions(module, wanted) if with_findings or noqa else {}
 
     noqa_by_line: dict[int, frozenset[str]] = {}
-    for comment, codes in noqa_comments:
+    for comment, codes in noqa:
         line = spans[id(comment)].start_line
         noqa_by_line[line] = noqa_by_line.get(line, frozenset()) | codes
 
@@ -158,15 +168,16 @@ def migrate_source(
     removals: list[RemoveStatement] = []
     replacements: list[Replace] = []
     imports: list = []  # edits.AddImport
-    for report in ctx.reports:
-        span = spans[id(report.node)]
-        suppressed = any(
+    for report in reports:
+        span = spans.get(id(report.node))
+        suppressed = span is not None and any(
             suppresses(noqa_by_line[line], report.code)
             for line in range(span.start_line, span.end_line + 1)
             if line in noqa_by_line
         )
         status = _status(report.safety, suppressed, unsafe_fixes)
-        findings.append(Finding(span.start_line, span.start_column + 1, report.code, report.message, status))
+        if with_findings:
+            findings.append(Finding(span.start_line, span.start_column + 1, report.code, report.message, status))
         if status is Status.FIXED:
             for edit in report.edits:
                 if isinstance(edit, RemoveStatement):

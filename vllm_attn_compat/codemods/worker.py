@@ -67,7 +67,7 @@ def migrate_file_with(settings: bytes, source: bytes, path: str):
     return migrate_file(source, path)
 
 
-def _migrate(source: bytes, path: str):
+def _migrate(source: bytes, path: str, *, with_findings: bool = True):
     from vllm_attn_compat.codemods.engine import migrate_source
 
     return migrate_source(
@@ -76,6 +76,7 @@ def _migrate(source: bytes, path: str):
         rules=_settings["rules"],
         hierarchy=_settings["hierarchy"],
         unsafe_fixes=_settings["unsafe_fixes"],
+        with_findings=with_findings,
     )
 
 
@@ -98,7 +99,7 @@ def migrate_file(source: bytes, path: str) -> tuple[bytes | None, list[Finding]]
     if result.source == source:
         return None, list(result.findings)
     problems = safety.check_rewrite(
-        source, result.source, result.removed_comments, lambda again: _migrate(again, path).source
+        source, result.source, result.removed_comments, lambda again: _migrate(again, path, with_findings=False).source
     )
     if problems:
         message = f"internal error: the fixed file failed a safety check ({'; '.join(problems)}); {BUG}"

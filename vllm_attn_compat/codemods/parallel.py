@@ -25,16 +25,50 @@ class WorkerCrashed(Exception):
 class WarmPool:
     """Worker processes started ahead of their tasks, so that their start-up (``initializer``: importing
     libcst, a third of a second) overlaps the parent's own work. Tasks must then carry their settings,
-    since the pool starts before those are known. Closing an unused pool stops its workers at once.
+    since the pool starts before those are known; they can be handed over as soon as each is known
+    (:meth:`submit`), and :meth:`results` collects them all. Closing an unused pool stops its workers at once.
     """
 
     def __init__(self, jobs: int, initializer: Callable[..., None], initargs: tuple[Any, ...] = ()) -> None:
         from concurrent.futures import ProcessPoolExecutor
 
         self.workers = jobs
-        self.used = False  # set by whoever hands it tasks: parallel_map shuts it down when done
+        self.initializer, self.initargs = initializer, initargs
+        self.used = False  # set once it has tasks: results() shuts it down when done
         self.executor = ProcessPoolExecutor(max_workers=jobs, initializer=initializer, initargs=initargs)
         self.executor.submit(_nothing)  # processes start on the first submission, not before
+        self._submitted: dict[Any, tuple[Key, Callable[..., Any], tuple[Any, ...]]] = {}
+
+    def submit(self, key: Key, function: Callable[..., Any], arguments: tuple[Any, ...]) -> None:
+        self.used = True
+        from concurrent.futures.process import BrokenProcessPool
+
+        try:
+            future = self.executor.submit(function, *arguments)
+        except BrokenProcessPool:  # a worker died already: the task is retried by results()
+            future = _broken_future()
+        self._submitted[future] = (key, function, arguments)
+
+    def results(self) -> Iterator[tuple[Key, Any]]:
+        """``(key, result)`` of every submitted task, in completion order; shuts the pool down after."""
+        from concurrent.futures import as_completed
+        from concurrent.futures.process import BrokenProcessPool
+
+        unfinished: list[tuple[Key, Callable[..., Any], tuple[Any, ...]]] = []
+        with self.executor:
+            for future in as_completed(self._submitted):
+                key, function, arguments = self._submitted[future]
+                try:
+                    result = future.result()
+                except BrokenProcessPool:
+                    unfinished.append((key, function, arguments))
+                    continue
+                except Exception as error:  # noqa: BLE001 - e.g. a result that cannot be pickled
+                    result = WorkerCrashed(f"{type(error).__name__}: {error}")
+                yield key, result
+        for function in dict.fromkeys(function for _, function, _ in unfinished):
+            tasks = [(key, arguments) for key, task_function, arguments in unfinished if task_function is function]
+            yield from _retry(function, tasks, self.workers, self.initializer, self.initargs)
 
     def close(self) -> None:
         processes = list((self.executor._processes or {}).values())  # private, no public way to stop them
@@ -44,6 +78,15 @@ class WarmPool:
                 process.terminate()  # without this, exit waits for the workers to finish starting up
         for process in processes:
             process.join()
+
+
+def _broken_future():
+    from concurrent.futures import Future
+    from concurrent.futures.process import BrokenProcessPool
+
+    future: Future = Future()
+    future.set_exception(BrokenProcessPool("the pool broke before the task could be submitted"))
+    return future
 
 
 def _nothing() -> None:
@@ -56,18 +99,13 @@ def _run_pool(
     jobs: int,
     initializer: Callable[..., None],
     initargs: tuple[Any, ...],
-    warm: WarmPool | None = None,
 ) -> Iterator[tuple[Key, Any]]:
     """Yield ``(key, result)`` for every task that finished; stop quietly when the pool breaks."""
     # Imported here: most runs never start a pool, and this import is a third of the CLI's start-up.
     from concurrent.futures import ProcessPoolExecutor, as_completed
     from concurrent.futures.process import BrokenProcessPool
 
-    if warm is None:
-        pool = ProcessPoolExecutor(max_workers=min(jobs, len(tasks)), initializer=initializer, initargs=initargs)
-    else:
-        pool = warm.executor
-    with pool:
+    with ProcessPoolExecutor(max_workers=min(jobs, len(tasks)), initializer=initializer, initargs=initargs) as pool:
         futures = {pool.submit(function, *arguments): key for key, arguments in tasks}
         for future in as_completed(futures):
             try:
@@ -77,6 +115,27 @@ def _run_pool(
             except Exception as error:  # noqa: BLE001 - e.g. a result that cannot be pickled
                 result = WorkerCrashed(f"{type(error).__name__}: {error}")
             yield futures[future], result
+
+
+def _retry(
+    function: Callable[..., Any],
+    tasks: Sequence[tuple[Key, tuple[Any, ...]]],
+    jobs: int,
+    initializer: Callable[..., None],
+    initargs: tuple[Any, ...],
+) -> Iterator[tuple[Key, Any]]:
+    """The tasks a broken pool left unfinished: in small batches, then alone, to find the one that kills
+    its worker without losing the others."""
+    pending = list(tasks)
+    while pending:
+        batch, pending = pending[:jobs], pending[jobs:]
+        unfinished = dict(batch)
+        for key, result in _run_pool(function, batch, jobs, initializer, initargs):
+            del unfinished[key]
+            yield key, result
+        for key, arguments in unfinished.items():
+            alone = list(_run_pool(function, [(key, arguments)], 1, initializer, initargs))
+            yield key, alone[0][1] if alone else WorkerCrashed("the worker process died while processing it")
 
 
 def parallel_map(
@@ -94,22 +153,18 @@ def parallel_map(
     whose worker process died yields a :class:`WorkerCrashed` instead of a result. With ``warm`` (started
     with the same initializer), the tasks run there whatever their number, and the pool is used up.
     """
-    if warm is None and (jobs <= 1 or len(tasks) < IN_PROCESS_BELOW):
+    if warm is not None:
+        for key, arguments in tasks:
+            warm.submit(key, function, arguments)
+        yield from warm.results()
+        return
+    if jobs <= 1 or len(tasks) < IN_PROCESS_BELOW:
         initializer(*initargs)
         for key, arguments in tasks:
             yield key, function(*arguments)
         return
     remaining = dict(tasks)
-    for key, result in _run_pool(function, tasks, jobs, initializer, initargs, warm):
+    for key, result in _run_pool(function, tasks, jobs, initializer, initargs):
         del remaining[key]
         yield key, result
-    pending = list(remaining.items())
-    while pending:  # the pool broke: find the file that breaks it without losing the others
-        batch, pending = pending[:jobs], pending[jobs:]
-        unfinished = dict(batch)
-        for key, result in _run_pool(function, batch, jobs, initializer, initargs):
-            del unfinished[key]
-            yield key, result
-        for key, arguments in unfinished.items():
-            alone = list(_run_pool(function, [(key, arguments)], 1, initializer, initargs))
-            yield key, alone[0][1] if alone else WorkerCrashed("the worker process died while processing it")
+    yield from _retry(function, list(remaining.items()), jobs, initializer, initargs)

@@ -12,12 +12,13 @@
 
 from __future__ import annotations
 
+import itertools
 import os
-import pickle
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from vllm_attn_compat.codemods import engine, files, parallel, registry, sources, worker
+from vllm_attn_compat.codemods.handoff import Handoff, candidate_rules
 from vllm_attn_compat.codemods.report import FileError, RunReport, unified_diff
 from vllm_attn_compat.codemods.scan import TokenScan
 
@@ -49,31 +50,51 @@ class _Scanned:
     encoding: str
 
 
-def _read_all(source_files: Sequence[files.SourceFile], report: RunReport) -> list[_Scanned]:
-    scanned = []
-    for source_file in source_files:
-        try:
-            source, stat = sources.read_source(source_file.real_path)
-            encoding = sources.source_encoding(source)
-        except sources.SourceError as error:
-            report.errors.append(FileError(source_file.path, error.line, error.column, error.message))
-            continue
-        scanned.append(_Scanned(source_file, source, stat, encoding))
+def _read_and_filter(
+    source_files: Sequence[files.SourceFile], rules, options: Options, report: RunReport
+) -> tuple[list[_Scanned], list[_Scanned], parallel.WarmPool | None]:
+    """Read every file once; returns them all, those worth parsing, and the workers started early.
+
+    The first file that will probably need libcst starts a worker at once, so that its import of
+    libcst (a third of a second) overlaps the reading and the class-hierarchy pass.
+    """
+    prefilter = TokenScan(engine.prefilter_tokens(rules))
+    unscoped = [rule for rule in rules if not rule.scoped]
+    scanned: list[_Scanned] = []
+    worth: list[_Scanned] = []
+    warm = None
+    try:
+        for source_file in source_files:
+            try:
+                source, stat = sources.read_source(source_file.real_path)
+                encoding = sources.source_encoding(source)
+            except sources.SourceError as error:
+                report.errors.append(FileError(source_file.path, error.line, error.column, error.message))
+                continue
+            item = _Scanned(source_file, source, stat, encoding)
+            scanned.append(item)
+            if prefilter(source):
+                worth.append(item)
+                if warm is None and options.jobs > 1 and _probably_parsed(source, rules, unscoped):
+                    warm = parallel.WarmPool(1, worker.preload)
+    except BaseException:
+        if warm is not None:
+            warm.close()
+        raise
     report.scanned = len(source_files)
-    return scanned
+    return scanned, worth, warm
 
 
-def _index_hierarchy(scanned: Sequence[_Scanned], worth: Sequence[_Scanned], options: Options, report: RunReport):
-    """Build the class hierarchy of the run; returns it with the files that took part in it.
+def _index_hierarchy(scanned: Sequence[_Scanned], worth: Sequence[_Scanned], options: Options, report: RunReport, after_round):
+    """Build the class hierarchy of the run; returns it with the index of each file that took part.
 
-    The first round looks only at ``worth`` (the files the prefilter kept, which include every file
-    holding a hierarchy token); later rounds at every file, for the attention classes found so far.
+    The first round indexes the files the prefilter kept; later rounds every file naming (as a whole
+    identifier) an attention class found so far. ``after_round(hierarchy, indexes)`` runs after each.
     """
     from vllm_attn_compat.codemods import hierarchy as hierarchy_module
 
     indexes: dict[str, object] = {}
-    has_base_token = TokenScan(hierarchy_module.BASE_TOKENS)
-    pending = [s for s in worth if has_base_token(s.source)]
+    pending = list(worth)
     known_names: set[str] = set()
     built = hierarchy_module.ClassHierarchy.build([])
     while pending:
@@ -88,16 +109,12 @@ def _index_hierarchy(scanned: Sequence[_Scanned], worth: Sequence[_Scanned], opt
         built = hierarchy_module.ClassHierarchy.build(
             index for index in indexes.values() if isinstance(index, hierarchy_module.ModuleIndex)
         )
+        after_round(built, indexes)
         new_names = set(built.attention_class_names()) - known_names
         known_names |= new_names
         has_name = TokenScan((name.encode() for name in new_names), whole_words=True)
         pending = [s for s in scanned if s.source_file.path not in indexes and has_name(s.source)]
     return built, indexes
-
-
-def _in_scope(path: str, indexes: dict, hierarchy) -> bool:
-    """Whether rules scoped to attention classes can act in this file: its index shows such a class."""
-    return path in indexes and hierarchy.has_attention_classes(path)
 
 
 def run_paths(
@@ -112,12 +129,9 @@ def run_paths(
     source_files, skipped, unreadable = files.discover(paths, options.exclude, options.base)
     report.skipped = [(s.path, s.reason) for s in skipped]
     report.errors += [FileError(u.path, 1, 1, u.reason) for u in unreadable]
-    scanned = _read_all(source_files, report)
-    prefilter = TokenScan(engine.prefilter_tokens(rules))
-    worth = [s for s in scanned if prefilter(s.source)]
+    scanned, worth, warm = _read_and_filter(source_files, rules, options, report)
     if not worth:
         return report  # the common case on a big tree: nothing is parsed, libcst is never imported
-    warm = _start_workers_early(worth, rules, options)
     try:
         _migrate_worth(scanned, worth, rules, options, report, emit_diff, warm)
     finally:
@@ -126,38 +140,24 @@ def run_paths(
     return report
 
 
-# Workers started early get the run's settings with every task (they start before those are known);
-# past this size (a hierarchy of thousands of classes) a fresh pool that gets them once is cheaper.
-_SETTINGS_SENT_PER_TASK_UP_TO = 1 << 16  # bytes
-
-
-def _start_workers_early(worth: Sequence[_Scanned], rules, options: Options):
-    """A :class:`parallel.WarmPool` when files will probably be parsed with libcst, else None: its
-    workers import libcst while this process builds the class hierarchy.
-
-    Probably: a file holds the token of a rule that acts anywhere, or mentions vLLM and holds a
-    scoped rule's token too. A file naming ``class Attention(`` alone (torch has one) is left to the
-    hierarchy pass: most such classes are no vLLM attention class.
-    """
-    if options.jobs <= 1:
-        return None
-    unscoped = [rule for rule in rules if not rule.scoped]
-    likely = sum(
-        1
-        for s in worth
-        if engine.needs_parsing(s.source, unscoped) or (b"vllm" in s.source and engine.needs_parsing(s.source, rules))
-    )
-    if not likely:
-        return None
-    # Each worker's start-up costs as much CPU as migrating several files: a few files get one worker.
-    return parallel.WarmPool(min(options.jobs, max(1, likely // parallel.IN_PROCESS_BELOW)), worker.preload)
+def _probably_parsed(source: bytes, rules, unscoped) -> bool:
+    """Whether libcst will probably parse this file: it holds the token of a rule that acts anywhere,
+    or mentions vLLM and holds a scoped rule's token too. A file naming ``class Attention(`` alone
+    (torch has one) is left to the hierarchy pass: most such classes are no vLLM attention class."""
+    return engine.needs_parsing(source, unscoped) or (b"vllm" in source and engine.needs_parsing(source, rules))
 
 
 def _migrate_worth(scanned, worth, rules, options: Options, report: RunReport, emit_diff, warm) -> None:
-    hierarchy, indexes = _index_hierarchy(scanned, worth, options, report)
+    sources = {s.source_file.path: s.source for s in scanned}
+    early = Handoff(warm, rules, options.unsafe_fixes, limit=parallel.IN_PROCESS_BELOW) if warm else None
+
+    def after_round(built, indexes) -> None:
+        if early is not None:
+            early.after_round(built, indexes, sources)
+
+    hierarchy, indexes = _index_hierarchy(scanned, worth, options, report, after_round)
     failed = {error.path for error in report.errors}
     names = hierarchy.attention_class_names()
-    unscoped = [rule for rule in rules if not rule.scoped]
     # A file needing libcst holds a prefilter token, or an attention-class name (it was indexed);
     # rules scoped to attention classes matter only where the index shows such a class.
     reachable = {s.source_file.path: s for s in scanned if s.source_file.path in indexes}
@@ -166,28 +166,24 @@ def _migrate_worth(scanned, worth, rules, options: Options, report: RunReport, e
         s
         for path, s in sorted(reachable.items())
         if path not in failed
-        and engine.needs_parsing(s.source, rules if _in_scope(path, indexes, hierarchy) else unscoped, names)
+        and engine.needs_parsing(s.source, candidate_rules(rules, indexes.get(path), hierarchy, path), names)
     ]
     report.parsed = len(set(indexes) | {c.source_file.path for c in candidates})
     by_path = {c.source_file.path: c for c in candidates}
+    rest = [c for c in candidates if early is None or c.source_file.path not in early.sent]
+    pickled = early.settings(hierarchy) if early is not None and rest else None
+    # The early workers take the rest when they are enough for it; a full pool otherwise.
+    if early is not None and pickled is not None and (warm.workers == options.jobs or len(candidates) <= early.limit):
+        for item in rest:
+            early.send(item.source_file.path, item.source, pickled)
+        rest = []
     settings = (rules, hierarchy, options.unsafe_fixes)
-    pickled = pickle.dumps(settings) if warm is not None and candidates else b""
-    enough_workers = warm is not None and (
-        warm.workers == options.jobs or len(candidates) <= parallel.IN_PROCESS_BELOW * warm.workers
-    )
-    if enough_workers and 0 < len(pickled) <= _SETTINGS_SENT_PER_TASK_UP_TO:
-        warm.used = True
-        tasks = [(c.source_file.path, (pickled, c.source, c.source_file.path)) for c in candidates]
-        outcomes = parallel.parallel_map(
-            worker.migrate_file_with, tasks, jobs=options.jobs, initializer=worker.preload, warm=warm
-        )
-    else:
-        tasks = [(c.source_file.path, (c.source, c.source_file.path)) for c in candidates]
-        outcomes = parallel.parallel_map(
-            worker.migrate_file, tasks, jobs=options.jobs, initializer=worker.setup, initargs=settings
-        )
+    tasks = [(c.source_file.path, (c.source, c.source_file.path)) for c in rest]
+    outcomes = parallel.parallel_map(worker.migrate_file, tasks, jobs=options.jobs, initializer=worker.setup, initargs=settings)
+    if early is not None and early.sent:
+        outcomes = itertools.chain(warm.results(), outcomes)
     diffs: dict[str, str] = {}
-    for path, outcome in _with_progress(outcomes, len(tasks), options.progress, "migrate"):
+    for path, outcome in _with_progress(outcomes, len(candidates), options.progress, "migrate"):
         _record(by_path[path], outcome, options, report, diffs)
     for path in sorted(diffs):  # workers finish in any order; the output must not depend on it
         emit_diff(diffs[path])

@@ -35,6 +35,15 @@ def test_a_pyproject_without_the_table_gives_defaults_based_at_its_folder(tmp_pa
     assert load_config(str(tmp_path)) == Config(base=str(tmp_path))
 
 
+def test_a_pyproject_that_never_names_the_tool_is_not_ours_to_validate(tmp_path):
+    # Someone else's broken table cannot configure this tool; a run in their repository goes on.
+    (tmp_path / "pyproject.toml").write_text("[tool.ruff\nline-length = 100\n")
+    assert load_config(str(tmp_path)) == Config(base=str(tmp_path))
+    (tmp_path / "pyproject.toml").write_text("[tool.ruff\n[tool.vllm-attn-compat]\n")
+    with pytest.raises(ConfigError, match="invalid TOML"):
+        load_config(str(tmp_path))
+
+
 @pytest.mark.parametrize(
     ("toml", "expected"),
     [

@@ -149,6 +149,21 @@ def test_read_source_reports_unreadable_files(tmp_path):
         sources.read_source(str(tmp_path / "missing.py"))
 
 
+def test_read_source_reads_whole_files_of_every_size(tmp_path):
+    for size in (0, 1, 4096, 1 << 20):
+        path = tmp_path / f"f{size}.py"
+        path.write_bytes(bytes(range(256)) * (size // 256) + b"x" * (size % 256))
+        source, status = sources.read_source(str(path))
+        assert source == path.read_bytes() and status.st_size == size
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="needs Linux's /proc")
+def test_read_source_reads_past_the_size_the_file_had_when_opened():
+    # /proc files report a size of 0 and then hold text: what a file growing after fstat looks like.
+    source, status = sources.read_source("/proc/self/status")
+    assert status.st_size == 0 and source.startswith(b"Name:") and source.endswith(b"\n")
+
+
 def test_write_atomic_replaces_content_and_keeps_permissions(tmp_path):
     target = tmp_path / "a.py"
     target.write_bytes(b"old\r\n")

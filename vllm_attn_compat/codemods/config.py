@@ -10,11 +10,6 @@ import os
 import sys
 from dataclasses import dataclass, field
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on Python 3.10 only
-    import tomli as tomllib
-
 TABLE = "tool.vllm-attn-compat"
 
 
@@ -67,6 +62,12 @@ def find_pyproject(start: str) -> str | None:
 def parse_config(text: str, source: str) -> Config:
     """Validate the tool table of a ``pyproject.toml``'s text; ``source`` names the file in errors."""
     base = os.path.dirname(os.path.abspath(source))
+    if "vllm-attn-compat" not in text:
+        return Config(base=base, source=source)  # nothing here can configure the tool: skip the parse
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - exercised on Python 3.10 only
+        import tomli as tomllib
     try:
         document = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:

@@ -6,8 +6,6 @@ rule, so a maintainer can paste it into a pull request and a CI job can decide f
 
 from __future__ import annotations
 
-import difflib
-import json
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -68,6 +66,8 @@ class RunReport:
 
 def unified_diff(path: str, old: bytes, new: bytes, encoding: str) -> str:
     """A ``git apply``-able unified diff of one file, decoded with the file's own encoding."""
+    import difflib  # here, not at the top: the CLI imports this module on every run, diffs are rare
+
     old_lines, new_lines = _LINE.findall(old.decode(encoding)), _LINE.findall(new.decode(encoding))
     lines = []
     name = path.lstrip("/")
@@ -150,6 +150,8 @@ def render_json(report: RunReport) -> str:
             "exit_code": report.exit_code(),
         },
     }
+    import json  # here, not at the top: most runs print text
+
     return json.dumps(document, indent=2) + "\n"
 
 

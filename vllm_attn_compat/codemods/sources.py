@@ -22,21 +22,28 @@ class SourceError(Exception):
         self.column = column
 
 
+# O_BINARY: on Windows a plain O_RDONLY descriptor would translate CRLF to LF.
+_READ_FLAGS = os.O_RDONLY | getattr(os, "O_BINARY", 0)
+
+
 def read_source(path: str) -> tuple[bytes, os.stat_result]:
     """A file's bytes and its status when read (to detect a later change), or a :class:`SourceError`."""
     try:
-        # O_BINARY: on Windows a plain O_RDONLY descriptor would translate CRLF to LF.
-        descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
+        descriptor = os.open(path, _READ_FLAGS)
         try:
             status = os.fstat(descriptor)
-            chunks = [os.read(descriptor, max(status.st_size, 1) + 1)]
-            while chunks[-1]:  # the file may have grown since fstat
-                chunks.append(os.read(descriptor, 1 << 20))
+            wanted = max(status.st_size, 1) + 1
+            source = os.read(descriptor, wanted)
+            if len(source) == wanted:  # the file grew since fstat: read the rest
+                chunks = [source]
+                while chunks[-1]:
+                    chunks.append(os.read(descriptor, 1 << 20))
+                source = b"".join(chunks)
         finally:
             os.close(descriptor)
     except OSError as error:
         raise SourceError(f"could not read the file: {error.strerror or error}") from None
-    return b"".join(chunks), status
+    return source, status
 
 
 def source_encoding(source: bytes) -> str:

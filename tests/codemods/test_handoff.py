@@ -46,7 +46,8 @@ def test_settled_files_are_sent_before_the_later_rounds_and_the_result_is_the_sa
 
     monkeypatch.setattr(worker, "index_file", index_file)
     monkeypatch.setattr(parallel.WarmPool, "submit", submit)
-    layout = {"plugin/__init__.py": "", "plugin/base.py": BASE_WITH_FIX, "plugin/impl.py": IMPL, "plugin/mixed.py": MIXED}
+    layout = {"plugin/__init__.py": "", "plugin/base.py": BASE_WITH_FIX, "plugin/impl.py": IMPL}
+    layout["plugin/mixed.py"] = MIXED
     pooled, alone = write_tree(tmp_path / "a", layout), write_tree(tmp_path / "b", layout)
 
     pooled_report = run_paths([str(pooled)], Options(jobs=2))

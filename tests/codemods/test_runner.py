@@ -31,6 +31,25 @@ def test_a_hierarchy_spread_over_three_files_is_found_in_rounds(tmp_path):
     assert "assert output is not None" not in (tmp_path / "plugin/leaf.py").read_text()
 
 
+def test_a_class_named_attention_outside_vllm_joins_the_hierarchy_through_its_base(tmp_path):
+    # Not indexed in the first round (it never mentions vLLM), found in the second by its base's name.
+    named = IMPL.replace("class MyImpl(PluginImplBase):", "class Attention(PluginImplBase):")
+    write_tree(tmp_path, {"plugin/__init__.py": "", "plugin/base.py": BASE, "models/attention.py": named})
+    report = run_paths([str(tmp_path)], Options(mode="check", jobs=1))
+    assert report.errors == [] and report.changed == [str(tmp_path / "models/attention.py")]
+
+
+def test_a_fork_of_vllm_is_indexed_by_its_package_even_where_no_line_says_vllm(tmp_path):
+    layer = (
+        "from .base import AttentionLayerBase\n\n\nclass Attention(AttentionLayerBase):\n"
+        "    def forward(self, query, output=None):\n        assert output is not None\n        return output\n"
+    )
+    layout = {"vllm/__init__.py": "", "vllm/attention/__init__.py": "", "vllm/attention/layer.py": layer}
+    write_tree(tmp_path, layout | {"vllm/attention/base.py": "class AttentionLayerBase:\n    pass\n"})
+    report = run_paths([str(tmp_path)], Options(mode="check", jobs=1))
+    assert report.errors == [] and report.changed == [str(tmp_path / "vllm/attention/layer.py")]
+
+
 def test_an_unrelated_hierarchy_is_left_alone(tmp_path):
     unrelated = IMPL.replace("from plugin.base import PluginImplBase", "from mylib.attention import AttentionImpl").replace(
         "MyImpl(PluginImplBase)", "MyImpl(AttentionImpl)"

@@ -223,8 +223,9 @@ def discover(
     """Expand files and folders into the Python files to process.
 
     Returns the files (in a stable order), the files skipped on purpose, and the paths that cannot be
-    read (given paths that do not exist, broken or looping symbolic links), each with the reason. ``exclude`` globs are matched against paths relative to ``base`` (the folder of the
-    configuration file, or the working directory). A file named explicitly is processed whatever its
+    read (given paths that do not exist, broken or looping symbolic links), each with the reason.
+    ``exclude`` globs are matched against paths relative to ``base`` (the folder of the configuration
+    file, or the working directory). A file named explicitly is processed whatever its
     suffix, unless an exclude glob matches it.
     """
     discovery = _Discovery(paths, exclude, base)

@@ -85,16 +85,24 @@ def _read_and_filter(
     return scanned, worth, warm
 
 
-def _index_hierarchy(scanned: Sequence[_Scanned], worth: Sequence[_Scanned], options: Options, report: RunReport, after_round):
+def _index_hierarchy(
+    scanned: Sequence[_Scanned], worth: Sequence[_Scanned], options: Options, report: RunReport, after_round
+):
     """Build the class hierarchy of the run; returns it with the index of each file that took part.
 
-    The first round indexes the files the prefilter kept; later rounds every file naming (as a whole
-    identifier) an attention class found so far. ``after_round(hierarchy, indexes)`` runs after each.
+    The first round indexes the files the prefilter kept that can define a vLLM attention class by
+    themselves: they mention vLLM, or belong to a package named ``vllm`` (a fork). The others (torch has
+    a ``class Attention(nn.Module)``) take part only if they name an attention class. Later rounds index
+    every file naming (as a whole identifier) an attention class found so far. ``after_round(hierarchy,
+    indexes)`` runs after each round.
     """
     from vllm_attn_compat.codemods import hierarchy as hierarchy_module
 
+    def in_vllm_package(path: str) -> bool:
+        return hierarchy_module.guess_module_name(path).partition(".")[0] == "vllm"
+
     indexes: dict[str, object] = {}
-    pending = list(worth)
+    pending = [s for s in worth if b"vllm" in s.source or in_vllm_package(s.source_file.path)]
     known_names: set[str] = set()
     built = hierarchy_module.ClassHierarchy.build([])
     while pending:
@@ -179,7 +187,9 @@ def _migrate_worth(scanned, worth, rules, options: Options, report: RunReport, e
         rest = []
     settings = (rules, hierarchy, options.unsafe_fixes)
     tasks = [(c.source_file.path, (c.source, c.source_file.path)) for c in rest]
-    outcomes = parallel.parallel_map(worker.migrate_file, tasks, jobs=options.jobs, initializer=worker.setup, initargs=settings)
+    outcomes = parallel.parallel_map(
+        worker.migrate_file, tasks, jobs=options.jobs, initializer=worker.setup, initargs=settings
+    )
     if early is not None and early.sent:
         outcomes = itertools.chain(warm.results(), outcomes)
     diffs: dict[str, str] = {}

@@ -9,6 +9,7 @@ few files that hold an anchor are checked against the tokens themselves, so the 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 # Long enough to be selective in ordinary code, short enough to be shared by related tokens.
@@ -94,21 +95,35 @@ class TokenScan:
         self._placed = tuple(
             (anchor, tuple((token, token.index(anchor)) for token in group)) for anchor, group in self.groups
         )
+        # Without whole words, one regular-expression search of the bytes around an anchor's occurrence
+        # confirms it (any token found there is a token of the file), instead of a test per token.
+        self._windows = tuple(
+            (
+                re.compile(b"|".join(re.escape(token) for token, _ in placed)),
+                max(offset for _, offset in placed),
+                max(len(token) - offset for token, offset in placed),
+            )
+            for _, placed in self._placed
+        )
 
     @property
     def anchors(self) -> tuple[bytes, ...]:
         return tuple(anchor for anchor, _ in self.groups)
 
     def __call__(self, source: bytes) -> bool:
-        for (anchor, tokens), (_, placed) in zip(self.groups, self._placed):
+        for (anchor, tokens), (_, placed), (window, before, after) in zip(self.groups, self._placed, self._windows):
             at = source.find(anchor)
             if at == -1:
                 continue
             for _ in range(_OCCURRENCES_CHECKED):
-                for token, offset in placed:
-                    start = at - offset
-                    if start >= 0 and source.startswith(token, start):
-                        if not self.whole_words or _word_at(source, start, start + len(token)):
+                if not self.whole_words:
+                    if window.search(source, max(at - before, 0), at + after):
+                        return True
+                else:
+                    for token, offset in placed:
+                        start = at - offset
+                        end = start + len(token)
+                        if start >= 0 and source.startswith(token, start) and _word_at(source, start, end):
                             return True
                 at = source.find(anchor, at + 1)
                 if at == -1:

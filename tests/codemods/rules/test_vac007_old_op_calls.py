@@ -102,3 +102,37 @@ def test_calls_through_vllm_module_objects():
     assert out.count("vllm_attn_compat.compat.unified_attention(q, k, v") == 2
     assert "vllm_attn_compat.compat.unified_mla_attention(q, kv, pe" in out
     assert "d = layer_module.Attention" in out
+
+
+def test_names_moved_from_a_parenthesized_line_join_one_compat_import_after_what_stays():
+    text = source(
+        """
+        # the layer and its ops
+        from vllm.attention.layer import (  # 0.19 layout
+            unified_attention,
+            Attention,
+            unified_mla_attention,
+        )
+        """
+    )
+    result = run(text, ["VAC007"], unsafe=True)
+    assert result.source.decode() == source(
+        """
+        # the layer and its ops
+        from vllm.attention.layer import (  # 0.19 layout
+            Attention,
+        )
+        from vllm_attn_compat.compat import unified_attention, unified_mla_attention
+        """
+    )
+    assert statuses(result) == [Status.FIXED, Status.FIXED] and result.removed_comments == ()
+
+
+def test_a_line_left_without_names_gives_its_place_and_comments_to_the_compat_import():
+    text = "import torch\n\n# the ops\nfrom vllm.attention import (  # old\n    unified_attention,  # prefill\n    unified_mla_attention,\n)\n"
+    result = run(text, ["VAC007"], unsafe=True)
+    assert result.source.decode() == (
+        "import torch\n\n# the ops\nfrom vllm_attn_compat.compat import unified_attention, unified_mla_attention\n"
+    )
+    # The comments inside the parentheses went with the names they stood by, and are declared.
+    assert sorted(result.removed_comments) == ["# old", "# prefill"]

@@ -84,6 +84,16 @@ class OldOpCalls(Rule):
             findings=(Status.UNSAFE_FIX_AVAILABLE,),
         ),
         Example(
+            "both functions from one line: one compat import, in the line's order",
+            """\
+            from vllm.attention import unified_mla_attention, unified_attention  # the old ops
+            """,
+            unsafe_after="""\
+            from vllm_attn_compat.compat import unified_mla_attention, unified_attention  # the old ops
+            """,
+            findings=(Status.UNSAFE_FIX_AVAILABLE, Status.UNSAFE_FIX_AVAILABLE),
+        ),
+        Example(
             "vLLM's Triton kernel of the same name stays",
             """\
             from vllm.attention.ops.triton_unified_attention import unified_attention
@@ -155,7 +165,11 @@ class OldOpCalls(Rule):
 
 
 def _move_import(op: str):
-    """Take ``op`` out of a ``from vllm... import`` line and import it from the compat module."""
+    """Take ``op`` out of a ``from vllm... import`` line and import it from the compat module.
+
+    The names of one line move one edit at a time (in the line's order), all into one compat import
+    placed after what is left of the line; when nothing is left, the compat import takes the line's
+    place, its leading comments and its trailing comment."""
 
     def build(line, sink):
         from collections import Counter
@@ -164,27 +178,61 @@ def _move_import(op: str):
 
         from vllm_attn_compat.codemods.apply import inner_comments
 
-        if isinstance(line, cst.FlattenSentinel):  # another old name of this line moved first
-            nodes = list(line.nodes)
-            for index, node in enumerate(nodes):
-                if any(alias.name.value == op for alias in node.body[0].names):
-                    nodes[index : index + 1] = build(node, sink).nodes
-            return cst.FlattenSentinel(nodes)
-        statement = line.body[0]
+        nodes = list(line.nodes) if isinstance(line, cst.FlattenSentinel) else [line]
+        old = next(index for index, node in enumerate(nodes) if _names(node, op))
+        compat = next((index for index, node in enumerate(nodes) if _is_compat_line(node)), None)
+        statement = nodes[old].body[0]
         names = list(statement.names)
-        moved = [alias for alias in names if alias.name.value == op]
+        moved = [alias.with_changes(comma=cst.MaybeSentinel.DEFAULT) for alias in names if alias.name.value == op]
         kept = [alias for alias in names if alias.name.value != op]
-        new_import = cst.ImportFrom(
-            module=cst.parse_expression(COMPAT_MODULE),
-            names=[moved[0].with_changes(comma=cst.MaybeSentinel.DEFAULT)],
+        if compat is None:
+            imported: list = []
+            compat_line = cst.SimpleStatementLine(body=[])
+        else:
+            imported = list(nodes[compat].body[0].names)
+            compat_line = nodes[compat]
+        compat_line = compat_line.with_changes(
+            body=[cst.ImportFrom(module=cst.parse_expression(COMPAT_MODULE), names=[*imported, moved[0]])]
         )
-        if not kept:
-            return cst.FlattenSentinel([line.with_changes(body=[new_import])])
-        if names[-1] is moved[-1]:
+        if not kept:  # the compat import takes the line's place
+            in_place = nodes[old].with_changes(body=compat_line.body)
+            lost = Counter(c.value for c in inner_comments(nodes[old]))
+            sink.removed.extend((lost - Counter(c.value for c in inner_comments(in_place))).elements())
+            rest = [node for index, node in enumerate(nodes) if index not in (old, compat)]
+            return cst.FlattenSentinel([*rest[:old], in_place, *rest[old:]])
+        if names[-1].name.value == op:
             kept[-1] = kept[-1].with_changes(comma=names[-1].comma)
-        new_line = line.with_changes(body=[statement.with_changes(names=kept)])
-        lost = Counter(c.value for c in inner_comments(line)) - Counter(c.value for c in inner_comments(new_line))
+        new_line = nodes[old].with_changes(body=[statement.with_changes(names=kept)])
+        lost = Counter(c.value for c in inner_comments(nodes[old])) - Counter(c.value for c in inner_comments(new_line))
         sink.removed.extend(lost.elements())
-        return cst.FlattenSentinel([new_line, cst.SimpleStatementLine(body=[new_import])])
+        nodes[old] = new_line
+        if compat is None:
+            nodes.insert(old + 1, compat_line)
+        else:
+            nodes[compat] = compat_line
+        return cst.FlattenSentinel(nodes)
 
     return build
+
+
+def _names(line, op: str) -> bool:
+    """Whether ``line`` is a ``from ... import`` line (not the compat one) importing ``op``."""
+    import libcst as cst
+
+    if not (isinstance(line, cst.SimpleStatementLine) and isinstance(line.body[0], cst.ImportFrom)):
+        return False
+    names = line.body[0].names
+    if _is_compat_line(line) or isinstance(names, cst.ImportStar):
+        return False
+    return any(alias.name.value == op for alias in names)
+
+
+def _is_compat_line(line) -> bool:
+    import libcst as cst
+
+    from vllm_attn_compat.codemods.scope import dotted_name
+
+    statement = line.body[0] if isinstance(line, cst.SimpleStatementLine) and line.body else None
+    return isinstance(statement, cst.ImportFrom) and statement.module is not None and (
+        dotted_name(statement.module) == COMPAT_MODULE
+    )

@@ -52,20 +52,16 @@ class WarmPool:
     def results(self) -> Iterator[tuple[Key, Any]]:
         """``(key, result)`` of every submitted task, in completion order; shuts the pool down after."""
         from concurrent.futures import as_completed
-        from concurrent.futures.process import BrokenProcessPool
 
         unfinished: list[tuple[Key, Callable[..., Any], tuple[Any, ...]]] = []
         with self.executor:
             for future in as_completed(self._submitted):
                 key, function, arguments = self._submitted[future]
-                try:
-                    result = future.result()
-                except BrokenProcessPool:
+                result = _outcome(future)
+                if result is _BROKEN:
                     unfinished.append((key, function, arguments))
-                    continue
-                except Exception as error:  # noqa: BLE001 - e.g. a result that cannot be pickled
-                    result = WorkerCrashed(f"{type(error).__name__}: {error}")
-                yield key, result
+                else:
+                    yield key, result
         for function in dict.fromkeys(function for _, function, _ in unfinished):
             tasks = [(key, arguments) for key, task_function, arguments in unfinished if task_function is function]
             yield from _retry(function, tasks, self.workers, self.initializer, self.initargs)
@@ -103,18 +99,30 @@ def _run_pool(
     """Yield ``(key, result)`` for every task that finished; stop quietly when the pool breaks."""
     # Imported here: most runs never start a pool, and this import is a third of the CLI's start-up.
     from concurrent.futures import ProcessPoolExecutor, as_completed
-    from concurrent.futures.process import BrokenProcessPool
 
     with ProcessPoolExecutor(max_workers=min(jobs, len(tasks)), initializer=initializer, initargs=initargs) as pool:
         futures = {pool.submit(function, *arguments): key for key, arguments in tasks}
         for future in as_completed(futures):
-            try:
-                result = future.result()
-            except BrokenProcessPool:
-                continue
-            except Exception as error:  # noqa: BLE001 - e.g. a result that cannot be pickled
-                result = WorkerCrashed(f"{type(error).__name__}: {error}")
-            yield futures[future], result
+            result = _outcome(future)
+            if result is not _BROKEN:
+                yield futures[future], result
+
+
+# What `_outcome` returns for a task whose worker process died (the pool is broken).
+_BROKEN = object()
+
+
+def _outcome(future) -> Any:
+    """A finished task's result; a :class:`WorkerCrashed` for an exception it could not hand back (e.g.
+    a result that cannot be pickled), or ``_BROKEN`` when its worker process died."""
+    from concurrent.futures.process import BrokenProcessPool
+
+    try:
+        return future.result()
+    except BrokenProcessPool:
+        return _BROKEN
+    except Exception as error:  # noqa: BLE001 - see the docstring
+        return WorkerCrashed(f"{type(error).__name__}: {error}")
 
 
 def _retry(

@@ -86,3 +86,15 @@ def test_generated_programs(program):
     source = _parses(program)
     assume(source is not None)
     _assert_same_traversal(source)
+
+
+def test_each_node_type_is_learnt_once_where_no_field_is_conditional(monkeypatch):
+    # Fields such as Newline.value (Optional[str]) are unset and never visited, but hold no node: their
+    # types must not be learnt again for every instance (a libcst visit per newline).
+    monkeypatch.setattr(walk_module, "_FIELDS", {})
+    learnt: list[type] = []
+    real_record = walk_module._record
+    monkeypatch.setattr(walk_module, "_record", lambda node: learnt.append(type(node)) or real_record(node))
+    module = cst.parse_module(CORPUS["examples/legacy_plugin/legacy_attn_plugin/base.py"])
+    walk(module, lambda node: True, lambda node: None)
+    assert len(learnt) == len(set(learnt)) and cst.Newline in learnt

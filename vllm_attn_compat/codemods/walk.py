@@ -13,6 +13,7 @@ type whose first instance left a field unset that libcst might visit is learnt a
 
 from __future__ import annotations
 
+import typing
 from collections.abc import Callable
 
 import libcst as cst
@@ -50,11 +51,25 @@ def _record(node: cst.CSTNode) -> tuple[str, ...]:
     return tuple(recorder.fields)
 
 
+def _may_hold_nodes(annotation: object) -> bool:
+    """Whether a field annotated so can hold nodes (``Optional[str]`` cannot; unknown forms may)."""
+    if isinstance(annotation, type):
+        return issubclass(annotation, cst.CSTNode)
+    arguments = typing.get_args(annotation)
+    if not arguments:
+        return True  # a forward reference, a bare generic: cannot tell, so assume it can
+    if typing.get_origin(annotation) is typing.Literal:
+        return False
+    return any(_may_hold_nodes(argument) for argument in arguments)
+
+
 def _learn(node: cst.CSTNode) -> tuple[str, ...]:
     fields = _record(node)
-    # A field left out while unset on this instance may be visited on another: learn per instance.
+    # A field that could hold nodes, left out while unset on this instance, may be visited on another:
+    # such a type is learnt per instance.
     unset_unvisited = any(
-        name not in fields and getattr(node, name) is None for name in node.__dataclass_fields__
+        name not in fields and getattr(node, name) is None and _may_hold_nodes(field.type)
+        for name, field in node.__dataclass_fields__.items()
     )
     _FIELDS[type(node)] = None if unset_unvisited else fields
     return fields

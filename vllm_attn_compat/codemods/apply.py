@@ -154,7 +154,7 @@ class Applier(cst.CSTTransformer):
 
     def _remove_statements(self, block: _Block) -> _Block:
         body = list(block.body)
-        if not any(id(statement) in self._removed_lines for statement in body):
+        if not any(id(statement) in self._removed_lines or id(statement) in self.sink.after for statement in body):
             return block
         kept: list[cst.BaseStatement] = []
         carry: list[cst.EmptyLine] | None = None
@@ -172,6 +172,9 @@ class Applier(cst.CSTTransformer):
                 )
                 carry = None
             kept.append(statement)
+            placed = self.sink.after.get(id(body[index]))
+            if placed is not None and placed[0] is body[index]:
+                carry = list(placed[1])
         footer = list(block.footer)
         if carry is not None:
             comments = carry[_leading_blanks(carry) :]

@@ -23,9 +23,16 @@ class RemoveStatement:
 
 @dataclass
 class CommentSink:
-    """Collects the text of comments an edit deliberately removes."""
+    """Collects the text of comments an edit deliberately removes, and lines an edit wants placed after
+    a statement it returns (a replaced block's closing comments, which no returned node can carry)."""
 
     removed: list[str] = field(default_factory=list)
+    # id(statement) -> (statement, lines); holding the statement keeps its id unique
+    after: dict[int, tuple[object, list]] = field(default_factory=dict)
+
+    def place_after(self, statement: object, lines: list) -> None:
+        """Put ``lines`` (``libcst.EmptyLine``) after ``statement``, before whatever follows it."""
+        self.after[id(statement)] = (statement, lines)
 
 
 @dataclass(frozen=True)

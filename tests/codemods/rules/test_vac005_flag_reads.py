@@ -80,3 +80,45 @@ def test_inline_if_and_scope_of_attention_classes():
     assert result.source.decode() == text.replace("if self.use_output: return self.a(q)", "return self.a(q)")
     alone = run(text, ["VAC005"], unsafe=True, path="plugin/mine.py")
     assert alone.findings == []
+
+
+def test_comments_closing_the_kept_branch_stay_after_its_statements():
+    text = source(
+        """
+        import vllm
+
+
+        def forward(layer, q, output):
+            if layer.use_output:
+                output.copy_(q)
+                # written in place
+            else:
+                # the old way
+                output = q.clone()
+            return output
+
+
+        def last(layer, q):
+            if layer.use_output:
+                return q
+                # nothing after this
+        """
+    )
+    result = run(text, ["VAC005"], unsafe=True)
+    assert result.source.decode() == source(
+        """
+        import vllm
+
+
+        def forward(layer, q, output):
+            output.copy_(q)
+            # written in place
+            return output
+
+
+        def last(layer, q):
+            return q
+            # nothing after this
+        """
+    )
+    assert result.removed_comments == ("# the old way",)

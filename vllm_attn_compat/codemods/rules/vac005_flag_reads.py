@@ -25,17 +25,21 @@ def _true_branch(node, sink):
     from vllm_attn_compat.codemods.apply import comment_line, inner_comments
 
     body = node.body
+    footer: list = []
     if isinstance(body, cst.SimpleStatementSuite):
         statements = [cst.SimpleStatementLine(body=body.body, trailing_whitespace=body.trailing_whitespace)]
         header = []
     else:
         statements = list(body.body)
         header = [comment_line(body.header.comment)] if body.header.comment else []
+        footer = list(body.footer)  # comments closing A: they follow its last statement
     first = statements[0]
     statements[0] = first.with_changes(leading_lines=[*node.leading_lines, *header, *first.leading_lines])
+    if any(line.comment for line in footer):
+        sink.place_after(statements[-1], footer)
     lost = Counter(c.value for c in inner_comments(node)) - Counter(
         c.value for s in statements for c in inner_comments(s.with_changes(leading_lines=()))
-    ) - Counter(line.comment.value for line in statements[0].leading_lines if line.comment)
+    ) - Counter(line.comment.value for line in [*statements[0].leading_lines, *footer] if line.comment)
     sink.removed.extend(lost.elements())
     return cst.FlattenSentinel(statements)
 

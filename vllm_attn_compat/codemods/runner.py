@@ -1,10 +1,12 @@
 """``migrate`` over files and folders: the funnel that keeps whole-repository runs fast, and the writes.
 
 1. Every file is read once, as bytes, and checked to be decodable text.
-2. A literal scan (``bytes in``, no regex) finds the files worth parsing at all.
-3. The class-hierarchy pass (stdlib ``ast``) indexes files that mention vLLM's attention bases, then,
-   round after round, files naming (as a whole identifier) an attention class found so far, until no
-   new name appears: a plugin's base class in one file makes its backends in other files attention code.
+2. A literal scan (anchored ``bytes.find``) finds the files worth parsing at all. The first one that will
+   probably need libcst starts a worker process, which imports libcst while the rest goes on.
+3. The class-hierarchy pass (stdlib ``ast``) indexes the kept files that mention vLLM, then, round after
+   round, files naming (as a whole identifier) an attention class found so far, until no new name
+   appears: a plugin's base class in one file makes its backends in other files attention code. After
+   each round, files whose migration can no longer change go to the early worker (:mod:`handoff`).
 4. libcst parses only the files holding a rule's tokens (for rules scoped to attention classes, only
    files whose class index shows an attention class), in worker processes when there are enough.
 5. A rewritten file is written only if every invariant in :mod:`safety` holds, atomically.
@@ -191,7 +193,8 @@ def _migrate_worth(scanned, worth, rules, options: Options, report: RunReport, e
         worker.migrate_file, tasks, jobs=options.jobs, initializer=worker.setup, initargs=settings
     )
     if early is not None and early.sent:
-        outcomes = itertools.chain(warm.results(), outcomes)
+        # The early worker is at its tasks already: start the rest first, so that both run at once.
+        outcomes = itertools.chain(outcomes, warm.results())
     diffs: dict[str, str] = {}
     for path, outcome in _with_progress(outcomes, len(candidates), options.progress, "migrate"):
         _record(by_path[path], outcome, options, report, diffs)

@@ -40,9 +40,9 @@ class WarmPool:
         self._submitted: dict[Any, tuple[Key, Callable[..., Any], tuple[Any, ...]]] = {}
 
     def submit(self, key: Key, function: Callable[..., Any], arguments: tuple[Any, ...]) -> None:
-        self.used = True
         from concurrent.futures.process import BrokenProcessPool
 
+        self.used = True
         try:
             future = self.executor.submit(function, *arguments)
         except BrokenProcessPool:  # a worker died already: the task is retried by results()

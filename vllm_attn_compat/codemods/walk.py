@@ -8,7 +8,8 @@ recording the ``on_visit_attribute`` calls of a one-level visit (public visitor 
 libcst's by construction rather than by a table that could drift from it.
 
 Two node types visit a field only when it is set (``format_spec`` of f- and t-string expressions): a
-type whose first instance left a field unset that libcst might visit is learnt again per instance.
+type whose first instance left unset, and unvisited, a field that can hold nodes is learnt again per
+instance (an unset ``Optional[str]`` such as ``Newline.value`` does not count).
 """
 
 from __future__ import annotations

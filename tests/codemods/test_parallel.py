@@ -49,16 +49,22 @@ def slow_setup() -> None:
     time.sleep(60)  # a worker still starting up (importing libcst) when the run finds it needs none
 
 
+def run_in(warm: WarmPool, function, submitted) -> dict:
+    for key, arguments in submitted:
+        warm.submit(key, function, arguments)
+    return dict(warm.results())
+
+
 def test_a_warm_pool_runs_even_a_few_tasks_in_its_started_workers():
     warm = WarmPool(2, remember_pid)
-    results = dict(parallel_map(square_or_die, tasks(3), jobs=2, initializer=remember_pid, warm=warm))
+    results = run_in(warm, square_or_die, tasks(3))
     assert {key: value[0] for key, value in results.items()} == {f"file{n}.py": n * n for n in range(3)}
     assert os.getpid() not in {pid for _, pid in results.values()}
 
 
 def test_a_worker_dying_in_a_warm_pool_costs_only_its_file():
     warm = WarmPool(2, remember_pid)
-    results = dict(parallel_map(square_or_die, tasks(20), jobs=2, initializer=remember_pid, warm=warm))
+    results = run_in(warm, square_or_die, tasks(20))
     assert isinstance(results.pop("file13.py"), WorkerCrashed)
     assert {key: value[0] for key, value in results.items()} == {f"file{n}.py": n * n for n in range(20) if n != 13}
 

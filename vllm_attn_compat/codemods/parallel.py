@@ -153,19 +153,13 @@ def parallel_map(
     jobs: int,
     initializer: Callable[..., None],
     initargs: tuple[Any, ...] = (),
-    warm: WarmPool | None = None,
 ) -> Iterator[tuple[Key, Any]]:
     """Yield ``(key, function(*arguments))`` for each task, in completion order.
 
     ``initializer(*initargs)`` prepares each worker (or this process, when running in-process). A task
-    whose worker process died yields a :class:`WorkerCrashed` instead of a result. With ``warm`` (started
-    with the same initializer), the tasks run there whatever their number, and the pool is used up.
+    whose worker process died yields a :class:`WorkerCrashed` instead of a result. (Tasks for a
+    :class:`WarmPool` go through its own ``submit`` and ``results``.)
     """
-    if warm is not None:
-        for key, arguments in tasks:
-            warm.submit(key, function, arguments)
-        yield from warm.results()
-        return
     if jobs <= 1 or len(tasks) < IN_PROCESS_BELOW:
         initializer(*initargs)
         for key, arguments in tasks:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from runner_trees import BASE, IMPL, IMPL_MIGRATED, write_tree
 
-from vllm_attn_compat.codemods import parallel, worker
+from vllm_attn_compat.codemods import prefork, worker
 from vllm_attn_compat.codemods.handoff import settles
 from vllm_attn_compat.codemods.hierarchy import ClassHierarchy, index_module
 from vllm_attn_compat.codemods.runner import Options, run_paths
@@ -34,7 +34,7 @@ def test_a_file_settles_when_its_classes_are_all_attention_classes_or_it_has_non
 
 def test_settled_files_are_sent_before_the_later_rounds_and_the_result_is_the_same(tmp_path, monkeypatch):
     events: list[tuple[str, str]] = []
-    real_index, real_submit = worker.index_file, parallel.WarmPool.submit
+    real_index, real_submit = worker.index_file, prefork.PreforkedWorker.submit
 
     def index_file(source, path):
         events.append(("index", path.rsplit("/", 1)[1]))
@@ -45,7 +45,7 @@ def test_settled_files_are_sent_before_the_later_rounds_and_the_result_is_the_sa
         real_submit(self, key, function, arguments)
 
     monkeypatch.setattr(worker, "index_file", index_file)
-    monkeypatch.setattr(parallel.WarmPool, "submit", submit)
+    monkeypatch.setattr(prefork.PreforkedWorker, "submit", submit)
     layout = {"plugin/__init__.py": "", "plugin/base.py": BASE_WITH_FIX, "plugin/impl.py": IMPL}
     layout["plugin/mixed.py"] = MIXED
     pooled, alone = write_tree(tmp_path / "a", layout), write_tree(tmp_path / "b", layout)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from runner_trees import IMPL, IMPL_MIGRATED, write_tree
 
-from vllm_attn_compat.codemods import parallel
+from vllm_attn_compat.codemods import parallel, prefork
 from vllm_attn_compat.codemods.runner import Options, run_paths
 
 DIRECT = IMPL.replace("from plugin.base import PluginImplBase", "from vllm.v1.attention.backend import AttentionImpl")
@@ -20,7 +20,7 @@ TORCH_LIKE = "import torch.nn as nn\n\n\nclass Attention(nn.Module):\n    def fo
 def _record_warm_pools(monkeypatch) -> list:
     started = []
 
-    class Recorded(parallel.WarmPool):
+    class Recorded(prefork.PreforkedWorker):
         def __init__(self, *args, **kwargs) -> None:
             super().__init__(*args, **kwargs)
             self.submitted: list[str] = []
@@ -30,7 +30,7 @@ def _record_warm_pools(monkeypatch) -> list:
             self.submitted.append(key)
             super().submit(key, function, arguments)
 
-    monkeypatch.setattr(parallel, "WarmPool", Recorded)
+    monkeypatch.setattr(prefork, "PreforkedWorker", Recorded)
     return started
 
 
@@ -72,3 +72,25 @@ def test_more_files_than_the_early_workers_can_take_go_to_a_full_pool(tmp_path, 
     assert 0 < len(started[0].submitted) <= parallel.IN_PROCESS_BELOW
     assert report.errors == [] and len(report.changed) == 15
     assert all((tmp_path / f"plugin/impl{n}.py").read_text() == IMPL_MIGRATED for n in range(12))
+
+
+def test_the_cli_forks_its_worker_before_reading_when_given_a_folder(tmp_path, monkeypatch):
+    from vllm_attn_compat.codemods import cli, sources
+
+    started = _record_warm_pools(monkeypatch)
+    workers_when_read: list[int] = []
+    real_read = sources.read_source
+
+    def read_source(path):
+        workers_when_read.append(len(started))
+        return real_read(path)
+
+    monkeypatch.setattr(sources, "read_source", read_source)
+    write_tree(tmp_path, {"impl.py": DIRECT, "model.py": TORCH_LIKE})
+    assert cli.main(["migrate", "--check", "--quiet", "-j", "2", str(tmp_path)]) == 1
+    assert len(started) == 1 and started[0].submitted == [str(tmp_path / "impl.py")]
+    assert workers_when_read == [1, 1]  # forked before the first file was read
+    # One job, or files named one by one: no worker before a file shows it needs one (this one does not).
+    assert cli.main(["migrate", "--check", "--quiet", "-j", "1", str(tmp_path)]) == 1
+    assert cli.main(["migrate", "--check", "--quiet", "-j", "2", str(tmp_path / "model.py")]) == 0
+    assert len(started) == 1

@@ -13,12 +13,15 @@ import os
 import sys
 import textwrap
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from vllm_attn_compat import __version__
 from vllm_attn_compat.codemods import registry
-from vllm_attn_compat.codemods.config import ConfigError, load_config
-from vllm_attn_compat.codemods.report import render
-from vllm_attn_compat.codemods.runner import Options, run_paths, run_source
+from vllm_attn_compat.codemods.config import ConfigError
+
+if TYPE_CHECKING:
+    from vllm_attn_compat.codemods.prefork import PreforkedWorker
+    from vllm_attn_compat.codemods.runner import Options
 
 EPILOG = (
     "exit codes: 0 nothing left to do; 1 findings remain, or --check/--diff would change a file; "
@@ -85,6 +88,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _options(args: argparse.Namespace) -> Options:
+    from vllm_attn_compat.codemods.config import load_config
+    from vllm_attn_compat.codemods.runner import Options
+
     start = (args.stdin_filename or ".") if args.paths == ["-"] else args.paths[0]
     config = load_config(start)
     mode = "check" if args.check else "diff" if args.diff else "write"
@@ -113,7 +119,31 @@ def _options(args: argparse.Namespace) -> Options:
     return options
 
 
+def _early_worker(args: argparse.Namespace) -> PreforkedWorker | None:
+    """A worker forked before anything else, when the run is over folders: those very likely hold a
+    file that needs libcst, and the worker imports it while this process lists and reads the files
+    (the modules imported so far serve both processes; those imported after, only this one)."""
+    from vllm_attn_compat.codemods import parallel, prefork, worker
+
+    jobs = args.jobs or parallel.available_cores()
+    if prefork.worth_starting(jobs) and "-" not in args.paths and any(os.path.isdir(p) for p in args.paths):
+        return prefork.start(worker.preload)
+    return None
+
+
 def _migrate(args: argparse.Namespace) -> int:
+    warm = _early_worker(args)
+    try:
+        return _migrate_with(args, warm)
+    finally:
+        if warm is not None:
+            warm.close()
+
+
+def _migrate_with(args: argparse.Namespace, warm: PreforkedWorker | None) -> int:
+    from vllm_attn_compat.codemods.report import render
+    from vllm_attn_compat.codemods.runner import run_paths, run_source
+
     options = _options(args)
     for stream in (sys.stdout, sys.stderr):
         if hasattr(stream, "reconfigure"):  # a diff of a latin-1 file on an ASCII terminal must not crash
@@ -130,7 +160,7 @@ def _migrate(args: argparse.Namespace) -> int:
         sys.stdout.flush()
         report_stream = sys.stderr
     else:
-        report = run_paths(args.paths, options, emit_diff=sys.stdout.write)
+        report = run_paths(args.paths, options, emit_diff=sys.stdout.write, warm=warm)
         report_stream = sys.stderr if options.mode == "diff" else sys.stdout
     report_stream.write(render(report, args.format, quiet=args.quiet))
     return report.exit_code()

@@ -13,8 +13,9 @@ import pickle
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from vllm_attn_compat.codemods import engine, parallel, worker
+from vllm_attn_compat.codemods import engine, worker
 from vllm_attn_compat.codemods.hierarchy import ClassHierarchy, ModuleIndex
+from vllm_attn_compat.codemods.prefork import PreforkedWorker
 
 # Tasks sent to early workers carry the run's settings (the workers started before they were known);
 # past this size (a hierarchy of thousands of classes) a fresh pool that gets them once is cheaper.
@@ -38,7 +39,7 @@ class Handoff:
     """Sends settled candidates to ``warm`` after each round, up to ``limit`` files (a few early workers
     should not take on a whole fork's worth of files: past that, a full pool does the rest)."""
 
-    def __init__(self, warm: parallel.WarmPool, rules: Sequence[type], unsafe_fixes: bool, limit: int) -> None:
+    def __init__(self, warm: PreforkedWorker, rules: Sequence[type], unsafe_fixes: bool, limit: int) -> None:
         self.warm = warm
         self.rules = rules
         self.unsafe_fixes = unsafe_fixes

@@ -9,6 +9,7 @@ cost more than the work.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
@@ -18,75 +19,13 @@ Key = TypeVar("Key")
 IN_PROCESS_BELOW = 8
 
 
+def available_cores() -> int:
+    """The cores this process may run on (a container or `taskset` may allow fewer than the machine has)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 class WorkerCrashed(Exception):
     """The process running a task died (the task's own exceptions are the function's to handle)."""
-
-
-class WarmPool:
-    """Worker processes started ahead of their tasks, so that their start-up (``initializer``: importing
-    libcst, a third of a second) overlaps the parent's own work. Tasks must then carry their settings,
-    since the pool starts before those are known; they can be handed over as soon as each is known
-    (:meth:`submit`), and :meth:`results` collects them all. Closing an unused pool stops its workers at once.
-    """
-
-    def __init__(self, jobs: int, initializer: Callable[..., None], initargs: tuple[Any, ...] = ()) -> None:
-        from concurrent.futures import ProcessPoolExecutor
-
-        self.workers = jobs
-        self.initializer, self.initargs = initializer, initargs
-        self.used = False  # set once it has tasks: results() shuts it down when done
-        self.executor = ProcessPoolExecutor(max_workers=jobs, initializer=initializer, initargs=initargs)
-        self.executor.submit(_nothing)  # processes start on the first submission, not before
-        self._submitted: dict[Any, tuple[Key, Callable[..., Any], tuple[Any, ...]]] = {}
-
-    def submit(self, key: Key, function: Callable[..., Any], arguments: tuple[Any, ...]) -> None:
-        from concurrent.futures.process import BrokenProcessPool
-
-        self.used = True
-        try:
-            future = self.executor.submit(function, *arguments)
-        except BrokenProcessPool:  # a worker died already: the task is retried by results()
-            future = _broken_future()
-        self._submitted[future] = (key, function, arguments)
-
-    def results(self) -> Iterator[tuple[Key, Any]]:
-        """``(key, result)`` of every submitted task, in completion order; shuts the pool down after."""
-        from concurrent.futures import as_completed
-
-        unfinished: list[tuple[Key, Callable[..., Any], tuple[Any, ...]]] = []
-        with self.executor:
-            for future in as_completed(self._submitted):
-                key, function, arguments = self._submitted[future]
-                result = _outcome(future)
-                if result is _BROKEN:
-                    unfinished.append((key, function, arguments))
-                else:
-                    yield key, result
-        for function in dict.fromkeys(function for _, function, _ in unfinished):
-            tasks = [(key, arguments) for key, task_function, arguments in unfinished if task_function is function]
-            yield from _retry(function, tasks, self.workers, self.initializer, self.initargs)
-
-    def close(self) -> None:
-        processes = list((self.executor._processes or {}).values())  # private, no public way to stop them
-        self.executor.shutdown(wait=False, cancel_futures=True)
-        for process in processes:
-            if process.is_alive():
-                process.terminate()  # without this, exit waits for the workers to finish starting up
-        for process in processes:
-            process.join()
-
-
-def _broken_future():
-    from concurrent.futures import Future
-    from concurrent.futures.process import BrokenProcessPool
-
-    future: Future = Future()
-    future.set_exception(BrokenProcessPool("the pool broke before the task could be submitted"))
-    return future
-
-
-def _nothing() -> None:
-    pass
 
 
 def _run_pool(
@@ -125,7 +64,7 @@ def _outcome(future) -> Any:
         return WorkerCrashed(f"{type(error).__name__}: {error}")
 
 
-def _retry(
+def retry(
     function: Callable[..., Any],
     tasks: Sequence[tuple[Key, tuple[Any, ...]]],
     jobs: int,
@@ -157,8 +96,8 @@ def parallel_map(
     """Yield ``(key, function(*arguments))`` for each task, in completion order.
 
     ``initializer(*initargs)`` prepares each worker (or this process, when running in-process). A task
-    whose worker process died yields a :class:`WorkerCrashed` instead of a result. (Tasks for a
-    :class:`WarmPool` go through its own ``submit`` and ``results``.)
+    whose worker process died yields a :class:`WorkerCrashed` instead of a result. (A worker started
+    before its tasks are known is :class:`prefork.PreforkedWorker`.)
     """
     if jobs <= 1 or len(tasks) < IN_PROCESS_BELOW:
         initializer(*initargs)
@@ -169,4 +108,4 @@ def parallel_map(
     for key, result in _run_pool(function, tasks, jobs, initializer, initargs):
         del remaining[key]
         yield key, result
-    yield from _retry(function, list(remaining.items()), jobs, initializer, initargs)
+    yield from retry(function, list(remaining.items()), jobs, initializer, initargs)

@@ -19,15 +19,10 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from vllm_attn_compat.codemods import engine, files, parallel, registry, sources, worker
+from vllm_attn_compat.codemods import engine, files, parallel, prefork, registry, sources, worker
 from vllm_attn_compat.codemods.handoff import Handoff, candidate_rules
 from vllm_attn_compat.codemods.report import FileError, RunReport, unified_diff
 from vllm_attn_compat.codemods.scan import TokenScan
-
-
-def available_cores() -> int:
-    """The cores this process may run on (a container or `taskset` may allow fewer than the machine has)."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 @dataclass(frozen=True)
@@ -40,7 +35,7 @@ class Options:
     ignore: tuple[str, ...] = ()
     exclude: tuple[str, ...] = ()
     base: str = "."
-    jobs: int = field(default_factory=lambda: available_cores())
+    jobs: int = field(default_factory=lambda: parallel.available_cores())
     progress: bool = False
 
 
@@ -53,18 +48,19 @@ class _Scanned:
 
 
 def _read_and_filter(
-    source_files: Sequence[files.SourceFile], rules, options: Options, report: RunReport
-) -> tuple[list[_Scanned], list[_Scanned], parallel.WarmPool | None]:
-    """Read every file once; returns them all, those worth parsing, and the workers started early.
+    source_files: Sequence[files.SourceFile], rules, options: Options, report: RunReport, warm
+) -> tuple[list[_Scanned], list[_Scanned], prefork.PreforkedWorker | None]:
+    """Read every file once; returns them all, those worth parsing, and the worker started early.
 
-    The first file that will probably need libcst starts a worker at once, so that its import of
-    libcst (a third of a second) overlaps the reading and the class-hierarchy pass.
+    Without one started already (``warm``), the first file that will probably need libcst starts
+    one at once, so that its import of libcst (a third of a second) overlaps the reading and the
+    class-hierarchy pass.
     """
     prefilter = TokenScan(engine.prefilter_tokens(rules))
     unscoped = [rule for rule in rules if not rule.scoped]
     scanned: list[_Scanned] = []
     worth: list[_Scanned] = []
-    warm = None
+    may_start = warm is None and prefork.worth_starting(options.jobs)
     try:
         for source_file in source_files:
             try:
@@ -77,8 +73,8 @@ def _read_and_filter(
             scanned.append(item)
             if prefilter(source):
                 worth.append(item)
-                if warm is None and options.jobs > 1 and _probably_parsed(source, rules, unscoped):
-                    warm = parallel.WarmPool(1, worker.preload)
+                if may_start and _probably_parsed(source, rules, unscoped):
+                    warm, may_start = prefork.start(worker.preload), False
     except BaseException:
         if warm is not None:
             warm.close()
@@ -132,20 +128,24 @@ def run_paths(
     options: Options,
     *,
     emit_diff: Callable[[str], None] = lambda text: None,
+    warm: prefork.PreforkedWorker | None = None,
 ) -> RunReport:
-    """Migrate the given files and folders; ``emit_diff`` receives each file's unified diff (diff mode)."""
-    report = RunReport(mode=options.mode)
-    rules = registry.select_rules(options.select, options.ignore)
-    source_files, skipped, unreadable = files.discover(paths, options.exclude, options.base)
-    report.skipped = [(s.path, s.reason) for s in skipped]
-    report.errors += [FileError(u.path, 1, 1, u.reason) for u in unreadable]
-    scanned, worth, warm = _read_and_filter(source_files, rules, options, report)
-    if not worth:
-        return report  # the common case on a big tree: nothing is parsed, libcst is never imported
+    """Migrate the given files and folders; ``emit_diff`` receives each file's unified diff (diff mode).
+
+    ``warm`` is a worker the caller started (:func:`worker.preload`) to have it ready sooner; the run
+    stops it when done.
+    """
     try:
-        _migrate_worth(scanned, worth, rules, options, report, emit_diff, warm)
+        report = RunReport(mode=options.mode)
+        rules = registry.select_rules(options.select, options.ignore)
+        source_files, skipped, unreadable = files.discover(paths, options.exclude, options.base)
+        report.skipped = [(s.path, s.reason) for s in skipped]
+        report.errors += [FileError(u.path, 1, 1, u.reason) for u in unreadable]
+        scanned, worth, warm = _read_and_filter(source_files, rules, options, report, warm)
+        if worth:  # on a big tree without any, nothing is parsed and libcst is never imported here
+            _migrate_worth(scanned, worth, rules, options, report, emit_diff, warm)
     finally:
-        if warm is not None and not warm.used:
+        if warm is not None:
             warm.close()
     return report
 

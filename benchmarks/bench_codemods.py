@@ -107,15 +107,27 @@ def install_copy(destination: str) -> str:
 
 def timed(command: list[str], repeat: int, **kwargs) -> tuple[float, float, subprocess.CompletedProcess]:
     """Median wall seconds and median CPU seconds (user+sys of the children) over ``repeat`` runs."""
-    walls, cpus = [], []
+    return timed_alternately([(command, kwargs)], repeat)[0]
+
+
+def timed_alternately(
+    commands: list[tuple[list[str], dict]], repeat: int
+) -> list[tuple[float, float, subprocess.CompletedProcess]]:
+    """:func:`timed` for several commands, run in turn (A B A B ...) rather than one after the other, so
+    that the load of a shared machine, which drifts over seconds, weighs on each of them alike."""
+    walls: list[list[float]] = [[] for _ in commands]
+    cpus: list[list[float]] = [[] for _ in commands]
+    completed: list[subprocess.CompletedProcess] = []
     for _ in range(repeat):
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        start = time.perf_counter()
-        completed = subprocess.run(command, capture_output=True, **kwargs)
-        walls.append(time.perf_counter() - start)
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        cpus.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
-    return statistics.median(walls), statistics.median(cpus), completed
+        completed = []
+        for index, (command, kwargs) in enumerate(commands):
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            start = time.perf_counter()
+            completed.append(subprocess.run(command, capture_output=True, **kwargs))
+            walls[index].append(time.perf_counter() - start)
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpus[index].append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+    return [(statistics.median(w), statistics.median(c), done) for w, c, done in zip(walls, cpus, completed)]
 
 
 def per_file_costs(paths: list[str], loops: int, ignored: list[str]) -> tuple[float, float]:
@@ -153,7 +165,7 @@ def per_file_costs(paths: list[str], loops: int, ignored: list[str]) -> tuple[fl
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="run libcst's runner on a sample, extrapolate")
-    parser.add_argument("--repeat", type=int, default=5, help="runs of the fast commands (median reported)")
+    parser.add_argument("--repeat", type=int, default=9, help="runs of the fast commands (median reported)")
     parser.add_argument("--jobs", type=int, default=len(os.sched_getaffinity(0)), help="processes, both runners")
     parser.add_argument("--sample", type=int, default=150, help="files in the --quick libcst sample")
     parser.add_argument("--ignore", default="", help="rule codes to leave out of migrate and grep (what-if runs)")
@@ -178,18 +190,18 @@ def main() -> int:
 
         ours_cmd = [sys.executable, "-m", "vllm_attn_compat", "migrate", "--check", "--format", "json",
                     "--jobs", str(args.jobs), *(["--ignore", args.ignore] if ignored else []), tree]  # fmt: skip
-        timed(ours_cmd, 1, env=env)  # warm the page cache
-        ours_wall, ours_cpu, ours_run = timed(ours_cmd, args.repeat, env=env)
+        tokens = [token.decode() for token in prefilter_tokens(select_rules(ignore=ignored))]
+        grep_cmd = ["grep", "-rlF", "--include=*.py", *[arg for t in tokens for arg in ("-e", t)], tree]
+        pair = [(ours_cmd, {"env": env}), (grep_cmd, {})]
+        timed_alternately(pair, 1)  # warm the page cache
+        (ours_wall, ours_cpu, ours_run), (grep_wall, grep_cpu, grep_run) = timed_alternately(pair, args.repeat)
         summary = json.loads(ours_run.stdout)["summary"]
+        print(f"medians of {args.repeat} runs of each, the two commands taking turns")
         print(
             f"migrate --check: {ours_wall:.3f} s wall, {ours_cpu:.3f} CPU-s; exit {ours_run.returncode}; "
             f"scanned {summary['files_scanned']}, parsed {summary['files_parsed']}, "
             f"would change {summary['files_changed']}, findings {summary['findings']}"
         )
-
-        tokens = [token.decode() for token in prefilter_tokens(select_rules(ignore=ignored))]
-        grep_cmd = ["grep", "-rlF", "--include=*.py", *[arg for t in tokens for arg in ("-e", t)], tree]
-        grep_wall, grep_cpu, grep_run = timed(grep_cmd, args.repeat)
         print(f"grep -rlF ({len(tokens)} tokens): {grep_wall:.3f} s wall, {grep_cpu:.3f} CPU-s; "
               f"{len(grep_run.stdout.splitlines())} files match")  # fmt: skip
 

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from vllm_attn_compat.codemods.engine import prefilter_tokens
 from vllm_attn_compat.codemods.registry import all_rules
-from vllm_attn_compat.codemods.scan import TokenScan, choose_anchors
+from vllm_attn_compat.codemods.scan import TokenScan, choose_anchors, contains_word
 
 RULE_TOKENS = prefilter_tokens(all_rules())
 
@@ -57,3 +58,27 @@ def test_whole_words_agree_with_a_tokenizing_definition(parts):
     source = b"".join(parts)
     words = set(re.findall(rb"[A-Za-z0-9_\x80-\xff]+", source))
     assert TokenScan([b"Impl", b"ImplBase"], whole_words=True)(source) == bool({b"Impl", b"ImplBase"} & words)
+
+
+# Class names made of a few CamelCase words, many sharing a word (so several share one short anchor).
+WORDS = [b"Sdpa", b"Plugin", b"Impl", b"Backend", b"Flash", b"Attention", b"Mla", b"X2"]
+names = st.lists(st.sampled_from(WORDS), min_size=1, max_size=3).map(b"".join)
+texts = st.lists(st.one_of(st.sampled_from([*WORDS, b"_", b" ", b"(", b".", b"\n", b"\xc3\xa9"]), names), max_size=12)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(names, min_size=1, max_size=12), texts.map(b"".join))
+def test_whole_words_sharing_short_anchors_agree_with_the_definition(tokens, source):
+    scan = TokenScan(tokens, whole_words=True)
+    assert scan(source) == any(contains_word(source, token) for token in tokens)
+
+
+def test_whole_words_must_be_identifiers():
+    with pytest.raises(ValueError, match="whole words must be identifiers"):
+        TokenScan([b"class A("], whole_words=True)
+
+
+def test_class_names_share_a_capitalized_word_as_their_anchor():
+    scan = TokenScan([b"PluginBackend", b"PluginImpl", b"LoggingAttention"], whole_words=True)
+    assert len(scan.anchors) == 2 and b"Plugin" in scan.anchors
+    assert all(len(anchor) >= 8 for anchor in TokenScan(RULE_TOKENS).anchors)  # the prefilter's stay long

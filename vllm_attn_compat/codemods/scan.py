@@ -9,41 +9,65 @@ few files that hold an anchor are checked against the tokens themselves, so the 
 
 from __future__ import annotations
 
+import heapq
 import re
 from collections.abc import Iterable
 
 # Long enough to be selective in ordinary code, short enough to be shared by related tokens.
 ANCHOR_LENGTH = 8
+# Identifiers (the class names of the hierarchy rounds) may share shorter anchors: a capitalized word
+# such as ``Impl`` or ``Sdpa`` is rarer in code than a lowercase fragment, and each anchor costs a
+# pass over every file, far more than checking its extra occurrences (on torch's sources, the legacy
+# plugin's seven class names take 4 passes instead of 6).
+WORD_ANCHOR_SHORTEST = 4
 
 
-def _candidates(token: bytes, length: int) -> set[bytes]:
-    return {token} | {token[i : i + length] for i in range(len(token) - length + 1)}
+def _candidates(token: bytes, shortest: int, longest: int) -> set[bytes]:
+    grams = {token}
+    for length in range(shortest, longest + 1):
+        grams.update(token[i : i + length] for i in range(len(token) - length + 1))
+    return grams
 
 
-def _selectivity(gram: bytes) -> tuple[int, int]:
-    # Longer is rarer; so are capitals, digits and punctuation next to the lowercase of prose.
-    return len(gram), sum(not (97 <= byte <= 122) for byte in gram)
+def _preference(gram: bytes) -> tuple[int, int, bytes, bytes]:
+    # Longer is rarer; so are capitals, digits and punctuation next to the lowercase of prose. The
+    # last two keys break ties (the greatest gram first) and carry the gram itself.
+    return -len(gram), -sum(not (97 <= byte <= 122) for byte in gram), bytes(255 - byte for byte in gram), gram
 
 
-def choose_anchors(tokens: Iterable[bytes], length: int = ANCHOR_LENGTH) -> tuple[bytes, ...]:
+def choose_anchors(tokens: Iterable[bytes], length: int = ANCHOR_LENGTH, shortest: int | None = None) -> tuple[bytes, ...]:
     """Few substrings such that each token contains at least one (greedy set cover).
 
-    Candidates are each token's ``length``-grams and the token itself. The anchor covering the
-    most tokens comes first; among equals the most selective (a token shared with no other is its
-    own anchor). Past a few hundred tokens the choice would cost more than it saves: each token is
-    then its own anchor.
+    Candidates are each token's substrings of ``shortest`` (default: ``length``) to ``length`` bytes,
+    and the token itself. The anchor covering the most tokens comes first; among equals the most
+    selective (a token shared with no other is its own anchor). Past a few hundred tokens the choice
+    would cost more than it saves: each token is then its own anchor.
     """
     uncovered = set(tokens)
     if len(uncovered) > 200:
         return tuple(sorted(uncovered))
-    candidates = {gram for token in uncovered for gram in _candidates(token, length)}
+    shortest = shortest or length
+    holders: dict[bytes, set[bytes]] = {}  # candidate -> the tokens containing it
+    for token in uncovered:
+        for gram in _candidates(token, shortest, length):
+            holders.setdefault(gram, set()).add(token)
+    for token in uncovered:  # a whole token of another length than the grams may lie in other tokens
+        if not shortest <= len(token) <= length:
+            holders[token] = {other for other in uncovered if token in other}
+    # Lazy greedy: a gram covers ever fewer tokens as others are chosen, so the count it was queued
+    # with is an upper bound, and a gram whose count still holds when it comes first is the best.
+    queue = [(-len(held), *_preference(gram)) for gram, held in holders.items()]
+    heapq.heapify(queue)
     anchors: list[bytes] = []
     while uncovered:
-        covers = {gram: sum(gram in token for token in uncovered) for gram in candidates}
-        best = max(covers, key=lambda gram: (covers[gram], *_selectivity(gram), gram))  # deterministic
-        anchors.append(best)
-        uncovered = {token for token in uncovered if best not in token}
-        candidates = {gram for gram in candidates if covers[gram]}
+        stale, *rest = heapq.heappop(queue)
+        gram = rest[-1]
+        count = len(holders[gram] & uncovered)
+        if count == -stale:
+            anchors.append(gram)
+            uncovered -= holders[gram]
+        elif count:
+            heapq.heappush(queue, (-count, *rest))
     return tuple(anchors)
 
 
@@ -51,6 +75,7 @@ def choose_anchors(tokens: Iterable[bytes], length: int = ANCHOR_LENGTH) -> tupl
 _IDENTIFIER_BYTES = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_") | frozenset(
     range(128, 256)
 )
+_IDENTIFIER_TAIL = re.compile(rb"[A-Za-z0-9_\x80-\xff]*")
 
 
 def contains_word(source: bytes, word: bytes) -> bool:
@@ -71,39 +96,32 @@ def contains_word(source: bytes, word: bytes) -> bool:
 _OCCURRENCES_CHECKED = 32
 
 
-def _word_at(source: bytes, start: int, end: int) -> bool:
-    return (start == 0 or source[start - 1] not in _IDENTIFIER_BYTES) and (
-        end == len(source) or source[end] not in _IDENTIFIER_BYTES
-    )
-
-
 class TokenScan:
     """A callable answering exactly ``any(token in source for token in tokens)``, faster.
 
-    With ``whole_words``, a token counts only as a whole identifier (see :func:`contains_word`): a
-    class name found inside a longer name is no reference to that class.
+    With ``whole_words``, the tokens are identifiers and count only as whole ones (see
+    :func:`contains_word`): a class name found inside a longer name is no reference to that class.
     """
 
     def __init__(self, tokens: Iterable[bytes], *, whole_words: bool = False) -> None:
         self.tokens = tuple(dict.fromkeys(token for token in tokens if token))
         self.whole_words = whole_words
-        anchors = choose_anchors(self.tokens)
+        if whole_words and not all(_IDENTIFIER_BYTES.issuperset(token) for token in self.tokens):
+            raise ValueError(f"whole words must be identifiers, found {self.tokens!r}")
+        anchors = choose_anchors(self.tokens, shortest=WORD_ANCHOR_SHORTEST if whole_words else None)
         # Each anchor with the tokens containing it: a hit on an anchor is confirmed by those alone.
-        self.groups = tuple((anchor, tuple(t for t in self.tokens if anchor in t)) for anchor in anchors)
-        # Where the anchor first stands in each of its tokens: a token found at ``p`` puts the anchor at
-        # ``p + offset``, so the anchor's occurrences are the only places a token can start from.
-        self._placed = tuple(
-            (anchor, tuple((token, token.index(anchor)) for token in group)) for anchor, group in self.groups
-        )
+        self.groups = tuple((anchor, frozenset(t for t in self.tokens if anchor in t)) for anchor in anchors)
         # Without whole words, one regular-expression search of the bytes around an anchor's occurrence
-        # confirms it (any token found there is a token of the file), instead of a test per token.
-        self._windows = tuple(
+        # confirms it (any token found there is a token of the file), instead of a test per token. A
+        # token found at ``p`` first holds the anchor at ``p + token.index(anchor)``, and every
+        # occurrence of the anchor is visited, so that window is all there is to search.
+        self._windows = () if whole_words else tuple(
             (
-                re.compile(b"|".join(re.escape(token) for token, _ in placed)),
-                max(offset for _, offset in placed),
-                max(len(token) - offset for token, offset in placed),
+                re.compile(b"|".join(re.escape(token) for token in sorted(group))),
+                max(token.index(anchor) for token in group),
+                max(len(token) - token.index(anchor) for token in group),
             )
-            for _, placed in self._placed
+            for anchor, group in self.groups
         )
 
     @property
@@ -111,27 +129,34 @@ class TokenScan:
         return tuple(anchor for anchor, _ in self.groups)
 
     def __call__(self, source: bytes) -> bool:
-        for (anchor, tokens), (_, placed), (window, before, after) in zip(self.groups, self._placed, self._windows):
+        if self.whole_words:
+            return any(_holds_word(source, anchor, words) for anchor, words in self.groups)
+        for (anchor, tokens), (window, before, after) in zip(self.groups, self._windows):
             at = source.find(anchor)
             if at == -1:
                 continue
             for _ in range(_OCCURRENCES_CHECKED):
-                if not self.whole_words:
-                    if window.search(source, max(at - before, 0), at + after):
-                        return True
-                else:
-                    for token, offset in placed:
-                        start = at - offset
-                        end = start + len(token)
-                        if start >= 0 and source.startswith(token, start) and _word_at(source, start, end):
-                            return True
+                if window.search(source, max(at - before, 0), at + after):
+                    return True
                 at = source.find(anchor, at + 1)
                 if at == -1:
                     break
             else:  # a common anchor in this file: look for the tokens themselves
-                if self.whole_words:
-                    if any(contains_word(source, token) for token in tokens):
-                        return True
-                elif any(token in source for token in tokens):
+                if any(token in source for token in tokens):
                     return True
         return False
+
+
+def _holds_word(source: bytes, anchor: bytes, words: frozenset[bytes]) -> bool:
+    """Whether an identifier of ``words`` (all containing ``anchor``) stands in ``source``: the
+    identifier around each occurrence of the anchor is looked up, however many words share it."""
+    at = source.find(anchor)
+    while at != -1:
+        start = at
+        while start and source[start - 1] in _IDENTIFIER_BYTES:
+            start -= 1
+        end = _IDENTIFIER_TAIL.match(source, at + len(anchor)).end()
+        if source[start:end] in words:
+            return True
+        at = source.find(anchor, end)
+    return False

@@ -15,7 +15,9 @@ from vllm_attn_compat.codemods.walk import walk
 CORPUS = corpus()
 
 
-def _assert_same_positions(source: bytes) -> None:
+def _assert_same_positions(source: bytes, alone: int = 0) -> None:
+    """All nodes asked for at once, then ``alone`` of them (spread over the file) one at a time,
+    where the rendering stops right after the node."""
     module = cst.parse_module(source)
     nodes: list[cst.CSTNode] = []
     walk(module, lambda node: nodes.append(node) or True, lambda node: None)
@@ -29,11 +31,13 @@ def _assert_same_positions(source: bytes) -> None:
             want.end.line,
             want.end.column,
         ), f"{type(node).__name__} {module.code_for_node(node)!r}"
+    for node in nodes[:: max(len(nodes) // alone, 1)] if alone else ():
+        assert positions(module, [node]) == {id(node): ours[id(node)]}, f"{type(node).__name__} alone"
 
 
 @pytest.mark.parametrize("name", sorted(CORPUS))
 def test_every_node_where_the_provider_puts_it(name):
-    _assert_same_positions(CORPUS[name])
+    _assert_same_positions(CORPUS[name], alone=25)
 
 
 def test_only_the_nodes_asked_for_are_returned():
@@ -50,4 +54,4 @@ def test_generated_programs(program):
         cst.parse_module(program)
     except (cst.ParserSyntaxError, RecursionError):
         assume(False)
-    _assert_same_positions(program.encode())
+    _assert_same_positions(program.encode(), alone=5)

@@ -32,9 +32,14 @@ class Span:
     end_column: int
 
 
+class _AllPlaced(Exception):
+    """Every node asked for has its span: the rest of the module need not be rendered."""
+
+
 @dataclass(frozen=False)
 class _SpanState(CodegenState):
     spans: dict[int, tuple[int, int]] = field(default_factory=dict)  # id(node) -> token counts
+    missing: set[int] = field(default_factory=set)  # id() of the nodes asked for and not rendered yet
     _starts: list[int] = field(default_factory=list)
 
     def before_codegen(self, node: cst.CSTNode) -> None:
@@ -42,7 +47,12 @@ class _SpanState(CodegenState):
 
     def after_codegen(self, node: cst.CSTNode) -> None:
         start = self._starts.pop()
-        self.spans.setdefault(id(node), (start, len(self.tokens)))
+        key = id(node)
+        self.spans.setdefault(key, (start, len(self.tokens)))  # a syntactic span, set inside, wins
+        if key in self.missing:
+            self.missing.remove(key)
+            if not self.missing:
+                raise _AllPlaced
 
     def pop_trailing_newline(self) -> None:
         # The rendering drops a file's missing final newline here; the provider's positions count it.
@@ -66,7 +76,9 @@ class _SyntacticSpan:
     def __enter__(self) -> None:
         self.start = len(self.state.tokens)
 
-    def __exit__(self, *exc_info: object) -> None:
+    def __exit__(self, error_type: object, *exc_info: object) -> None:
+        if error_type is not None:  # the rendering stops (_AllPlaced): the end node may never come
+            return
         spans = self.state.spans
         start = spans[id(self.start_node)][0] if self.start_node is not None else self.start
         end = spans[id(self.end_node)][1] if self.end_node is not None else len(self.state.tokens)
@@ -74,9 +86,18 @@ class _SyntacticSpan:
 
 
 def positions(module: cst.Module, nodes: Iterable[cst.CSTNode]) -> dict[int, Span]:
-    """``id(node) -> Span`` for each of ``nodes`` (which must belong to ``module``)."""
+    """``id(node) -> Span`` for each of ``nodes`` (which must belong to ``module``).
+
+    The rendering stops after the last of them: a finding near the top of a long file costs little.
+    """
+    nodes = list(nodes)
     state = _SpanState(default_indent=module.default_indent, default_newline=module.default_newline)
-    module._codegen(state)
+    state.missing = {id(node) for node in nodes}
+    try:
+        if state.missing:
+            module._codegen(state)
+    except _AllPlaced:
+        pass
     tokens = state.tokens
     text = "".join(tokens)
     offsets = [0, *accumulate(map(len, tokens))]  # token count -> characters rendered before it

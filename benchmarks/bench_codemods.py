@@ -185,14 +185,21 @@ def main() -> int:
         if ignored:
             print(f"what-if run: rules {', '.join(ignored)} left out of both migrate and grep")
         site = install_copy(scratch)
-        env = {**os.environ, "PYTHONPATH": site + os.pathsep + os.environ.get("PYTHONPATH", "")}
+        inherited = os.environ.get("PYTHONPATH")
+        env = {**os.environ, "PYTHONPATH": site + (os.pathsep + inherited if inherited else "")}
         print("the package runs from a copy with its bytecode compiled, as pip installs it")
 
         ours_cmd = [sys.executable, "-m", "vllm_attn_compat", "migrate", "--check", "--format", "json",
                     "--jobs", str(args.jobs), *(["--ignore", args.ignore] if ignored else []), tree]  # fmt: skip
         tokens = [token.decode() for token in prefilter_tokens(select_rules(ignore=ignored))]
         grep_cmd = ["grep", "-rlF", "--include=*.py", *[arg for t in tokens for arg in ("-e", t)], tree]
-        pair = [(ours_cmd, {"env": env}), (grep_cmd, {})]
+        # `python -m` puts the working folder first on sys.path: run from the checkout, it would import
+        # the checkout's sources (recompiled on every run) instead of the copy.
+        where = [sys.executable, "-c", "import vllm_attn_compat; print(vllm_attn_compat.__file__)"]
+        imported = subprocess.run(where, capture_output=True, text=True, env=env, cwd=scratch, check=True).stdout
+        if not imported.startswith(site):
+            raise SystemExit(f"the benchmark would time {imported.strip()}, expected the copy in {site}")
+        pair = [(ours_cmd, {"env": env, "cwd": scratch}), (grep_cmd, {})]
         timed_alternately(pair, 1)  # warm the page cache
         (ours_wall, ours_cpu, ours_run), (grep_wall, grep_cpu, grep_run) = timed_alternately(pair, args.repeat)
         summary = json.loads(ours_run.stdout)["summary"]

@@ -1,5 +1,3 @@
-import sys
+from vllm_attn_compat.codemods.cli import run
 
-from vllm_attn_compat.codemods.cli import main
-
-sys.exit(main())
+run()

@@ -16,8 +16,10 @@ from vllm_attn_compat.codemods.cli import main
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def run_cli(*args: str, stdin: bytes = b"", cwd: str | None = None) -> subprocess.CompletedProcess:
+def run_cli(*args: str, stdin: bytes = b"", cwd: str | None = None, buffered: bool = False) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": REPO}
+    if buffered:  # as Python writes to pipes by default (this machine's environment may say otherwise)
+        env.pop("PYTHONUNBUFFERED", None)
     return subprocess.run(
         [sys.executable, "-m", "vllm_attn_compat", *args], input=stdin, capture_output=True, env=env, cwd=cwd
     )
@@ -244,3 +246,17 @@ def test_an_unknown_rule_code_in_the_configuration_names_the_file_and_key(plugin
     err = capsys.readouterr().err
     assert f"{plugin / 'pyproject.toml'}: [tool.vllm-attn-compat] ignore: unknown rule code 'VAC0X'" in err
     assert main(["migrate", "--check", "--ignore", "VAC001", str(plugin)]) == 0  # the flag replaces it
+
+
+def test_the_process_exits_with_main_s_code_after_all_its_output(tmp_path, capsys):
+    # The console script leaves without the interpreter's shutdown (cli.run): what main() printed must
+    # all arrive anyway, here far more than a pipe holds, and the exit code must be main()'s.
+    write_tree(tmp_path, {"plugin/__init__.py": "", "plugin/base.py": BASE})
+    write_tree(tmp_path, {f"plugin/impl{n:03}.py": IMPL for n in range(150)})
+    assert main(["migrate", "--diff", str(tmp_path)]) == 1
+    expected = capsys.readouterr()
+    completed = run_cli("migrate", "--diff", str(tmp_path), buffered=True)
+    assert completed.returncode == 1
+    assert len(completed.stdout) > 1 << 16 and completed.stdout.decode() == expected.out
+    assert completed.stderr.decode() == expected.err
+    assert run_cli("migrate", "--check", str(tmp_path / "plugin/base.py")).returncode == 0

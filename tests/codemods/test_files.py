@@ -199,6 +199,56 @@ def test_write_atomic_leaves_the_old_file_when_writing_fails(tmp_path, monkeypat
     assert os.listdir(tmp_path) == ["a.py"]
 
 
+def _unnamed_files_possible(folder) -> bool:
+    try:
+        os.close(os.open(folder, os.O_TMPFILE | os.O_WRONLY, 0o600))
+    except (AttributeError, OSError):
+        return False
+    return os.path.isdir("/proc/self/fd")
+
+
+KILLED_WHILE_WRITING = """
+import os, signal, sys
+from vllm_attn_compat.codemods import sources
+
+os.fsync = lambda descriptor: os.kill(os.getpid(), signal.SIGKILL)  # killed with the new bytes written
+sources.write_atomic(sys.argv[1], b"new\\n")
+"""
+
+
+def test_a_run_killed_while_writing_leaves_the_old_file_and_nothing_else(tmp_path):
+    if not _unnamed_files_possible(tmp_path):
+        pytest.skip("this system cannot create unnamed files (O_TMPFILE) here: a temporary file may remain")
+    import subprocess
+    import sys
+
+    target = tmp_path / "a.py"
+    target.write_bytes(b"old\n")
+    killed = subprocess.run([sys.executable, "-c", KILLED_WHILE_WRITING, str(target)], capture_output=True)
+    assert killed.returncode == -9, killed.stderr
+    assert target.read_bytes() == b"old\n" and os.listdir(tmp_path) == ["a.py"]
+
+
+@pytest.mark.parametrize("obstacle", ["no unnamed files", "no naming through /proc"])
+def test_write_atomic_falls_back_to_a_named_temporary_file(tmp_path, monkeypatch, obstacle):
+    if obstacle == "no unnamed files":
+        monkeypatch.delattr(sources.os, "O_TMPFILE", raising=False)
+    else:
+        def refused(*args, **kwargs):
+            raise PermissionError(1, "Operation not permitted")
+
+        monkeypatch.setattr(sources, "_name", refused)
+    named = []
+    real_mkstemp = __import__("tempfile").mkstemp
+    monkeypatch.setattr("tempfile.mkstemp", lambda **kw: named.append(kw) or real_mkstemp(**kw))
+    target = tmp_path / "a.py"
+    target.write_bytes(b"old\n")
+    target.chmod(0o640)
+    write_atomic(str(target), b"new\n")
+    assert named and target.read_bytes() == b"new\n" and os.listdir(tmp_path) == ["a.py"]
+    assert stat.S_IMODE(os.stat(target).st_mode) == 0o640
+
+
 def test_broken_and_looping_symlinks_are_unreadable_not_silently_dropped(tmp_path):
     make_tree(tmp_path, {"a.py": ""})
     (tmp_path / "loop.py").symlink_to("loop.py")

@@ -90,11 +90,11 @@ def write_atomic(path: str, data: bytes, expected_stat: os.stat_result | None = 
     """Replace ``path``'s content by ``data`` so that a reader (or a crash) sees the old or the new file.
 
     The new bytes go to a temporary file in the same folder (same file system), keep the original's
-    permission bits, are flushed to disk, then renamed over the original. With ``expected_stat``, a
-    file modified since it was read is left alone (:class:`SourceError`), rather than losing that edit.
+    owner and permission bits, are flushed to disk, then renamed over the original. Where the system
+    allows (Linux), the temporary file has no name until that moment: a run killed while writing
+    leaves nothing behind. With ``expected_stat``, a file modified since it was read is left alone
+    (:class:`SourceError`), rather than losing that edit.
     """
-    import tempfile  # only runs that write pay for this import
-
     current = os.stat(path)
     if expected_stat is not None and (current.st_mtime_ns, current.st_size) != (
         expected_stat.st_mtime_ns,
@@ -102,22 +102,85 @@ def write_atomic(path: str, data: bytes, expected_stat: os.stat_result | None = 
     ):
         raise SourceError("the file changed on disk during the run; it was not rewritten")
     folder, name = os.path.split(path)
-    descriptor, temporary = tempfile.mkstemp(prefix=f".{name}.", suffix=".vac-tmp", dir=folder or ".")
+    folder = folder or "."
+    temporary = _written_unnamed(folder, name, data, current) or _written_named(folder, name, data, current)
     try:
-        with os.fdopen(descriptor, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            if hasattr(os, "fchown"):  # keep the owner when allowed (root running over a user's tree)
-                try:
-                    os.fchown(handle.fileno(), current.st_uid, current.st_gid)
-                except OSError:
-                    pass
-            os.fsync(handle.fileno())
-        os.chmod(temporary, stat.S_IMODE(current.st_mode))  # mkstemp made it private (0600)
         os.replace(temporary, path)
     except BaseException:
-        try:
-            os.unlink(temporary)
-        except FileNotFoundError:
-            pass
+        _remove(temporary)
         raise
+
+
+def _fill(descriptor: int, data: bytes, like: os.stat_result) -> None:
+    """Write ``data`` to the new file, with the owner (when allowed) and permissions of ``like``, and
+    flush it to disk; closes the descriptor."""
+    with os.fdopen(descriptor, "wb") as handle:
+        handle.write(data)
+        handle.flush()
+        if hasattr(os, "fchown"):  # keep the owner when allowed (root running over a user's tree)
+            try:
+                os.fchown(handle.fileno(), like.st_uid, like.st_gid)
+            except OSError:
+                pass
+        os.chmod(handle.fileno(), stat.S_IMODE(like.st_mode))  # the file was created private (0600)
+        os.fsync(handle.fileno())
+
+
+def _written_unnamed(folder: str, name: str, data: bytes, like: os.stat_result) -> str | None:
+    """``data`` in a file created without a name (``O_TMPFILE``) and named only once complete; returns
+    that name, or None where this cannot be done (another system, a file system without it, no
+    ``/proc`` to name it through)."""
+    if not hasattr(os, "O_TMPFILE") or not os.path.isdir("/proc/self/fd"):
+        return None
+    try:
+        descriptor = os.open(folder, os.O_TMPFILE | os.O_WRONLY, 0o600)
+    except OSError:  # e.g. EOPNOTSUPP on a file system without unnamed files
+        return None
+    # _fill closes the descriptor, and the file would vanish with it: a duplicate keeps it until named.
+    keeper = os.dup(descriptor)
+    try:
+        _fill(descriptor, data, like)  # a failure here (a full disk) would recur: it is raised
+        try:
+            return _name(keeper, folder, name)
+        except OSError:  # e.g. a /proc that does not allow it: write a named temporary file instead
+            return None
+    finally:
+        os.close(keeper)
+
+
+def _name(descriptor: int, folder: str, name: str) -> str:
+    """Give the unnamed file open as ``descriptor`` a fresh name next to ``name``; returns that path."""
+    # A folder descriptor makes Python call linkat(AT_SYMLINK_FOLLOW), which links the file the /proc
+    # entry stands for; a plain link() would try to link the /proc entry itself.
+    folder_descriptor = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        for _ in range(100):
+            temporary = f".{name}.{os.urandom(4).hex()}.vac-tmp"
+            try:
+                os.link(f"/proc/self/fd/{descriptor}", temporary, dst_dir_fd=folder_descriptor, follow_symlinks=True)
+                return os.path.join(folder, temporary)
+            except FileExistsError:
+                continue
+    finally:
+        os.close(folder_descriptor)
+    raise FileExistsError(f"no free temporary name next to {name} in {folder}")
+
+
+def _written_named(folder: str, name: str, data: bytes, like: os.stat_result) -> str:
+    """``data`` in a new file named at once (``tempfile.mkstemp``); returns its name."""
+    import tempfile  # only runs that write, where files cannot be unnamed, pay for this import
+
+    descriptor, temporary = tempfile.mkstemp(prefix=f".{name}.", suffix=".vac-tmp", dir=folder)
+    try:
+        _fill(descriptor, data, like)
+    except BaseException:
+        _remove(temporary)
+        raise
+    return temporary
+
+
+def _remove(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass

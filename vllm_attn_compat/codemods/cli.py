@@ -120,9 +120,9 @@ def _options(args: argparse.Namespace) -> Options:
 
 
 def _early_worker(args: argparse.Namespace) -> PreforkedWorker | None:
-    """A worker forked before anything else, when the run is over folders: those very likely hold a
-    file that needs libcst, and the worker imports it while this process lists and reads the files
-    (the modules imported so far serve both processes; those imported after, only this one)."""
+    """A worker forked as soon as the command line is read, when the run is over folders: those very
+    likely hold a file that needs libcst, and the worker imports it while this process lists and reads
+    the files (the modules imported so far serve both processes; those imported after, only this one)."""
     from vllm_attn_compat.codemods import parallel, prefork, worker
 
     jobs = args.jobs or parallel.available_cores()

@@ -5,6 +5,8 @@ every file. Most tokens share substrings (``ttention`` is in ``vllm.v1.attention
 ``class AttentionImpl`` and ``unified_attention``), so the scan looks for a few such *anchors* first,
 chosen so that every token contains one: a file without any anchor cannot contain any token. Only the
 few files that hold an anchor are checked against the tokens themselves, so the answer is exact.
+For whole identifiers (the class names of the hierarchy rounds), each occurrence of an anchor is
+checked by looking up the identifier around it among the names.
 """
 
 from __future__ import annotations

@@ -111,9 +111,11 @@ def write_atomic(path: str, data: bytes, expected_stat: os.stat_result | None = 
         raise
 
 
-def _fill(descriptor: int, data: bytes, like: os.stat_result) -> None:
+def _fill(descriptor: int, data: bytes, like: os.stat_result, path: str | None = None) -> None:
     """Write ``data`` to the new file, with the owner (when allowed) and permissions of ``like``, and
-    flush it to disk; closes the descriptor."""
+    flush it to disk; closes the descriptor. ``path`` names the file where permissions can only be
+    set by name (Windows)."""
+    mode = stat.S_IMODE(like.st_mode)  # the file was created private (0600)
     with os.fdopen(descriptor, "wb") as handle:
         handle.write(data)
         handle.flush()
@@ -122,8 +124,11 @@ def _fill(descriptor: int, data: bytes, like: os.stat_result) -> None:
                 os.fchown(handle.fileno(), like.st_uid, like.st_gid)
             except OSError:
                 pass
-        os.chmod(handle.fileno(), stat.S_IMODE(like.st_mode))  # the file was created private (0600)
+        if hasattr(os, "fchmod"):
+            os.fchmod(handle.fileno(), mode)
         os.fsync(handle.fileno())
+    if not hasattr(os, "fchmod") and path is not None:
+        os.chmod(path, mode)
 
 
 def _written_unnamed(folder: str, name: str, data: bytes, like: os.stat_result) -> str | None:
@@ -172,7 +177,7 @@ def _written_named(folder: str, name: str, data: bytes, like: os.stat_result) ->
 
     descriptor, temporary = tempfile.mkstemp(prefix=f".{name}.", suffix=".vac-tmp", dir=folder)
     try:
-        _fill(descriptor, data, like)
+        _fill(descriptor, data, like, temporary)
     except BaseException:
         _remove(temporary)
         raise

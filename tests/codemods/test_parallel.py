@@ -4,23 +4,9 @@ from __future__ import annotations
 
 import os
 
+from pool_tasks import remember_pid, square_or_die, tasks
+
 from vllm_attn_compat.codemods.parallel import IN_PROCESS_BELOW, WorkerCrashed, parallel_map
-
-_state: dict[str, int] = {}
-
-
-def remember_pid() -> None:
-    _state["setup_pid"] = os.getpid()
-
-
-def square_or_die(number: int) -> tuple[int, int]:
-    if number == 13:
-        os._exit(3)  # what an out-of-memory kill or a segfault looks like to the pool
-    return number * number, _state["setup_pid"]
-
-
-def tasks(count: int):
-    return [(f"file{n}.py", (n,)) for n in range(count)]
 
 
 def test_small_jobs_run_in_this_process():

@@ -7,6 +7,7 @@ import os
 import time
 
 import pytest
+from pool_tasks import remember_pid, square_or_die, state
 
 from vllm_attn_compat.codemods import prefork
 from vllm_attn_compat.codemods.parallel import WorkerCrashed
@@ -14,19 +15,9 @@ from vllm_attn_compat.codemods.prefork import PreforkedWorker
 
 pytestmark = pytest.mark.skipif(not prefork.available(), reason="no safe fork on this platform")
 
-_state: dict[str, object] = {}
 
-
-def remember_pid() -> None:
-    _state["setup_pid"] = os.getpid()
-
-
-def square_or_die(number: int) -> tuple[int, object]:
-    if number == 13:
-        os._exit(3)  # what an out-of-memory kill or a segfault looks like to the parent
-    if number == 7:
-        raise ValueError("seven is not welcome")
-    return number * number, _state["setup_pid"]
+def refuse(number: int) -> tuple[int, object]:
+    raise ValueError(f"{number} is not welcome")
 
 
 def unpicklable(_: int):
@@ -39,11 +30,11 @@ def wait_for_flag(flag: str) -> None:
     deadline = time.monotonic() + 30
     while not os.path.exists(flag) and time.monotonic() < deadline:
         time.sleep(0.01)
-    _state["flag_seen_during_setup"] = os.path.exists(flag)
+    state["flag_seen_during_setup"] = os.path.exists(flag)
 
 
 def flag_seen(payload: bytes) -> tuple[int, object]:
-    return len(payload), _state["flag_seen_during_setup"]
+    return len(payload), state["flag_seen_during_setup"]
 
 
 def slow_setup() -> None:
@@ -70,10 +61,10 @@ def test_tasks_run_in_the_forked_worker_after_its_set_up_and_come_back_in_order(
 def test_an_exception_comes_back_as_that_task_s_failure_and_the_others_go_on():
     worker = PreforkedWorker(remember_pid)
     for n in (6, 7, 8):
-        worker.submit(n, square_or_die, (n,))
+        worker.submit(n, refuse if n == 7 else square_or_die, (n,))
     worker.submit(9, unpicklable, (9,))
     results = dict(worker.results())
-    assert isinstance(results[7], WorkerCrashed) and "ValueError: seven is not welcome" in str(results[7])
+    assert isinstance(results[7], WorkerCrashed) and "ValueError: 7 is not welcome" in str(results[7])
     assert isinstance(results[9], WorkerCrashed)  # a result that cannot travel back
     assert results[6][0] == 36 and results[8][0] == 64
 

@@ -1,9 +1,9 @@
-"""Handing files to the workers started early as soon as their migration is settled.
+"""Handing files to the worker started early as soon as their migration is settled.
 
 The class hierarchy grows round after round (see :mod:`runner`), and a file's migration depends on it
 only through whether the file's own classes are attention classes. That answer only ever turns from
 no to yes as rounds add classes, so a file whose classes are all attention classes already, or which
-defines none, migrates now exactly as it would after the last round: it goes to the workers at once,
+defines none, migrates now exactly as it would after the last round: it goes to the early worker at once,
 and its migration overlaps the rounds still to come instead of waiting for them.
 """
 
@@ -17,7 +17,7 @@ from vllm_attn_compat.codemods import engine, worker
 from vllm_attn_compat.codemods.hierarchy import ClassHierarchy, ModuleIndex
 from vllm_attn_compat.codemods.prefork import PreforkedWorker
 
-# Tasks sent to early workers carry the run's settings (the workers started before they were known);
+# Tasks sent to the early worker carry the run's settings (it started before they were known);
 # past this size (a hierarchy of thousands of classes) a fresh pool that gets them once is cheaper.
 SETTINGS_SENT_PER_TASK_UP_TO = 1 << 16  # bytes
 
@@ -36,7 +36,7 @@ def candidate_rules(rules: Sequence[type], index: object, hierarchy: ClassHierar
 
 
 class Handoff:
-    """Sends settled candidates to ``warm`` after each round, up to ``limit`` files (a few early workers
+    """Sends settled candidates to ``warm`` after each round, up to ``limit`` files (one early worker
     should not take on a whole fork's worth of files: past that, a full pool does the rest)."""
 
     def __init__(self, warm: PreforkedWorker, rules: Sequence[type], unsafe_fixes: bool, limit: int) -> None:

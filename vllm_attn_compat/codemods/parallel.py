@@ -27,6 +27,11 @@ def available_cores() -> int:
 class WorkerCrashed(Exception):
     """The process running a task died (the task's own exceptions are the function's to handle)."""
 
+    @classmethod
+    def of(cls, error: BaseException) -> WorkerCrashed:
+        """What a task's exception, or a result that could not travel back, comes back as."""
+        return cls(f"{type(error).__name__}: {error}")
+
 
 def _run_pool(
     function: Callable[..., Any],
@@ -61,7 +66,7 @@ def _outcome(future) -> Any:
     except BrokenProcessPool:
         return _BROKEN
     except Exception as error:  # noqa: BLE001 - see the docstring
-        return WorkerCrashed(f"{type(error).__name__}: {error}")
+        return WorkerCrashed.of(error)
 
 
 def retry(

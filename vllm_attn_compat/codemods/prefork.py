@@ -199,11 +199,11 @@ def _serve(
             try:
                 result = function(*arguments)
             except Exception as error:  # noqa: BLE001 - handed back, as a pool would
-                result = WorkerCrashed(f"{type(error).__name__}: {error}")
+                result = WorkerCrashed.of(error)
             try:
                 answer = pickle.dumps(result, pickle.HIGHEST_PROTOCOL)
             except Exception as error:  # noqa: BLE001 - a result that cannot travel
-                answer = pickle.dumps(WorkerCrashed(f"{type(error).__name__}: {error}"))
+                answer = pickle.dumps(WorkerCrashed.of(error))
             _write_frame(results, answer)
             results.flush()
     except BaseException:  # noqa: BLE001 - interrupted, or the parent is gone: nothing to report to

@@ -182,7 +182,7 @@ def _migrate_worth(scanned, worth, rules, options: Options, report: RunReport, e
     by_path = {c.source_file.path: c for c in candidates}
     rest = [c for c in candidates if early is None or c.source_file.path not in early.sent]
     pickled = early.settings(hierarchy) if early is not None and rest else None
-    # The early workers take the rest when they are enough for it; a full pool otherwise.
+    # The early worker takes the rest when it is enough for it; a full pool otherwise.
     if early is not None and pickled is not None and (warm.workers == options.jobs or len(candidates) <= early.limit):
         for item in rest:
             early.send(item.source_file.path, item.source, pickled)

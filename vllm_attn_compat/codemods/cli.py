@@ -2,7 +2,8 @@
 
 Exit codes (ruff's convention, so CI can trust them): 0 nothing left to do; 1 findings remain, or
 ``--check``/``--diff`` would change a file; 2 a usage or configuration error, or a file that could not
-be read, decoded or parsed (reported as ``path:line:col: message``; the other files are still processed).
+be read, decoded or parsed (reported as ``path:line:col: message``; the other files are still processed),
+or a dependency missing or broken (one line naming it and its install command; the run stops).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, NoReturn
 
 from vllm_attn_compat import __version__
-from vllm_attn_compat.codemods import registry
+from vllm_attn_compat.codemods import dependencies, registry
 from vllm_attn_compat.codemods.config import ConfigError
 
 if TYPE_CHECKING:
@@ -191,6 +192,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _migrate(args) if args.command == "migrate" else _rules(args)
     except (ConfigError, ValueError) as error:
         print(f"vllm-attn-compat: error: {error}", file=sys.stderr)
+        return 2
+    except ImportError as error:  # a dependency missing or broken, here or in a worker (a bug of ours re-raises)
+        missing = dependencies.missing(error)
+        if missing is None:
+            raise
+        print(f"vllm-attn-compat: error: {missing}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("vllm-attn-compat: interrupted; every file written so far is complete", file=sys.stderr)

@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from vllm_attn_compat.codemods import engine, files, parallel, prefork, registry, sources, worker
+from vllm_attn_compat.codemods.dependencies import MissingDependency
 from vllm_attn_compat.codemods.handoff import Handoff, candidate_rules
 from vllm_attn_compat.codemods.report import FileError, RunReport, unified_diff
 from vllm_attn_compat.codemods.scan import TokenScan
@@ -196,8 +197,14 @@ def _migrate_worth(scanned, worth, rules, options: Options, report: RunReport, e
         # The early worker is at its tasks already: start the rest first, so that both run at once.
         outcomes = itertools.chain(outcomes, warm.results())
     diffs: dict[str, str] = {}
+    missing = None  # libcst missing or broken: every file fails alike, and the command names it once (cli.py)
     for path, outcome in _with_progress(outcomes, len(candidates), options.progress, "migrate"):
-        _record(by_path[path], outcome, options, report, diffs)
+        if isinstance(outcome, MissingDependency):
+            missing = outcome  # raised once all are in: the pools shut down as usual, leaving no process behind
+        else:
+            _record(by_path[path], outcome, options, report, diffs)
+    if missing is not None:
+        raise missing
     for path in sorted(diffs):  # workers finish in any order; the output must not depend on it
         emit_diff(diffs[path])
     report.changed.sort()
@@ -267,6 +274,8 @@ def run_source(source: bytes, path: str, options: Options) -> tuple[RunReport, b
         return report, source, ""
     worker.setup(rules, built, options.unsafe_fixes)
     outcome = worker.migrate_file(source, path)
+    if isinstance(outcome, MissingDependency):
+        raise outcome
     if isinstance(outcome, FileError):
         report.errors.append(outcome)
         return report, source, ""

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from vllm_attn_compat.codemods import dependencies
 from vllm_attn_compat.codemods.findings import Finding
 from vllm_attn_compat.codemods.report import FileError
 
@@ -60,6 +61,8 @@ def preload() -> None:
         from vllm_attn_compat.codemods import apply, engine, registry, safety, scope  # noqa: F401
 
         registry.all_rules()
+    except ImportError:
+        pass  # the worker lives on: each task imports it again and hands back what is missing (dependencies.py)
     finally:
         gc.freeze()  # and later collections need not walk them again
         gc.enable()
@@ -89,8 +92,11 @@ def _migrate(source: bytes, path: str, *, with_findings: bool = True):
     )
 
 
-def migrate_file(source: bytes, path: str) -> tuple[bytes | None, list[Finding]] | FileError:
-    """``(new source or None when unchanged, findings)``, or the :class:`FileError` that stops this file.
+def migrate_file(
+    source: bytes, path: str
+) -> tuple[bytes | None, list[Finding]] | FileError | dependencies.MissingDependency:
+    """``(new source or None when unchanged, findings)``, or the :class:`FileError` that stops this file, or
+    the :class:`dependencies.MissingDependency` (libcst) that stops the run.
 
     A rewritten source is returned only if it passes every check of :func:`safety.check_rewrite`.
     """
@@ -104,7 +110,10 @@ def migrate_file(source: bytes, path: str) -> tuple[bytes | None, list[Finding]]
     except RecursionError:
         return FileError(path, 1, 1, "could not parse: the code is nested too deeply for the parser")
     except Exception as error:  # noqa: BLE001 - reported per file, see the module docstring
-        return FileError(path, 1, 1, f"internal error: {type(error).__name__}: {error}; {BUG}")
+        # libcst missing or broken stops the run instead (runner.py raises it), named once.
+        return dependencies.missing(error) or FileError(
+            path, 1, 1, f"internal error: {type(error).__name__}: {error}; {BUG}"
+        )
     if result.source == source:
         return None, list(result.findings)
     problems = safety.check_rewrite(

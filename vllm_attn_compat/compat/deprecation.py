@@ -13,6 +13,8 @@ import warnings
 
 import torch
 
+from vllm_attn_compat import deprecated_uses
+
 ENV_WARNINGS = "VLLM_ATTN_COMPAT_WARNINGS"
 _MODES = ("default", "error", "ignore")
 
@@ -82,9 +84,13 @@ def warn_once(message: str, *, depth: int = 1) -> None:
     caller = sys._getframe(depth + 1)
     key = (message, id(caller.f_code), caller.f_lineno)
     if key in _reported:
+        if deprecated_uses.tally is not None:  # the pytest plugin counts every use, not only the first
+            deprecated_uses.tally.at_line(message, caller.f_code, caller.f_lineno)
         return
     if caller.f_globals.get("__name__", "").startswith("torch."):
         return  # torch's own machinery (dynamo evaluating a class attribute while it traces), not a user's line
+    if deprecated_uses.tally is not None:  # before _claim, which raises in error mode
+        deprecated_uses.tally.at_line(message, caller.f_code, caller.f_lineno)
     if _claim(key, caller.f_code, message):
         warnings.warn(message, VllmAttnCompatDeprecationWarning, stacklevel=depth + 2)
 
@@ -94,6 +100,8 @@ def warn_once_about(subject: type, message: str) -> None:
     if torch.compiler.is_compiling():
         return
     key = (message, subject)
+    if deprecated_uses.tally is not None:
+        deprecated_uses.tally.at_class(message, subject)
     if key not in _reported and _claim(key, subject, message):
         filename, lineno = _definition_site(subject)
         warnings.warn_explicit(message, VllmAttnCompatDeprecationWarning, filename, lineno, module=subject.__module__)

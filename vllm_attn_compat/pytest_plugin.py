@@ -1,0 +1,183 @@
+"""The pytest plugin (entry point ``pytest11``): the deprecated uses a test session made, and how to migrate them.
+
+Loaded by pytest in every session of an environment that has vllm-attn-compat; it imports neither torch nor
+libcst. It counts each use of an API removed in vLLM 0.20 that went through this package's forwarders (every
+call, whatever the warning filters or ``VLLM_ATTN_COMPAT_WARNINGS`` say), and at the end of the session:
+
+- ``--vllm-attn-compat=summary`` (default): lists them in the terminal summary, if there were any;
+- ``--vllm-attn-compat=error``: the same, and the session fails (exit code 1) if there were any;
+- ``--vllm-attn-compat=off``: counts nothing, prints nothing;
+- ``--vllm-attn-compat-report=PATH``: writes them as JSON (schema in the README).
+
+The ini option ``vllm_attn_compat`` sets the mode too; the command line wins. Under pytest-xdist each worker
+counts its own uses and the controller adds them up.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+
+import pytest
+
+from vllm_attn_compat import deprecated_uses
+from vllm_attn_compat.deprecated_uses import Tally, Use
+
+MODES = ("summary", "error", "off")
+SCHEMA = "vllm-attn-compat/deprecated-uses/1"
+_WORKER_OUTPUT = "vllm_attn_compat_uses"  # the key of a worker's uses in xdist's workeroutput
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("vllm-attn-compat", "deprecated vLLM attention APIs (vllm-attn-compat)")
+    group.addoption(
+        "--vllm-attn-compat", choices=MODES, default=None, dest="vllm_attn_compat",
+        help="summary: list the deprecated uses seen at the end (default); error: also fail the session if "
+        "there were any; off: count nothing. Overrides the ini option vllm_attn_compat.",
+    )  # fmt: skip
+    group.addoption(
+        "--vllm-attn-compat-report", metavar="PATH", default=None, dest="vllm_attn_compat_report",
+        help="write the deprecated uses seen to PATH as JSON",
+    )  # fmt: skip
+    parser.addini("vllm_attn_compat", f"deprecated vLLM attention APIs: {', '.join(MODES)} (default summary)")
+
+
+class _Session:
+    """The plugin's state for one pytest session: its mode, this process's tally and the workers' uses."""
+
+    def __init__(self, config: pytest.Config, mode: str) -> None:
+        self.config = config
+        self.mode = mode
+        self.tally = Tally()
+        self.from_workers: list[Use] = []
+        self.previous_tally = deprecated_uses.tally
+        self.is_worker = hasattr(config, "workerinput")
+
+    def uses(self) -> list[Use]:
+        return deprecated_uses.merge([*self.tally.uses(), *self.from_workers])
+
+
+_KEY = pytest.StashKey[_Session]()
+
+
+def _mode(config: pytest.Config) -> str:
+    chosen = config.getoption("vllm_attn_compat")
+    if chosen is not None:
+        return chosen
+    configured = (config.getini("vllm_attn_compat") or "summary").strip().lower()
+    if configured not in MODES:
+        raise pytest.UsageError(f"ini option vllm_attn_compat must be one of {', '.join(MODES)}; found {configured!r}")
+    return configured
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    mode = _mode(config)
+    if mode == "off":
+        if config.getoption("vllm_attn_compat_report"):
+            raise pytest.UsageError("--vllm-attn-compat-report needs the uses counted: not with --vllm-attn-compat=off")
+        return
+    session = _Session(config, mode)
+    config.stash[_KEY] = session
+    deprecated_uses.tally = session.tally
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    session = config.stash.get(_KEY, None)
+    if session is not None and deprecated_uses.tally is session.tally:
+        deprecated_uses.tally = session.previous_tally  # a pytester session inside a session
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:
+    """xdist, on the controller: a worker finished; add up the uses it counted."""
+    session = node.config.stash.get(_KEY, None)
+    output = getattr(node, "workeroutput", None) or {}
+    if session is not None:
+        session.from_workers += [Use.from_json(use) for use in output.get(_WORKER_OUTPUT, ())]
+
+
+@pytest.hookimpl(trylast=True)  # after session-scoped fixtures are torn down; before xdist sends workeroutput
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    state = session.config.stash.get(_KEY, None)
+    if state is None:
+        return
+    if state.is_worker:
+        output = session.config.workeroutput  # type: ignore[attr-defined]
+        output[_WORKER_OUTPUT] = [use.as_json() for use in state.tally.uses()]
+        return
+    uses = state.uses()
+    report = session.config.getoption("vllm_attn_compat_report")
+    if report:
+        _write_report(report, state, uses)
+    if uses and state.mode == "error" and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
+    state = config.stash.get(_KEY, None)
+    if state is None or state.is_worker:
+        return
+    uses = state.uses()
+    if not uses:
+        return
+    total = sum(use.count for use in uses)
+    write = terminalreporter
+    title = f"vllm-attn-compat: {_plural(total, 'deprecated use')} at {_plural(len(uses), 'place')}"
+    write.section(title, yellow=True)
+    here = config.invocation_params.dir
+    for use in uses:
+        place = f"{_path(use.path, here)}:{use.line}"
+        write.line(f"{use.rule or '?':7} {place}: {use.old_api} ({_plural(use.count, 'call')})")
+        command = _command(use, here)
+        if command:
+            write.line(f"        fix: {command}")
+    if state.mode == "error":
+        write.line(
+            f"vllm-attn-compat: the session fails: {_plural(total, 'deprecated use')} (--vllm-attn-compat=error)",
+            red=True, bold=True,
+        )  # fmt: skip
+
+
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def _path(path: str, here) -> str:
+    """``path`` relative to the directory pytest was run from when it lies inside it (as a command takes it)."""
+    try:
+        relative = os.path.relpath(path, here)
+    except ValueError:  # another drive (Windows)
+        return path
+    return path if relative.startswith(os.pardir) else relative
+
+
+def _command(use: Use, here) -> str | None:
+    """The ``migrate`` command for this use's rule and file; ``--unsafe-fixes`` where the rule's fix is unsafe."""
+    if use.rule is None or not os.path.isfile(use.path):  # code compiled from a string has no file to migrate
+        return None
+    # Rule metadata only: neither libcst nor torch.
+    from vllm_attn_compat.codemods import registry
+    from vllm_attn_compat.codemods.findings import FixSafety
+
+    unsafe = any(rule.code == use.rule and rule.fix_safety is FixSafety.UNSAFE for rule in registry.all_rules())
+    words = ["vllm-attn-compat", "migrate", "--select", use.rule, *(["--unsafe-fixes"] if unsafe else [])]
+    return shlex.join([*words, _path(use.path, here)])
+
+
+def _write_report(path: str, state: _Session, uses: list[Use]) -> None:
+    import json
+
+    here = state.config.invocation_params.dir
+    document = {
+        "schema": SCHEMA,
+        "mode": state.mode,
+        "total": sum(use.count for use in uses),
+        "uses": [
+            {**use.as_json(), "path": _path(use.path, here), "command": _command(use, here)} for use in uses
+        ],
+    }
+    target = os.path.join(here, path)
+    os.makedirs(os.path.dirname(target) or ".", exist_ok=True)
+    with open(target, "w", encoding="utf-8") as stream:
+        json.dump(document, stream, indent=2)
+        stream.write("\n")

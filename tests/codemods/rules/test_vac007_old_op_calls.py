@@ -355,11 +355,6 @@ def test_an_import_is_added_only_when_the_final_code_uses_it():
                     return self.impl.forward(self, query, key, value, output=self.allocate(query))
                 else:
                     return unified_attention(query, key, value, self.layer_name)
-
-
-        def legacy(q, k, v, name):
-            if self_test:
-                return vllm_attn_compat_marker
         """
     )
     for options in ({}, FORWARDER):

@@ -179,20 +179,50 @@ import torch
 def attend(query, key, value, layer_name):
     return torch.ops.vllm.unified_attention(query, key, value, layer_name)
 """
+FLAG_READ = """\
+import vllm
+
+
+def f(layer, q):
+    return q.view(-1, 8) if layer.use_output else q
+"""
 
 
 def test_unsafe_fixes_are_withheld_unless_asked_for_by_flag_or_configuration(tmp_path, capsys):
-    write_tree(tmp_path, {"ops.py": OLD_OP_CALL})
+    write_tree(tmp_path, {"layer.py": FLAG_READ})
     assert main(["migrate", str(tmp_path)]) == 1
     out = capsys.readouterr().out
-    assert "VAC007 [unsafe] " in out and "1 unsafe fix available with --unsafe-fixes" in out
-    assert (tmp_path / "ops.py").read_text() == OLD_OP_CALL
+    assert "VAC005 [unsafe] " in out and "1 unsafe fix available with --unsafe-fixes" in out
+    assert (tmp_path / "layer.py").read_text() == FLAG_READ
     (tmp_path / "pyproject.toml").write_text("[tool.vllm-attn-compat]\nunsafe-fixes = true\n")
     assert main(["migrate", "--check", "--no-unsafe-fixes", str(tmp_path)]) == 1
     assert "[unsafe]" in capsys.readouterr().out
     assert main(["migrate", str(tmp_path)]) == 0
+    assert "    return q.view(-1, 8)\n" in (tmp_path / "layer.py").read_text()
+    assert "VAC005 [*] " in capsys.readouterr().out
+
+
+def test_the_forwarder_route_for_old_op_calls_is_opt_in_by_flag_or_configuration(tmp_path, capsys):
+    write_tree(tmp_path, {"ops.py": OLD_OP_CALL})
+    # No layer shape here: by default the call is left for a person, even with --unsafe-fixes.
+    assert main(["migrate", "--unsafe-fixes", str(tmp_path)]) == 1
+    out = capsys.readouterr().out
+    assert "VAC007 " in out and "[unsafe]" not in out and "the layer's shape is not known here" in out
+    assert (tmp_path / "ops.py").read_text() == OLD_OP_CALL
+    assert main(["migrate", "--unsafe-fixes", "--old-op-calls=forwarder", "--jobs", "1", str(tmp_path)]) == 0
     assert "vllm_attn_compat.compat.unified_attention(query" in (tmp_path / "ops.py").read_text()
-    assert "VAC007 [*] " in capsys.readouterr().out
+    capsys.readouterr()
+    write_tree(tmp_path, {"ops.py": OLD_OP_CALL})
+    (tmp_path / "pyproject.toml").write_text('[tool.vllm-attn-compat]\nold-op-calls = "forwarder"\n')
+    # The setting travels to worker processes: enough files for the early worker and a pool.
+    names = ["ops.py"] + [f"more_{index}.py" for index in range(19)]
+    write_tree(tmp_path, {name: OLD_OP_CALL for name in names})
+    assert main(["migrate", "--unsafe-fixes", "--jobs", "2", str(tmp_path)]) == 0
+    for name in names:
+        assert "vllm_attn_compat.compat.unified_attention(query" in (tmp_path / name).read_text()
+    capsys.readouterr()
+    assert main(["migrate", "--old-op-calls=forwards", str(tmp_path)]) == 2
+    assert "invalid choice: 'forwards'" in capsys.readouterr().err
 
 
 def test_pre_commit_hooks_run_the_real_command(plugin, capsys):

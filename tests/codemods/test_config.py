@@ -21,12 +21,13 @@ def test_nearest_pyproject_is_found_upward_from_a_file_or_folder(tmp_path):
 def test_all_keys_are_read_and_excludes_are_relative_to_the_file(tmp_path):
     (tmp_path / "pyproject.toml").write_text(
         '[tool.vllm-attn-compat]\nselect = ["VAC00"]\nignore = ["VAC006"]\n'
-        'exclude = ["tests/fixtures"]\nunsafe-fixes = true\n'
+        'exclude = ["tests/fixtures"]\nunsafe-fixes = true\nold-op-calls = "forwarder"\n'
     )
     config = load_config(str(tmp_path))
     assert config == Config(
-        select=("VAC00",), ignore=("VAC006",), exclude=("tests/fixtures",), unsafe_fixes=True, base=str(tmp_path)
-    )
+        select=("VAC00",), ignore=("VAC006",), exclude=("tests/fixtures",), unsafe_fixes=True,
+        old_op_calls="forwarder", base=str(tmp_path),
+    )  # fmt: skip
     assert config.source == str(tmp_path / "pyproject.toml")
 
 
@@ -47,10 +48,15 @@ def test_a_pyproject_that_never_names_the_tool_is_not_ours_to_validate(tmp_path)
 @pytest.mark.parametrize(
     ("toml", "expected"),
     [
-        ('[tool.vllm-attn-compat]\nselct = ["VAC001"]\n', "unknown key 'selct'; expected one of: exclude, ignore, select, unsafe-fixes"),
+        ('[tool.vllm-attn-compat]\nselct = ["VAC001"]\n', "unknown key 'selct'; expected one of: exclude, ignore, old-op-calls, select, unsafe-fixes"),
         ('[tool.vllm-attn-compat]\nselect = "VAC001"\n', "select: expected a list of rule codes or prefixes (strings), found 'VAC001' (str)"),
         ("[tool.vllm-attn-compat]\nexclude = [1, 2]\n", "exclude: expected a list of glob patterns (strings), found [1, 2] (list)"),
         ('[tool.vllm-attn-compat]\nunsafe-fixes = "yes"\n', "unsafe-fixes: expected a boolean (true or false), found 'yes' (str)"),
+        (
+            '[tool.vllm-attn-compat]\nold-op-calls = "forward"\n',
+            "old-op-calls: expected one of the strings 'with-output', 'forwarder', found 'forward' (str)",
+        ),
+        ("[tool.vllm-attn-compat]\nold-op-calls = true\n", "old-op-calls: expected one of the strings"),
         ("[tool]\nvllm-attn-compat = 3\n", "[tool.vllm-attn-compat] must be a table, found 3"),
         ("[tool.vllm-attn-compat\n", "invalid TOML"),
     ],

@@ -130,13 +130,13 @@ def test_latin1_crlf_and_bom_survive_a_fix():
 
 
 def test_statuses_follow_fix_safety_and_the_unsafe_flag():
-    source = b"import torch\nx = torch.ops.vllm.unified_attention(q, k, v, 'l')  # noqa: VAC001\n"
+    source = b"import vllm\n\n\ndef f(layer):\n    return 1 if layer.use_output else 2  # noqa: VAC001\n"
     assert [f.status for f in migrate(source).findings] == [Status.UNSAFE_FIX_AVAILABLE]
     assert migrate(source).source is source
     unsafe = migrate(source, unsafe=True)
     assert [f.status for f in unsafe.findings] == [Status.FIXED]
-    assert b"vllm_attn_compat.compat.unified_attention(" in unsafe.source
-    suppressed = migrate(source.replace(b"VAC001", b"VAC007"), unsafe=True)
+    assert b"    return 1  # noqa: VAC001\n" in unsafe.source
+    suppressed = migrate(source.replace(b"VAC001", b"VAC005"), unsafe=True)
     assert [f.status for f in suppressed.findings] == [Status.SUPPRESSED]
 
 

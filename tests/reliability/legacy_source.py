@@ -158,7 +158,13 @@ def _report_only_method(w: SourceWriter, depth: int) -> None:
     else:
         w.statement(body, 'if name == "vllm::unified_attention":')
         w.statement(body + 1, "return None")
-    w.statement(body, "return query")
+    if kind != "use_output":
+        w.statement(body, "return query")
+        return
+    # Unreachable once the unsafe fix keeps the branch that returns: it goes, with the comments about it.
+    above = w.gap(body)
+    suffix = w.line(body, "return query")
+    w.unsafe_removable.update(above + ([suffix.strip()] if suffix else []))
 
 
 def _local_output_method(w: SourceWriter, depth: int) -> None:

@@ -89,11 +89,18 @@ class Applier(cst.CSTTransformer):
         self._removed_lines: dict[int, tuple[RemoveStatement, cst.CSTNode]] = {}
 
     def on_visit(self, node: cst.CSTNode) -> bool:
+        # A statement that goes entirely (dead code after a kept branch) is not edited inside first.
+        if id(node) in self._removals or self._removes_line(node):
+            return False
         return self.within is None or id(node) in self.within
+
+    def _removes_line(self, node: cst.CSTNode) -> bool:
+        return isinstance(node, cst.SimpleStatementLine) and all(id(small) in self._removals for small in node.body)
 
     def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode):  # type: ignore[override]
         result: object = updated_node
-        for edit in self._replacements.get(id(original_node), ()):
+        removed = id(original_node) in self._removals or self._removes_line(original_node)
+        for edit in () if removed else self._replacements.get(id(original_node), ()):
             result = edit.build(result, self.sink)  # type: ignore[arg-type]
         if isinstance(result, cst.SimpleStatementLine):
             result = self._drop_small_statements(original_node, result)

@@ -73,6 +73,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--unsafe-fixes", action=argparse.BooleanOptionalAction, default=None,
         help="also apply unsafe fixes (review them); --no-unsafe-fixes overrides the configuration",
     )  # fmt: skip
+    migrate.add_argument(
+        "--old-op-calls", choices=("with-output", "forwarder"), default=None,
+        help="how the unsafe fix rewrites calls of the removed unified_attention ops: with-output (default) "
+        "allocates and calls the _with_output op where the layer's shape is known and reports the rest; "
+        "forwarder sends the rest to this package's deprecated forwarders",
+    )  # fmt: skip
     listed = {"type": _codes, "action": "extend"}  # repeatable, and comma-separated lists
     migrate.add_argument("--select", **listed, metavar="CODES", help="rule codes or prefixes to run")
     migrate.add_argument("--ignore", **listed, metavar="CODES", help="rule codes or prefixes to skip")
@@ -100,6 +106,7 @@ def _options(args: argparse.Namespace) -> Options:
     options = Options(
         mode=mode,
         unsafe_fixes=unsafe,
+        old_op_calls=args.old_op_calls or config.old_op_calls,
         # --select states exactly what to run: the configuration's select and ignore give way to it.
         select=tuple(args.select if args.select is not None else config.select),
         ignore=tuple(args.ignore if args.ignore is not None else () if args.select is not None else config.ignore),

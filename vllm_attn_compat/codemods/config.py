@@ -25,6 +25,7 @@ class Config:
     ignore: tuple[str, ...] = ()
     exclude: tuple[str, ...] = ()
     unsafe_fixes: bool = False
+    old_op_calls: str = "with-output"
     base: str = "."
     source: str | None = field(default=None, compare=False)
 
@@ -35,12 +36,21 @@ def _string_list(value: object) -> tuple[str, ...] | None:
     return None
 
 
+# How VAC007's unsafe fix rewrites calls of the removed ops (see its documentation).
+OLD_OP_CALLS = ("with-output", "forwarder")
+
+
 # key -> (Config field, converter returning None for a wrong type, expected type in words)
 _KEYS = {
     "select": ("select", _string_list, "a list of rule codes or prefixes (strings)"),
     "ignore": ("ignore", _string_list, "a list of rule codes or prefixes (strings)"),
     "exclude": ("exclude", _string_list, "a list of glob patterns (strings)"),
     "unsafe-fixes": ("unsafe_fixes", lambda v: v if isinstance(v, bool) else None, "a boolean (true or false)"),
+    "old-op-calls": (
+        "old_op_calls",
+        lambda v: v if isinstance(v, str) and v in OLD_OP_CALLS else None,
+        "one of the strings " + ", ".join(repr(choice) for choice in OLD_OP_CALLS),
+    ),
 }
 
 

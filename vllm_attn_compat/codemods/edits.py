@@ -46,9 +46,21 @@ class Replace:
 
 @dataclass(frozen=True)
 class AddImport:
-    """Add ``import <module>`` after the module's top imports, unless already imported."""
+    """Add ``import <module>`` after the module's top imports, unless already imported, or unless
+    nothing refers to ``<module>.`` once every edit of the file is made (another fix may delete the
+    code this import was for)."""
 
     module: str
 
 
-Edit = Union[RemoveStatement, Replace, AddImport]
+@dataclass(frozen=True)
+class DropUnusedImport:
+    """Once every edit of the file is made, take ``name`` (as the file binds it) out of
+    ``from <module> import ...`` lines if nothing in the file uses it any more (the fixes replaced or
+    deleted its uses)."""
+
+    module: str
+    name: str
+
+
+Edit = Union[RemoveStatement, Replace, AddImport, DropUnusedImport]

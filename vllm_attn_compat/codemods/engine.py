@@ -6,6 +6,7 @@ The runner (`runner.py`) decides which files reach this point and checks the res
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -118,10 +119,12 @@ def migrate_source(
     hierarchy: ClassHierarchy,
     unsafe_fixes: bool,
     with_findings: bool = True,
+    old_op_calls: str = "with-output",
 ) -> MigrationResult:
     """Apply ``rules`` to ``source``. Without ``with_findings`` only the new source is wanted (the
     runner's idempotence check): findings come back empty and positions are computed only where a
-    ``# noqa`` comment may hold a fix back."""
+    ``# noqa`` comment may hold a fix back. ``old_op_calls`` is ``forwarder`` when calls of the
+    removed ops whose layer shape is unknown may go to this package's deprecated forwarders."""
     if not hierarchy.covers(path):
         # A caller that built the hierarchy from other files: this file's classes count too.
         try:
@@ -136,8 +139,8 @@ def migrate_source(
 
     import libcst as cst
 
-    from vllm_attn_compat.codemods.apply import Applier, add_imports
-    from vllm_attn_compat.codemods.edits import RemoveStatement, Replace
+    from vllm_attn_compat.codemods.apply import Applier
+    from vllm_attn_compat.codemods.edits import AddImport, DropUnusedImport, RemoveStatement, Replace
     from vllm_attn_compat.codemods.noqa import noqa_codes, suppresses
     from vllm_attn_compat.codemods.positions import positions
     from vllm_attn_compat.codemods.scope import Analyzer, FileContext
@@ -148,7 +151,7 @@ def migrate_source(
     except cst.ParserSyntaxError as error:
         raise _parse_error(source, path, error) from None
 
-    ctx = FileContext(path, module, hierarchy)
+    ctx = FileContext(path, module, hierarchy, old_op_calls=old_op_calls)
     analyzer = Analyzer(ctx, [rule(ctx) for rule in rules])
     walk(module, analyzer.on_visit, analyzer.on_leave)
     reports = ctx.reports if with_findings else [r for r in ctx.reports if _fixable(r.safety, unsafe_fixes)]
@@ -167,7 +170,8 @@ def migrate_source(
     findings: list[Finding] = []
     removals: list[RemoveStatement] = []
     replacements: list[Replace] = []
-    imports: list = []  # edits.AddImport
+    imports: list = []  # edits.AddImport, edits.DropUnusedImport: decided once the rest is done
+    only_imports: list[tuple[int, list]] = []  # findings whose whole fix is import edits
     for report in reports:
         span = spans.get(id(report.node))
         suppressed = span is not None and any(
@@ -179,6 +183,8 @@ def migrate_source(
         if with_findings:
             findings.append(Finding(span.start_line, span.start_column + 1, report.code, report.message, status))
         if status is Status.FIXED:
+            if with_findings and all(isinstance(edit, (AddImport, DropUnusedImport)) for edit in report.edits):
+                only_imports.append((len(findings) - 1, list(report.edits)))
             for edit in report.edits:
                 if isinstance(edit, RemoveStatement):
                     removals.append(edit)
@@ -186,15 +192,22 @@ def migrate_source(
                     replacements.append(edit)
                 else:
                     imports.append(edit)
-    findings.sort()
     if not (removals or replacements or imports):
-        return MigrationResult(source, findings, ())
+        return MigrationResult(source, sorted(findings), ())
     edited = analyzer.enclosing([edit.node for edit in (*removals, *replacements)])
     applier = Applier(removals, replacements, within=edited)
-    new_module = module.visit(applier)
+    new_module = module.visit(applier) if removals or replacements else module
+    removed = list(applier.sink.removed)
     if imports:
-        new_module = add_imports(new_module, imports)
-    return MigrationResult(_keep_final_newline(source, new_module.bytes), findings, tuple(applier.sink.removed))
+        from vllm_attn_compat.codemods.imports import finish_imports
+
+        is_package = path.replace("\\", "/").rsplit("/", 1)[-1] == "__init__.py"
+        new_module, dropped_comments, done = finish_imports(new_module, imports, is_package=is_package)
+        removed += dropped_comments
+        for index, edits in only_imports:  # nothing to do after all: the finding stays for a person
+            if not any(id(edit) in done for edit in edits):
+                findings[index] = dataclasses.replace(findings[index], status=Status.MANUAL)
+    return MigrationResult(_keep_final_newline(source, new_module.bytes), sorted(findings), tuple(removed))
 
 
 def _keep_final_newline(original: bytes, new: bytes) -> bytes:

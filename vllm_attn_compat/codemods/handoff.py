@@ -39,16 +39,20 @@ class Handoff:
     """Sends settled candidates to ``warm`` after each round, up to ``limit`` files (one early worker
     should not take on a whole fork's worth of files: past that, a full pool does the rest)."""
 
-    def __init__(self, warm: PreforkedWorker, rules: Sequence[type], unsafe_fixes: bool, limit: int) -> None:
+    def __init__(
+        self, warm: PreforkedWorker, rules: Sequence[type], unsafe_fixes: bool, limit: int,
+        old_op_calls: str = "with-output",
+    ) -> None:  # fmt: skip
         self.warm = warm
         self.rules = rules
         self.unsafe_fixes = unsafe_fixes
+        self.old_op_calls = old_op_calls
         self.limit = limit
         self.sent: set[str] = set()
 
     def settings(self, hierarchy: ClassHierarchy) -> bytes | None:
         """The pickled settings tasks carry, or None when they are too large to send with each task."""
-        pickled = pickle.dumps((self.rules, hierarchy, self.unsafe_fixes))
+        pickled = pickle.dumps((self.rules, hierarchy, self.unsafe_fixes, self.old_op_calls))
         return pickled if len(pickled) <= SETTINGS_SENT_PER_TASK_UP_TO else None
 
     def send(self, path: str, source: bytes, pickled: bytes) -> None:

@@ -32,6 +32,7 @@ class Options:
 
     mode: str = "write"
     unsafe_fixes: bool = False
+    old_op_calls: str = "with-output"  # or "forwarder": see VAC007
     select: tuple[str, ...] = ()
     ignore: tuple[str, ...] = ()
     exclude: tuple[str, ...] = ()
@@ -160,7 +161,11 @@ def _probably_parsed(source: bytes, rules, unscoped) -> bool:
 
 def _migrate_worth(scanned, worth, rules, options: Options, report: RunReport, emit_diff, warm) -> None:
     sources = {s.source_file.path: s.source for s in scanned}
-    early = Handoff(warm, rules, options.unsafe_fixes, limit=parallel.IN_PROCESS_BELOW) if warm else None
+    early = (
+        Handoff(warm, rules, options.unsafe_fixes, limit=parallel.IN_PROCESS_BELOW, old_op_calls=options.old_op_calls)
+        if warm
+        else None
+    )
 
     def after_round(built, indexes) -> None:
         if early is not None:
@@ -188,7 +193,7 @@ def _migrate_worth(scanned, worth, rules, options: Options, report: RunReport, e
         for item in rest:
             early.send(item.source_file.path, item.source, pickled)
         rest = []
-    settings = (rules, hierarchy, options.unsafe_fixes)
+    settings = (rules, hierarchy, options.unsafe_fixes, options.old_op_calls)
     tasks = [(c.source_file.path, (c.source, c.source_file.path)) for c in rest]
     outcomes = parallel.parallel_map(
         worker.migrate_file, tasks, jobs=options.jobs, initializer=worker.setup, initargs=settings
@@ -272,7 +277,7 @@ def run_source(source: bytes, path: str, options: Options) -> tuple[RunReport, b
     acting = rules if built.has_attention_classes(path) else [rule for rule in rules if not rule.scoped]
     if not engine.needs_parsing(source, acting, built.attention_class_names()):
         return report, source, ""
-    worker.setup(rules, built, options.unsafe_fixes)
+    worker.setup(rules, built, options.unsafe_fixes, options.old_op_calls)
     outcome = worker.migrate_file(source, path)
     if isinstance(outcome, MissingDependency):
         raise outcome

@@ -73,8 +73,11 @@ def dotted_name(node: cst.BaseExpression) -> str | None:
 
 
 class FileContext:
-    def __init__(self, path: str, module: cst.Module, hierarchy: ClassHierarchy) -> None:
+    def __init__(
+        self, path: str, module: cst.Module, hierarchy: ClassHierarchy, *, old_op_calls: str = "with-output"
+    ) -> None:
         self.path = path
+        self.old_op_calls = old_op_calls  # how VAC007 rewrites calls whose layer shape is unknown
         self.module = module
         self.hierarchy = hierarchy
         self.module_name = hierarchy.module_name(path)

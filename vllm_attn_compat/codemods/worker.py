@@ -44,8 +44,8 @@ def index_file(source: bytes, path: str):
         return FileError(path, 1, 1, message)
 
 
-def setup(rules: Sequence[type], hierarchy: Any, unsafe_fixes: bool) -> None:
-    _settings.update(rules=list(rules), hierarchy=hierarchy, unsafe_fixes=unsafe_fixes)
+def setup(rules: Sequence[type], hierarchy: Any, unsafe_fixes: bool, old_op_calls: str = "with-output") -> None:
+    _settings.update(rules=list(rules), hierarchy=hierarchy, unsafe_fixes=unsafe_fixes, old_op_calls=old_op_calls)
 
 
 def preload() -> None:
@@ -70,7 +70,7 @@ def preload() -> None:
 
 def migrate_file_with(settings: bytes, source: bytes, path: str):
     """:func:`migrate_file` in a worker started by :func:`preload`: ``settings`` is the pickled
-    ``(rules, hierarchy, unsafe_fixes)`` of :func:`setup`, the same bytes for every task of a run."""
+    ``(rules, hierarchy, unsafe_fixes, old_op_calls)`` of :func:`setup`, the same bytes for every task of a run."""
     if _settings.get("pickled") != settings:
         import pickle
 
@@ -89,6 +89,7 @@ def _migrate(source: bytes, path: str, *, with_findings: bool = True):
         hierarchy=_settings["hierarchy"],
         unsafe_fixes=_settings["unsafe_fixes"],
         with_findings=with_findings,
+        old_op_calls=_settings.get("old_op_calls", "with-output"),
     )
 
 

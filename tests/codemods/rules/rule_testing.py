@@ -22,13 +22,15 @@ def run(
     unsafe: bool = False,
     path: str = "plugin_mod.py",
     others: Sequence[tuple[str, str]] = (),
+    old_op_calls: str = "with-output",
 ) -> MigrationResult:
     """Migrate ``text`` (dedented when a str) with the selected rules; ``others`` are more
     (path, source) files of the same run, for the class hierarchy."""
     data = source(text).encode() if isinstance(text, str) else text
     indexes = [index_module(data, path)] + [index_module(source(s).encode(), p) for p, s in others]
     result = migrate_source(
-        data, path=path, rules=select_rules(select), hierarchy=ClassHierarchy.build(indexes), unsafe_fixes=unsafe
+        data, path=path, rules=select_rules(select), hierarchy=ClassHierarchy.build(indexes), unsafe_fixes=unsafe,
+        old_op_calls=old_op_calls,
     )
     again = migrate_source(
         result.source,
@@ -36,6 +38,7 @@ def run(
         rules=select_rules(select),
         hierarchy=ClassHierarchy.build([index_module(result.source, path)] + indexes[1:]),
         unsafe_fixes=unsafe,
+        old_op_calls=old_op_calls,
     )
     assert again.source == result.source, "a second run changed the file again"
     return result

@@ -38,7 +38,7 @@ def test_negated_read_keeps_the_else_branch_or_goes():
     assert statuses(result) == [Status.FIXED, Status.FIXED]
 
 
-def test_combined_conditions_ternaries_and_assignments_are_reported_only():
+def test_combined_conditions_and_other_uses_are_reported_only():
     text = source(
         """
         from vllm.config import VllmConfig
@@ -47,14 +47,48 @@ def test_combined_conditions_ternaries_and_assignments_are_reported_only():
         def f(layer, backend, x):
             if layer.use_output and x:
                 pass
-            y = 1 if backend.accept_output_buffer else 2
-            layer.use_output = backend.accept_output_buffer
+            y = 1 if backend.accept_output_buffer and x else 2
+            layer.legacy = backend.accept_output_buffer
             ok = hasattr(backend, "accept_output_buffer")
         """
     )
     result = run(text, ["VAC005"], unsafe=True)
     assert result.source.decode() == text
     assert statuses(result) == [Status.MANUAL] * 4
+
+
+def test_conditional_expressions_keep_the_branch_that_runs():
+    text = source(
+        """
+        import vllm
+
+
+        def f(layer, q):
+            a = q.view(-1, 8) if layer.use_output else q
+            b = q if not layer.use_output else q * 2
+            c = (
+                q.view(-1, 8)  # heads
+                if layer.use_output
+                else q  # legacy
+            )
+            return a, b, c
+        """
+    )
+    result = run(text, ["VAC005"], unsafe=True)
+    assert result.source.decode() == source(
+        """
+        import vllm
+
+
+        def f(layer, q):
+            a = q.view(-1, 8)
+            b = q * 2
+            c = q.view(-1, 8)
+            return a, b, c
+        """
+    )
+    # Comments between the parts of the expression have no place left; they are declared removed.
+    assert sorted(result.removed_comments) == ["# heads", "# legacy"]
 
 
 def test_inline_if_and_scope_of_attention_classes():
@@ -77,7 +111,10 @@ def test_inline_if_and_scope_of_attention_classes():
             pass
     """
     result = run(text, ["VAC005"], unsafe=True, path="plugin/mine.py", others=[("plugin/base.py", base)])
-    assert result.source.decode() == text.replace("if self.use_output: return self.a(q)", "return self.a(q)")
+    # The old path after the one-line guard is dead once the guard's branch always runs.
+    assert result.source.decode() == text.replace(
+        "if self.use_output: return self.a(q)\n        return self.b(q)", "return self.a(q)"
+    )
     alone = run(text, ["VAC005"], unsafe=True, path="plugin/mine.py")
     assert alone.findings == []
 
@@ -122,3 +159,166 @@ def test_comments_closing_the_kept_branch_stay_after_its_statements():
         """
     )
     assert result.removed_comments == ("# the old way",)
+
+
+def _safe_rewrite(text: str) -> str:
+    """The unsafe migration of ``text``, after the same safety checks the runner makes before writing."""
+    from vllm_attn_compat.codemods import safety
+
+    result = run(text, ["VAC005"], unsafe=True)
+    problems = safety.check_rewrite(
+        text.encode(), result.source, result.removed_comments, lambda again: run(again, ["VAC005"], unsafe=True).source
+    )
+    assert problems == []
+    return result.source.decode()
+
+
+def test_code_after_a_branch_that_always_exits_goes():
+    text = source(
+        """
+        import vllm
+
+
+        def loop(layers, q):
+            for layer in layers:
+                if layer.use_output:
+                    layer.run(q)
+                    continue
+                # old layers
+                layer.legacy(q)
+            return q
+
+
+        def nested(layer, q, k):
+            if layer.attn_backend.accept_output_buffer:
+                if k is None:
+                    return layer.a(q)
+                else:
+                    raise ValueError(k)
+
+            # kept: separated from the dead code by a blank line
+
+            layer.b(q)
+            return layer.c(q)  # old
+
+
+        def falls_through(layer, q):
+            if layer.use_output:
+                if q is None:
+                    return None
+            return layer.d(q)
+
+
+        def negated(layer, q):
+            if not layer.use_output:
+                q = layer.legacy(q)
+            else:
+                return layer.modern(q)
+            return q
+        """
+    )
+    assert _safe_rewrite(text) == source(
+        """
+        import vllm
+
+
+        def loop(layers, q):
+            for layer in layers:
+                layer.run(q)
+                continue
+            return q
+
+
+        def nested(layer, q, k):
+            if k is None:
+                return layer.a(q)
+            else:
+                raise ValueError(k)
+            # kept: separated from the dead code by a blank line
+
+
+        def falls_through(layer, q):
+            if q is None:
+                return None
+            return layer.d(q)
+
+
+        def negated(layer, q):
+            return layer.modern(q)
+        """
+    )
+
+
+def test_two_guards_in_a_row_the_second_is_dead():
+    text = source(
+        """
+        import vllm
+
+
+        def f(layer, q):
+            if layer.use_output:
+                return layer.a(q)
+            if layer.use_output:  # never reached now
+                return layer.b(q)
+            return layer.c(q)
+        """
+    )
+    assert _safe_rewrite(text) == source(
+        """
+        import vllm
+
+
+        def f(layer, q):
+            return layer.a(q)
+        """
+    )
+
+
+def test_comments_around_else_in_the_layouts_of_real_forks():
+    text = source(
+        """
+        import vllm
+
+
+        def a(self, q):
+            if self.use_output:
+                out = self.alloc(q)  # buffer
+                self.impl(q, out)
+                # the result is in out
+            # fallback
+            else:
+                # Legacy backends:
+                # they return a new tensor.
+
+                out = self.impl(q)
+                # done
+            return out
+
+
+        def b(self, q):
+            if self.attn_backend.accept_output_buffer:  # new path
+                return self.run(q)
+            else:  # old path
+                # TODO(fork): remove
+                pass
+            # unreachable now
+            return self.legacy(q)
+        """
+    )
+    assert _safe_rewrite(text) == source(
+        """
+        import vllm
+
+
+        def a(self, q):
+            out = self.alloc(q)  # buffer
+            self.impl(q, out)
+            # the result is in out
+            return out
+
+
+        def b(self, q):
+            # new path
+            return self.run(q)
+        """
+    )

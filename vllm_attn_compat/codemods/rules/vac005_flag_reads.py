@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 from vllm_attn_compat.codemods.edits import RemoveStatement, Replace
 from vllm_attn_compat.codemods.findings import FixSafety, Status
 from vllm_attn_compat.codemods.rule import Example, Rule, class_source
@@ -16,13 +18,29 @@ _HEADER = """\
 """
 
 
-def _true_branch(node, sink):
-    """Statements that replace ``if <flag>: A else: B``: A (its comments kept, B's declared)."""
-    from collections import Counter
-
+def _comments(nodes) -> Counter:
+    """The text of every comment in ``nodes`` (``libcst`` nodes or ``EmptyLine``s), their own leading lines included."""
     import libcst as cst
 
-    from vllm_attn_compat.codemods.apply import comment_line, inner_comments
+    from vllm_attn_compat.codemods.walk import walk
+
+    found: Counter = Counter()
+
+    def visit(child) -> bool:
+        if isinstance(child, cst.Comment):
+            found[child.value] += 1
+        return True
+
+    for node in nodes:
+        walk(node, visit, lambda child: None)
+    return found
+
+
+def _true_branch(node, sink):
+    """Statements that replace ``if <flag>: A else: B``: A, its comments kept, B's declared removed."""
+    import libcst as cst
+
+    from vllm_attn_compat.codemods.apply import comment_line
 
     body = node.body
     footer: list = []
@@ -37,10 +55,7 @@ def _true_branch(node, sink):
     statements[0] = first.with_changes(leading_lines=[*node.leading_lines, *header, *first.leading_lines])
     if any(line.comment for line in footer):
         sink.place_after(statements[-1], footer)
-    lost = Counter(c.value for c in inner_comments(node)) - Counter(
-        c.value for s in statements for c in inner_comments(s.with_changes(leading_lines=()))
-    ) - Counter(line.comment.value for line in [*statements[0].leading_lines, *footer] if line.comment)
-    sink.removed.extend(lost.elements())
+    sink.removed.extend((_comments([node]) - _comments([*statements, *footer])).elements())
     return cst.FlattenSentinel(statements)
 
 
@@ -51,18 +66,53 @@ def _else_branch(node, sink):
     orelse = node.orelse
     if isinstance(orelse, cst.If):
         new_if = orelse.with_changes(leading_lines=node.leading_lines)
-        return _declare_lost(node, new_if, sink)
+        sink.removed.extend((_comments([node]) - _comments([new_if])).elements())
+        return new_if
     return _true_branch(cst.If(test=node.test, body=orelse.body, leading_lines=node.leading_lines), sink)
 
 
-def _declare_lost(old, new, sink):
-    from collections import Counter
+_EXITS = ("Return", "Raise", "Continue", "Break")
 
-    from vllm_attn_compat.codemods.apply import inner_comments
 
-    lost = Counter(c.value for c in inner_comments(old)) - Counter(c.value for c in inner_comments(new))
-    sink.removed.extend(lost.elements())
-    return new
+def always_exits(body) -> bool:
+    """Whether a block (``IndentedBlock`` or one-line suite) never falls through to what follows it:
+    it ends in ``return``/``raise``/``continue``/``break``, or in an ``if`` all of whose branches do."""
+    import libcst as cst
+
+    statements = body.body
+    if not statements:
+        return False
+    last = statements[-1]
+    if isinstance(body, cst.SimpleStatementSuite) or isinstance(last, cst.SimpleStatementLine):
+        small = last if isinstance(body, cst.SimpleStatementSuite) else last.body[-1]
+        return type(small).__name__ in _EXITS
+    if isinstance(last, cst.If):
+        return _if_always_exits(last)
+    return False
+
+
+def _if_always_exits(node) -> bool:
+    import libcst as cst
+
+    if node.orelse is None or not always_exits(node.body):
+        return False
+    orelse = node.orelse
+    return _if_always_exits(orelse) if isinstance(orelse, cst.If) else always_exits(orelse.body)
+
+
+def unreachable_after(statement, block) -> list:
+    """Edits removing the statements of ``block`` that follow ``statement``, with the comment block
+    directly above each and the comments inside (they described the old path); comments further up stay."""
+    import libcst as cst
+
+    index = next(i for i, s in enumerate(block.body) if s is statement)
+    edits = []
+    for following in block.body[index + 1 :]:
+        if isinstance(following, cst.SimpleStatementLine):
+            edits += [RemoveStatement(small, drop_comment_block=True) for small in following.body]
+        else:
+            edits.append(RemoveStatement(following, drop_comment_block=True))
+    return edits
 
 
 class FlagReads(Rule):
@@ -73,7 +123,12 @@ class FlagReads(Rule):
     ``self.use_output``, ``getattr(x, "accept_output_buffer", False)``, ``hasattr(...)``); other
     projects' attributes of the same name are left alone. As an unsafe fix, an ``if`` whose
     whole condition is such a read is replaced by its true branch (``if not <read>`` by its else
-    branch, or removed). A read combined with other conditions is reported only.
+    branch, or removed), and the comments of the branch that goes go with it. When the kept
+    branch always exits (``return``, ``raise``, ``continue``, ``break``), what followed the ``if``
+    ran only on the old path: it is deleted too, with the comment block above it. A conditional
+    expression on the read becomes its part that runs, and the layer's copy of the flag
+    (``self.use_output = self.attn_backend.accept_output_buffer``) is deleted, as upstream did.
+    A read combined with other conditions is reported only.
     """
 
     code = "VAC005"
@@ -116,6 +171,87 @@ class FlagReads(Rule):
                 """,
             ),
             findings=(Status.UNSAFE_FIX_AVAILABLE,),
+        ),
+        Example(
+            "a guard without else that returns, followed by the old path: the old path goes",
+            class_source(
+                _HEADER,
+                """
+                def forward(self, q, kv_c_normed, k_pe, output_shape=None):
+                    if self.attn_backend.accept_output_buffer:
+                        output = torch.empty(output_shape, dtype=q.dtype, device=q.device)
+                        torch.ops.vllm.unified_mla_attention_with_output(q, kv_c_normed, k_pe, output, self.layer_name)
+                        return output
+
+                    # Legacy backends return a new tensor.
+                    return torch.ops.vllm.unified_mla_attention(q, kv_c_normed, k_pe, self.layer_name)
+                """,
+            ),
+            unsafe_after=class_source(
+                _HEADER,
+                """
+                def forward(self, q, kv_c_normed, k_pe, output_shape=None):
+                    output = torch.empty(output_shape, dtype=q.dtype, device=q.device)
+                    torch.ops.vllm.unified_mla_attention_with_output(q, kv_c_normed, k_pe, output, self.layer_name)
+                    return output
+                """,
+            ),
+            findings=(Status.UNSAFE_FIX_AVAILABLE,),
+        ),
+        Example(
+            "an else branch opening with comments, as forks write it: they go with the branch",
+            class_source(
+                _HEADER,
+                """
+                def forward(self, query, key, value):
+                    # The layer allocates the output when the backend accepts it.
+                    if self.use_output:
+                        output = self.allocate(query)
+                        self.impl.forward(self, query, key, value, output=output)
+                        return output
+                    # Backends without an output buffer
+                    else:
+                        # NOTE(fork): our legacy kernels return their result;
+                        # keep this path until they are ported.
+                        return self.impl.forward(self, query, key, value)
+                """,
+            ),
+            unsafe_after=class_source(
+                _HEADER,
+                """
+                def forward(self, query, key, value):
+                    # The layer allocates the output when the backend accepts it.
+                    output = self.allocate(query)
+                    self.impl.forward(self, query, key, value, output=output)
+                    return output
+                """,
+            ),
+            findings=(Status.UNSAFE_FIX_AVAILABLE,),
+        ),
+        Example(
+            "the layer's copy of the flag, and a conditional expression",
+            class_source(
+                _HEADER,
+                """
+                def __init__(self, backend):
+                    self.attn_backend = backend
+                    self.use_output = self.attn_backend.accept_output_buffer
+
+                def views(self, query):
+                    return query.view(-1, self.num_heads, self.head_size) if self.use_output else query
+                """,
+            ),
+            unsafe_after=class_source(
+                _HEADER,
+                """
+                def __init__(self, backend):
+                    self.attn_backend = backend
+
+                def views(self, query):
+                    return query.view(-1, self.num_heads, self.head_size)
+                """,
+            ),
+            findings=(Status.UNSAFE_FIX_AVAILABLE, Status.UNSAFE_FIX_AVAILABLE),
         ),
         Example(
             "getattr on a backend class, combined with another condition",
@@ -180,6 +316,16 @@ class FlagReads(Rule):
         condition = parent if negated else read
         statement = self.ctx.parent(2 if negated else 1)
         block = self.ctx.parent(3 if negated else 2)
+        fixed = message + "; the unsafe fix keeps only the branch that runs"
+        if isinstance(statement, cst.IfExp) and statement.test is condition:
+            self.ctx.report(self, read, fixed, Replace(statement, _kept_expression(negated)))
+            return
+        if _stores_flag(statement, condition):
+            line = self.ctx.parent(3 if negated else 2)
+            if isinstance(line, cst.SimpleStatementLine):
+                edit = RemoveStatement(statement, drop_comment_block=True)
+                self.ctx.report(self, read, message + "; the unsafe fix deletes the copy of the flag", edit)
+                return
         if not (
             isinstance(statement, cst.If)
             and statement.test is condition
@@ -187,10 +333,43 @@ class FlagReads(Rule):
         ):
             self.ctx.report(self, read, message + ": simplify the code that uses it")
             return
+        orelse = statement.orelse
         if not negated:
-            edit = Replace(statement, _true_branch)
-        elif statement.orelse is None:
-            edit = RemoveStatement(statement)
+            edits = [Replace(statement, _true_branch)]
+            exits = always_exits(statement.body)
+        elif orelse is None:
+            edits, exits = [RemoveStatement(statement)], False
         else:
-            edit = Replace(statement, _else_branch)
-        self.ctx.report(self, read, message + "; the unsafe fix keeps only the branch that runs", edit)
+            edits = [Replace(statement, _else_branch)]
+            exits = _if_always_exits(orelse) if isinstance(orelse, cst.If) else always_exits(orelse.body)
+        if exits:  # what followed the `if` ran only when the flag was false: it is dead now
+            edits += unreachable_after(statement, block)
+        self.ctx.report(self, read, fixed, *edits)
+
+
+def _stores_flag(statement, value) -> bool:
+    """``x.use_output = <read>``: a copy of the flag under one of its own names (vLLM's layer kept one)."""
+    import libcst as cst
+
+    return (
+        isinstance(statement, cst.Assign)
+        and statement.value is value
+        and len(statement.targets) == 1
+        and isinstance(statement.targets[0].target, cst.Attribute)
+        and statement.targets[0].target.attr.value in FLAGS
+    )
+
+
+def _kept_expression(negated: bool):
+    """``a if <flag> else b`` -> ``a`` (``b`` when negated); parentheses kept only around several lines."""
+
+    def build(node, sink):
+        import libcst as cst
+
+        kept = node.orelse if negated else node.body
+        if node.lpar and "\n" in cst.Module([]).code_for_node(kept):
+            kept = kept.with_changes(lpar=[*node.lpar, *kept.lpar], rpar=[*kept.rpar, *node.rpar])
+        sink.removed.extend((_comments([node]) - _comments([kept])).elements())
+        return kept
+
+    return build

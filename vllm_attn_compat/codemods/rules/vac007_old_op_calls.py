@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from vllm_attn_compat.codemods.edits import AddImport, Replace
+from vllm_attn_compat.codemods.edits import AddImport, DropUnusedImport, Replace
 from vllm_attn_compat.codemods.findings import FixSafety, Status
 from vllm_attn_compat.codemods.rule import Example, Rule
 
@@ -23,6 +23,17 @@ OLD_OP_MODULES = frozenset(
 )
 COMPAT_MODULE = "vllm_attn_compat.compat"
 
+FORWARDER = "forwarder"  # `old-op-calls`: calls whose shape is unknown go to the deprecated forwarder
+
+_WITH_OUTPUT_MESSAGE = (
+    "`{ref}` was removed in vLLM 0.20: allocate the output and call `{op}_with_output` "
+    "(the unsafe fix does, with the layer's shape, as vLLM 0.20's layers do)"
+)
+_MANUAL_MESSAGE = (
+    "`{ref}` was removed in vLLM 0.20: allocate the output ([num_tokens, num_heads * head_size_v]) and call "
+    "`torch.ops.vllm.{op}_with_output`; the layer's shape is not known here (with `old-op-calls = "
+    '"forwarder"` the unsafe fix calls the deprecated forwarder `vllm_attn_compat.compat.{op}` instead)'
+)
 _CALL_MESSAGE = (
     "`{ref}` was removed in vLLM 0.20: allocate the output and call `{op}_with_output` "
     "(the unsafe fix calls the deprecated forwarder `vllm_attn_compat.compat.{op}` instead)"
@@ -31,30 +42,146 @@ _IMPORT_MESSAGE = (
     "`{module}.{op}` was removed in vLLM 0.20: allocate the output and call `{op}_with_output` "
     "(the unsafe fix imports the deprecated forwarder from `vllm_attn_compat.compat` instead)"
 )
+_IMPORT_DROP_MESSAGE = (
+    "`{module}.{op}` was removed in vLLM 0.20: allocate the output and call `{op}_with_output` "
+    "(the unsafe fix drops this import once the fixes leave nothing using it)"
+)
 
 
 class OldOpCalls(Rule):
     """vLLM 0.20 deleted ``torch.ops.vllm.unified_attention`` and ``unified_mla_attention`` and
-    their Python functions: the replacement, ``*_with_output``, needs an output buffer the
-    caller allocates, which a codemod cannot decide for you. So calls of these ops, imports of
-    their functions from vLLM's attention modules and calls through those modules
-    (``layer_module.unified_attention(...)``) are reported; the unsafe fix routes them to
-    this package's deprecated forwarders (``vllm_attn_compat.compat.unified_attention``,
-    ``unified_mla_attention``), which allocate the buffer through the layer and call the
-    ``_with_output`` op, and warn once per call site. Other functions named
-    ``unified_attention`` (vLLM's Triton or AITER kernels, a plugin's own helper) are never
-    touched.
+    their Python functions; what replaces a call is what vLLM 0.20's own layers do: allocate the
+    output, call ``*_with_output`` with it, and use the buffer. Calls of these ops, calls through
+    vLLM's attention modules (``layer_module.unified_attention(...)``) and calls of the functions
+    imported from there are reported. The unsafe fix writes that form where the layer's output
+    shape is known in scope: from a local ``output_shape`` (as upstream's MLA layer), or from the
+    layer's ``self.num_heads`` with ``self.head_size_v`` (MLA: ``self.v_head_dim``), named in the
+    class or given by deriving from vLLM's ``Attention`` / ``MLAAttention``; the attention layer's
+    query, key, value and output are viewed as ``[T, heads, size]`` as upstream does, and the old
+    call's value becomes the 2-D buffer, the shape the old op returned. The call must be a whole
+    statement (``return``, an assignment to a name, or an expression) and its query a plain name.
+    An import of the old functions goes once the fixes leave nothing using it.
+
+    Elsewhere the call is reported for a person to allocate the buffer, unless the run opts in to
+    this package's deprecated forwarders (``old-op-calls = "forwarder"`` in
+    ``[tool.vllm-attn-compat]``, or ``--old-op-calls=forwarder``): the unsafe fix then calls
+    ``vllm_attn_compat.compat.unified_attention`` (``unified_mla_attention``) and imports it
+    from there, code that must be migrated again before the package can be dropped. Other
+    functions named ``unified_attention`` (vLLM's Triton or AITER kernels, a plugin's own helper)
+    are never touched.
     """
 
     code = "VAC007"
     name = "old-op-calls"
-    summary = "Report calls/imports of the deleted `unified_attention` ops; unsafe fix: use the compat forwarder."
+    summary = (
+        "Report calls/imports of the deleted `unified_attention` ops; unsafe fix: allocate and call `*_with_output`."
+    )
     fix_safety = FixSafety.UNSAFE
     tokens = (b"unified_attention", b"unified_mla_attention")
     scoped = False
     examples = (
         Example(
-            "a direct call of the op",
+            "an attention layer calling the op: allocate, call the with-output op, return the buffer",
+            """\
+            import torch
+            from vllm.model_executor.layers.attention import Attention
+
+
+            class MyAttention(Attention):
+                def forward(self, query, key, value):
+                    # the backend returns its result
+                    return torch.ops.vllm.unified_attention(query, key, value, self.layer_name)
+            """,
+            unsafe_after="""\
+            import torch
+            from vllm.model_executor.layers.attention import Attention
+
+
+            class MyAttention(Attention):
+                def forward(self, query, key, value):
+                    # the backend returns its result
+                    output = torch.empty(
+                        (query.shape[0], self.num_heads * self.head_size_v),
+                        dtype=query.dtype,
+                        device=query.device,
+                    )
+                    torch.ops.vllm.unified_attention_with_output(
+                        query.view(-1, self.num_heads, self.head_size),
+                        key.view(-1, self.num_kv_heads, self.head_size),
+                        value.view(-1, self.num_kv_heads, self.head_size_v),
+                        output.view(-1, self.num_heads, self.head_size_v),
+                        self.layer_name,
+                    )
+                    return output
+            """,
+            findings=(Status.UNSAFE_FIX_AVAILABLE,),
+        ),
+        Example(
+            "an MLA layer with its output_shape, written as upstream did",
+            """\
+            import torch
+            from vllm.model_executor.layers.attention import MLAAttention
+
+
+            class MyMLA(MLAAttention):
+                def forward(self, q, kv_c_normed, k_pe, output_shape=None):
+                    dep = torch.ops.vllm.unified_mla_kv_cache_update(kv_c_normed, k_pe, self.layer_name)
+                    out = torch.ops.vllm.unified_mla_attention(
+                        q, kv_c_normed, k_pe, self.layer_name, kv_cache_dummy_dep=dep
+                    )
+                    return out
+            """,
+            unsafe_after="""\
+            import torch
+            from vllm.model_executor.layers.attention import MLAAttention
+
+
+            class MyMLA(MLAAttention):
+                def forward(self, q, kv_c_normed, k_pe, output_shape=None):
+                    dep = torch.ops.vllm.unified_mla_kv_cache_update(kv_c_normed, k_pe, self.layer_name)
+                    out = torch.empty(output_shape, dtype=q.dtype, device=q.device)
+                    torch.ops.vllm.unified_mla_attention_with_output(
+                        q, kv_c_normed, k_pe, out, self.layer_name, kv_cache_dummy_dep=dep
+                    )
+                    return out
+            """,
+            findings=(Status.UNSAFE_FIX_AVAILABLE,),
+        ),
+        Example(
+            "the imported function, called where the shape is known: the call is rewritten, the import goes",
+            """\
+            from vllm.attention.layer import Attention, unified_attention
+
+
+            class Layer(Attention):
+                def forward(self, query, key, value):
+                    return unified_attention(query, key, value, self.layer_name)
+            """,
+            unsafe_after="""\
+            from vllm.attention.layer import Attention
+            import torch
+
+
+            class Layer(Attention):
+                def forward(self, query, key, value):
+                    output = torch.empty(
+                        (query.shape[0], self.num_heads * self.head_size_v),
+                        dtype=query.dtype,
+                        device=query.device,
+                    )
+                    torch.ops.vllm.unified_attention_with_output(
+                        query.view(-1, self.num_heads, self.head_size),
+                        key.view(-1, self.num_kv_heads, self.head_size),
+                        value.view(-1, self.num_kv_heads, self.head_size_v),
+                        output.view(-1, self.num_heads, self.head_size_v),
+                        self.layer_name,
+                    )
+                    return output
+            """,
+            findings=(Status.UNSAFE_FIX_AVAILABLE, Status.UNSAFE_FIX_AVAILABLE),
+        ),
+        Example(
+            "no layer shape in scope: reported (old-op-calls = \"forwarder\" opts in to the forwarder)",
             """\
             import torch
 
@@ -62,36 +189,7 @@ class OldOpCalls(Rule):
             def attend(query, key, value, layer_name):
                 return torch.ops.vllm.unified_attention(query, key, value, layer_name)
             """,
-            unsafe_after="""\
-            import torch
-            import vllm_attn_compat.compat
-
-
-            def attend(query, key, value, layer_name):
-                return vllm_attn_compat.compat.unified_attention(query, key, value, layer_name)
-            """,
-            findings=(Status.UNSAFE_FIX_AVAILABLE,),
-        ),
-        Example(
-            "an import of the op's function",
-            """\
-            from vllm.attention.layer import Attention, unified_attention
-            """,
-            unsafe_after="""\
-            from vllm.attention.layer import Attention
-            from vllm_attn_compat.compat import unified_attention
-            """,
-            findings=(Status.UNSAFE_FIX_AVAILABLE,),
-        ),
-        Example(
-            "both functions from one line: one compat import, in the line's order",
-            """\
-            from vllm.attention import unified_mla_attention, unified_attention  # the old ops
-            """,
-            unsafe_after="""\
-            from vllm_attn_compat.compat import unified_mla_attention, unified_attention  # the old ops
-            """,
-            findings=(Status.UNSAFE_FIX_AVAILABLE, Status.UNSAFE_FIX_AVAILABLE),
+            findings=(Status.MANUAL,),
         ),
         Example(
             "vLLM's Triton kernel of the same name stays",
@@ -122,17 +220,93 @@ class OldOpCalls(Rule):
                 f"`{reference}` was removed in vLLM 0.20; use `torch.ops.vllm.{op}_with_output`",
             )
             return
+        with_output = f"torch.ops.vllm.{op}_with_output" + (".default" if reference.endswith(".default") else "")
+        if self._report_with_output(parent, op, reference, with_output, levels=1):
+            return
+        if self.ctx.old_op_calls == FORWARDER:
 
-        def build(updated, sink):
-            return cst.parse_expression(f"{COMPAT_MODULE}.{op}")
+            def build(updated, sink):
+                return cst.parse_expression(f"{COMPAT_MODULE}.{op}")
 
-        self.ctx.report(
-            self,
-            parent,
-            _CALL_MESSAGE.format(ref=reference, op=op),
-            Replace(node, build),
-            AddImport(COMPAT_MODULE),
+            message = _CALL_MESSAGE.format(ref=reference, op=op)
+            self.ctx.report(self, parent, message, Replace(node, build), AddImport(COMPAT_MODULE))
+            return
+        self.ctx.report(self, parent, _MANUAL_MESSAGE.format(ref=reference, op=op))
+
+    def visit_Name(self, node) -> None:
+        """``unified_attention(...)`` through a name imported from vLLM's modules: rewritten where the
+        shape is known; elsewhere its import is the finding."""
+        import libcst as cst
+
+        parent = self.ctx.parent()
+        if not (isinstance(parent, cst.Call) and parent.func is node):
+            return
+        module, _, op = self.ctx.imports.get(node.value, "").rpartition(".")
+        if module in OLD_OP_MODULES and op in _OLD_OPS:
+            self._report_with_output(parent, op, node.value, f"torch.ops.vllm.{op}_with_output", levels=1)
+
+    def _report_with_output(self, call, op: str, reference: str, with_output: str, levels: int) -> bool:
+        """Report ``call`` with the rewrite into the with-output form, if the shape is known here."""
+        import libcst as cst
+
+        from vllm_attn_compat.codemods import with_output as form
+
+        small, line, block = (self.ctx.parent(levels + n) for n in (1, 2, 3))
+        if not (
+            isinstance(line, cst.SimpleStatementLine)
+            and len(line.body) == 1
+            and isinstance(block, (cst.IndentedBlock, cst.Module))
+            and isinstance(small, (cst.Return, cst.Expr, cst.Assign))
+            and small.value is call
+        ):
+            return False
+        assign_to = None
+        if isinstance(small, cst.Assign):
+            if len(small.targets) != 1 or not isinstance(small.targets[0].target, cst.Name):
+                return False
+            assign_to = small.targets[0].target.value
+        arguments = form.call_arguments(call, op, self.ctx.module)
+        frame = self.ctx.current_function()
+        if arguments is None or frame is None or not isinstance(frame.node, cst.FunctionDef):
+            return False
+        query = arguments.get("query", arguments.get("q"))
+        if not form.is_plain(query):
+            return False  # the rewrite reads the query twice: only a plain name or attribute
+        klass = self._method_class(frame)
+        attributes = form.self_attributes(klass, self.ctx.imports) if klass is not None else frozenset()
+        shape = form.shape_of(op, query, attributes, form.binds(frame.node, "output_shape"))
+        used = form.names_in(frame.node)
+        if assign_to is not None and assign_to not in form.names_in(call):
+            buffer, assign_to = assign_to, None
+        else:
+            buffer = form.buffer_name(used)
+        if shape is None or buffer is None:
+            return False
+        depth = sum(isinstance(node, cst.IndentedBlock) for node in self.ctx.stack)
+        plan = form.Plan(
+            op=with_output,
+            arguments=arguments,
+            shape=shape[0],
+            views=shape[1],
+            buffer=buffer,
+            assign_to=assign_to,
+            returns=isinstance(small, cst.Return),
+            indent=4 * depth,
         )
+        edits = [Replace(line, form.build(plan, self.ctx.module.config_for_parsing)), AddImport("torch")]
+        self.ctx.report(self, call, _WITH_OUTPUT_MESSAGE.format(ref=reference, op=op), *edits)
+        return True
+
+    def _method_class(self, frame):
+        """The class ``frame`` is a method of, when its first parameter is ``self``."""
+        import libcst as cst
+
+        index = next(i for i, f in enumerate(self.ctx.frames) if f is frame)
+        owner = self.ctx.frames[index - 1] if index > 0 else None
+        params = frame.node.params.params
+        if owner is None or not isinstance(owner.node, cst.ClassDef) or not params or params[0].name.value != "self":
+            return None
+        return owner.node
 
     def _module_function(self, reference: str) -> str | None:
         """``op`` for ``layer_module.unified_attention`` where ``layer_module`` is vLLM's module."""
@@ -157,11 +331,17 @@ class OldOpCalls(Rule):
         line = self.ctx.parent()
         fixable = isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1
         for alias in old:
-            message = _IMPORT_MESSAGE.format(module=module, op=alias.name.value)
-            if fixable:
-                self.ctx.report(self, alias, message, Replace(line, _move_import(alias.name.value)))
+            op = alias.name.value
+            bound = alias.asname.name.value if alias.asname else op
+            if self.ctx.old_op_calls != FORWARDER:
+                message = _IMPORT_DROP_MESSAGE.format(module=module, op=op)
+                self.ctx.report(self, alias, message, DropUnusedImport(module, bound))
+            elif fixable:
+                message = _IMPORT_MESSAGE.format(module=module, op=op)
+                edits = (Replace(line, _move_import(op)), DropUnusedImport(COMPAT_MODULE, bound))
+                self.ctx.report(self, alias, message, *edits)
             else:
-                self.ctx.report(self, alias, message)
+                self.ctx.report(self, alias, _IMPORT_MESSAGE.format(module=module, op=op))
 
 
 def _move_import(op: str):

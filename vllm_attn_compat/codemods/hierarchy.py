@@ -69,6 +69,7 @@ class ClassEntry:
     # A backend vLLM uses without its base class: `get_name` and `get_impl_cls`, sets
     # `accept_output_buffer`, in a module that imports vLLM.
     duck_typed: bool = False
+    declares_flag: bool = False  # `accept_output_buffer` is set in the class body
 
 
 @dataclass(frozen=True)
@@ -137,6 +138,7 @@ class _Indexer:
         self.pending: list[tuple[str, list[ast.expr], int, list[dict[str, str]]]] = []
         self.module_functions: set[str] = set()
         self.duck_classes: set[str] = set()  # qualnames of classes shaped like a backend
+        self.flag_classes: set[str] = set()  # qualnames of classes setting `accept_output_buffer`
         # Statements and decorated definitions that may patch a class, with the scopes to resolve them in.
         self.pending_patches: list[tuple[ast.AST, str | None, list[dict[str, str]]]] = []
 
@@ -191,8 +193,11 @@ class _Indexer:
         self.pending.append((qualname, list(node.bases), node.lineno, local_scopes))
         if node.decorator_list:
             self.pending_patches.append((node, qualname, local_scopes))
-        if _shaped_like_backend(node):
-            self.duck_classes.add(qualname)
+        defined = _defined_in_body(node)
+        if "accept_output_buffer" in defined:
+            self.flag_classes.add(qualname)
+            if {"get_name", "get_impl_cls"} <= defined:
+                self.duck_classes.add(qualname)
         self.scopes.append((qualname + ".", {}))
         self.visit_body(node.body)
         self.scopes.pop()
@@ -262,7 +267,7 @@ class _Indexer:
         )
 
 
-def _shaped_like_backend(node: ast.ClassDef) -> bool:
+def _defined_in_body(node: ast.ClassDef) -> set[str]:
     defined: set[str] = set()
     for statement in node.body:
         if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -271,7 +276,7 @@ def _shaped_like_backend(node: ast.ClassDef) -> bool:
             defined.update(target.id for target in statement.targets if isinstance(target, ast.Name))
         elif isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name):
             defined.add(statement.target.id)
-    return {"get_name", "get_impl_cls", "accept_output_buffer"} <= defined
+    return defined
 
 
 def index_module(source: bytes, path: str) -> ModuleIndex:
@@ -284,7 +289,9 @@ def index_module(source: bytes, path: str) -> ModuleIndex:
     duck = indexer.duck_classes if indexer.uses_vllm() else set()
     for qualname, bases, line, local_scopes in indexer.pending:
         resolved = (indexer.resolve(base, local_scopes) for base in bases)
-        classes.append(ClassEntry(qualname, tuple(name for name in resolved if name), line, qualname in duck))
+        bases_found = tuple(name for name in resolved if name)
+        flag = qualname in indexer.flag_classes
+        classes.append(ClassEntry(qualname, bases_found, line, qualname in duck, flag))
     return ModuleIndex(normalize_path(path), module, tuple(classes), indexer.patches())
 
 
@@ -304,6 +311,8 @@ class ClassHierarchy:
     _by_module: dict[str, list[str]] = field(default_factory=dict)  # module -> full class names
     _attention: dict[str, bool] = field(default_factory=dict)
     duck_typed: set[str] = field(default_factory=set)  # full names of backends shaped like one
+    # vLLM's own `AttentionBackend`s of the run that declare `accept_output_buffer` (the run is a fork).
+    flag_bases: set[str] = field(default_factory=set)
     # Code copied onto classes at run time: the source's last name -> (source, kind, targets, patching module).
     patches: dict[str, list[tuple[str, str, tuple[str, ...], str]]] = field(default_factory=dict)
 
@@ -323,6 +332,8 @@ class ClassHierarchy:
             self._by_module.setdefault(index.module, []).append(full)
             if entry.duck_typed:
                 self.duck_typed.add(full)
+            if entry.declares_flag and entry.qualname == "AttentionBackend" and is_vllm_base(full):
+                self.flag_bases.add(full)
         for patch in index.patches:
             record = (patch.source, patch.kind, patch.targets, index.module)
             self.patches.setdefault(patch.source.rpartition(".")[2], []).append(record)
@@ -336,6 +347,7 @@ class ClassHierarchy:
             {k: list(v) for k, v in self._by_last.items()},
             {k: list(v) for k, v in self._by_module.items()},
             duck_typed=set(self.duck_typed),
+            flag_bases=set(self.flag_bases),
             patches={k: list(v) for k, v in self.patches.items()},
         )
         copy.add(index)
@@ -383,12 +395,12 @@ class ClassHierarchy:
         return scope
 
     def _patched_in_scope(self) -> list[tuple[str, str]]:
-        """(source, patching module) of every attribute patch that makes its function attention code."""
+        """(source, patching module) of every patch that makes its source attention code, or code to report."""
         return [
             (source, module)
             for records in self.patches.values()
             for source, kind, _, module in records
-            if kind == runtime_patches.ATTRIBUTE and self.patch_scope(source, kind) is not None
+            if self.patch_scope(source, kind) is not None
         ]
 
     def has_attention_classes(self, path: str) -> bool:
@@ -406,6 +418,14 @@ class ClassHierarchy:
             source.rpartition(".")[2] for source, module in self._patched_in_scope() if not _in_module(source, module)
         }
         return frozenset(classes | functions)
+
+    def declares_flag_in_base(self) -> bool:
+        """Whether the run is a fork whose own ``AttentionBackend`` still declares ``accept_output_buffer``:
+        there a backend without the attribute reads the base's False."""
+        return bool(self.flag_bases)
+
+    def is_flag_base(self, full_name: str) -> bool:
+        return full_name in self.flag_bases
 
     def patches_decided(self, index: ModuleIndex) -> bool:
         """Whether every patch of ``index`` is known to be attention code or unresolved (later rounds,

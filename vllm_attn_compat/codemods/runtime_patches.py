@@ -35,12 +35,16 @@ def _callee_name(func: ast.expr) -> str:
     return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
 
 
+# Helpers that copy code onto a class name what they do: `patch`, `patch.object`, `monkeypatch.setattr`,
+# `_patch_method`, `merge_into`, `inject_methods`, ...
+_PATCH_WORDS = ("patch", "merge", "inject", "mixin", "setattr")
+
+
 def _is_patch_helper(func: ast.expr) -> bool:
-    # `patch`, `patch.object`, `monkeypatch.setattr`, `_patch_method`, ... name what they do.
     name = _callee_name(func).lower()
     if isinstance(func, ast.Attribute) and _callee_name(func.value).lower().endswith("patch"):
         return True
-    return "patch" in name or name == "setattr"
+    return any(word in name for word in _PATCH_WORDS)
 
 
 def _targets(expr: ast.expr, resolve: Resolve) -> tuple[str, ...]:

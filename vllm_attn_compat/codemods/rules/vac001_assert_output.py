@@ -108,6 +108,31 @@ class AssertOutputNotNone(Rule):
             ),
         ),
         Example(
+            "a function set onto vLLM's Attention with setattr is one of its methods",
+            """\
+            from vllm.model_executor.layers.attention import Attention
+
+
+            def forward_impl(self, query, key, value, output=None):
+                assert output is not None
+                return self.impl.forward(self, query, key, value, None, None, output)
+
+
+            setattr(Attention, "forward_impl", forward_impl)
+            """,
+            after="""\
+            from vllm.model_executor.layers.attention import Attention
+
+
+            def forward_impl(self, query, key, value, output=None):
+                return self.impl.forward(self, query, key, value, None, None, output)
+
+
+            setattr(Attention, "forward_impl", forward_impl)
+            """,
+            findings=(Status.FIXED,),
+        ),
+        Example(
             "a combined condition is reported",
             class_source(
                 _IMPL_HEADER,

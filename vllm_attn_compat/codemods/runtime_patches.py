@@ -97,8 +97,11 @@ def from_statement(node: ast.stmt, resolve: Resolve) -> list[PatchEntry]:
             if source and targets:
                 entries.append(PatchEntry(source, ATTRIBUTE, targets, line))
     value = getattr(node, "value", None)
-    if isinstance(node, (ast.Expr, ast.Assign, ast.AnnAssign)) and isinstance(value, ast.Call):
-        entries += _from_call(value, resolve, line)
+    if isinstance(node, (ast.Expr, ast.Assign, ast.AnnAssign)) and value is not None:
+        # `mock.patch.object(...).start()`, `patcher = patch(...)`: the helper may sit inside the expression.
+        for call in ast.walk(value):
+            if isinstance(call, ast.Call):
+                entries += _from_call(call, resolve, line)
     return entries
 
 

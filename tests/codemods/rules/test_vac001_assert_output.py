@@ -422,3 +422,36 @@ def test_parameter_still_unchanged_at_the_assert_loses_it():
         result = run(text, ["VAC001"])
         assert statuses(result) == [Status.FIXED], case
         assert "assert output is not None" not in result.source.decode(), case
+
+
+def test_a_forks_mla_layer_loses_the_assert_upstream_deleted(tmp_path):
+    """vLLM's own `MLAAttention.forward_impl` (0.19.1, and 0.20.0 still carried it): the assert opens the
+    method, the parameter is sliced later, as in the real source."""
+    text = source(
+        """
+        import torch.nn as nn
+
+        from vllm.model_executor.layers.attention_layer_base import AttentionLayerBase
+
+
+        class MLAAttention(nn.Module, AttentionLayerBase):
+            def forward_impl(self, q, k_c_normed, k_pe, kv_cache, attn_metadata, output=None):
+                assert output is not None, "Output tensor must be provided."
+
+                num_actual_toks = attn_metadata.num_actual_tokens
+
+                # Inputs and outputs may be padded for CUDA graphs
+                output_padded = output
+                output = output[:num_actual_toks, ...]
+                return output_padded
+        """
+    )
+    path = tmp_path / "vllm" / "model_executor" / "layers" / "attention" / "mla_attention.py"
+    path.parent.mkdir(parents=True)
+    for folder in (path.parent, *path.parent.parents[:3]):
+        (folder / "__init__.py").touch()
+    result = run(text, ["VAC001"], path=str(path))
+    assert statuses(result) == [Status.FIXED]
+    assert result.source.decode() == text.replace(
+        '        assert output is not None, "Output tensor must be provided."\n\n', ""
+    )

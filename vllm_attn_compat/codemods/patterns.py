@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 
 import libcst as cst
@@ -83,7 +84,7 @@ def rebinds_before(path: Sequence[cst.CSTNode], name: str, *, ignore: tuple[cst.
     body (the next iteration comes back), the test of an ``if`` but not its other branch, the ``try``
     body before a handler but not the other handlers.
     """
-    for parent, child in zip(path, path[1:]):
+    for parent, child in itertools.pairwise(path):
         if isinstance(parent, cst.For) and _binds(parent.target, name):
             return True
         if any(_assigns(earlier, name, ignore) for earlier in _runs_before(parent, child)):

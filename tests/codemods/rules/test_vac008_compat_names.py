@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-
 from rule_testing import run, source, statuses
+
 from vllm_attn_compat.codemods.cli import main
 from vllm_attn_compat.codemods.findings import Status
 

@@ -140,7 +140,7 @@ class _Indexer:
         self.duck_classes: set[str] = set()  # qualnames of classes shaped like a backend
         self.flag_classes: set[str] = set()  # qualnames of classes setting `accept_output_buffer`
         # Statements and decorated definitions that may patch a class, with the scopes to resolve them in.
-        self.pending_patches: list[tuple[ast.AST, str | None, list[dict[str, str]]]] = []
+        self.pending_patches: list[tuple[ast.stmt, str | None, list[dict[str, str]]]] = []
 
     def _prefix(self) -> str:
         return self.scopes[-1][0] if self.scopes else ""
@@ -254,10 +254,10 @@ class _Indexer:
             def resolve(expr: ast.expr, scopes=local_scopes) -> str | None:
                 return self.resolve_bound(expr, scopes)
 
-            if qualname is None:
-                entries += runtime_patches.from_statement(node, resolve)
-            else:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 entries += runtime_patches.from_decorators(node, f"{self.module}.{qualname}", resolve)
+            else:
+                entries += runtime_patches.from_statement(node, resolve)
         uses_vllm = self.uses_vllm()
         return tuple(entry for entry in entries if entry.targets or uses_vllm)
 

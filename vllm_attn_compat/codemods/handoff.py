@@ -24,7 +24,9 @@ SETTINGS_SENT_PER_TASK_UP_TO = 1 << 16  # bytes
 
 def settles(index: ModuleIndex, hierarchy: ClassHierarchy) -> bool:
     """Whether later rounds can no longer change how the file of ``index`` migrates."""
-    return all(hierarchy.is_attention_class(f"{index.module}.{entry.qualname}") for entry in index.classes)
+    return hierarchy.patches_decided(index) and all(
+        hierarchy.is_attention_class(f"{index.module}.{entry.qualname}") for entry in index.classes
+    )
 
 
 def candidate_rules(rules: Sequence[type], index: object, hierarchy: ClassHierarchy, path: str) -> Sequence[type]:

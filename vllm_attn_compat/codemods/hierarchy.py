@@ -17,6 +17,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+from vllm_attn_compat.codemods import runtime_patches
+from vllm_attn_compat.codemods.runtime_patches import PatchEntry
+
 # Module prefixes (dotted) where vLLM defines its attention base classes, old and new layouts.
 VLLM_ATTENTION_MODULES = (
     "vllm.v1.attention",
@@ -63,6 +66,10 @@ class ClassEntry:
     qualname: str  # as Python's __qualname__: "Outer.Inner", "factory.<locals>.Impl"
     bases: tuple[str, ...]  # dotted names resolved through the module's imports
     line: int
+    # A backend vLLM uses without its base class: `get_name` and `get_impl_cls`, sets
+    # `accept_output_buffer`, in a module that imports vLLM.
+    duck_typed: bool = False
+    declares_flag: bool = False  # `accept_output_buffer` is set in the class body
 
 
 @dataclass(frozen=True)
@@ -70,6 +77,7 @@ class ModuleIndex:
     path: str
     module: str  # dotted name guessed from the path
     classes: tuple[ClassEntry, ...]
+    patches: tuple[PatchEntry, ...] = ()  # code this module copies onto classes at run time
 
 
 def normalize_path(path: str) -> str:
@@ -128,6 +136,11 @@ class _Indexer:
         self.module_classes: set[str] = set()
         self.scopes: list[tuple[str, dict[str, str]]] = []  # (qualname prefix, local classes)
         self.pending: list[tuple[str, list[ast.expr], int, list[dict[str, str]]]] = []
+        self.module_functions: set[str] = set()
+        self.duck_classes: set[str] = set()  # qualnames of classes shaped like a backend
+        self.flag_classes: set[str] = set()  # qualnames of classes setting `accept_output_buffer`
+        # Statements and decorated definitions that may patch a class, with the scopes to resolve them in.
+        self.pending_patches: list[tuple[ast.stmt, str | None, list[dict[str, str]]]] = []
 
     def _prefix(self) -> str:
         return self.scopes[-1][0] if self.scopes else ""
@@ -144,6 +157,8 @@ class _Indexer:
             elif kind is ast.Import:
                 self.visit_Import(node)
             else:
+                if kind is ast.Assign or kind is ast.Expr or kind is ast.AnnAssign or kind is ast.For:
+                    self.pending_patches.append((node, None, [scope for _, scope in self.scopes]))
                 fields = _NESTED_BODIES.get(kind)
                 if fields:
                     for name in fields:
@@ -176,11 +191,25 @@ class _Indexer:
             self.module_classes.add(node.name)
         local_scopes = [scope for _, scope in self.scopes]
         self.pending.append((qualname, list(node.bases), node.lineno, local_scopes))
+        if node.decorator_list:
+            self.pending_patches.append((node, qualname, local_scopes))
+        defined = _defined_in_body(node)
+        if "accept_output_buffer" in defined:
+            self.flag_classes.add(qualname)
+            if {"get_name", "get_impl_cls"} <= defined:
+                self.duck_classes.add(qualname)
         self.scopes.append((qualname + ".", {}))
         self.visit_body(node.body)
         self.scopes.pop()
 
     def _visit_function(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+        qualname = self._prefix() + node.name
+        if self.scopes:
+            self.scopes[-1][1].setdefault(node.name, qualname)
+        else:
+            self.module_functions.add(node.name)
+        if node.decorator_list:
+            self.pending_patches.append((node, qualname, [scope for _, scope in self.scopes]))
         self.scopes.append((self._prefix() + node.name + ".<locals>.", {}))
         self.visit_body(node.body)
         self.scopes.pop()
@@ -200,9 +229,54 @@ class _Indexer:
                 return ".".join([self.module, scope[head], *attrs])
         if head in self.imports:
             return ".".join([self.imports[head], *attrs])
-        if head in self.module_classes:
+        if head in self.module_classes or head in self.module_functions:
             return ".".join([self.module, head, *attrs])
         return ".".join([head, *attrs])
+
+    def resolve_bound(self, expr: ast.expr, local_scopes: list[dict[str, str]]) -> str | None:
+        """Like `resolve`, but None unless the name is bound by an import or a definition of the module
+        (a parameter or a computed value cannot be resolved)."""
+        head = expr
+        while isinstance(head, (ast.Attribute, ast.Subscript)):
+            head = head.value
+        if not isinstance(head, ast.Name):
+            return None
+        name = head.id
+        bound = name in self.imports or name in self.module_classes or name in self.module_functions
+        if not (bound or any(name in scope for scope in local_scopes)):
+            return None
+        return self.resolve(expr, local_scopes)
+
+    def patches(self) -> tuple[PatchEntry, ...]:
+        """The patches found, those without a resolved target only where the module uses vLLM."""
+        entries: list[PatchEntry] = []
+        for node, qualname, local_scopes in self.pending_patches:
+            def resolve(expr: ast.expr, scopes=local_scopes) -> str | None:
+                return self.resolve_bound(expr, scopes)
+
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                entries += runtime_patches.from_decorators(node, f"{self.module}.{qualname}", resolve)
+            else:
+                entries += runtime_patches.from_statement(node, resolve)
+        uses_vllm = self.uses_vllm()
+        return tuple(entry for entry in entries if entry.targets or uses_vllm)
+
+    def uses_vllm(self) -> bool:
+        return self.module.partition(".")[0] == "vllm" or any(
+            target == "vllm" or target.startswith("vllm.") for target in self.imports.values()
+        )
+
+
+def _defined_in_body(node: ast.ClassDef) -> set[str]:
+    defined: set[str] = set()
+    for statement in node.body:
+        if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            defined.add(statement.name)
+        elif isinstance(statement, ast.Assign):
+            defined.update(target.id for target in statement.targets if isinstance(target, ast.Name))
+        elif isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name):
+            defined.add(statement.target.id)
+    return defined
 
 
 def index_module(source: bytes, path: str) -> ModuleIndex:
@@ -212,10 +286,13 @@ def index_module(source: bytes, path: str) -> ModuleIndex:
     indexer = _Indexer(module, is_package=os.path.basename(path) == "__init__.py")
     indexer.visit_body(tree.body)
     classes = []
+    duck = indexer.duck_classes if indexer.uses_vllm() else set()
     for qualname, bases, line, local_scopes in indexer.pending:
         resolved = (indexer.resolve(base, local_scopes) for base in bases)
-        classes.append(ClassEntry(qualname, tuple(name for name in resolved if name), line))
-    return ModuleIndex(normalize_path(path), module, tuple(classes))
+        bases_found = tuple(name for name in resolved if name)
+        flag = qualname in indexer.flag_classes
+        classes.append(ClassEntry(qualname, bases_found, line, qualname in duck, flag))
+    return ModuleIndex(normalize_path(path), module, tuple(classes), indexer.patches())
 
 
 def _names_match(reference: str, defined: str) -> bool:
@@ -233,6 +310,11 @@ class ClassHierarchy:
     _by_last: dict[str, list[str]] = field(default_factory=dict)
     _by_module: dict[str, list[str]] = field(default_factory=dict)  # module -> full class names
     _attention: dict[str, bool] = field(default_factory=dict)
+    duck_typed: set[str] = field(default_factory=set)  # full names of backends shaped like one
+    # vLLM's own `AttentionBackend`s of the run that declare `accept_output_buffer` (the run is a fork).
+    flag_bases: set[str] = field(default_factory=set)
+    # Code copied onto classes at run time: the source's last name -> (source, kind, targets, patching module).
+    patches: dict[str, list[tuple[str, str, tuple[str, ...], str]]] = field(default_factory=dict)
 
     @classmethod
     def build(cls, indexes: Iterable[ModuleIndex]) -> ClassHierarchy:
@@ -248,6 +330,13 @@ class ClassHierarchy:
             self.bases[full] = self.bases.get(full, ()) + entry.bases
             self._by_last.setdefault(full.rpartition(".")[2], []).append(full)
             self._by_module.setdefault(index.module, []).append(full)
+            if entry.duck_typed:
+                self.duck_typed.add(full)
+            if entry.declares_flag and entry.qualname == "AttentionBackend" and is_vllm_base(full):
+                self.flag_bases.add(full)
+        for patch in index.patches:
+            record = (patch.source, patch.kind, patch.targets, index.module)
+            self.patches.setdefault(patch.source.rpartition(".")[2], []).append(record)
         self._attention.clear()
 
     def extended(self, index: ModuleIndex) -> ClassHierarchy:
@@ -257,6 +346,9 @@ class ClassHierarchy:
             dict(self.bases),
             {k: list(v) for k, v in self._by_last.items()},
             {k: list(v) for k, v in self._by_module.items()},
+            duck_typed=set(self.duck_typed),
+            flag_bases=set(self.flag_bases),
+            patches={k: list(v) for k, v in self.patches.items()},
         )
         copy.add(index)
         return copy
@@ -277,19 +369,75 @@ class ClassHierarchy:
         if known is not None:
             return known
         self._attention[full_name] = False  # breaks cycles (class A(B), class B(A) across files)
-        result = is_vllm_base(full_name) or any(
-            is_vllm_base(base) or any(self.is_attention_class(other) for other in self._classes_named(base))
-            for base in self.bases.get(full_name, ())
+        result = (
+            is_vllm_base(full_name)
+            or full_name in self.duck_typed
+            or any(self._is_attention_reference(base) for base in self.bases.get(full_name, ()))
+            or self.patch_scope(full_name, runtime_patches.MEMBERS) == "attention"
         )
         self._attention[full_name] = result
         return result
 
+    def _is_attention_reference(self, reference: str) -> bool:
+        return is_vllm_base(reference) or any(self.is_attention_class(other) for other in self._classes_named(reference))
+
+    def patch_scope(self, full_name: str, kind: str) -> str | None:
+        """``"attention"`` when the function (``kind`` ATTRIBUTE) or class (MEMBERS) ``full_name`` is copied
+        onto an attention class at run time, ``"unresolved"`` when onto a class that cannot be resolved."""
+        scope = None
+        for source, patch_kind, targets, _ in self.patches.get(full_name.rpartition(".")[2], ()):
+            if patch_kind != kind or not _names_match(source, full_name):
+                continue
+            if any(self._is_attention_reference(target) for target in targets):
+                return "attention"
+            if not targets:
+                scope = "unresolved"
+        return scope
+
+    def _patched_in_scope(self) -> list[tuple[str, str]]:
+        """(source, patching module) of every patch that makes its source attention code, or code to report."""
+        return [
+            (source, module)
+            for records in self.patches.values()
+            for source, kind, _, module in records
+            if self.patch_scope(source, kind) is not None
+        ]
+
     def has_attention_classes(self, path: str) -> bool:
-        """Whether the module at ``path`` defines any attention class."""
-        return any(self.is_attention_class(full) for full in self._by_module.get(self.module_name(path), ()))
+        """Whether the module at ``path`` defines any attention class, or a function patched onto one."""
+        module = self.module_name(path)
+        if any(self.is_attention_class(full) for full in self._by_module.get(module, ())):
+            return True
+        return any(_in_module(source, module) for source, _ in self._patched_in_scope())
 
     def attention_class_names(self) -> frozenset[str]:
-        """Plain names (``PluginBase``) of the attention classes of the run, for the prefilter."""
-        return frozenset(
-            full.rpartition(".")[2] for full in self.bases if self.is_attention_class(full)
-        )
+        """Plain names (``PluginBase``) of the attention classes of the run, for the prefilter; with them the
+        names of functions patched onto one from another module (their file is attention code too)."""
+        classes = {full.rpartition(".")[2] for full in self.bases if self.is_attention_class(full)}
+        functions = {
+            source.rpartition(".")[2] for source, module in self._patched_in_scope() if not _in_module(source, module)
+        }
+        return frozenset(classes | functions)
+
+    def declares_flag_in_base(self) -> bool:
+        """Whether the run is a fork whose own ``AttentionBackend`` still declares ``accept_output_buffer``:
+        there a backend without the attribute reads the base's False."""
+        return bool(self.flag_bases)
+
+    def is_flag_base(self, full_name: str) -> bool:
+        return full_name in self.flag_bases
+
+    def patches_decided(self, index: ModuleIndex) -> bool:
+        """Whether every patch of ``index`` is known to be attention code or unresolved (later rounds,
+        finding more attention classes, could still turn the others)."""
+        return all(self.patch_scope(patch.source, patch.kind) is not None for patch in index.patches)
+
+
+def _in_module(dotted: str, module: str) -> bool:
+    """Whether ``dotted`` names something defined in ``module`` (see `_names_match` on guessed names)."""
+    owner = dotted.rpartition(".")[0]
+    while owner:
+        if _names_match(owner, module):
+            return True
+        owner = owner.rpartition(".")[0]  # a method or a nested function: its class or function is in it
+    return False

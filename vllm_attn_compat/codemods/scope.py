@@ -17,6 +17,7 @@ import libcst as cst
 from vllm_attn_compat.codemods.edits import Edit
 from vllm_attn_compat.codemods.findings import FixSafety
 from vllm_attn_compat.codemods.hierarchy import ClassHierarchy
+from vllm_attn_compat.codemods.runtime_patches import ATTRIBUTE, MEMBERS
 
 if TYPE_CHECKING:
     from vllm_attn_compat.codemods.rule import Rule
@@ -36,6 +37,8 @@ class ClassFrame:
     node: cst.ClassDef
     qualname: str
     is_attention: bool
+    # Set for a "methods" class copied onto a class that could not be resolved: findings are only shown.
+    unresolved_patch: bool = False
 
 
 @dataclass
@@ -44,6 +47,9 @@ class FunctionFrame:
     qualname: str
     # Set when the function is a method defined directly in an attention class.
     attention_class: ClassFrame | None
+    # "attention" when the function is assigned onto an attention class at run time (it is a method of
+    # it), "unresolved" when onto a class that could not be resolved (findings are only shown).
+    patched: str | None = None
 
     def param(self, name: str) -> cst.Param | None:
         params = self.node.params
@@ -128,9 +134,16 @@ class FileContext:
         """The method we are directly inside, if it belongs to an attention class and takes
         an ``output`` parameter (the only place where ``output`` is the layer's buffer)."""
         frame = self.current_function()
-        if frame is not None and frame.attention_class is not None and frame.param("output") is not None:
-            return frame
-        return None
+        if frame is None or (frame.attention_class is None and frame.patched is None):
+            return None
+        return frame if frame.param("output") is not None else None
+
+    def in_unresolved_patch(self) -> bool:
+        """Whether the code being visited is copied at run time onto a class that could not be resolved."""
+        return any(
+            frame.unresolved_patch if isinstance(frame, ClassFrame) else frame.patched == "unresolved"
+            for frame in self.frames
+        )
 
     def attention_class(self) -> ClassFrame | None:
         """The innermost enclosing class, if it is an attention class."""
@@ -155,6 +168,12 @@ class FileContext:
         """Record a finding at ``node``; ``edits`` fix it with ``safety`` (the rule's by default).
         Without edits the finding is display-only."""
         chosen = safety if safety is not None else rule.fix_safety
+        if self.in_unresolved_patch():
+            message += (
+                " (this code is copied at run time onto a class this tool cannot resolve: if that is a vLLM "
+                "attention class, make the change by hand)"
+            )
+            edits = ()
         if not edits:
             chosen = FixSafety.DISPLAY_ONLY
         self.reports.append(Report(rule.code, message, node, tuple(edits), chosen))
@@ -193,11 +212,16 @@ class Analyzer:
         if kind is cst.ClassDef:
             qualname = self._prefix() + node.name.value
             full = f"{ctx.module_name}.{qualname}"
-            ctx.frames.append(ClassFrame(node, qualname, ctx.hierarchy.is_attention_class(full)))
+            frame = ClassFrame(node, qualname, ctx.hierarchy.is_attention_class(full))
+            if not frame.is_attention and ctx.hierarchy.patch_scope(full, MEMBERS) == "unresolved":
+                frame.is_attention = frame.unresolved_patch = True
+            ctx.frames.append(frame)
         elif kind is cst.FunctionDef:
             owner = ctx.frames[-1] if ctx.frames else None
             attention_class = owner if isinstance(owner, ClassFrame) and owner.is_attention else None
-            ctx.frames.append(FunctionFrame(node, self._prefix() + node.name.value, attention_class))
+            qualname = self._prefix() + node.name.value
+            patched = None if attention_class else ctx.hierarchy.patch_scope(f"{ctx.module_name}.{qualname}", ATTRIBUTE)
+            ctx.frames.append(FunctionFrame(node, qualname, attention_class, patched))
         elif kind is cst.Lambda:
             ctx.frames.append(FunctionFrame(node, self._prefix() + "<lambda>", None))
         elif kind is cst.Comment:

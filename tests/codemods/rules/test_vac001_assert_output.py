@@ -330,3 +330,128 @@ def test_noqa_on_any_line_of_a_multi_line_assert():
     )
     result = run(text, ["VAC001"])
     assert statuses(result) == [Status.SUPPRESSED] and result.source.decode() == text
+
+
+# Where `output` may be reassigned before the assert (the assert then tests a local value): kept.
+_REASSIGNED_FIRST = {
+    "in an earlier iteration of the loop": """
+        def forward(self, q, output=None):
+            for chunk in q:
+                assert output is not None
+                output = output[1:]
+        """,
+    "by the loop's own target": """
+        def forward(self, q, output=None):
+            for output in q:
+                assert output is not None
+        """,
+    "in the try body, before a handler": """
+        def forward(self, q, output=None):
+            try:
+                output = self.kernel(q)
+            except RuntimeError:
+                assert output is not None
+        """,
+    "by a with statement": """
+        def forward(self, q, output=None):
+            with self.buffer() as output:
+                assert output is not None
+        """,
+    "in a branch that may have run": """
+        def forward(self, q, output=None):
+            if q.numel():
+                output = q
+            assert output is not None
+        """,
+    "by a walrus in the test of the enclosing if": """
+        def forward(self, q, output=None):
+            if (output := self.kernel(q)) is q:
+                assert output is not None
+        """,
+}
+
+# Where every reassignment comes after the assert, or on a path that cannot precede it: removed.
+_PARAMETER_AT_THE_ASSERT = {
+    "reassigned after it": """
+        def forward(self, q, output=None):
+            assert output is not None
+            output = output[: q.shape[0]]
+        """,
+    "reassigned in the other branch": """
+        def forward(self, q, output=None):
+            if q.numel():
+                output = q
+            else:
+                assert output is not None
+        """,
+    "reassigned in another handler": """
+        def forward(self, q, output=None):
+            try:
+                q = q + 1
+            except ValueError:
+                output = q
+            except RuntimeError:
+                assert output is not None
+        """,
+    "inside a loop that reassigns only after it ends": """
+        def forward(self, q, output=None):
+            for chunk in q:
+                assert output is not None
+                chunk.add_(1)
+            output = output[1:]
+        """,
+    "after a fallback under `if output is None`": """
+        def forward(self, q, output=None):
+            if output is None:
+                output = q.new_empty(q.shape)
+            assert output is not None
+        """,
+}
+
+
+def test_reassigned_before_the_assert_on_some_path_keeps_it():
+    for case, body in _REASSIGNED_FIRST.items():
+        text = _method(body)
+        result = run(text, ["VAC001"])
+        assert (result.findings, result.source.decode()) == ([], text), case
+
+
+def test_parameter_still_unchanged_at_the_assert_loses_it():
+    for case, body in _PARAMETER_AT_THE_ASSERT.items():
+        text = _method(body)
+        result = run(text, ["VAC001"])
+        assert statuses(result) == [Status.FIXED], case
+        assert "assert output is not None" not in result.source.decode(), case
+
+
+def test_a_forks_mla_layer_loses_the_assert_upstream_deleted(tmp_path):
+    """vLLM's own `MLAAttention.forward_impl` (0.19.1, and 0.20.0 still carried it): the assert opens the
+    method, the parameter is sliced later, as in the real source."""
+    text = source(
+        """
+        import torch.nn as nn
+
+        from vllm.model_executor.layers.attention_layer_base import AttentionLayerBase
+
+
+        class MLAAttention(nn.Module, AttentionLayerBase):
+            def forward_impl(self, q, k_c_normed, k_pe, kv_cache, attn_metadata, output=None):
+                assert output is not None, "Output tensor must be provided."
+
+                num_actual_toks = attn_metadata.num_actual_tokens
+
+                # Inputs and outputs may be padded for CUDA graphs
+                output_padded = output
+                output = output[:num_actual_toks, ...]
+                return output_padded
+        """
+    )
+    path = tmp_path / "vllm" / "model_executor" / "layers" / "attention" / "mla_attention.py"
+    path.parent.mkdir(parents=True)
+    for folder in (path.parent, *path.parent.parents[:3]):
+        (folder / "__init__.py").touch()
+    result = run(text, ["VAC001"], path=str(path))
+    assert statuses(result) == [Status.FIXED]
+    assert result.source.decode() == text.replace(
+        '        assert output is not None, "Output tensor must be provided."\n\n', ""
+    )

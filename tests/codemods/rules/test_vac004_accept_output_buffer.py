@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from rule_testing import run, source, statuses
 from vllm_attn_compat.codemods.findings import Status
 
@@ -154,3 +156,62 @@ def test_crlf_removal():
     ).replace("\n", "\r\n")
     result = run(text.encode(), ["VAC004"])
     assert result.source == text.replace("    accept_output_buffer = True\r\n\r\n", "").encode()
+
+
+_FORK_BASE = '''\
+from abc import ABC
+
+
+class AttentionBackend(ABC):
+    """Abstract class for attention backends."""
+
+    # For some attention backends, we allocate an output tensor before
+    # calling the custom op. When piecewise cudagraph is enabled, this
+    # makes sure the output tensor is allocated inside the cudagraph.
+    accept_output_buffer: bool = False
+
+    @staticmethod
+    def get_name() -> str:
+        raise NotImplementedError
+
+    @staticmethod
+    def get_impl_cls():
+        raise NotImplementedError
+'''
+
+_FORK_LAYOUTS = {
+    "old": ("vllm/attention/backends/abstract.py", "vllm.attention.backends.abstract"),
+    "new": ("vllm/v1/attention/backend.py", "vllm.v1.attention.backend"),
+}
+
+
+@pytest.mark.parametrize("layout", list(_FORK_LAYOUTS))
+def test_a_fork_reports_its_base_declaration_and_keeps_true_until_it_goes(tmp_path, capsys, layout):
+    from vllm_attn_compat.codemods.cli import main
+
+    base_path, base_module = _FORK_LAYOUTS[layout]
+    files = {
+        base_path: _FORK_BASE,
+        "vllm/v1/attention/backends/flash_attn.py": (
+            f"from {base_module} import AttentionBackend\n\n\n"
+            "class FlashAttentionBackend(AttentionBackend):\n    accept_output_buffer: bool = True\n"
+        ),
+    }
+    for relative, text in files.items():
+        path = tmp_path / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        for folder in path.parents:
+            if folder == tmp_path:
+                break
+            (folder / "__init__.py").touch()
+    assert main(["migrate", str(tmp_path / "vllm")]) == 1  # nothing safe to do: the fork keeps working
+    out = capsys.readouterr().out
+    assert all((tmp_path / relative).read_text() == text for relative, text in files.items())
+    assert "declaration of `accept_output_buffer` that vLLM 0.20 removed" in out
+    assert "deleting this line alone would send this backend down the no-output path" in out
+    assert out.count("VAC004 [unsafe]") == 2
+    assert main(["migrate", "--unsafe-fixes", str(tmp_path / "vllm")]) == 0
+    assert "accept_output_buffer" not in (tmp_path / base_path).read_text()
+    assert "cudagraph" not in (tmp_path / base_path).read_text()  # the comment documenting it goes too
+    assert "accept_output_buffer" not in (tmp_path / "vllm/v1/attention/backends/flash_attn.py").read_text()

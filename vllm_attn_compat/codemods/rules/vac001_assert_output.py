@@ -20,8 +20,11 @@ class AssertOutputNotNone(Rule):
     ``forward`` began with ``assert output is not None, "Output tensor must be provided."``.
     Since 0.20 (PR #39125) the layer always passes ``output``; upstream deleted these asserts
     and so does this rule. Only an assert on the ``output`` *parameter* of a method of an
-    attention class goes: an assert on a local variable named ``output``, on a parameter the
-    method reassigns, or outside attention classes stays. An assert that tests more than
+    attention class goes: an assert on a local variable named ``output``, on a parameter
+    reassigned before the assert (on some path through the method, or in an earlier iteration of
+    a loop around it), or outside attention classes stays. A reassignment *after* the assert, such
+    as ``output = output[:num_actual_tokens]``, does not keep it: at the assert ``output`` is still
+    the parameter, and upstream deleted exactly these asserts. An assert that tests more than
     ``output is not None`` is reported for a person to simplify.
     """
 
@@ -66,6 +69,70 @@ class AssertOutputNotNone(Rule):
             ),
         ),
         Example(
+            "the parameter sliced after the assert: at the assert it is still the parameter",
+            class_source(
+                _IMPL_HEADER,
+                """
+            def forward(self, layer, query, key, value, kv_cache, attn_metadata, output=None):
+                assert output is not None, "Output tensor must be provided."
+
+                num_actual_tokens = attn_metadata.num_actual_tokens
+                output = output[:num_actual_tokens]
+                output.copy_(query[:num_actual_tokens])
+                return output
+            """,
+            ),
+            after=class_source(
+                _IMPL_HEADER,
+                """
+            def forward(self, layer, query, key, value, kv_cache, attn_metadata, output=None):
+                num_actual_tokens = attn_metadata.num_actual_tokens
+                output = output[:num_actual_tokens]
+                output.copy_(query[:num_actual_tokens])
+                return output
+            """,
+            ),
+            findings=(Status.FIXED,),
+        ),
+        Example(
+            "the parameter replaced before the assert stays",
+            class_source(
+                _IMPL_HEADER,
+                """
+            def forward(self, layer, query, key, value, kv_cache, attn_metadata, output=None):
+                if attn_metadata is None:
+                    output = self.fallback(query)
+                assert output is not None
+                return output
+            """,
+            ),
+        ),
+        Example(
+            "a function set onto vLLM's Attention with setattr is one of its methods",
+            """\
+            from vllm.model_executor.layers.attention import Attention
+
+
+            def forward_impl(self, query, key, value, output=None):
+                assert output is not None
+                return self.impl.forward(self, query, key, value, None, None, output)
+
+
+            setattr(Attention, "forward_impl", forward_impl)
+            """,
+            after="""\
+            from vllm.model_executor.layers.attention import Attention
+
+
+            def forward_impl(self, query, key, value, output=None):
+                return self.impl.forward(self, query, key, value, None, None, output)
+
+
+            setattr(Attention, "forward_impl", forward_impl)
+            """,
+            findings=(Status.FIXED,),
+        ),
+        Example(
             "a combined condition is reported",
             class_source(
                 _IMPL_HEADER,
@@ -86,7 +153,10 @@ class AssertOutputNotNone(Rule):
         if method is None or not patterns.contains_none_test(node.test):
             return
         exact = patterns.none_test(node.test) == "is not"
-        if exact and not patterns.rebinds_outside_none_guards(method.node, "output"):
+        stack = self.ctx.stack
+        path = stack[next(i for i, n in enumerate(stack) if n is method.node) :]
+        guards = patterns.none_guards(method.node, "output")
+        if exact and not patterns.rebinds_before(path, "output", ignore=guards):
             self.ctx.report(
                 self,
                 node,

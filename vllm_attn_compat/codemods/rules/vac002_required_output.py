@@ -140,6 +140,63 @@ class RequiredOutputParameter(Rule):
             findings=(Status.MANUAL,),
         ),
         Example(
+            "a module-level function patched onto vLLM's MLAAttention is one of its methods",
+            """\
+            import torch
+            from vllm.model_executor.layers.attention.mla_attention import MLAAttention
+
+
+            def _forward_impl(self, q, kv_c_normed, k_pe, kv_cache, attn_metadata, output: torch.Tensor | None = None):
+                return self.impl.forward_mqa(q, kv_cache, attn_metadata, self, output)
+
+
+            MLAAttention.forward_impl = _forward_impl
+            """,
+            after="""\
+            import torch
+            from vllm.model_executor.layers.attention.mla_attention import MLAAttention
+
+
+            def _forward_impl(self, q, kv_c_normed, k_pe, kv_cache, attn_metadata, output: torch.Tensor):
+                return self.impl.forward_mqa(q, kv_cache, attn_metadata, self, output)
+
+
+            MLAAttention.forward_impl = _forward_impl
+            """,
+            findings=(Status.FIXED,),
+        ),
+        Example(
+            "a function patched through a helper onto a class that cannot be resolved is reported",
+            """\
+            import torch
+            from vllm.platforms import current_platform
+
+
+            def _forward(self, query, key, value, output: torch.Tensor | None = None):
+                return self.impl.forward(self, query, key, value, None, None, output)
+
+
+            def apply_patches(layer_cls):
+                patch_method(layer_cls, "forward", _forward)
+            """,
+            findings=(Status.MANUAL,),
+        ),
+        Example(
+            "a function assigned onto another project's class stays",
+            """\
+            import torch
+            from vllm.platforms import current_platform
+            from mylib.layers import Attention
+
+
+            def _forward(self, query, output: torch.Tensor | None = None):
+                return query if output is None else output.copy_(query)
+
+
+            Attention.forward = _forward
+            """,
+        ),
+        Example(
             "a required output stays",
             class_source(
                 _HEADER,

@@ -20,6 +20,19 @@ _RETURNS_NEW_TENSOR = (
     "`@vllm_attn_compat.compat.adapt_legacy_impl`; then delete the attribute "
     "(the unsafe fix deletes it: --unsafe-fixes)"
 )
+_BASE_DECLARATION = (
+    "this is the declaration of `accept_output_buffer` that vLLM 0.20 removed (PR #39125), and its False "
+    "default still means something here: every backend that does not set the flag returns a new tensor, "
+    "which vLLM >= 0.20 ignores. Make those backends write into `output`, remove the reads of the flag "
+    "(VAC005), then delete this declaration and the comment above it, as upstream did "
+    "(the unsafe fix deletes them: --unsafe-fixes)"
+)
+_TRUE_IN_FORK = (
+    "`accept_output_buffer = True` is dead once the flag is gone, but this run's own `AttentionBackend` still "
+    "declares it False and code still reads it: deleting this line alone would send this backend down the "
+    "no-output path. Delete it together with the base declaration and the reads (VAC005), as upstream did "
+    "(the unsafe fix deletes it: --unsafe-fixes)"
+)
 
 
 class AcceptOutputBuffer(Rule):
@@ -30,8 +43,12 @@ class AcceptOutputBuffer(Rule):
     property means the backend returned a new tensor: under vLLM >= 0.20 that tensor is ignored
     and the layer returns an uninitialised buffer, so the rule reports it with what to do (write
     into ``output``, or use this package's ``adapt_legacy_impl``) and offers the removal only as
-    an unsafe fix. In a fork of vLLM, the base class's own ``accept_output_buffer: bool = False``
-    declaration is treated the same way, as upstream removed it.
+    an unsafe fix. In a fork of vLLM (the run holds vLLM's own ``AttentionBackend``, in either
+    layout) the base class's ``accept_output_buffer: bool = False`` declaration is reported for what
+    it is: its False default is what every backend that does not set the flag returns; upstream
+    removed it together with the reads of the flag, and the unsafe fix removes it with the comment
+    above it. While it is there, deleting a backend's ``= True`` alone would make that backend read
+    False, so in such a run that removal is unsafe too.
     """
 
     code = "VAC004"
@@ -82,6 +99,110 @@ class AcceptOutputBuffer(Rule):
             findings=(Status.UNSAFE_FIX_AVAILABLE,),
         ),
         Example(
+            "a backend vLLM uses without deriving from its base (duck-typed), in a module importing vLLM",
+            """\
+            from vllm.v1.attention.backends.registry import AttentionBackendEnum, register_backend
+
+
+            @register_backend(AttentionBackendEnum.CUSTOM)
+            class MyBackend:
+                accept_output_buffer: bool = True
+
+                @staticmethod
+                def get_name() -> str:
+                    return "CUSTOM"
+
+                @staticmethod
+                def get_impl_cls():
+                    return MyImpl
+            """,
+            after="""\
+            from vllm.v1.attention.backends.registry import AttentionBackendEnum, register_backend
+
+
+            @register_backend(AttentionBackendEnum.CUSTOM)
+            class MyBackend:
+                @staticmethod
+                def get_name() -> str:
+                    return "CUSTOM"
+
+                @staticmethod
+                def get_impl_cls():
+                    return MyImpl
+            """,
+            findings=(Status.FIXED,),
+        ),
+        Example(
+            "a methods class whose members are copied into a vLLM backend",
+            """\
+            from vllm.v1.attention.backends.flash_attn import FlashAttentionBackend
+
+
+            class MyBackendMethods:
+                accept_output_buffer: bool = False
+
+                @staticmethod
+                def get_name() -> str:
+                    return "MY_FLASH"
+
+
+            for _name, _value in vars(MyBackendMethods).items():
+                if not _name.startswith("__"):
+                    setattr(FlashAttentionBackend, _name, _value)
+            """,
+            unsafe_after="""\
+            from vllm.v1.attention.backends.flash_attn import FlashAttentionBackend
+
+
+            class MyBackendMethods:
+                @staticmethod
+                def get_name() -> str:
+                    return "MY_FLASH"
+
+
+            for _name, _value in vars(MyBackendMethods).items():
+                if not _name.startswith("__"):
+                    setattr(FlashAttentionBackend, _name, _value)
+            """,
+            findings=(Status.UNSAFE_FIX_AVAILABLE,),
+        ),
+        Example(
+            "a methods class merged into a class that cannot be resolved is reported",
+            """\
+            import vllm.envs
+
+
+            def merge_into(target):
+                def merge(methods):
+                    for name, value in vars(methods).items():
+                        setattr(target, name, value)
+                    return methods
+
+                return merge
+
+
+            @merge_into(load_backend_class())
+            class MyBackendMethods:
+                accept_output_buffer = True
+            """,
+            findings=(Status.MANUAL,),
+        ),
+        Example(
+            "the same duck-typed class in a project that does not import vLLM stays",
+            """\
+            class MyBackend:
+                accept_output_buffer = True
+
+                @staticmethod
+                def get_name() -> str:
+                    return "CUSTOM"
+
+                @staticmethod
+                def get_impl_cls():
+                    return MyImpl
+            """,
+        ),
+        Example(
             "another project's AttentionBackend stays",
             """\
             from mylib.attention import AttentionBackend
@@ -121,7 +242,12 @@ class AcceptOutputBuffer(Rule):
             if not is_name(target, "accept_output_buffer"):
                 continue
             edit = RemoveStatement(small, drop_comment_block=True)
-            if is_name(value, "True"):
+            hierarchy = self.ctx.hierarchy
+            if hierarchy.is_flag_base(f"{self.ctx.module_name}.{self.ctx.attention_class().qualname}"):
+                self.ctx.report(self, small, _BASE_DECLARATION, edit, safety=FixSafety.UNSAFE)
+            elif is_name(value, "True") and hierarchy.declares_flag_in_base():
+                self.ctx.report(self, small, _TRUE_IN_FORK, edit, safety=FixSafety.UNSAFE)
+            elif is_name(value, "True"):
                 self.ctx.report(
                     self,
                     small,

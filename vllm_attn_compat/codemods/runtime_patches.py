@@ -1,0 +1,119 @@
+"""Code copied onto vLLM's attention classes at run time, found by the class index (stdlib ``ast``).
+
+Plugins for new hardware often do not subclass vLLM's classes but patch them: a function assigned as a
+method (``MLAAttention.forward = _forward``, ``setattr(Attention, "forward_impl", fn)``, a patch helper
+or decorator), or a "methods" class whose members are copied into a backend (``for name, value in
+MyBackendMethods.__dict__.items(): setattr(FlashAttentionBackend, name, value)``, or a class decorator).
+That code runs as the class's own, so the rules treat it as such. Where an explicit patch (``setattr``,
+a patch helper or decorator) targets a class that cannot be resolved (a parameter, a computed value),
+the entry has no target: its code is reported, never fixed. A plain ``obj.attr = fn`` counts only where
+``obj`` resolves to a class of the run or an import: on anything else it sets an instance attribute.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Callable
+from dataclasses import dataclass
+
+# What is copied: one attribute (a function becomes a method), or a class's members (a mixin).
+ATTRIBUTE = "attribute"
+MEMBERS = "members"
+
+Resolve = Callable[[ast.expr], "str | None"]
+
+
+@dataclass(frozen=True)
+class PatchEntry:
+    source: str  # dotted name of the function or class whose code is copied
+    kind: str  # ATTRIBUTE or MEMBERS
+    targets: tuple[str, ...]  # dotted names the patched class may have; () when it cannot be resolved
+    line: int
+
+
+def _callee_name(func: ast.expr) -> str:
+    return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+
+
+# Helpers that copy code onto a class name what they do: `patch`, `patch.object`, `monkeypatch.setattr`,
+# `_patch_method`, `merge_into`, `inject_methods`, ...
+_PATCH_WORDS = ("patch", "merge", "inject", "mixin", "setattr")
+
+
+def _is_patch_helper(func: ast.expr) -> bool:
+    name = _callee_name(func).lower()
+    if isinstance(func, ast.Attribute) and _callee_name(func.value).lower().endswith("patch"):
+        return True
+    return any(word in name for word in _PATCH_WORDS)
+
+
+def _targets(expr: ast.expr, resolve: Resolve) -> tuple[str, ...]:
+    if isinstance(expr, ast.Constant) and isinstance(expr.value, str) and "." in expr.value:
+        # `patch("vllm.....MLAAttention.forward", fn)` names the attribute; `"....MLAAttention"` the class.
+        return (expr.value, expr.value.rpartition(".")[0])
+    resolved = resolve(expr) if isinstance(expr, (ast.Name, ast.Attribute)) else None
+    return (resolved,) if resolved else ()
+
+
+def _source(expr: ast.expr, resolve: Resolve) -> str | None:
+    return resolve(expr) if isinstance(expr, (ast.Name, ast.Attribute)) else None
+
+
+def _from_call(call: ast.Call, resolve: Resolve, line: int) -> list[PatchEntry]:
+    if not call.args or not _is_patch_helper(call.func):
+        return []
+    targets = _targets(call.args[0], resolve)
+    values = [*call.args[1:], *(keyword.value for keyword in call.keywords)]
+    sources = (_source(value, resolve) for value in values)
+    return [PatchEntry(source, ATTRIBUTE, targets, line) for source in sources if source]
+
+
+def _members_of(iterable: ast.expr, resolve: Resolve) -> str | None:
+    """``X`` when ``iterable`` walks the members of class ``X``: ``X.__dict__``, ``vars(X)``, ``getmembers(X)``."""
+    for node in ast.walk(iterable):
+        if isinstance(node, ast.Attribute) and node.attr == "__dict__":
+            return _source(node.value, resolve)
+        if isinstance(node, ast.Call) and node.args and _callee_name(node.func) in ("vars", "getmembers"):
+            return _source(node.args[0], resolve)
+    return None
+
+
+def from_statement(node: ast.stmt, resolve: Resolve) -> list[PatchEntry]:
+    """The patches one statement makes (its nested statements are visited on their own)."""
+    line = node.lineno
+    if isinstance(node, ast.For):
+        source = _members_of(node.iter, resolve)
+        if source is None:
+            return []
+        calls = (n for n in ast.walk(ast.Module(body=node.body, type_ignores=[])) if isinstance(n, ast.Call))
+        setattrs = [call for call in calls if _callee_name(call.func) == "setattr" and call.args]
+        return [PatchEntry(source, MEMBERS, _targets(call.args[0], resolve), line) for call in setattrs]
+    entries: list[PatchEntry] = []
+    if isinstance(node, ast.Assign):
+        # `X.forward = fn` patches a class only where `X` resolves: `self.callback = fn` patches nothing.
+        source = _source(node.value, resolve)
+        for target in node.targets:
+            targets = _targets(target.value, resolve) if isinstance(target, ast.Attribute) else ()
+            if source and targets:
+                entries.append(PatchEntry(source, ATTRIBUTE, targets, line))
+    value = getattr(node, "value", None)
+    if isinstance(node, (ast.Expr, ast.Assign, ast.AnnAssign)) and value is not None:
+        # `mock.patch.object(...).start()`, `patcher = patch(...)`: the helper may sit inside the expression.
+        for call in ast.walk(value):
+            if isinstance(call, ast.Call):
+                entries += _from_call(call, resolve, line)
+    return entries
+
+
+def from_decorators(node: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef, source: str, resolve: Resolve):
+    """Patches by decorator: ``@patch_method(MLAAttention, "forward")`` on a function, ``@merge_into(Backend)``
+    on a class. A decorator that is no patch helper counts only when its first argument resolves."""
+    kind = MEMBERS if isinstance(node, ast.ClassDef) else ATTRIBUTE
+    entries = []
+    for decorator in node.decorator_list:
+        if not (isinstance(decorator, ast.Call) and decorator.args):
+            continue
+        targets = _targets(decorator.args[0], resolve)
+        if targets or _is_patch_helper(decorator.func):
+            entries.append(PatchEntry(source, kind, targets, decorator.lineno))
+    return entries

@@ -17,6 +17,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+from vllm_attn_compat.codemods import callsites
+
 # Module prefixes (dotted) where vLLM defines its attention base classes, old and new layouts.
 VLLM_ATTENTION_MODULES = (
     "vllm.v1.attention",
@@ -70,6 +72,7 @@ class ModuleIndex:
     path: str
     module: str  # dotted name guessed from the path
     classes: tuple[ClassEntry, ...]
+    calls: callsites.CallIndex = callsites.EMPTY  # methods taking `output`, and attribute calls
 
 
 def normalize_path(path: str) -> str:
@@ -215,7 +218,8 @@ def index_module(source: bytes, path: str) -> ModuleIndex:
     for qualname, bases, line, local_scopes in indexer.pending:
         resolved = (indexer.resolve(base, local_scopes) for base in bases)
         classes.append(ClassEntry(qualname, tuple(name for name in resolved if name), line))
-    return ModuleIndex(normalize_path(path), module, tuple(classes))
+    calls = callsites.index_calls(tree, indexer)
+    return ModuleIndex(normalize_path(path), module, tuple(classes), calls)
 
 
 def _names_match(reference: str, defined: str) -> bool:
@@ -233,12 +237,16 @@ class ClassHierarchy:
     _by_last: dict[str, list[str]] = field(default_factory=dict)
     _by_module: dict[str, list[str]] = field(default_factory=dict)  # module -> full class names
     _attention: dict[str, bool] = field(default_factory=dict)
+    # Which fixes the run's calls withhold (`callsites`); set by `build` and `extended`.
+    calls: callsites.CallAnalysis = field(default_factory=callsites.CallAnalysis)
 
     @classmethod
     def build(cls, indexes: Iterable[ModuleIndex]) -> ClassHierarchy:
         hierarchy = cls()
+        indexes = list(indexes)
         for index in indexes:
             hierarchy.add(index)
+        hierarchy.calls = callsites.analyse(hierarchy, indexes)
         return hierarchy
 
     def add(self, index: ModuleIndex) -> None:
@@ -259,6 +267,7 @@ class ClassHierarchy:
             {k: list(v) for k, v in self._by_module.items()},
         )
         copy.add(index)
+        copy.calls = callsites.extend(self.calls, copy, index)
         return copy
 
     def covers(self, path: str) -> bool:

@@ -181,9 +181,11 @@ class RequiredOutputParameter(Rule):
                 equal=cst.MaybeSentinel.DEFAULT,
             )
 
-        self.ctx.report(
-            self,
-            node,
-            "`output` defaults to None, but vLLM >= 0.20 always passes the output buffer: make it required",
-            Replace(node, build),
-        )
+        from vllm_attn_compat.codemods.callsites import withheld_reason
+
+        message = "`output` defaults to None, but vLLM >= 0.20 always passes the output buffer: make it required"
+        reason = withheld_reason(self.ctx, method, self.code)
+        if reason is None:
+            self.ctx.report(self, node, message, Replace(node, build))
+        else:
+            self.ctx.report(self, node, f"{message}; {reason}", Replace(node, build), safety=FixSafety.UNSAFE)

@@ -157,12 +157,14 @@ class OutputNoneFallback(Rule):
         if fallback is not None and self.ctx.parent(2) is method.node.body and _at_method_start(
             method.node.body, fallback
         ):
-            self.ctx.report(
-                self,
-                node,
-                "this fallback is dead: vLLM >= 0.20 always passes the output buffer",
-                RemoveStatement(fallback),
-            )
+            from vllm_attn_compat.codemods.callsites import withheld_reason
+
+            message = "this fallback is dead: vLLM >= 0.20 always passes the output buffer"
+            reason = withheld_reason(self.ctx, method, self.code)
+            if reason is None:
+                self.ctx.report(self, node, message, RemoveStatement(fallback))
+            else:
+                self.ctx.report(self, node, f"{message}; {reason}", RemoveStatement(fallback), safety=FixSafety.UNSAFE)
             return
         truth = "never true" if kind == "is" else "always true"
         self.ctx.report(

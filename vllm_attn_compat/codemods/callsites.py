@@ -22,7 +22,7 @@ import ast
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from vllm_attn_compat.codemods.findings import Finding, Status
 
@@ -60,8 +60,7 @@ class OutputMethod:
     fallback: str | None  # the allocation of an ``if output is None: output = ...`` opening the method
 
 
-@dataclass(frozen=True)
-class Use:
+class Use(NamedTuple):  # a tuple: tens of thousands are made and pickled on a fork
     """An attribute call (``x.m(...)``), an attribute handed on as a value, or ``getattr(x, "m")``."""
 
     name: str
@@ -187,103 +186,135 @@ class _Scope:
     local_classes: dict[str, str] = field(default_factory=dict)
 
 
+_DEFS = (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+# Fields that can hold child nodes, per node type (names, contexts and constants hold none).
+_CHILDREN: dict[type, tuple[str, ...]] = {}
+_LEAVES = (str, int, float, complex, bytes, bool, type(None), type(...), ast.expr_context)
+# Where an attribute is not handed on: it is the object of another attribute, subscript or operator.
+_NOT_ESCAPING = (ast.Attribute, ast.Subscript, ast.Compare, ast.BinOp, ast.UnaryOp, ast.BoolOp)
+
+
+def _children(kind: type, node: ast.AST) -> tuple[str, ...]:
+    fields = _CHILDREN.get(kind)
+    if fields is None:
+        fields = _CHILDREN[kind] = tuple(
+            name for name in kind._fields if name != "ctx" and not isinstance(getattr(node, name, None), _LEAVES)
+        ) if kind not in (ast.Name, ast.Constant) else ()
+    return fields
+
+
 class _Collector:
     def __init__(self, indexer) -> None:  # hierarchy._Indexer, after its pass
         self.indexer = indexer
         self.methods: list[OutputMethod] = []
         self.uses: list[Use] = []
+        self.bound = set(indexer.imports) | indexer.module_classes
 
     def _receiver(self, node: ast.expr, scope: _Scope, scopes: list[_Scope]) -> tuple[str, str | None, str]:
-        if isinstance(node, ast.Name) and node.id == scope.self_name and scope.owner is not None:
+        if type(node) is ast.Name and node.id == scope.self_name and scope.owner is not None:
             return "self", None, node.id
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "super":
+        if type(node) is ast.Call and type(node.func) is ast.Name and node.func.id == "super":
             return "super", None, "super()"
         dotted = _dotted(node)
         if dotted is None:
             return "other", None, "..."
         head = dotted.partition(".")[0]
         local = [s.local_classes for s in scopes if s.local_classes]
-        if any(head in classes for classes in local) or head in self.indexer.imports or (
-            head in self.indexer.module_classes
-        ):
+        if head in self.bound or any(head in classes for classes in local):
             return "class", self.indexer.resolve(node, local), dotted
         return "other", None, dotted
 
     def collect(self, tree: ast.Module) -> CallIndex:
-        # An explicit stack: a deep expression must not exhaust Python's recursion limit here when
-        # the parser accepted it.
         top = _Scope("", None, None)
-        stack: list[tuple[ast.AST, ast.AST | None, _Scope, list[_Scope]]] = [(tree, None, top, [top])]
-        called: set[int] = set()  # ids of the Attribute nodes that are a call's function
-        while stack:
-            node, parent, scope, scopes = stack.pop()
-            kind = type(node)
-            if kind is ast.ClassDef:
-                qualname = scope.prefix + node.name
-                if scope.prefix:
-                    scope.local_classes[node.name] = qualname
-                inner = _Scope(qualname + ".", None, None)
-                for child in node.body:
-                    if type(child) in (ast.FunctionDef, ast.AsyncFunctionDef):
-                        method = _output_method(qualname, child)
-                        if method is not None:
-                            self.methods.append(method)
-                        stack.append((child, node, inner, scopes + [inner]))
-                    else:
-                        stack.append((child, node, inner, scopes + [inner]))
-                for child in (*node.bases, *node.keywords, *node.decorator_list):
-                    stack.append((child, node, scope, scopes))
-                continue
-            if kind is ast.FunctionDef or kind is ast.AsyncFunctionDef or kind is ast.Lambda:
-                if kind is not ast.Lambda and type(parent) is ast.ClassDef:
-                    args = [*node.args.posonlyargs, *node.args.args]
-                    first = args[0].arg if args and _method_kind(node) != "static" else None
-                    owner = scope.prefix[:-1]
-                    inner = _Scope(scope.prefix + node.name + ".<locals>.", owner, first)
-                else:
-                    name = "<lambda>" if kind is ast.Lambda else node.name
-                    inner = _Scope(scope.prefix + name + ".<locals>.", scope.owner, scope.self_name)
-                body = [node.body] if kind is ast.Lambda else node.body
-                for child in body:
-                    stack.append((child, node, inner, scopes + [inner]))
-                decorators = () if kind is ast.Lambda else node.decorator_list
-                for child in (node.args, *decorators, *([node.returns] if kind is not ast.Lambda and node.returns else [])):
-                    stack.append((child, node, scope, scopes))
-                continue
-            if kind is ast.Call:
-                self._call(node, scope, scopes, called)
-            elif kind is ast.Attribute and id(node) not in called and type(node.ctx) is ast.Load:
-                if not isinstance(parent, (ast.Attribute, ast.Subscript, ast.Compare, ast.BinOp, ast.UnaryOp)):
-                    receiver, target, text = self._receiver(node.value, scope, scopes)
-                    self.uses.append(
-                        Use(node.attr, node.lineno, node.col_offset + 1, node.end_lineno or node.lineno,
-                            "reference", receiver, scope.owner, target, text)
-                    )
-            for child in ast.iter_child_nodes(node):
-                stack.append((child, node, scope, scopes))
+        pending: list[tuple[list, ast.AST | None, _Scope, list[_Scope]]] = [(tree.body, None, top, [top])]
+        while pending:
+            nodes, parent, scope, scopes = pending.pop()
+            self._scope(nodes, parent, scope, scopes, pending)
         self.uses.sort(key=lambda use: (use.line, use.column))
         return CallIndex(tuple(self.methods), tuple(self.uses))
 
-    def _call(self, node: ast.Call, scope: _Scope, scopes: list[_Scope], called: set[int]) -> None:
+    def _define(self, node, parent, scope: _Scope, scopes: list[_Scope], pending: list) -> None:
+        """A class, function or lambda: its header belongs to ``scope``, its body to a new one."""
+        kind = type(node)
+        if kind is ast.ClassDef:
+            qualname = scope.prefix + node.name
+            if scope.prefix:
+                scope.local_classes[node.name] = qualname
+            inner = _Scope(qualname + ".", None, None)
+            for child in node.body:
+                if type(child) in (ast.FunctionDef, ast.AsyncFunctionDef):
+                    method = _output_method(qualname, child)
+                    if method is not None:
+                        self.methods.append(method)
+            pending.append((node.body, node, inner, scopes + [inner]))
+            pending.append(([*node.bases, *node.keywords, *node.decorator_list], node, scope, scopes))
+            return
+        if kind is not ast.Lambda and type(parent) is ast.ClassDef:
+            args = [*node.args.posonlyargs, *node.args.args]
+            first = args[0].arg if args and _method_kind(node) != "static" else None
+            inner = _Scope(scope.prefix + node.name + ".<locals>.", scope.prefix[:-1], first)
+        else:
+            name = "<lambda>" if kind is ast.Lambda else node.name
+            inner = _Scope(scope.prefix + name + ".<locals>.", scope.owner, scope.self_name)
+        if kind is ast.Lambda:
+            pending.append(([node.body], node, inner, scopes + [inner]))
+            pending.append(([node.args], node, scope, scopes))
+        else:
+            pending.append((node.body, node, inner, scopes + [inner]))
+            header = [node.args, *node.decorator_list, *([node.returns] if node.returns else [])]
+            pending.append((header, node, scope, scopes))
+
+    def _scope(self, nodes: list, parent, scope: _Scope, scopes: list[_Scope], pending: list) -> None:
+        # An explicit stack: a deep expression the parser accepted must not exhaust Python's recursion.
+        stack = [(node, parent) for node in nodes]
+        called: set[int] = set()  # the Attribute nodes that are a call's function
+        uses = self.uses
+        while stack:
+            node, parent = stack.pop()
+            kind = type(node)
+            if kind in _DEFS:
+                self._define(node, parent, scope, scopes, pending)
+                continue
+            if kind is ast.Call:
+                if type(node.func) is ast.Attribute:
+                    called.add(id(node.func))
+                self._call(node, scope, scopes)
+            elif kind is ast.Attribute and id(node) not in called and type(node.ctx) is ast.Load:
+                if not isinstance(parent, _NOT_ESCAPING):
+                    receiver, target, text = self._receiver(node.value, scope, scopes)
+                    end = node.end_lineno or node.lineno
+                    uses.append(
+                        Use(node.attr, node.lineno, node.col_offset + 1, end, "reference", receiver, scope.owner,
+                            target, text)
+                    )
+            for name in _children(kind, node):
+                value = getattr(node, name)
+                if type(value) is list:
+                    for item in value:
+                        if isinstance(item, ast.AST):
+                            stack.append((item, node))
+                elif value is not None:
+                    stack.append((value, node))
+
+    def _call(self, node: ast.Call, scope: _Scope, scopes: list[_Scope]) -> None:
         func = node.func
-        if isinstance(func, ast.Name) and func.id == "getattr" and len(node.args) >= 2:
+        if type(func) is ast.Name and func.id == "getattr" and len(node.args) >= 2:
             name = node.args[1]
-            if isinstance(name, ast.Constant) and isinstance(name.value, str):
+            if type(name) is ast.Constant and isinstance(name.value, str):
                 receiver, target, text = self._receiver(node.args[0], scope, scopes)
+                end = node.end_lineno or node.lineno
                 self.uses.append(
-                    Use(name.value, node.lineno, node.col_offset + 1, node.end_lineno or node.lineno,
-                        "getattr", receiver, scope.owner, target, text)
+                    Use(name.value, node.lineno, node.col_offset + 1, end, "getattr", receiver, scope.owner, target, text)
                 )
             return
-        if not isinstance(func, ast.Attribute):
+        if type(func) is not ast.Attribute:
             return
-        called.add(id(func))
         keywords = [k for k in node.keywords if k.arg is not None]
         output = next((k for k in keywords if k.arg == "output"), None)
         if output is not None and not _is_none(output.value):
-            return  # passes a buffer: never blocks a fix
+            return  # passes a buffer: never withholds a fix
         receiver, target, text = self._receiver(func.value, scope, scopes)
-        positional = [a for a in node.args if not isinstance(a, ast.Starred)]
+        positional = [a for a in node.args if type(a) is not ast.Starred]
         self.uses.append(
             Use(
                 func.attr, node.lineno, node.col_offset + 1, node.end_lineno or node.lineno, "call",

@@ -173,7 +173,7 @@ def _migrate(root: Path, *extra: str) -> subprocess.CompletedProcess:
     environment = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
     return subprocess.run(
         [sys.executable, "-m", "vllm_attn_compat", "migrate", "--jobs", "1", *extra, "tree"],
-        cwd=root, capture_output=True, text=True, timeout=300, env=environment,
+        cwd=root, capture_output=True, text=True, timeout=300, env=environment, check=False,
     )
 
 

@@ -162,7 +162,7 @@ def _output_method(owner: str, node: ast.FunctionDef | ast.AsyncFunctionDef) -> 
     if kind != "static" and pairs:
         pairs = pairs[1:]  # self / cls, bound by the call
     kw_pairs = list(zip(args.kwonlyargs, args.kw_defaults))
-    default = dict((a.arg, d) for a, d in [*pairs, *kw_pairs])
+    default = {a.arg: d for a, d in [*pairs, *kw_pairs]}
     return OutputMethod(
         owner=owner,
         name=node.name,
@@ -187,19 +187,21 @@ class _Scope:
 
 
 _DEFS = (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
-# Fields that can hold child nodes, per node type (names, contexts and constants hold none).
-_CHILDREN: dict[type, tuple[str, ...]] = {}
-_LEAVES = (str, int, float, complex, bytes, bool, type(None), type(...), ast.expr_context)
+# Fields that can hold child nodes, per node type. Python's grammar types the others as identifiers,
+# numbers or constants; by name, not by a value seen once (an absent optional child is None too).
+_CHILDREN: dict[type, tuple[str, ...]] = {ast.Name: (), ast.Constant: ()}
+_LEAF_FIELDS = frozenset(
+    {"ctx", "id", "attr", "name", "names", "arg", "asname", "module", "level", "kind", "type_comment",
+     "conversion", "is_async", "simple", "tag", "n", "s"}
+)
 # Where an attribute is not handed on: it is the object of another attribute, subscript or operator.
 _NOT_ESCAPING = (ast.Attribute, ast.Subscript, ast.Compare, ast.BinOp, ast.UnaryOp, ast.BoolOp)
 
 
-def _children(kind: type, node: ast.AST) -> tuple[str, ...]:
+def _children(kind: type[ast.AST]) -> tuple[str, ...]:
     fields = _CHILDREN.get(kind)
     if fields is None:
-        fields = _CHILDREN[kind] = tuple(
-            name for name in kind._fields if name != "ctx" and not isinstance(getattr(node, name, None), _LEAVES)
-        ) if kind not in (ast.Name, ast.Constant) else ()
+        fields = _CHILDREN[kind] = tuple(name for name in kind._fields if name not in _LEAF_FIELDS)
     return fields
 
 
@@ -279,21 +281,25 @@ class _Collector:
                 if type(node.func) is ast.Attribute:
                     called.add(id(node.func))
                 self._call(node, scope, scopes)
-            elif kind is ast.Attribute and id(node) not in called and type(node.ctx) is ast.Load:
-                if not isinstance(parent, _NOT_ESCAPING):
-                    receiver, target, text = self._receiver(node.value, scope, scopes)
-                    end = node.end_lineno or node.lineno
-                    uses.append(
-                        Use(node.attr, node.lineno, node.col_offset + 1, end, "reference", receiver, scope.owner,
-                            target, text)
-                    )
-            for name in _children(kind, node):
-                value = getattr(node, name)
+            elif (
+                kind is ast.Attribute
+                and id(node) not in called
+                and type(node.ctx) is ast.Load
+                and not isinstance(parent, _NOT_ESCAPING)
+            ):
+                receiver, target, text = self._receiver(node.value, scope, scopes)
+                end = node.end_lineno or node.lineno
+                uses.append(
+                    Use(node.attr, node.lineno, node.col_offset + 1, end, "reference", receiver, scope.owner,
+                        target, text)
+                )
+            for name in _children(kind):
+                value = getattr(node, name, None)
                 if type(value) is list:
                     for item in value:
                         if isinstance(item, ast.AST):
                             stack.append((item, node))
-                elif value is not None:
+                elif isinstance(value, ast.AST):
                     stack.append((value, node))
 
     def _call(self, node: ast.Call, scope: _Scope, scopes: list[_Scope]) -> None:
@@ -321,7 +327,7 @@ class _Collector:
                 receiver, scope.owner, target, text,
                 positional=len(positional),
                 none_at=tuple(i for i, a in enumerate(positional) if _is_none(a)),
-                keywords=frozenset(k.arg for k in keywords),
+                keywords=frozenset(k.arg for k in keywords if k.arg is not None),
                 output_none=output is not None,
                 starred=len(positional) != len(node.args) or len(keywords) != len(node.keywords),
             )
@@ -620,10 +626,8 @@ def _caller_message(blocker: Blocker, keys: list[tuple[str, str]], codes: set[st
     full, name = keys[0]
     owner = full.rpartition(".")[2] if "<locals>" not in full else full.rsplit(".", 1)[1]
     method = f"`{owner}.{name}`" + (f" and {len(keys) - 1} other method(s) of the run" if len(keys) > 1 else "")
-    fixes = " and ".join(
-        text for code, text in ((REQUIRED_OUTPUT, "making `output` required"), (NONE_FALLBACK, "deleting the "
-        "`output is None` fallback")) if code in codes
-    )
+    texts = ((REQUIRED_OUTPUT, "making `output` required"), (NONE_FALLBACK, "deleting the `output is None` fallback"))
+    fixes = " and ".join(text for code, text in texts if code in codes)
     what = f"so the safe fix{'es' if len(codes) > 1 else ''} {fixes} in {method} {'are' if len(codes) > 1 else 'is'} withheld"
     fallback = analysis.methods[keys[0]].fallback
     buffer = f"`output={fallback}`, as the method allocates it" if fallback else "the output buffer as `output=`"

@@ -169,7 +169,10 @@ class OutputNoneFallback(Rule):
     def visit_Comparison(self, node) -> None:
         import libcst as cst
 
-        from vllm_attn_compat.codemods.patterns import none_test, rebinds_outside_none_guards
+        from vllm_attn_compat.codemods.patterns import (
+            none_test,
+            rebinds_outside_none_guards,
+        )
 
         method = self.ctx.output_method()
         kind = none_test(node)

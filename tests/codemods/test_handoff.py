@@ -12,7 +12,9 @@ from vllm_attn_compat.codemods.runner import Options, run_paths
 # An attention class next to a helper class that derives from nothing vLLM: a later round could
 # still turn the helper into an attention class, so this file waits for the last round.
 MIXED = IMPL.replace("class MyImpl(PluginImplBase):", "class Helper:\n    pass\n\n\nclass MyImpl(PluginImplBase):")
-BASE_WITH_FIX = BASE.replace("    pass\n", "    def forward(self, output=None):\n        assert output is not None\n")
+BASE_WITH_FIX = BASE.replace("    pass\n", "    def forward(self, output):\n        assert output is not None\n")
+# `output=None`: calls found in later rounds may withhold the fix that makes it required (callsites).
+BASE_WITH_DEFAULT = BASE.replace("    pass\n", "    def forward(self, output=None):\n        return output\n")
 
 
 def _index(source: str, path: str):
@@ -28,6 +30,8 @@ def test_a_file_settles_when_its_classes_are_all_attention_classes_or_it_has_non
     assert settles(base, hierarchy) and settles(impl, hierarchy)
     assert not settles(mixed, hierarchy)
     assert settles(_index("X = 1\n", str(tmp_path / "plain.py")), hierarchy)
+    with_default = _index(BASE_WITH_DEFAULT, str(tmp_path / "plugin/base.py"))
+    assert not settles(with_default, ClassHierarchy.build([with_default]))
     # Before impl.py's own round, its class is not known to derive from anything.
     assert not settles(impl, ClassHierarchy.build([impl]))
 

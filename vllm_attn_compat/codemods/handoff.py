@@ -23,7 +23,12 @@ SETTINGS_SENT_PER_TASK_UP_TO = 1 << 16  # bytes
 
 
 def settles(index: ModuleIndex, hierarchy: ClassHierarchy) -> bool:
-    """Whether later rounds can no longer change how the file of ``index`` migrates."""
+    """Whether later rounds can no longer change how the file of ``index`` migrates. A method whose fix
+    calls in other files can withhold (`callsites`) waits for them: later rounds may find more."""
+    from vllm_attn_compat.codemods import callsites
+
+    if callsites.has_methods(index):
+        return False
     return hierarchy.patches_decided(index) and all(
         hierarchy.is_attention_class(f"{index.module}.{entry.qualname}") for entry in index.classes
     )

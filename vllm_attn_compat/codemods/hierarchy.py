@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from vllm_attn_compat.codemods import runtime_patches
+from vllm_attn_compat.codemods import callsites, runtime_patches
 from vllm_attn_compat.codemods.runtime_patches import PatchEntry
 
 # Module prefixes (dotted) where vLLM defines its attention base classes, old and new layouts.
@@ -78,6 +78,7 @@ class ModuleIndex:
     module: str  # dotted name guessed from the path
     classes: tuple[ClassEntry, ...]
     patches: tuple[PatchEntry, ...] = ()  # code this module copies onto classes at run time
+    calls: callsites.CallIndex = callsites.EMPTY  # methods taking `output`, and attribute calls
 
 
 def normalize_path(path: str) -> str:
@@ -292,7 +293,8 @@ def index_module(source: bytes, path: str) -> ModuleIndex:
         bases_found = tuple(name for name in resolved if name)
         flag = qualname in indexer.flag_classes
         classes.append(ClassEntry(qualname, bases_found, line, qualname in duck, flag))
-    return ModuleIndex(normalize_path(path), module, tuple(classes), indexer.patches())
+    calls = callsites.index_calls(tree, indexer)
+    return ModuleIndex(normalize_path(path), module, tuple(classes), patches=indexer.patches(), calls=calls)
 
 
 def _names_match(reference: str, defined: str) -> bool:
@@ -315,12 +317,16 @@ class ClassHierarchy:
     flag_bases: set[str] = field(default_factory=set)
     # Code copied onto classes at run time: the source's last name -> (source, kind, targets, patching module).
     patches: dict[str, list[tuple[str, str, tuple[str, ...], str]]] = field(default_factory=dict)
+    # Which fixes the run's calls withhold (`callsites`); set by `build` and `extended`.
+    calls: callsites.CallAnalysis = field(default_factory=callsites.CallAnalysis)
 
     @classmethod
     def build(cls, indexes: Iterable[ModuleIndex]) -> ClassHierarchy:
         hierarchy = cls()
+        indexes = list(indexes)
         for index in indexes:
             hierarchy.add(index)
+        hierarchy.calls = callsites.analyse(hierarchy, indexes)
         return hierarchy
 
     def add(self, index: ModuleIndex) -> None:
@@ -351,6 +357,7 @@ class ClassHierarchy:
             patches={k: list(v) for k, v in self.patches.items()},
         )
         copy.add(index)
+        copy.calls = callsites.extend(self.calls, copy, index)
         return copy
 
     def covers(self, path: str) -> bool:

@@ -172,6 +172,13 @@ def _migrate_worth(scanned, worth, rules, options: Options, report: RunReport, e
             early.after_round(built, indexes, sources)
 
     hierarchy, indexes = _index_hierarchy(scanned, worth, options, report, after_round)
+    # --- call-site analysis (callsites.py): a finding at each call that withholds a fix ---
+    from vllm_attn_compat.codemods import callsites
+
+    report.findings += callsites.findings_for_run(
+        hierarchy.calls, {path: sources[path] for path in indexes}, [rule.code for rule in rules]
+    )
+    # --- end of call-site analysis ---
     failed = {error.path for error in report.errors}
     names = hierarchy.attention_class_names()
     # A file needing libcst holds a prefilter token, or an attention-class name (it was indexed);
@@ -266,7 +273,7 @@ def run_source(source: bytes, path: str, options: Options) -> tuple[RunReport, b
         return report, source, ""
     if not TokenScan(engine.prefilter_tokens(rules))(source):
         return report, source, ""
-    from vllm_attn_compat.codemods import hierarchy
+    from vllm_attn_compat.codemods import callsites, hierarchy
 
     index = worker.index_file(source, path)
     if isinstance(index, FileError):
@@ -274,6 +281,7 @@ def run_source(source: bytes, path: str, options: Options) -> tuple[RunReport, b
         return report, source, ""
     report.parsed = 1
     built = hierarchy.ClassHierarchy.build([index])
+    report.findings += callsites.findings_for_run(built.calls, {path: source}, [rule.code for rule in rules])
     acting = rules if built.has_attention_classes(path) else [rule for rule in rules if not rule.scoped]
     if not engine.needs_parsing(source, acting, built.attention_class_names()):
         return report, source, ""

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import textwrap
 from collections.abc import Sequence
 
+from vllm_attn_compat.codemods import callsites
 from vllm_attn_compat.codemods.engine import MigrationResult, migrate_source
 from vllm_attn_compat.codemods.findings import Status
 from vllm_attn_compat.codemods.hierarchy import ClassHierarchy, index_module
@@ -25,13 +27,17 @@ def run(
     old_op_calls: str = "with-output",
 ) -> MigrationResult:
     """Migrate ``text`` (dedented when a str) with the selected rules; ``others`` are more
-    (path, source) files of the same run, for the class hierarchy."""
+    (path, source) files of the same run, for the class hierarchy and its calls. The findings include
+    those the runner adds at calls in this file that withhold a fix (`callsites`)."""
     data = source(text).encode() if isinstance(text, str) else text
     indexes = [index_module(data, path)] + [index_module(source(s).encode(), p) for p, s in others]
+    hierarchy = ClassHierarchy.build(indexes)
+    rules = select_rules(select)
     result = migrate_source(
-        data, path=path, rules=select_rules(select), hierarchy=ClassHierarchy.build(indexes), unsafe_fixes=unsafe,
-        old_op_calls=old_op_calls,
+        data, path=path, rules=rules, hierarchy=hierarchy, unsafe_fixes=unsafe, old_op_calls=old_op_calls
     )
+    callers = callsites.caller_findings(hierarchy.calls, path, data, [rule.code for rule in rules])
+    result = dataclasses.replace(result, findings=sorted([*result.findings, *callers]))
     again = migrate_source(
         result.source,
         path=path,

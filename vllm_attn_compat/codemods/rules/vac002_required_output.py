@@ -80,6 +80,15 @@ class RequiredOutputParameter(Rule):
     the module imports it; unannotated when it imports neither). When a positional parameter
     before ``output`` has a default, dropping ``= None`` would be a syntax error: the site is
     reported instead.
+
+    A safe fix preserves the behaviour of every call the run can see. A plugin's own warm-up path,
+    test or subclass may call the method without ``output`` (``self.prefill(q, q, q)``,
+    ``super().decode(query=q)``, ``impl.forward(layer, q, k, v, kv_cache, md)`` in a smoke test),
+    and would raise ``TypeError`` once it is required. So the fix is safe only while every call in
+    the run passes ``output`` (by keyword, or positionally at its place) and the method is never
+    handed on as a value (a callback, ``functools.partial(self.prefill)``, ``getattr``), which
+    hides its callers. Otherwise it is withheld (unsafe), and each such call or reference is
+    reported in its own file and line with what to pass; ``# noqa: VAC002`` there silences it.
     """
 
     code = "VAC002"
@@ -140,7 +149,7 @@ class RequiredOutputParameter(Rule):
             findings=(Status.MANUAL,),
         ),
         Example(
-            "a module-level function patched onto vLLM's MLAAttention is one of its methods",
+            "a module-level function patched onto vLLM's MLAAttention is one of its methods (unsafe: its callers cannot be traced)",
             """\
             import torch
             from vllm.model_executor.layers.attention.mla_attention import MLAAttention
@@ -152,7 +161,7 @@ class RequiredOutputParameter(Rule):
 
             MLAAttention.forward_impl = _forward_impl
             """,
-            after="""\
+            unsafe_after="""\
             import torch
             from vllm.model_executor.layers.attention.mla_attention import MLAAttention
 
@@ -163,7 +172,7 @@ class RequiredOutputParameter(Rule):
 
             MLAAttention.forward_impl = _forward_impl
             """,
-            findings=(Status.FIXED,),
+            findings=(Status.UNSAFE_FIX_AVAILABLE,),
         ),
         Example(
             "a function patched through a helper onto a class that cannot be resolved is reported",
@@ -195,6 +204,142 @@ class RequiredOutputParameter(Rule):
 
             Attention.forward = _forward
             """,
+        ),
+        Example(
+            "a helper the run calls without output keeps its default (unsafe), and the call is reported",
+            class_source(
+                _HEADER,
+                """
+                def forward(self, layer, query, key, value, kv_cache, attn_metadata, output=None):
+                    return self.prefill(query, key, value, output)
+
+                def prefill(self, query, key, value, output=None):
+                    return output
+
+                def warm_up(self, query):
+                    return self.prefill(query, query, query)
+                """,
+            ),
+            after=class_source(
+                _HEADER,
+                """
+                def forward(self, layer, query, key, value, kv_cache, attn_metadata, output: torch.Tensor):
+                    return self.prefill(query, key, value, output)
+
+                def prefill(self, query, key, value, output=None):
+                    return output
+
+                def warm_up(self, query):
+                    return self.prefill(query, query, query)
+                """,
+            ),
+            unsafe_after=class_source(
+                _HEADER,
+                """
+                def forward(self, layer, query, key, value, kv_cache, attn_metadata, output: torch.Tensor):
+                    return self.prefill(query, key, value, output)
+
+                def prefill(self, query, key, value, output: torch.Tensor):
+                    return output
+
+                def warm_up(self, query):
+                    return self.prefill(query, query, query)
+                """,
+            ),
+            findings=(Status.FIXED, Status.UNSAFE_FIX_AVAILABLE, Status.MANUAL),
+        ),
+        Example(
+            "a subclass calling super() without output",
+            """
+            from vllm.v1.attention.backend import AttentionImpl
+
+
+            class BaseImpl(AttentionImpl):
+                def decode(self, query, output=None):
+                    return query
+
+
+            class MyImpl(BaseImpl):
+                def decode(self, query, output=None):
+                    return super().decode(query=query)
+            """,
+            after="""
+            from vllm.v1.attention.backend import AttentionImpl
+
+
+            class BaseImpl(AttentionImpl):
+                def decode(self, query, output=None):
+                    return query
+
+
+            class MyImpl(BaseImpl):
+                def decode(self, query, output):
+                    return super().decode(query=query)
+            """,
+            unsafe_after="""
+            from vllm.v1.attention.backend import AttentionImpl
+
+
+            class BaseImpl(AttentionImpl):
+                def decode(self, query, output):
+                    return query
+
+
+            class MyImpl(BaseImpl):
+                def decode(self, query, output):
+                    return super().decode(query=query)
+            """,
+            findings=(Status.UNSAFE_FIX_AVAILABLE, Status.FIXED, Status.MANUAL),
+        ),
+        Example(
+            "a method handed on as a callback: its callers cannot be checked",
+            class_source(
+                "    import functools\n" + _HEADER,
+                """
+                def prefill(self, query, output=None):
+                    return output
+
+                def schedule(self, queue):
+                    queue.append(functools.partial(self.prefill))
+                """,
+            ),
+            unsafe_after=class_source(
+                "    import functools\n" + _HEADER,
+                """
+                def prefill(self, query, output: torch.Tensor):
+                    return output
+
+                def schedule(self, queue):
+                    queue.append(functools.partial(self.prefill))
+                """,
+            ),
+            findings=(Status.UNSAFE_FIX_AVAILABLE, Status.MANUAL),
+        ),
+        Example(
+            "every call passes output: the fix stays safe",
+            class_source(
+                _HEADER,
+                """
+                def forward(self, layer, query, key, value, kv_cache, attn_metadata, output: torch.Tensor):
+                    self.prefill(query, output)
+                    return self.prefill(query, output=output)
+
+                def prefill(self, query, output=None):
+                    return output
+                """,
+            ),
+            after=class_source(
+                _HEADER,
+                """
+                def forward(self, layer, query, key, value, kv_cache, attn_metadata, output: torch.Tensor):
+                    self.prefill(query, output)
+                    return self.prefill(query, output=output)
+
+                def prefill(self, query, output: torch.Tensor):
+                    return output
+                """,
+            ),
+            findings=(Status.FIXED,),
         ),
         Example(
             "a required output stays",
@@ -238,9 +383,11 @@ class RequiredOutputParameter(Rule):
                 equal=cst.MaybeSentinel.DEFAULT,
             )
 
-        self.ctx.report(
-            self,
-            node,
-            "`output` defaults to None, but vLLM >= 0.20 always passes the output buffer: make it required",
-            Replace(node, build),
-        )
+        from vllm_attn_compat.codemods.callsites import withheld_reason
+
+        message = "`output` defaults to None, but vLLM >= 0.20 always passes the output buffer: make it required"
+        reason = withheld_reason(self.ctx, method, self.code)
+        if reason is None:
+            self.ctx.report(self, node, message, Replace(node, build))
+        else:
+            self.ctx.report(self, node, f"{message}; {reason}", Replace(node, build), safety=FixSafety.UNSAFE)

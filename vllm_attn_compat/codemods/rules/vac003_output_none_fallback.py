@@ -73,7 +73,10 @@ class OutputNoneFallback(Rule):
     tests ``output`` against None there (a fallback further down, one with other statements, an
     ``else``, ``output is not None`` in a condition) is reported for a person to simplify. Only
     the ``output`` parameter counts: a method that assigns ``output`` itself, or a function
-    without such a parameter, is never touched.
+    without such a parameter, is never touched. Deleting a fallback is safe only while every call
+    of the method the run can see passes a buffer: a call without ``output`` (or with
+    ``output=None``), or the method handed on as a value, withholds it (unsafe) and is reported
+    where it is, as for VAC002.
     """
 
     code = "VAC003"
@@ -104,6 +107,34 @@ class OutputNoneFallback(Rule):
                 """,
             ),
             findings=(Status.FIXED,),
+        ),
+        Example(
+            "a fallback the run relies on stays (unsafe), and the call is reported",
+            class_source(
+                _HEADER,
+                """
+                def forward(self, layer, query, key, value, kv_cache, attn_metadata, output=None):
+                    if output is None:
+                        output = torch.empty_like(query)
+                    output.copy_(query)
+                    return output
+
+                def warm_up(self, query):
+                    return self.forward(None, query, query, query, None, None)
+                """,
+            ),
+            unsafe_after=class_source(
+                _HEADER,
+                """
+                def forward(self, layer, query, key, value, kv_cache, attn_metadata, output=None):
+                    output.copy_(query)
+                    return output
+
+                def warm_up(self, query):
+                    return self.forward(None, query, query, query, None, None)
+                """,
+            ),
+            findings=(Status.UNSAFE_FIX_AVAILABLE, Status.MANUAL),
         ),
         Example(
             "a fallback that returns a new tensor is reported",
@@ -138,7 +169,10 @@ class OutputNoneFallback(Rule):
     def visit_Comparison(self, node) -> None:
         import libcst as cst
 
-        from vllm_attn_compat.codemods.patterns import none_test, rebinds_outside_none_guards
+        from vllm_attn_compat.codemods.patterns import (
+            none_test,
+            rebinds_outside_none_guards,
+        )
 
         method = self.ctx.output_method()
         kind = none_test(node)
@@ -157,12 +191,14 @@ class OutputNoneFallback(Rule):
         if fallback is not None and self.ctx.parent(2) is method.node.body and _at_method_start(
             method.node.body, fallback
         ):
-            self.ctx.report(
-                self,
-                node,
-                "this fallback is dead: vLLM >= 0.20 always passes the output buffer",
-                RemoveStatement(fallback),
-            )
+            from vllm_attn_compat.codemods.callsites import withheld_reason
+
+            message = "this fallback is dead: vLLM >= 0.20 always passes the output buffer"
+            reason = withheld_reason(self.ctx, method, self.code)
+            if reason is None:
+                self.ctx.report(self, node, message, RemoveStatement(fallback))
+            else:
+                self.ctx.report(self, node, f"{message}; {reason}", RemoveStatement(fallback), safety=FixSafety.UNSAFE)
             return
         truth = "never true" if kind == "is" else "always true"
         self.ctx.report(

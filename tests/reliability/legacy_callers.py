@@ -1,0 +1,159 @@
+"""Hypothesis strategies that write a runnable old-API plugin together with code that calls it.
+
+The plugin's impl derives from a stub vLLM ``AttentionImpl``; its methods take an ``output`` in the
+old forms (``output=None``, annotated, keyword-only, required) with or without an allocation fallback.
+Callers, in the plugin's own module, in a subclass and in another file of the run, call those
+methods in every way Python allows: omitting ``output``, passing it positionally or by keyword,
+passing ``None``, through ``super()``, ``Class.m(obj, ...)``, ``functools.partial``, ``getattr``,
+``*args`` and ``**kwargs``. Each caller is a module-level function without arguments, so a probe can
+call them all and compare what they return before and after migration. Lists stand in for tensors
+(``alloc.empty_like`` is an allocation as VAC003 sees one), so running them needs no torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hypothesis import strategies as st
+
+STUBS = {
+    "vllm/__init__.py": "",
+    "vllm/v1/__init__.py": "",
+    "vllm/v1/attention/__init__.py": "",
+    "vllm/v1/attention/backend.py": "class AttentionImpl:\n    pass\n",
+    "alloc.py": "def empty_like(values):\n    return [0] * len(values)\n",
+}
+
+_NAMES = ["forward_decode", "prefill", "decode", "run_chunk"]
+
+
+@dataclass(frozen=True)
+class Method:
+    name: str
+    before: tuple[str, ...]  # parameters between self and output: (name, default or None)
+    defaults: tuple[bool, ...]
+    output: str  # "positional", "keyword-only"
+    output_default: bool
+    fallback: bool
+
+
+@dataclass(frozen=True)
+class GeneratedPlugin:
+    files: dict[str, str]  # relative path -> text, the run's tree
+    callers: tuple[str, ...]  # names of the caller functions, in callers.py
+
+
+def _method_text(method: Method, factor: int) -> list[str]:
+    params = ["self"]
+    for name, has_default in zip(method.before, method.defaults):
+        params.append(f"{name}=1" if has_default else name)
+    default = "=None" if method.output_default else ""
+    params += (["*"] if method.output == "keyword-only" else []) + [f"output{default}"]
+    lines = [f"    def {method.name}({', '.join(params)}):"]
+    if method.fallback:
+        lines += ["        if output is None:", "            output = alloc.empty_like(query)"]
+    extra = " + ".join(name for name in method.before if name != "query") or "0"
+    lines += [f"        output[:] = [x * {factor} + {extra} for x in query]", "        return output"]
+    return lines
+
+
+@st.composite
+def methods(draw) -> list[Method]:
+    names = draw(st.lists(st.sampled_from(_NAMES), min_size=1, max_size=3, unique=True))
+    found = []
+    for name in names:
+        before = ("query",) + tuple(draw(st.lists(st.sampled_from(["scale", "shift"]), max_size=1)))
+        defaults = tuple(draw(st.booleans()) if p != "query" else False for p in before)
+        output = draw(st.sampled_from(["positional", "positional", "keyword-only"]))
+        output_default = draw(st.sampled_from([True, True, True, False]))
+        if output == "positional" and not output_default:
+            defaults = tuple(False for _ in before)  # a required parameter cannot follow a defaulted one
+        found.append(Method(name, before, defaults, output, output_default, draw(st.booleans())))
+    return found
+
+
+def _arguments(method: Method, draw, *, explicit_self: str | None = None, first: str = "[1, 2, 3]") -> str:
+    """An argument list for ``method``: drawn to pass ``output`` or not, in every spelling."""
+    args = [explicit_self] if explicit_self else []
+    args.append(first)
+    for name, has_default in zip(method.before[1:], method.defaults[1:]):
+        if not has_default or draw(st.booleans()):
+            args.append("2")
+    how = draw(st.sampled_from(["omit", "omit", "keyword", "positional", "none", "star", "double-star"]))
+    if how == "keyword":
+        args.append("output=[0, 0, 0]")
+    elif how == "positional" and method.output == "positional" and len(args) == len(method.before) + bool(explicit_self):
+        args.append("[0, 0, 0]")
+    elif how == "none":
+        args.append("output=None")
+    elif how == "star":
+        return "*[" + ", ".join(args) + "]"
+    elif how == "double-star":
+        args.append('**{"output": [0, 0, 0]}')
+    return ", ".join(args)
+
+
+@st.composite
+def plugins_with_callers(draw) -> GeneratedPlugin:
+    found = draw(methods())
+    backend = ["import functools", "", "import alloc", "from vllm.v1.attention.backend import AttentionImpl", "", ""]
+    backend.append("class GenImpl(AttentionImpl):")
+    for factor, method in enumerate(found, start=2):
+        backend += _method_text(method, factor) + [""]
+    in_class = []
+    for index in range(draw(st.integers(0, 2))):  # the impl's own warm-up paths
+        method = draw(st.sampled_from(found))
+        in_class.append(f"warm_{index}")
+        backend += [f"    def warm_{index}(self):", f"        return self.{method.name}({_arguments(method, draw)})", ""]
+    subclass = draw(st.booleans())
+    if subclass:
+        method = draw(st.sampled_from(found))
+        override = Method(method.name, method.before[:1], (False,), "positional", True, False)
+        backend += ["", "class GenSub(GenImpl):", f"    def {method.name}(self, query, output=None):"]
+        backend.append(f"        return super().{method.name}({_arguments(method, draw, first='query')})")
+        found_for_sub = [override]
+    else:
+        found_for_sub = []
+
+    callers = ["import functools", "", "from plugin.backend import GenImpl" + (", GenSub" if subclass else ""), ""]
+    names = []
+    for index in range(draw(st.integers(1, 6))):
+        method = draw(st.sampled_from(found + found_for_sub))
+        owner = "GenSub" if method in found_for_sub or (subclass and draw(st.booleans())) else "GenImpl"
+        form = draw(st.sampled_from(["bound", "bound", "class", "partial", "getattr", "warm"]))
+        if form == "warm" and in_class:
+            expression = f"{owner}().{draw(st.sampled_from(in_class))}()"
+        elif form == "class":
+            expression = f"{owner}.{method.name}({_arguments(method, draw, explicit_self=f'{owner}()')})"
+        elif form == "partial":
+            expression = f"functools.partial({owner}().{method.name})({_arguments(method, draw)})"
+        elif form == "getattr":
+            expression = f'getattr({owner}(), "{method.name}")({_arguments(method, draw)})'
+        else:
+            expression = f"{owner}().{method.name}({_arguments(method, draw)})"
+        names.append(f"call_{index}")
+        callers += ["", f"def call_{index}():", f"    return {expression}"]
+    files = {
+        "plugin/__init__.py": "",
+        "plugin/backend.py": "\n".join(backend) + "\n",
+        "plugin/callers.py": "\n".join(callers) + "\n",
+    }
+    return GeneratedPlugin(files, tuple(names))
+
+
+# Calls every caller of plugin/callers.py and prints, as JSON, what each returned or raised.
+PROBE = """
+import json
+import sys
+
+sys.path[:0] = [sys.argv[1], sys.argv[2]]
+from plugin import callers
+
+results = {}
+for name in sys.argv[3:]:
+    try:
+        results[name] = ["returned", getattr(callers, name)()]
+    except Exception as error:
+        results[name] = ["raised", type(error).__name__]
+print(json.dumps(results))
+"""

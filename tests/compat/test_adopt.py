@@ -142,3 +142,21 @@ def test_a_subclass_calling_an_adopted_base_copies_once():
 def test_outside_tells_a_package_from_a_prefix():
     assert not outside(torch.Tensor, "torch") and outside(Impl, "torch")
     assert outside(type("X", (), {"__module__": "torchvision.models"}), "torch")
+
+
+class MLAImpl:
+    def forward_mha(self, q, kv_c_normed, k_pe, kv_cache, attn_metadata, k_scale, output, output_scale=None):
+        return q * 3
+
+
+@pytest.mark.parametrize("by_keyword", [True, False], ids=["keyword", "positional"])
+def test_any_other_signature_gets_the_general_wrapper(by_keyword):
+    cls = type("LegacyMLAImpl", (MLAImpl,), {})
+    assert adopt_returned_result(cls, "forward_mha", 6)
+    q, output = torch.randn(3, H, D), torch.full((3, H * D), float("nan"))
+    args = (q, None, None, None, None, None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", VllmAttnCompatDeprecationWarning)
+        returned = cls().forward_mha(*args, output=output) if by_keyword else cls().forward_mha(*args, output)
+    assert returned is output
+    torch.testing.assert_close(output, (q * 3).reshape(3, -1))

@@ -197,7 +197,9 @@ def main():
         plain = type("NoOpImpl", (NoOpImpl,), {})
         adopted = type("NoOpImpl", (NoOpImpl,), {})
         adopt_returned_result(adopted, "forward", 6)
-        plain_impl, adopted_impl = (cls(HEADS, HEAD_SIZE, 1 / math.sqrt(HEAD_SIZE), KV_HEADS, HEAD_SIZE) for cls in (plain, adopted))
+        plain_impl, adopted_impl = (
+            cls(HEADS, HEAD_SIZE, 1 / math.sqrt(HEAD_SIZE), KV_HEADS, HEAD_SIZE) for cls in (plain, adopted)
+        )
         with CopiesInto(out) as counter:
             adopted_impl.forward(None, q3, k3, v3, kv_cache, metadata, output=out, output_scale=None,
                                  output_block_scale=None)

@@ -38,7 +38,10 @@ def removed_api_message(old: str, replacement: str, rule: str, *, by_hand: bool 
     by hand instead of pointing to ``migrate``.
     """
     fix = "change it by hand" if by_hand else "run `vllm-attn-compat migrate` to rewrite it"
-    return f"{old} was removed in vLLM 0.20; {replacement}. vllm-attn-compat keeps it working for now: {fix} (rule {rule})."
+    return (
+        f"{old} was removed in vLLM 0.20; {replacement}. vllm-attn-compat keeps it working for now: {fix} "
+        f"(rule {rule})."
+    )
 
 
 def warning_mode() -> str:

@@ -103,9 +103,8 @@ def install_removed_flags(backend_base: type, attention_layer: type) -> list[str
 
 def install_backend_flag(backend_base: type) -> list[str]:
     """``accept_output_buffer`` on the backend base class, read as True; idempotent."""
-    if install_flag(backend_base, ACCEPT_OUTPUT_BUFFER, AlwaysTrueFlag(f"{backend_base.__name__}.{ACCEPT_OUTPUT_BUFFER}", "VAC005")):
-        return [f"{backend_base.__name__}.{ACCEPT_OUTPUT_BUFFER}"]
-    return []
+    name = f"{backend_base.__name__}.{ACCEPT_OUTPUT_BUFFER}"
+    return [name] if install_flag(backend_base, ACCEPT_OUTPUT_BUFFER, AlwaysTrueFlag(name, "VAC005")) else []
 
 
 def install_layer_flag(attention_layer: type) -> list[str]:

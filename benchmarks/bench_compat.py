@@ -6,7 +6,11 @@
 2. The warning after the first call: warn-once per call site against ``warnings.warn`` on every call.
 3. The legacy adapter: copies into ``output`` per call (counted by a storage-aware dispatch mode) for an impl
    that returns a new tensor and for one that writes into the buffer it is given, and the adapted call's time
-   against the same impl called the pre-0.20 way.
+   against the same impl called the pre-0.20 way. Then the adapter's own cost: the adapted call against a direct
+   call of the legacy forward doing the same work (the same 2-D views made in the call, the same copy), on a
+   no-op legacy impl, so that nothing else weighs in; and what the views alone cost.
+4. SGLang's rule (what the vLLM plugin wraps around an out-of-tree impl's forward): a no-op impl that returns
+   ``output``, wrapped against the same impl unwrapped, called as vLLM calls it.
 
 Run: ``python benchmarks/bench_compat.py``. Times are the minimum over many short blocks (robust to other load).
 """
@@ -29,7 +33,8 @@ from compat_helpers import CopiesInto  # noqa: E402
 from vllm_attn_compat import compat  # noqa: E402
 from vllm_attn_compat.backends import Attention, AttentionBackend, AttentionImpl, AttentionMetadata  # noqa: E402
 from vllm_attn_compat.backends import set_forward_context  # noqa: E402
-from vllm_attn_compat.compat import VllmAttnCompatDeprecationWarning  # noqa: E402
+from vllm_attn_compat.compat import VllmAttnCompatDeprecationWarning, adapt_legacy_impl  # noqa: E402
+from vllm_attn_compat.compat.adopt import LEGACY_FORWARD, adopt_returned_result  # noqa: E402
 from vllm_attn_compat.compat.deprecation import warn_once  # noqa: E402
 from vllm_attn_compat.compat.forwarders import UNIFIED_ATTENTION_MESSAGE, forward_unified_attention  # noqa: E402
 
@@ -87,6 +92,17 @@ class WritesGivenOutputImpl(AttentionImpl):
         scores.masked_fill_(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
         torch.matmul(scores.softmax(-1), v, out=output.view(T, -1, self.head_size).transpose(0, 1))
         return output
+
+
+class NoOpLegacyImpl(AttentionImpl):
+    """A legacy impl with the optional-output fallback that computes nothing: isolates the adapter's cost."""
+
+    def forward(self, layer, query, key, value, kv_cache, attn_metadata, output=None):
+        return output
+
+
+def _diff(a, b):
+    return f"{a:6.2f} vs {b:6.2f} us ({a / b:.2f}x, {a - b:+.2f} us)"
 
 
 def main():
@@ -161,6 +177,40 @@ def main():
             adapted, old_way = us["adapted"], us["old_way"]
             print(f"   {label:24s} copies {counter.writes['copies']} | adapted call (3-D, output) {adapted:7.2f} | "
                   f"old call (2-D, no output) {old_way:7.2f} ({adapted / old_way:.2f}x)")
+
+        impl = NoOpLegacyImpl(HEADS, HEAD_SIZE, 1 / math.sqrt(HEAD_SIZE), KV_HEADS, HEAD_SIZE)
+        adapt_legacy_impl(NoOpLegacyImpl)
+        legacy = getattr(NoOpLegacyImpl.forward, LEGACY_FORWARD)
+        out = torch.empty(T, HEADS, HEAD_SIZE)
+        kv_cache, flat = torch.empty(0), [x.flatten(1) for x in (q3, k3, v3, out)]
+        us = bench_us(
+            adapted=lambda: impl.forward(None, q3, k3, v3, kv_cache, metadata, output=out, output_scale=None,
+                                         output_block_scale=None),
+            direct=lambda: legacy(impl, None, q3.flatten(1), k3.flatten(1), v3.flatten(1), kv_cache, metadata,
+                                  output=out.flatten(1)),
+            direct_2d=lambda: legacy(impl, None, *flat[:3], kv_cache, metadata, output=flat[3]),
+        )
+        print(f"   the adapter's own cost, no-op legacy impl: adapted / direct call doing the same work (2-D views "
+              f"made in the call) {_diff(us['adapted'], us['direct'])} | the four 2-D views themselves: direct / "
+              f"direct on ready 2-D tensors {_diff(us['direct'], us['direct_2d'])}")
+
+        plain = type("NoOpImpl", (NoOpImpl,), {})
+        adopted = type("NoOpImpl", (NoOpImpl,), {})
+        adopt_returned_result(adopted, "forward", 6)
+        plain_impl, adopted_impl = (
+            cls(HEADS, HEAD_SIZE, 1 / math.sqrt(HEAD_SIZE), KV_HEADS, HEAD_SIZE) for cls in (plain, adopted)
+        )
+        with CopiesInto(out) as counter:
+            adopted_impl.forward(None, q3, k3, v3, kv_cache, metadata, output=out, output_scale=None,
+                                 output_block_scale=None)
+        us = bench_us(
+            adopted=lambda: adopted_impl.forward(None, q3, k3, v3, kv_cache, metadata, output=out, output_scale=None,
+                                                 output_block_scale=None),
+            plain=lambda: plain_impl.forward(None, q3, k3, v3, kv_cache, metadata, output=out, output_scale=None,
+                                             output_block_scale=None),
+        )
+        print("4. SGLang's rule around an out-of-tree impl's forward (the vLLM plugin), no-op impl returning output")
+        print(f"   copies {counter.writes['copies']} | wrapped / unwrapped {_diff(us['adopted'], us['plain'])}")
 
 
 if __name__ == "__main__":

@@ -27,14 +27,15 @@ import vllm.plugins  # noqa: E402
 from vllm.config import CompilationConfig, DeviceConfig, VllmConfig, set_current_vllm_config  # noqa: E402
 from vllm.forward_context import set_forward_context  # noqa: E402
 from vllm.model_executor.layers.attention.attention import Attention, unified_attention_with_output  # noqa: E402
+from vllm.model_executor.layers.attention.mla_attention import MLAAttention  # noqa: E402
 from vllm.utils.torch_utils import _encode_layer_name  # noqa: E402
-from vllm.v1.attention.backend import AttentionBackend, AttentionImpl  # noqa: E402
+from vllm.v1.attention.backend import AttentionBackend, AttentionImpl, MLAAttentionImpl  # noqa: E402
 
 from vllm_attn_compat import compat  # noqa: E402
 from vllm_attn_compat.compat import VllmAttnCompatDeprecationWarning, plugin  # noqa: E402
 from vllm_attn_compat.compat.legacy import is_adapted  # noqa: E402
 
-from compat_helpers import causal_attention  # noqa: E402
+from compat_helpers import CopiesInto, causal_attention  # noqa: E402
 
 if plugin.old_api_reason(AttentionBackend) is not None:
     pytest.skip("this tier needs vLLM >= 0.20; the installed vLLM has the old attention API", allow_module_level=True)
@@ -289,3 +290,196 @@ def test_real_compilation_config_normalises_old_op_names():
                                  + CompilationConfig._attention_ops[2:])
     assert full.splitting_ops_contain_attention()
     assert ["'vllm::unified_attention' named" in str(r.message) for r in log] == [True, False]
+
+
+# Backends that never declared accept_output_buffer (vLLM's base default was False until 0.19): the plugin adapts
+# their impls by SGLang's rule, with no action from the user.
+class DefaultFlagLegacyImpl(LegacyImpl):
+    """Written for vLLM <= 0.19 without setting the flag: takes `output` in its signature, ignores it, returns."""
+
+    def forward(self, layer, query, key, value, kv_cache, attn_metadata, output=None, output_scale=None,
+                output_block_scale=None):
+        T = query.shape[0]
+        return _reference(self, query.reshape(T, -1), key.reshape(T, -1), value.reshape(T, -1))
+
+
+class WritesWithOutImpl(LegacyImpl):
+    """A >= 0.20 impl: computes straight into `output` (matmul out=) and returns it."""
+
+    def forward(self, layer, query, key, value, kv_cache, attn_metadata, output, output_scale=None,
+                output_block_scale=None):
+        group = self.num_heads // self.num_kv_heads
+        q, k, v = query.transpose(0, 1), key.repeat_interleave(group, 1), value.repeat_interleave(group, 1)
+        scores = (q @ k.permute(1, 2, 0)) * self.scale
+        T = query.shape[0]
+        scores.masked_fill_(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+        torch.matmul(scores.softmax(-1), v.transpose(0, 1), out=output.transpose(0, 1))
+        return output
+
+
+@pytest.mark.parametrize("impl_cls, copies, warns", [(DefaultFlagLegacyImpl, 1, True), (WritesWithOutImpl, 0, False)],
+                         ids=["default-flag legacy", "writes output"])
+def test_backend_that_never_declared_the_flag_through_the_real_layer(vllm_config, impl_cls, copies, warns):
+    from vllm_attn_compat.compat.adopt import ADOPTS
+    from vllm_attn_compat.compat.flags import declared_accept_output_buffer
+
+    impl_cls = type(impl_cls.__name__, (impl_cls,), {"__module__": __name__})  # fresh: adopted and warned here
+    layers = [_layer(vllm_config, _backend(impl_cls), head_size_v=8) for _ in range(2)]
+    layer = layers[0]
+    assert declared_accept_output_buffer(layer.attn_backend) is None  # never declared
+    wrapped = impl_cls.__dict__["forward"]
+    assert hasattr(wrapped, ADOPTS) and not hasattr(getattr(wrapped, ADOPTS), ADOPTS)  # once, for both layers
+    q, k, v = _inputs(layer, seed=2)
+    expected = _reference(layer.impl, q, k, v)
+    buffer = torch.full((5, 4, 8), float("nan"))
+    with _context(vllm_config, layer), warnings.catch_warnings(record=True) as log:
+        warnings.simplefilter("always")
+        by_layer = layer(q, k, v)  # vLLM's Attention.forward: torch.empty, then unified_attention_with_output
+        with CopiesInto(buffer) as counter:
+            unified_attention_with_output(q.view(5, 4, 16), k.view(5, 2, 16), v.view(5, 2, 8), buffer,
+                                          layer.layer_name)
+    torch.testing.assert_close(by_layer, expected, atol=2e-5, rtol=2e-5)
+    torch.testing.assert_close(buffer.reshape(5, -1), expected, atol=2e-5, rtol=2e-5)
+    assert counter.writes["copies"] == copies
+    ours = [w for w in log if w.category is VllmAttnCompatDeprecationWarning]
+    if warns:
+        (record,) = ours  # once per class, though called twice
+        assert "returning its result instead of writing into `output`" in str(record.message)
+        assert "change it by hand (rule VAC004)" in str(record.message) and record.filename == __file__
+    else:
+        assert ours == []
+
+
+def test_vllms_own_impls_are_not_wrapped(vllm_config):
+    from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackendImpl
+
+    from vllm_attn_compat.compat import vllm_install
+    from vllm_attn_compat.compat.adopt import ADOPTS
+
+    inherits = type("PluginImplInheritingForward", (CPUAttentionBackendImpl,), {})
+    for cls in (CPUAttentionBackendImpl, inherits):
+        vllm_install._adopt_outside_vllm(cls, "forward")
+        assert not hasattr(cls.forward, ADOPTS)  # vLLM's forward writes into output: nothing to adopt
+
+
+# MLA. vLLM 0.20's MLAAttention takes no attn_backend: it asks the platform (get_attn_backend(use_mla=True)), and
+# neither platform of a CPU machine gives one (CpuPlatform raises "MLA is not supported on CPU."; a CUDA wheel on
+# a machine without a GPU resolves to UnspecifiedPlatform, whose empty answer vLLM rejects as "Invalid attention
+# backend"). An out-of-tree platform plugin answers with its backend's class path; these tests do the same,
+# then drive the real layer: MLAAttention.__init__, forward, forward_impl, the impl's forward_mha.
+MLA_HEADS, QK_NOPE, QK_ROPE, V_DIM, KV_LORA = 4, 8, 4, 6, 12
+
+
+def _mla_result(q):
+    """What the test impls compute for the prefill (MHA) tokens: a function of q, [T, heads * v_head_dim]."""
+    return (q[..., :V_DIM] * 2 + 1).reshape(q.shape[0], -1)
+
+
+class LegacyMLAImpl(MLAAttentionImpl):
+    """An MLA impl whose forward_mha returns its result, as a pre-0.20 no-output MLA path did."""
+
+    def __init__(self, num_heads, head_size, scale, num_kv_heads, *args, **kwargs):
+        self.num_heads, self.dcp_world_size = num_heads, 1
+
+    def forward_mha(self, q, kv_c_normed, k_pe, kv_c_and_k_pe_cache, attn_metadata, k_scale, output,
+                    output_scale=None):
+        return _mla_result(q)
+
+    def forward_mqa(self, q, kv_c_and_k_pe_cache, attn_metadata, layer):
+        raise AssertionError("prefill-only metadata: the decode path is not taken")
+
+
+class WritesOutputMLAImpl(LegacyMLAImpl):
+    def forward_mha(self, q, kv_c_normed, k_pe, kv_c_and_k_pe_cache, attn_metadata, k_scale, output,
+                    output_scale=None):
+        torch.add(q[..., :V_DIM] * 2, 1, out=output.view(q.shape[0], MLA_HEADS, V_DIM))
+        return output
+
+
+class LegacyMLALayer(MLAAttention):
+    """An out-of-tree MLA layer whose forward_impl returns a new tensor, as on the pre-0.20 no-output path."""
+
+    def forward_impl(self, q, k_c_normed, k_pe, kv_cache, attn_metadata, output=None, **kwargs):
+        return _mla_result(q)
+
+
+def _mla_backend(impl_cls):
+    class MLABackend(_backend(impl_cls)):
+        @classmethod
+        def is_mla(cls):
+            return True
+
+    return MLABackend
+
+
+@pytest.fixture
+def mla_platform(monkeypatch):
+    """Resolve MLA backends as an out-of-tree platform does; ``use(backend)`` picks the class it answers."""
+    from vllm.platforms import current_platform
+    from vllm.v1.attention import selector
+
+    chosen = {}
+    monkeypatch.setattr(type(current_platform), "get_attn_backend_cls",
+                        classmethod(lambda cls, *args, **kwargs: chosen["path"]), raising=False)
+    monkeypatch.setitem(globals(), "_ChosenMLABackend", None)
+
+    def use(backend):
+        globals()["_ChosenMLABackend"] = backend
+        chosen["path"] = f"{__name__}._ChosenMLABackend"
+        selector._cached_get_attn_backend.cache_clear()
+
+    yield use
+    selector._cached_get_attn_backend.cache_clear()
+
+
+def _mla_layer(vllm_config, layer_cls=None):
+    layer_cls = layer_cls or MLAAttention
+    with set_current_vllm_config(vllm_config):
+        return layer_cls(MLA_HEADS, 0.3, QK_NOPE, QK_ROPE, V_DIM, None, KV_LORA,
+                         kv_b_proj=torch.nn.Linear(KV_LORA, MLA_HEADS * (QK_NOPE + V_DIM)),
+                         prefix=f"model.layers.{next(_names)}.self_attn.mla")
+
+
+def _run_mla(vllm_config, layer, T=5):
+    from types import SimpleNamespace
+
+    gen = torch.Generator().manual_seed(3)
+    q = torch.randn(T, MLA_HEADS, QK_NOPE + QK_ROPE, generator=gen)
+    kv_c, k_pe = torch.randn(T, KV_LORA, generator=gen), torch.randn(T, 1, QK_ROPE, generator=gen)
+    prefill_only = SimpleNamespace(num_actual_tokens=T, num_decodes=0, num_prefills=1, num_decode_tokens=0)
+    with set_forward_context({layer.layer_name: prefill_only}, vllm_config, slot_mapping={}):
+        with warnings.catch_warnings(record=True) as log:
+            warnings.simplefilter("always")
+            out = layer(q, kv_c, k_pe, output_shape=torch.Size((T, MLA_HEADS * V_DIM)))
+    return q, out, [w for w in log if w.category is VllmAttnCompatDeprecationWarning]
+
+
+@pytest.mark.parametrize("impl_cls, warns", [(LegacyMLAImpl, True), (WritesOutputMLAImpl, False)],
+                         ids=["returns a new tensor", "writes output"])
+def test_mla_impl_through_the_real_mla_layer(vllm_config, mla_platform, impl_cls, warns):
+    from vllm_attn_compat.compat.adopt import ADOPTS
+
+    impl_cls = type(impl_cls.__name__, (impl_cls,), {"__module__": __name__})
+    mla_platform(_mla_backend(impl_cls))
+    layer = _mla_layer(vllm_config)
+    assert type(layer.impl) is impl_cls and hasattr(impl_cls.forward_mha, ADOPTS)
+    assert not hasattr(MLAAttention.forward_impl, ADOPTS)  # vLLM's own layer writes into output
+    q, out, log = _run_mla(vllm_config, layer)
+    torch.testing.assert_close(out, _mla_result(q))  # without the plugin: whatever torch.empty held
+    if warns:
+        (record,) = log
+        assert "LegacyMLAImpl.forward_mha` returning its result" in str(record.message)
+    else:
+        assert log == []
+
+
+def test_out_of_tree_mla_layer_whose_forward_impl_returns(vllm_config, mla_platform):
+    from vllm_attn_compat.compat.adopt import ADOPTS
+
+    mla_platform(_mla_backend(type("Impl", (WritesOutputMLAImpl,), {"__module__": __name__})))
+    layer = _mla_layer(vllm_config, LegacyMLALayer)
+    assert hasattr(LegacyMLALayer.forward_impl, ADOPTS)
+    q, out, log = _run_mla(vllm_config, layer)
+    torch.testing.assert_close(out, _mla_result(q))
+    (record,) = log
+    assert "LegacyMLALayer.forward_impl` returning its result" in str(record.message)

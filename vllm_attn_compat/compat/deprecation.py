@@ -33,11 +33,16 @@ if not sys.warnoptions:
     warnings.filterwarnings("default", category=VllmAttnCompatDeprecationWarning)
 
 
-def removed_api_message(old: str, replacement: str, rule: str) -> str:
-    """The wording of every deprecation message: what was removed, what replaces it, the rule that migrates it."""
+def removed_api_message(old: str, replacement: str, rule: str, *, by_hand: bool = False) -> str:
+    """The wording of every deprecation message: what was removed, what replaces it, the rule that migrates it.
+
+    ``by_hand``: ``migrate`` cannot find this use (nothing in the source marks it), so the message says to change it
+    by hand instead of pointing to ``migrate``.
+    """
+    fix = "change it by hand" if by_hand else "run `vllm-attn-compat migrate` to rewrite it"
     return (
-        f"{old} was removed in vLLM 0.20; {replacement}. vllm-attn-compat keeps it working for now: "
-        f"run `vllm-attn-compat migrate` to rewrite it (rule {rule})."
+        f"{old} was removed in vLLM 0.20; {replacement}. vllm-attn-compat keeps it working for now: {fix} "
+        f"(rule {rule})."
     )
 
 

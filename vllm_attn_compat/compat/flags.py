@@ -9,6 +9,7 @@ with True and a warning. A backend class that still assigns the flag itself shad
 from __future__ import annotations
 
 import functools
+from typing import Any, Callable
 
 from vllm_attn_compat.compat.deprecation import removed_api_message, warn_once, warn_once_about
 from vllm_attn_compat.compat.legacy import adapt_legacy_impl
@@ -94,25 +95,46 @@ _CHECKS_BACKEND = "__vllm_attn_compat_checks_backend__"
 def install_removed_flags(backend_base: type, attention_layer: type) -> list[str]:
     """Install the old flags on a backend base class and an attention layer class; idempotent.
 
-    Also hooks the layer's ``__init__`` so that each layer's backend goes through :func:`check_backend_flag`
-    (backend classes may be defined before this runs). Returns what was installed now, for the log line.
+    Returns what was installed now, for the log line. See :func:`install_backend_flag` and
+    :func:`install_layer_flag`.
     """
+    return install_backend_flag(backend_base) + install_layer_flag(attention_layer)
+
+
+def install_backend_flag(backend_base: type) -> list[str]:
+    """``accept_output_buffer`` on the backend base class, read as True; idempotent."""
+    name = f"{backend_base.__name__}.{ACCEPT_OUTPUT_BUFFER}"
+    return [name] if install_flag(backend_base, ACCEPT_OUTPUT_BUFFER, AlwaysTrueFlag(name, "VAC005")) else []
+
+
+def install_layer_flag(attention_layer: type) -> list[str]:
+    """``use_output`` on the layer class, and a hook on its ``__init__`` that passes each layer's backend to
+    :func:`check_backend_flag` (backend classes may be defined before this runs); idempotent."""
     installed = []
-    for cls, name in ((backend_base, ACCEPT_OUTPUT_BUFFER), (attention_layer, USE_OUTPUT)):
-        if install_flag(cls, name, AlwaysTrueFlag(f"{cls.__name__}.{name}", "VAC005")):
-            installed.append(f"{cls.__name__}.{name}")
-    original_init = attention_layer.__init__
-    if not getattr(original_init, _CHECKS_BACKEND, False):
-
-        @functools.wraps(original_init)
-        def __init__(self, *args, **kwargs):
-            original_init(self, *args, **kwargs)
-            check_backend_flag(self.attn_backend)
-
-        setattr(__init__, _CHECKS_BACKEND, True)
-        attention_layer.__init__ = __init__
+    if install_flag(attention_layer, USE_OUTPUT, AlwaysTrueFlag(f"{attention_layer.__name__}.{USE_OUTPUT}", "VAC005")):
+        installed.append(f"{attention_layer.__name__}.{USE_OUTPUT}")
+    if after_init(attention_layer, _CHECKS_BACKEND, lambda layer: check_backend_flag(layer.attn_backend)):
         installed.append(f"legacy adapter for {attention_layer.__name__} backends with accept_output_buffer = False")
     return installed
+
+
+def after_init(layer_cls: type, marker: str, check: Callable[[Any], None]) -> bool:
+    """Make ``layer_cls.__init__`` call ``check(layer)`` once the layer is built; once per ``marker``.
+
+    True if hooked now. Hooks stack; each one's marker stays visible on the outermost ``__init__``.
+    """
+    original_init = layer_cls.__init__
+    if getattr(original_init, marker, False):
+        return False
+
+    @functools.wraps(original_init)
+    def __init__(self, *args, **kwargs):
+        original_init(self, *args, **kwargs)
+        check(self)
+
+    setattr(__init__, marker, True)
+    layer_cls.__init__ = __init__
+    return True
 
 
 def remove_removed_flags(backend_base: type, attention_layer: type) -> None:

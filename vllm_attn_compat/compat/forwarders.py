@@ -159,10 +159,11 @@ FORWARDER_SCHEMAS = {
 
 
 def define_forwarder_ops(lib: torch.library.Library, layer_name_type: str, kernels: dict[str, Callable]) -> None:
-    """Define the two forwarder ops in ``lib``, CompositeImplicitAutograd: they decompose under torch.compile."""
-    for name, schema in FORWARDER_SCHEMAS.items():
-        lib.define(name + schema.format(layer_name=layer_name_type))
-        lib.impl(name, kernels[name], "CompositeImplicitAutograd")
+    """Define the forwarder ops of ``kernels`` (names of :data:`FORWARDER_SCHEMAS`) in ``lib``,
+    CompositeImplicitAutograd: they decompose under torch.compile."""
+    for name, kernel in kernels.items():
+        lib.define(name + FORWARDER_SCHEMAS[name].format(layer_name=layer_name_type))
+        lib.impl(name, kernel, "CompositeImplicitAutograd")
 
 
 _lib = torch.library.Library(NAMESPACE, "FRAGMENT")

@@ -14,12 +14,10 @@ from typing import Any, TypeVar
 
 import torch
 
-from vllm_attn_compat.compat.deprecation import removed_api_message, warn_once_about
+from vllm_attn_compat.compat import deprecation
+from vllm_attn_compat.compat.adopt import ADOPTS, LEGACY_FORWARD, copy_into, shares_memory
 
 ImplClass = TypeVar("ImplClass", bound=type)
-
-# Set on an adapted forward; holds the impl's own forward.
-_LEGACY_FORWARD = "__vllm_attn_compat_legacy_forward__"
 
 
 def adapt_legacy_impl(cls: ImplClass) -> ImplClass:
@@ -27,7 +25,7 @@ def adapt_legacy_impl(cls: ImplClass) -> ImplClass:
 
     The adapted ``forward`` passes query/key/value in the 2-D ``[T, heads * head_size]`` layout the old
     no-output path delivered (and a 2-D view of ``output`` when the legacy forward has an ``output`` parameter),
-    then copies the returned tensor into ``output`` unless it already is ``output``'s memory. Fused output
+    then copies the returned tensor into ``output`` unless it lies in ``output``'s memory. Fused output
     quantization (``output_scale`` / ``output_block_scale``) is rejected. Applying it twice changes nothing.
     """
     if not isinstance(cls, type):
@@ -38,16 +36,18 @@ def adapt_legacy_impl(cls: ImplClass) -> ImplClass:
             f"adapt_legacy_impl needs a class with a forward(layer, query, key, value, kv_cache, attn_metadata) "
             f"method; {cls.__qualname__} has none"
         )
-    if hasattr(legacy_forward, _LEGACY_FORWARD):
+    if hasattr(legacy_forward, LEGACY_FORWARD):
         return cls
-    passes_output = "output" in inspect.signature(legacy_forward).parameters
-    message = removed_api_message(
+    legacy_forward = getattr(legacy_forward, ADOPTS, legacy_forward)  # the plugin's wrapper copies too: drop it
+    message = deprecation.removed_api_message(
         f"`{cls.__qualname__}.forward` returning its result instead of writing into `output` "
         "(accept_output_buffer = False)",
         "an AttentionImpl must write into the preallocated `output`; until it does, its result is copied "
         "into `output` on every call",
         "VAC004",
     )
+    warned = (message, cls)  # warn_once_about's key: checked inline, a call per call is a measurable cost
+    passes_output = "output" in inspect.signature(legacy_forward).parameters
 
     @functools.wraps(legacy_forward)
     def forward(
@@ -71,51 +71,42 @@ def adapt_legacy_impl(cls: ImplClass) -> ImplClass:
                 f"{_describe(output_scale)}, output_block_scale={_describe(output_block_scale)}. Disable fused "
                 "output quantization or make the impl write into `output` (rule VAC004)."
             )
-        warn_once_about(cls, message)
-        extra = {"output": _rows(output)} if passes_output else {}
-        result = legacy_forward(
-            self, layer, _rows(query), _rows(key), _rows(value), kv_cache, attn_metadata, **extra
-        )
-        _store(result, output, cls, wrote_output=passes_output)
+        if warned not in deprecation._reported:
+            deprecation.warn_once_about(cls, message)
+        # flatten(1): [T, heads, size] -> [T, heads * size], a view whenever the memory allows; 2-D stays as is.
+        query = query.flatten(1)
+        if key is not None:
+            key = key.flatten(1)
+        if value is not None:
+            value = value.flatten(1)
+        if passes_output:
+            rows = output.flatten(1)
+            result = legacy_forward(self, layer, query, key, value, kv_cache, attn_metadata, output=rows)
+            if result is rows or result is None:
+                return output  # the impl took the buffer and wrote into it, the >= 0.20 way
+        else:
+            result = legacy_forward(self, layer, query, key, value, kv_cache, attn_metadata)
+        _store(result, output, cls)
         return output
 
-    setattr(forward, _LEGACY_FORWARD, legacy_forward)
+    setattr(forward, LEGACY_FORWARD, legacy_forward)
     cls.forward = forward
     return cls
 
 
 def is_adapted(cls: type) -> bool:
-    return hasattr(getattr(cls, "forward", None), _LEGACY_FORWARD)
+    return hasattr(getattr(cls, "forward", None), LEGACY_FORWARD)
 
 
-def _rows(tensor: torch.Tensor | None) -> torch.Tensor | None:
-    """``[T, heads, size]`` -> ``[T, heads * size]``, a view whenever the memory allows (the old 2-D layout)."""
-    if tensor is None or tensor.dim() <= 2:
-        return tensor
-    # Spelled out rather than -1: reshape cannot infer a size from zero elements (an empty batch).
-    return tensor.reshape(tensor.shape[0], tensor.shape[1:].numel())
-
-
-def _store(result: object, output: torch.Tensor, cls: type, *, wrote_output: bool) -> None:
-    """Copy ``result`` into ``output`` unless it already is ``output`` (same memory, same element order)."""
-    if result is None and wrote_output:
-        return  # the impl took the buffer and wrote into it, the >= 0.20 way
+def _store(result: object, output: torch.Tensor, cls: type) -> None:
+    """Copy ``result`` into ``output`` unless it lies in ``output``'s memory already."""
     if not isinstance(result, torch.Tensor):
         raise TypeError(
             f"{cls.__qualname__}.forward is adapted as a legacy return-value impl and must return the attention "
             f"result tensor [num_tokens, num_heads * head_size_v]; it returned {type(result).__name__}"
         )
-    if result.numel() != output.numel():
-        raise ValueError(
-            f"{cls.__qualname__}.forward returned a tensor of shape {tuple(result.shape)}; expected "
-            f"{output.numel()} elements to fill `output` of shape {tuple(output.shape)} "
-            "[num_tokens, num_heads, head_size_v]"
-        )
-    if result.data_ptr() == output.data_ptr():
-        if result.is_contiguous() and output.is_contiguous():
-            return  # the impl wrote into output itself: no copy (SGLang's data_ptr check)
-        result = result.clone()  # same memory, other element order: copying in place would overlap
-    output.copy_(result.reshape(output.shape))
+    if not shares_memory(result, output):
+        copy_into(result, output, f"{cls.__qualname__}.forward")
 
 
 def _describe(tensor: torch.Tensor | None) -> str:

@@ -3,7 +3,8 @@
 vLLM calls :func:`register` once per process (engine, each worker), possibly more than once; it must be cheap
 and idempotent. It detects features instead of parsing versions: it acts only when vLLM's ``AttentionBackend``
 no longer defines ``accept_output_buffer`` (the change of vLLM 0.20), does nothing without vLLM or on an older
-one, and nothing when ``VLLM_ATTN_COMPAT_DISABLE_PLUGIN=1``.
+one, and nothing when ``VLLM_ATTN_COMPAT_DISABLE_PLUGIN=1``. Each feature needs its own vLLM names; one whose
+names a release lacks is skipped and named in the log line, the others installed all the same.
 """
 
 from __future__ import annotations
@@ -23,7 +24,10 @@ _done = False
 
 
 def register() -> None:
-    """Install into vLLM (once per process) and log one line saying what was installed."""
+    """Install into vLLM (once per process) and log one line saying what was installed and what was skipped.
+
+    Never raises: vLLM calls it without a guard, so an exception here would stop vLLM from starting.
+    """
     global _done
     if os.environ.get(ENV_DISABLE, "").strip() not in ("", "0"):
         logger.info("vllm-attn-compat: plugin disabled by %s; nothing installed", ENV_DISABLE)
@@ -31,16 +35,23 @@ def register() -> None:
     with _lock:
         if _done:
             return
-        reason = _unsupported_reason()
-        if reason is not None:
-            _done = True
-            logger.info("vllm-attn-compat: nothing installed (%s)", reason)
-            return
-        from vllm_attn_compat.compat import vllm_install
-
-        installed = vllm_install.install()
         _done = True
-    logger.info("vllm-attn-compat: installed %s", ", ".join(installed) or "nothing new (already installed)")
+        try:
+            reason = _unsupported_reason()
+            if reason is not None:
+                logger.info("vllm-attn-compat: nothing installed (%s)", reason)
+                return
+            from vllm_attn_compat.compat import vllm_install
+
+            installed, skipped = vllm_install.install_features()
+        except Exception as error:  # anything the feature checks did not foresee
+            logger.warning("vllm-attn-compat: nothing installed (unexpected %s: %s)", type(error).__name__, error)
+            return
+    line = "vllm-attn-compat: installed " + (", ".join(installed) or "nothing new (already installed)")
+    if skipped:
+        logger.warning("%s; skipped %s", line, "; ".join(skipped))
+    else:
+        logger.info("%s", line)
 
 
 def _unsupported_reason() -> str | None:
@@ -49,8 +60,8 @@ def _unsupported_reason() -> str | None:
         return "vLLM is not installed"
     try:
         from vllm.v1.attention.backend import AttentionBackend
-    except ImportError as error:
-        return f"vLLM's v1 AttentionBackend does not import: {error}"
+    except Exception as error:  # ImportError, or whatever a broken vLLM raises while importing
+        return f"vLLM's v1 AttentionBackend does not import: {type(error).__name__}: {error}"
     return old_api_reason(AttentionBackend)
 
 

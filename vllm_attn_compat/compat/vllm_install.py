@@ -1,32 +1,61 @@
-"""What the plugin installs into a real vLLM >= 0.20 (imported only by the plugin, once vLLM is known to import).
+"""What the plugin installs into a real vLLM >= 0.20, feature by feature (imported only by the plugin).
 
-Each ``install_*`` function is idempotent and returns the names of what it installed now.
+Each feature looks up the vLLM names it needs when it is installed, never at import: a name that is missing or
+changed in some vLLM release skips that feature alone, with the reason, and the others are installed regardless.
+Each installer is idempotent and returns the names of what it installed now.
 """
 
 from __future__ import annotations
 
+import importlib
 import sys
-from typing import Any
+from typing import Any, Callable
 
 import torch
-from vllm.config import CompilationConfig
-from vllm.forward_context import get_forward_context
-from vllm.model_executor.layers.attention import attention as vllm_attention
-from vllm.model_executor.layers.attention import mla_attention as vllm_mla_attention  # noqa: F401 (registers its op)
-from vllm.utils.torch_utils import LayerNameType, _encode_layer_name, _resolve_layer_name
-from vllm.v1.attention.backend import AttentionBackend
 
 from vllm_attn_compat.compat import forwarders
+from vllm_attn_compat.compat.adopt import adopt_returned_result, outside
 from vllm_attn_compat.compat.deprecation import removed_api_message, warn_once
-from vllm_attn_compat.compat.flags import install_removed_flags
+from vllm_attn_compat.compat.flags import after_init, install_backend_flag, install_layer_flag
 from vllm_attn_compat.compat.op_names import RENAMED_OPS, normalize_splitting_ops, renamed_in
+
+# Where each vLLM name lives, newest layout first: a release that moves a module gets its path added here.
+BACKEND_MODULES = ("vllm.v1.attention.backend",)
+ATTENTION_MODULES = ("vllm.model_executor.layers.attention.attention",)  # also registers the with-output op
+MLA_MODULES = ("vllm.model_executor.layers.attention.mla_attention",)  # also registers the MLA with-output op
+TORCH_UTILS_MODULES = ("vllm.utils.torch_utils",)
+FORWARD_CONTEXT_MODULES = ("vllm.forward_context",)
+CONFIG_MODULES = ("vllm.config",)
+
+
+class Skipped(Exception):
+    """A feature this vLLM cannot take; the message says why (for the plugin's log line)."""
+
+
+def require(modules: tuple[str, ...], name: str) -> Any:
+    """``name`` from the first of ``modules`` that imports and has it; :class:`Skipped` naming what failed."""
+    failures = []
+    for module_name in modules:
+        try:
+            module = importlib.import_module(module_name)
+        except Exception as error:  # a module of a newer or broken vLLM may fail with anything
+            failures.append(f"{module_name} does not import ({type(error).__name__}: {error})")
+            continue
+        if hasattr(module, name):
+            return getattr(module, name)
+        failures.append(f"{module_name}.{name} does not exist")
+    raise Skipped("; ".join(failures))
 
 
 class VllmRoute(forwarders.Route):
     """vLLM's forward context, layers and ``torch.ops.vllm.*_with_output`` ops."""
 
+    def __init__(self, get_forward_context: Callable[[], Any], encode: Callable[[str], Any]) -> None:
+        self.get_forward_context = get_forward_context
+        self.encode = encode  # type: ignore[method-assign]  # the layer name as vLLM's ops take it
+
     def layer(self, layer_name: str) -> Any:
-        layers = get_forward_context().no_compile_layers
+        layers = self.get_forward_context().no_compile_layers
         try:
             return layers[layer_name]
         except KeyError:
@@ -34,9 +63,6 @@ class VllmRoute(forwarders.Route):
                 f"layer_name: expected the name of an attention layer in vLLM's forward context "
                 f"({len(layers)} known, e.g. {sorted(layers)[:4]}); found {layer_name!r}"
             ) from None
-
-    def encode(self, layer_name: str) -> Any:
-        return _encode_layer_name(layer_name)
 
     def allocate(self, layer: Any, query: torch.Tensor) -> torch.Tensor:
         # As vLLM's Attention.forward / MLAAttention callers do: [T, num_heads * head_size_v], query's dtype.
@@ -50,58 +76,152 @@ class VllmRoute(forwarders.Route):
         return torch.ops.vllm.unified_mla_attention_with_output
 
 
-ROUTE = VllmRoute()
+ROUTE: VllmRoute | None = None  # set by install_route
 
 
-def install_flags() -> list[str]:
-    return install_removed_flags(AttentionBackend, vllm_attention.Attention)
+def install_backend_flags() -> list[str]:
+    return install_backend_flag(require(BACKEND_MODULES, "AttentionBackend"))
+
+
+def install_layer_flags() -> list[str]:
+    return install_layer_flag(require(ATTENTION_MODULES, "Attention"))
+
+
+_ADOPTS_IMPL = "__vllm_attn_compat_adopts_impl_results__"
+_ADOPTS_MLA = "__vllm_attn_compat_adopts_mla_results__"
+
+
+def install_result_adoption() -> list[str]:
+    """SGLang's rule on out-of-tree impls' ``forward``, wrapped once per class as layers are built."""
+    if after_init(require(ATTENTION_MODULES, "Attention"), _ADOPTS_IMPL, adopt_impl_results):
+        return ["result copy for out-of-tree Attention impls that return it"]
+    return []
+
+
+def install_mla_result_adoption() -> list[str]:
+    """The same for MLA: an out-of-tree impl's ``forward_mha``, an out-of-tree layer's ``forward_impl``."""
+    if after_init(require(MLA_MODULES, "MLAAttention"), _ADOPTS_MLA, adopt_mla_results):
+        return ["result copy for out-of-tree MLA impls and layers that return it"]
+    return []
+
+
+# Where `output` is among the arguments after self, for callers that pass it by position (vLLM uses keywords):
+# impl.forward(layer, query, key, value, kv_cache, attn_metadata, output, ...),
+# impl.forward_mha(q, kv_c_normed, k_pe, kv_cache, attn_metadata, k_scale, output, ...),
+# layer.forward_impl(q, k_c_normed, k_pe, kv_cache, attn_metadata, output, ...).
+_OUTPUT_INDEX = {"forward": 6, "forward_mha": 6, "forward_impl": 5}
+
+
+def adopt_impl_results(layer: Any) -> None:
+    _adopt_outside_vllm(type(layer.impl), "forward")
+
+
+def adopt_mla_results(layer: Any) -> None:
+    _adopt_outside_vllm(type(layer.impl), "forward_mha")
+    _adopt_outside_vllm(type(layer), "forward_impl")
+
+
+def _adopt_outside_vllm(cls: type, name: str) -> None:
+    """Wrap ``cls.<name>`` when the class and the method's code both live outside vLLM (vLLM's own write)."""
+    if outside(cls, "vllm") and outside(getattr(cls, name, None), "vllm"):
+        adopt_returned_result(cls, name, _OUTPUT_INDEX[name])
+
+
+def layer_name_encoder() -> Callable[[str], Any]:
+    """How vLLM's ops take a layer name: ``_encode_layer_name`` (an opaque ``LayerName`` on torch >= 2.11), or
+    ``str`` itself where the helper is gone and vLLM's op schema says ``str``."""
+    try:
+        return require(TORCH_UTILS_MODULES, "_encode_layer_name")
+    except Skipped as missing:
+        if _vllm_layer_name_type() == "str":
+            return str
+        raise Skipped(f"{missing}, and vLLM's unified_attention_with_output does not take a str layer_name") from None
+
+
+def layer_name_resolver() -> Callable[[Any], str]:
+    """The inverse of :func:`layer_name_encoder`, for the op kernels: ``_resolve_layer_name``, or ``str``."""
+    try:
+        return require(TORCH_UTILS_MODULES, "_resolve_layer_name")
+    except Skipped as missing:
+        if _vllm_layer_name_type() == "str":
+            return str
+        raise Skipped(f"{missing}, and vLLM's unified_attention_with_output does not take a str layer_name") from None
+
+
+def _vllm_layer_name_type() -> str | None:
+    """The type of ``layer_name`` in vLLM's own ``unified_attention_with_output`` schema, if that op exists."""
+    op = getattr(torch.ops.vllm, "unified_attention_with_output", None)
+    if op is None:
+        return None
+    return next((str(a.type) for a in op.default._schema.arguments if a.name == "layer_name"), None)
+
+
+def vllm_route() -> VllmRoute:
+    """The one route to vLLM, built on first use from vLLM's forward context and layer-name encoder."""
+    global ROUTE
+    if ROUTE is None:
+        ROUTE = VllmRoute(require(FORWARD_CONTEXT_MODULES, "get_forward_context"), layer_name_encoder())
+    return ROUTE
 
 
 def install_route() -> list[str]:
-    if isinstance(forwarders.current_route(), VllmRoute):
+    if ROUTE is not None and forwarders.current_route() is ROUTE:
         return []
-    forwarders.set_route(ROUTE)
+    forwarders.set_route(vllm_route())
     return ["vllm_attn_compat.compat.unified_attention/unified_mla_attention -> vLLM"]
 
 
 _vllm_lib: torch.library.Library | None = None  # kept alive: the ops live as long as their library
+_defined: set[str] = set()
 
 
-def install_ops() -> list[str]:
-    """``torch.ops.vllm.unified_attention`` / ``unified_mla_attention``, taking vLLM's layer-name type."""
+def install_op(name: str, modules: tuple[str, ...], layer_cls_name: str) -> list[str]:
+    """``torch.ops.vllm.<name>``, forwarding to ``<name>_with_output`` (registered by ``modules``)."""
     global _vllm_lib
-    if _vllm_lib is not None or hasattr(torch.ops.vllm, "unified_attention"):
+    if name in _defined:
         return []
-    _vllm_lib = torch.library.Library("vllm", "FRAGMENT")
-    # LayerName (opaque, torch >= 2.11) or str, as vLLM's own ops; eager callers may pass either.
-    probe_schema = torch.library.infer_schema(_layer_name_probe, mutates_args=())  # "(<type> layer_name) -> ()"
-    layer_name_type = probe_schema[1 : probe_schema.index(" layer_name")]
-    kernels = forwarders.forwarder_kernels(ROUTE, _resolve_layer_name)
-    forwarders.define_forwarder_ops(_vllm_lib, layer_name_type, kernels)
-    return ["torch.ops.vllm.unified_attention", "torch.ops.vllm.unified_mla_attention"]
+    require(modules, layer_cls_name)  # importing the layer module registers vLLM's with-output op
+    if hasattr(torch.ops.vllm, name):
+        raise Skipped(f"vLLM defines torch.ops.vllm.{name} itself")
+    if not hasattr(torch.ops.vllm, f"{name}_with_output"):
+        raise Skipped(f"torch.ops.vllm.{name}_with_output does not exist")
+    route, resolve = vllm_route(), layer_name_resolver()
+    # The layer-name type as vLLM's own ops declare it: the opaque LayerName (torch >= 2.11) or str.
+    name_type = type(route.encode("probe"))
 
+    def probe(layer_name):  # annotated below: a string annotation (this module's __future__ import) of a local
+        ...                 # type would not resolve
 
-def _layer_name_probe(layer_name: LayerNameType) -> None: ...
+    probe.__annotations__ = {"layer_name": name_type, "return": None}
+    schema = torch.library.infer_schema(probe, mutates_args=())  # "(<type> layer_name) -> ()"
+    kernel = forwarders.forwarder_kernels(route, resolve)[name]
+    _vllm_lib = _vllm_lib or torch.library.Library("vllm", "FRAGMENT")
+    forwarders.define_forwarder_ops(_vllm_lib, schema[1 : schema.index(" layer_name")], {name: kernel})
+    _defined.add(name)
+    return [f"torch.ops.vllm.{name}"]
 
 
 _SPLITTING_OPS_HOOK = "__vllm_attn_compat_normalizes_splitting_ops__"
 
 
 def install_splitting_ops_normalization() -> list[str]:
-    original = CompilationConfig.__post_init__
+    config_cls = require(CONFIG_MODULES, "CompilationConfig")
+    original = config_cls.__dict__.get("__post_init__")
+    if original is None:
+        raise Skipped("vllm.config.CompilationConfig defines no __post_init__ to normalise splitting_ops in")
     if getattr(original, _SPLITTING_OPS_HOOK, False):
         return []
 
-    def __post_init__(self: CompilationConfig) -> None:
-        if self.splitting_ops:
+    def __post_init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        if getattr(self, "splitting_ops", None):
             stale = renamed_in(self.splitting_ops)
             if stale:
                 self.splitting_ops = normalize_splitting_ops(self.splitting_ops)
                 _warn_stale_ops(stale)
-        original(self)
+        original(self, *args, **kwargs)
 
     setattr(__post_init__, _SPLITTING_OPS_HOOK, True)
-    CompilationConfig.__post_init__ = __post_init__
+    config_cls.__post_init__ = __post_init__
     return ["CompilationConfig.splitting_ops normalization"]
 
 
@@ -127,5 +247,33 @@ def _depth_outside(packages: tuple[str, ...]) -> int:
     return depth
 
 
+# Each feature, in order, under the name the plugin's log line gives it when skipped.
+FEATURES: dict[str, Callable[[], list[str]]] = {
+    "AttentionBackend.accept_output_buffer": install_backend_flags,
+    "Attention.use_output and the legacy adapter": install_layer_flags,
+    "result copy for Attention impls": install_result_adoption,
+    "result copy for MLA impls": install_mla_result_adoption,
+    "torch.ops.vllm.unified_attention": lambda: install_op("unified_attention", ATTENTION_MODULES, "Attention"),
+    "torch.ops.vllm.unified_mla_attention": lambda: install_op("unified_mla_attention", MLA_MODULES, "MLAAttention"),
+    "the forwarders' route to vLLM": install_route,
+    "CompilationConfig.splitting_ops normalization": install_splitting_ops_normalization,
+}
+
+
+def install_features() -> tuple[list[str], list[str]]:
+    """Install every feature this vLLM can take: (what was installed now, ``"feature (why it was skipped)"``)."""
+    installed: list[str] = []
+    skipped: list[str] = []
+    for feature, install_feature in FEATURES.items():
+        try:
+            installed += install_feature()
+        except Skipped as reason:
+            skipped.append(f"{feature} ({reason})")
+        except Exception as error:  # a vLLM that changed in a way no check foresaw: skip, never break vLLM's loader
+            skipped.append(f"{feature} (unexpected {type(error).__name__}: {error})")
+    return installed, skipped
+
+
 def install() -> list[str]:
-    return install_flags() + install_ops() + install_route() + install_splitting_ops_normalization()
+    """Install what this vLLM can take; what was installed now."""
+    return install_features()[0]

@@ -13,6 +13,15 @@ from dataclasses import asdict, dataclass
 
 # The wording of compat.deprecation.removed_api_message, read back: the old API and the rule that migrates it.
 _MESSAGE = re.compile(r"(?P<old>.+?) was removed in vLLM 0\.20; .*\(rule (?P<rule>VAC\d+)\)\.\Z", re.DOTALL)
+# How removed_api_message says that `migrate` cannot find a use (nothing in the source marks it).
+BY_HAND = "change it by hand"
+_REPLACEMENT = re.compile(r" was removed in vLLM 0\.20; (?P<replacement>.*)\. vllm-attn-compat keeps it working", re.DOTALL)
+
+
+def replacement(message: str) -> str | None:
+    """What ``message`` (worded by ``removed_api_message``) says to write instead, or None."""
+    found = _REPLACEMENT.search(message)
+    return found.group("replacement") if found else None
 
 
 @dataclass(frozen=True)

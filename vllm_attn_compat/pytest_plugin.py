@@ -131,6 +131,8 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
         command = _command(use, here)
         if command:
             write.line(f"        fix: {command}")
+        elif deprecated_uses.BY_HAND in use.message:
+            write.line(f"        fix by hand (migrate cannot find it): {deprecated_uses.replacement(use.message)}")
     if state.mode == "error":
         write.line(
             f"vllm-attn-compat: the session fails: {_plural(total, 'deprecated use')} (--vllm-attn-compat=error)",
@@ -154,6 +156,8 @@ def _path(path: str, here) -> str:
 def _command(use: Use, here) -> str | None:
     """The ``migrate`` command for this use's rule and file; ``--unsafe-fixes`` where the rule's fix is unsafe."""
     if use.rule is None or not os.path.isfile(use.path):  # code compiled from a string has no file to migrate
+        return None
+    if deprecated_uses.BY_HAND in use.message:  # nothing in the source marks this use: migrate cannot find it
         return None
     # Rule metadata only: neither libcst nor torch.
     from vllm_attn_compat.codemods import registry

@@ -152,7 +152,9 @@ def test_a_session_without_deprecated_uses_is_untouched(pytester, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
     pytester.makepyfile(test_new="def test_nothing_old():\n    assert True\n")
     result = pytester.runpytest_subprocess(*PLUGIN, "--vllm-attn-compat=error", "--vllm-attn-compat-report=uses.json")
-    assert result.ret == 0 and "vllm-attn-compat" not in result.stdout.str()
+    # (pytest's header may name the installed plugin among "plugins:"; nothing else may mention it)
+    lines = [line for line in result.stdout.lines if not line.startswith("plugins:")]
+    assert result.ret == 0 and not any("vllm-attn-compat" in line for line in lines)
     assert _uses(pytester.path / "uses.json") == []
 
 
@@ -200,3 +202,60 @@ def test_loading_the_plugin_imports_neither_torch_nor_libcst():
     )  # fmt: skip
     assert run.stdout.strip() == "[]"
 
+
+
+# Backends whose deprecated use is reported at their class: an impl kept alive by `adapt_legacy_impl`, and
+# one whose returned result the plugin's rule copies into `output` (nothing in its source marks it).
+CLASS_USES = """\
+import torch
+
+from vllm_attn_compat.compat import adapt_legacy_impl
+from vllm_attn_compat.compat.adopt import adopt_returned_result
+
+
+@adapt_legacy_impl
+class AdaptedImpl:
+    def forward(self, layer, query, key, value, kv_cache, attn_metadata):
+        return query * 2
+
+
+class ReturningImpl:
+    def forward(self, layer, query, key, value, kv_cache, attn_metadata, output=None, output_scale=None,
+                output_block_scale=None):
+        return query * 3
+
+
+adopt_returned_result(ReturningImpl, "forward", 6)
+"""
+CLASS_TESTS = """\
+import torch
+
+from class_uses import AdaptedImpl, ReturningImpl
+
+
+def test_each_call_counts():
+    query = torch.ones(2, 1, 4)
+    for impl, factor in ((AdaptedImpl(), 2), (ReturningImpl(), 3)):
+        for _ in range(3):
+            output = torch.zeros(2, 1, 4)
+            impl.forward(None, query, query, query, None, None, output=output)
+            assert output.eq(factor).all()
+"""
+
+
+def test_uses_reported_at_a_class_count_every_call_and_by_hand_ones_get_no_migrate_command(pytester, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    monkeypatch.delenv("PYTEST_ADDOPTS", raising=False)
+    monkeypatch.delenv("VLLM_ATTN_COMPAT_WARNINGS", raising=False)
+    pytester.makepyfile(class_uses=CLASS_USES, test_class_uses=CLASS_TESTS)
+    result = pytester.runpytest_subprocess(*PLUGIN, "--vllm-attn-compat-report=uses.json")
+    assert result.ret == 0
+    adapted = CLASS_USES.splitlines().index("@adapt_legacy_impl") + 1  # a decorated class starts at its decorator
+    returning = CLASS_USES.splitlines().index("class ReturningImpl:") + 1
+    report = json.loads((pytester.path / "uses.json").read_text())
+    uses = {(use["line"], use["count"], use["command"]) for use in report["uses"]}
+    assert uses == {
+        (adapted, 3, "vllm-attn-compat migrate --select VAC004 class_uses.py"),
+        (returning, 3, None),  # found at run time only: migrate cannot find it, so no command is offered
+    }
+    result.stdout.fnmatch_lines(["*fix by hand (migrate cannot find it): write the result into the `output` tensor*"])

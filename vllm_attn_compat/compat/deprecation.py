@@ -39,7 +39,7 @@ def removed_api_message(old: str, replacement: str, rule: str, *, by_hand: bool 
     ``by_hand``: ``migrate`` cannot find this use (nothing in the source marks it), so the message says to change it
     by hand instead of pointing to ``migrate``.
     """
-    fix = "change it by hand" if by_hand else "run `vllm-attn-compat migrate` to rewrite it"
+    fix = deprecated_uses.BY_HAND if by_hand else "run `vllm-attn-compat migrate` to rewrite it"
     return (
         f"{old} was removed in vLLM 0.20; {replacement}. vllm-attn-compat keeps it working for now: {fix} "
         f"(rule {rule})."

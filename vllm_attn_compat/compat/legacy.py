@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 import torch
 
+from vllm_attn_compat import deprecated_uses
 from vllm_attn_compat.compat import deprecation
 from vllm_attn_compat.compat.adopt import ADOPTS, LEGACY_FORWARD, copy_into, shares_memory
 
@@ -71,7 +72,7 @@ def adapt_legacy_impl(cls: ImplClass) -> ImplClass:
                 f"{_describe(output_scale)}, output_block_scale={_describe(output_block_scale)}. Disable fused "
                 "output quantization or make the impl write into `output` (rule VAC004)."
             )
-        if warned not in deprecation._reported:
+        if warned not in deprecation._reported or deprecated_uses.tally is not None:  # the pytest plugin counts each call
             deprecation.warn_once_about(cls, message)
         # flatten(1): [T, heads, size] -> [T, heads * size], a view whenever the memory allows; 2-D stays as is.
         query = query.flatten(1)

@@ -173,6 +173,30 @@ class FlagReads(Rule):
             findings=(Status.UNSAFE_FIX_AVAILABLE,),
         ),
         Example(
+            "hasattr tests for the old API: on vLLM >= 0.20 it is false, so the else branch stays",
+            class_source(
+                _HEADER,
+                """
+                def forward(self, query, key, value, output):
+                    if hasattr(self.attn_backend, "accept_output_buffer"):
+                        # vLLM <= 0.19: the backend may return its result.
+                        return self.legacy_forward(query, key, value)
+                    else:
+                        self.impl.forward(self, query, key, value, output=output)
+                        return output
+                """,
+            ),
+            unsafe_after=class_source(
+                _HEADER,
+                """
+                def forward(self, query, key, value, output):
+                    self.impl.forward(self, query, key, value, output=output)
+                    return output
+                """,
+            ),
+            findings=(Status.UNSAFE_FIX_AVAILABLE,),
+        ),
+        Example(
             "a guard without else that returns, followed by the old path: the old path goes",
             class_source(
                 _HEADER,
@@ -301,26 +325,36 @@ class FlagReads(Rule):
             return
         flag = node.args[1].value.evaluated_value
         if flag in FLAGS and self._in_scope() and not is_name(node.func, "setattr"):
-            self._report_read(node, flag)
+            self._report_read(node, flag, tests_presence=node.func.value == "hasattr")
 
-    def _report_read(self, read, flag: str) -> None:
+    def _report_read(self, read, flag: str, *, tests_presence: bool = False) -> None:
+        """``tests_presence``: ``hasattr(x, flag)`` asks whether this is vLLM <= 0.19, which had the flag; on
+        vLLM >= 0.20 (once VAC004 removed the stale declarations) it is false, so the other branch runs."""
         import libcst as cst
 
         what = "`AttentionBackend.accept_output_buffer`" if flag == "accept_output_buffer" else "`Attention.use_output`"
-        message = (
-            f"{what} was removed in vLLM 0.20 (reading it raises AttributeError); every backend now "
-            "writes into the output buffer, so this read is always true"
-        )
+        if tests_presence:
+            message = (
+                f"{what} was removed in vLLM 0.20: `hasattr` on it tests for vLLM <= 0.19, so on vLLM >= 0.20 it is "
+                "false (every backend writes into the output buffer)"
+            )
+        else:
+            message = (
+                f"{what} was removed in vLLM 0.20 (reading it raises AttributeError); every backend now "
+                "writes into the output buffer, so this read is always true"
+            )
         parent = self.ctx.parent()
         negated = isinstance(parent, cst.UnaryOperation) and isinstance(parent.operator, cst.Not)
+        # Which branch runs on vLLM >= 0.20: the false one for `not <read>` and for a bare presence test.
+        runs_false = negated != tests_presence
         condition = parent if negated else read
         statement = self.ctx.parent(2 if negated else 1)
         block = self.ctx.parent(3 if negated else 2)
         fixed = message + "; the unsafe fix keeps only the branch that runs"
         if isinstance(statement, cst.IfExp) and statement.test is condition:
-            self.ctx.report(self, read, fixed, Replace(statement, _kept_expression(negated)))
+            self.ctx.report(self, read, fixed, Replace(statement, _kept_expression(runs_false)))
             return
-        if _stores_flag(statement, condition):
+        if not tests_presence and _stores_flag(statement, condition):
             line = self.ctx.parent(3 if negated else 2)
             if isinstance(line, cst.SimpleStatementLine):
                 edit = RemoveStatement(statement, drop_comment_block=True)
@@ -334,7 +368,7 @@ class FlagReads(Rule):
             self.ctx.report(self, read, message + ": simplify the code that uses it")
             return
         orelse = statement.orelse
-        if not negated:
+        if not runs_false:
             edits = [Replace(statement, _true_branch)]
             exits = always_exits(statement.body)
         elif orelse is None:

@@ -9,7 +9,7 @@ Its return value is ignored.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import torch
 
@@ -61,6 +61,17 @@ class AttentionImpl(ABC):
         """Write the attention result into ``output`` and return it."""
 
 
+class MLALayer(Protocol):
+    """What an MLA impl reads of its layer (`layer.MLAAttention` has it; so does vLLM's)."""
+
+    num_heads: int
+    scale: float
+    qk_nope_head_dim: int
+    v_head_dim: int
+    kv_lora_rank: int
+    kv_b_proj: torch.nn.Module
+
+
 class MLAAttentionImpl(ABC):
     """Multi-head latent attention into the caller's ``output`` ``[T, num_heads, v_head_dim]``.
 
@@ -79,7 +90,7 @@ class MLAAttentionImpl(ABC):
     @abstractmethod
     def forward(
         self,
-        layer: torch.nn.Module,
+        layer: MLALayer,
         q: torch.Tensor,
         kv_c_normed: torch.Tensor,
         k_pe: torch.Tensor,

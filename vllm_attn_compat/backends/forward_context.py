@@ -82,8 +82,11 @@ def get_forward_context() -> ForwardContext:
     return _current
 
 
-def get_attention_context(layer_name: str) -> tuple[Any, torch.nn.Module, torch.Tensor]:
-    """(attn_metadata, layer, kv_cache) for ``layer_name``, as vLLM's op bodies look them up."""
+def get_attention_context(layer_name: str) -> tuple[Any, Any, torch.Tensor]:
+    """(attn_metadata, layer, kv_cache) for ``layer_name``, as vLLM's op bodies look them up.
+
+    The layer is typed ``Any``: it is whatever module registered the name (this package's layers,
+    or vLLM's through the compat route), and the op bodies call what their kind of layer has."""
     context = get_forward_context()
     layer = context.no_compile_layers.get(layer_name)
     if layer is None:
@@ -103,4 +106,9 @@ def get_attention_context(layer_name: str) -> tuple[Any, torch.nn.Module, torch.
         metadata = metadata[layer_name]
     if metadata is None:
         raise ValueError(f"attn_metadata: expected metadata for layer {layer_name!r}, got None")
-    return metadata, layer, layer.kv_cache
+    kv_cache = layer.kv_cache
+    if not isinstance(kv_cache, torch.Tensor):
+        raise TypeError(
+            f"layer {layer_name!r}: expected kv_cache to be a torch.Tensor, got {type(kv_cache).__name__}"
+        )
+    return metadata, layer, kv_cache

@@ -9,7 +9,6 @@ buffer; the deprecated forwarders in ``compat`` call `allocate_output` too.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -40,7 +39,10 @@ class _AttentionLayerBase(torch.nn.Module):
     attn_backend: type[AttentionBackend]
 
     def _register(
-        self, prefix: str, attn_backend: str | type[AttentionBackend], registry: Mapping | None
+        self,
+        prefix: str,
+        attn_backend: str | type[AttentionBackend],
+        registry: dict[str, torch.nn.Module] | None,
     ) -> None:
         self.layer_name = prefix
         self.attn_backend = get_backend(attn_backend)
@@ -68,7 +70,9 @@ class _AttentionLayerBase(torch.nn.Module):
     def _output_for(self, query: torch.Tensor, output: torch.Tensor | None) -> torch.Tensor:
         return self.allocate_output(query) if output is None else self.validate_output(output, query)
 
-    def _allocate_kv_cache(self, shape: tuple[int, ...], dtype, device) -> torch.Tensor:
+    def _allocate_kv_cache(
+        self, shape: tuple[int, ...], dtype: torch.dtype | None, device: torch.device | str | None
+    ) -> torch.Tensor:
         self.kv_cache = torch.zeros(shape, dtype=dtype or torch.get_default_dtype(), device=device)
         return self.kv_cache
 
@@ -117,7 +121,11 @@ class Attention(_AttentionLayerBase):
         self._register(prefix, backend, static_forward_context)
 
     def allocate_kv_cache(
-        self, num_blocks: int, block_size: int, dtype: torch.dtype | None = None, device=None
+        self,
+        num_blocks: int,
+        block_size: int,
+        dtype: torch.dtype | None = None,
+        device: torch.device | str | None = None,
     ) -> torch.Tensor:
         """Allocate (zeroed) and bind this layer's paged cache; returns it."""
         shape = self.attn_backend.get_kv_cache_shape(
@@ -190,7 +198,11 @@ class MLAAttention(_AttentionLayerBase):
         self._register(prefix, backend, static_forward_context)
 
     def allocate_kv_cache(
-        self, num_blocks: int, block_size: int, dtype: torch.dtype | None = None, device=None
+        self,
+        num_blocks: int,
+        block_size: int,
+        dtype: torch.dtype | None = None,
+        device: torch.device | str | None = None,
     ) -> torch.Tensor:
         shape = self.attn_backend.get_kv_cache_shape(
             num_blocks, block_size, 1, self.kv_lora_rank, self.qk_rope_head_dim

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from backend_helpers import random_qkv
 
 from vllm_attn_compat.backends import AttentionMetadata, set_forward_context
+
+from backend_helpers import random_qkv
 
 SENTINEL = -5.0
 T, H, DV = 4, 4, 8  # layer: 4 heads, head_size 16, 2 kv heads, head_size_v 8

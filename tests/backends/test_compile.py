@@ -6,10 +6,11 @@ import re
 
 import pytest
 import torch
-from backend_helpers import random_qkv
 from torch._inductor.utils import run_and_get_code
 
 from vllm_attn_compat.backends import AttentionMetadata, MLAAttention, set_forward_context
+
+from backend_helpers import random_qkv
 
 OP = "torch.ops.vllm_attn_compat.unified_attention_with_output.default"
 MLA_OP = "torch.ops.vllm_attn_compat.unified_mla_attention_with_output.default"

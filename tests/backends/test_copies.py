@@ -10,11 +10,12 @@ import warnings
 
 import pytest
 import torch
-from backend_helpers import random_qkv
 from test_flash import needs_flash
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
 from vllm_attn_compat.backends import AttentionBackend, AttentionImpl, MLAAttention, set_forward_context
+
+from backend_helpers import random_qkv
 
 NAMESPACE = "vllm_attn_compat"
 _ALLOCATORS = {"empty", "empty_strided", "empty_like", "new_empty", "zeros", "zeros_like", "full", "clone"}

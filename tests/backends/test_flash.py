@@ -7,10 +7,11 @@ import math
 
 import pytest
 import torch
-from backend_helpers import expected_prefill, random_qkv, reference_attention
 
 from vllm_attn_compat.backends import AttentionMetadata, set_forward_context
 from vllm_attn_compat.backends.flash import FlashUnavailableError
+
+from backend_helpers import expected_prefill, random_qkv, reference_attention
 
 HAS_CUDA = torch.cuda.is_available()
 HAS_FLASH = importlib.util.find_spec("flash_attn") is not None

@@ -6,10 +6,11 @@ import warnings
 
 import pytest
 import torch
-from backend_helpers import TOLERANCES, expected_prefill, random_qkv
 
 from vllm_attn_compat.backends import AttentionMetadata, set_forward_context
 from vllm_attn_compat.backends.flex import FlexAttentionMetadata
+
+from backend_helpers import TOLERANCES, expected_prefill, random_qkv
 
 SENTINEL = -77.0
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from backend_helpers import TOLERANCES, reference_attention
 
 from vllm_attn_compat.backends import AttentionMetadata, MLAAttention, set_forward_context
+
+from backend_helpers import TOLERANCES, reference_attention
 
 SENTINEL = 99.0
 H, NOPE, ROPE, V, LORA = 4, 8, 4, 6, 12

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from backend_helpers import TOLERANCES, expected_prefill, random_qkv, reference_attention
 
 from vllm_attn_compat.backends import set_forward_context
+
+from backend_helpers import TOLERANCES, expected_prefill, random_qkv, reference_attention
 
 # flex runs its eager kernel here (compile_kernel=False): compiling flex takes ~20 s per
 # shape on a small CPU; the compiled kernel has its own test in test_flex.py.

@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 
 import torch
-from backend_helpers import TOLERANCES, reference_attention
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -15,6 +14,8 @@ from vllm_attn_compat.backends import (
     AttentionMetadata,
     set_forward_context,
 )
+
+from backend_helpers import TOLERANCES, reference_attention
 
 BLOCK_SIZE, BLOCKS_PER_SEQ = 4, 4
 

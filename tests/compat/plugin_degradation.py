@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # this tree's package, not an installed one
 
-import torch  # noqa: E402
+import torch
 
 torch.set_num_threads(1)  # before any op: the children are forked
 

@@ -162,10 +162,9 @@ def test_pep702_marker_without_a_second_runtime_warning(layers):
         assert "removed in vLLM 0.20" in fn.__deprecated__
     layer = layers.attention()
     q, k, v = random_inputs(layer, 2)
-    with layers.context([2]):
-        with warnings.catch_warnings(record=True) as log:
-            warnings.simplefilter("always")
-            compat.unified_attention(q, k, v, layer.layer_name)
+    with layers.context([2]), warnings.catch_warnings(record=True) as log:
+        warnings.simplefilter("always")
+        compat.unified_attention(q, k, v, layer.layer_name)
     assert [w.category for w in log] == [VllmAttnCompatDeprecationWarning]
 
 

@@ -20,7 +20,6 @@ from hypothesis import strategies as st
 
 from .source_writer import SAME, SourceWriter
 
-
 VLLM_IMPL_BASES = [
     ("vllm.v1.attention.backend", "AttentionImpl"),
     ("vllm.v1.attention.backend", "MLAAttentionImpl"),

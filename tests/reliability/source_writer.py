@@ -7,8 +7,8 @@ before any statement, so a test can tell exactly which comment went where.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from hypothesis import strategies as st
 

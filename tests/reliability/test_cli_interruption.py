@@ -11,7 +11,6 @@ import subprocess
 import time
 from pathlib import Path
 
-
 from .cli_run import PLAIN, cli_command, cli_env, legacy_variant, run_cli, snapshot
 from .profile import scaled
 

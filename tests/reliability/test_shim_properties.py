@@ -11,7 +11,8 @@ import warnings
 
 import pytest
 import torch
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from .profile import reliability_settings, scaled
 

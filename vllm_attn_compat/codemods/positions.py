@@ -68,7 +68,7 @@ class _SyntacticSpan:
     """The provider's ``record_syntactic_position``, as a plain context manager (a generator-based one
     costs more than the rest of the rendering's bookkeeping)."""
 
-    __slots__ = ("state", "node", "start_node", "end_node", "start")
+    __slots__ = ("end_node", "node", "start", "start_node", "state")
 
     def __init__(self, state: _SpanState, node, start_node, end_node) -> None:
         self.state, self.node, self.start_node, self.end_node = state, node, start_node, end_node

@@ -9,7 +9,8 @@ with True and a warning. A backend class that still assigns the flag itself shad
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from vllm_attn_compat.compat.deprecation import removed_api_message, warn_once, warn_once_about
 from vllm_attn_compat.compat.legacy import adapt_legacy_impl

@@ -12,7 +12,8 @@ allocation plus the with-output op, so they need no fake and add no copy.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from typing_extensions import deprecated

@@ -5,10 +5,11 @@ from __future__ import annotations
 import pickle
 
 import pytest
-from rule_testing import run, statuses
 
 from vllm_attn_compat.codemods.findings import Status
 from vllm_attn_compat.codemods.hierarchy import ClassHierarchy, index_module
+
+from rule_testing import run, statuses
 
 IMPL = """
 import torch

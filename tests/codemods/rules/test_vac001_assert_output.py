@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import rule_testing
-from rule_testing import run, source, statuses
 from vllm_attn_compat.codemods.findings import Status
 
+import rule_testing
+from rule_testing import run, source, statuses
 
 
 def fixed(text: str, select=("VAC001",)) -> str:

@@ -15,7 +15,9 @@ from dataclasses import asdict, dataclass
 _MESSAGE = re.compile(r"(?P<old>.+?) was removed in vLLM 0\.20; .*\(rule (?P<rule>VAC\d+)\)\.\Z", re.DOTALL)
 # How removed_api_message says that `migrate` cannot find a use (nothing in the source marks it).
 BY_HAND = "change it by hand"
-_REPLACEMENT = re.compile(r" was removed in vLLM 0\.20; (?P<replacement>.*)\. vllm-attn-compat keeps it working", re.DOTALL)
+_REPLACEMENT = re.compile(
+    r" was removed in vLLM 0\.20; (?P<replacement>.*)\. vllm-attn-compat keeps it working", re.DOTALL
+)
 
 
 def replacement(message: str) -> str | None:

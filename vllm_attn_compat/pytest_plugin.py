@@ -176,9 +176,7 @@ def _write_report(path: str, state: _Session, uses: list[Use]) -> None:
         "schema": SCHEMA,
         "mode": state.mode,
         "total": sum(use.count for use in uses),
-        "uses": [
-            {**use.as_json(), "path": _path(use.path, here), "command": _command(use, here)} for use in uses
-        ],
+        "uses": [{**use.as_json(), "path": _path(use.path, here), "command": _command(use, here)} for use in uses],
     }
     target = os.path.join(here, path)
     os.makedirs(os.path.dirname(target) or ".", exist_ok=True)

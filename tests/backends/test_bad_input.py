@@ -158,7 +158,9 @@ def test_output_quantization_is_refused_before_writing(make_layer):
     q, k, v = random_qkv(layer, T)
     output = _buffer((T, H, DV))
     with set_forward_context({layer.layer_name: AttentionMetadata.from_lengths([T])}):
-        message = r"output_scale: the sdpa backend writes unquantized output, expected None, got a tensor of shape \[1\]"
+        message = (
+            r"output_scale: the sdpa backend writes unquantized output, expected None, got a tensor of shape \[1\]"
+        )
         with pytest.raises(NotImplementedError, match=message):
             torch.ops.vllm_attn_compat.unified_attention_with_output(
                 q, k, v, output, layer.layer_name, output_scale=torch.ones(1)

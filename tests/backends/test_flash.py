@@ -58,9 +58,7 @@ def test_flash_decode_from_paged_cache(make_layer):
     done = [0, 0]
     for step in ([299, 8], [1, 1]):
         seq_lens = [d + s for d, s in zip(done, step)]
-        md = AttentionMetadata.from_lengths(
-            step, seq_lens, block_table=block_table, block_size=256, device="cuda"
-        )
+        md = AttentionMetadata.from_lengths(step, seq_lens, block_table=block_table, block_size=256, device="cuda")
         q, k, v = (torch.cat([s[j][d:e] for s, d, e in zip(seqs, done, seq_lens)]) for j in range(3))
         with set_forward_context({layer.layer_name: md}):
             out = layer(q, k, v).view(-1, 8, 64)

@@ -55,13 +55,10 @@ def test_mla_prefill_then_decode_from_latent_cache(mla_layer, dtype):
             result = layer(pad(q), pad(kv_c), pad(k_pe), output=output)
         assert result.data_ptr() == output.data_ptr() and result.shape == (len(q) + 2, H * V)
         expected = torch.cat(
-            [
-                _reference(layer, s[0][d:e], s[1][:e], s[2][:e])
-                for s, d, e in zip(seqs, done, seq_lens)
-            ]
+            [_reference(layer, s[0][d:e], s[1][:e], s[2][:e]) for s, d, e in zip(seqs, done, seq_lens)]
         ).flatten(1)
         torch.testing.assert_close(output[: len(q)].double(), expected, **TOLERANCES[dtype])
-        assert torch.all(output[len(q):] == SENTINEL)
+        assert torch.all(output[len(q) :] == SENTINEL)
         done = seq_lens
 
 

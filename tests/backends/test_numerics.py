@@ -79,5 +79,5 @@ def test_decode_reads_the_paged_cache(make_layer, backend, dtype):
             ]
         )
         torch.testing.assert_close(output[: len(q)].double(), expected, **TOLERANCES[dtype])
-        assert torch.all(output[len(q):] == SENTINEL)
+        assert torch.all(output[len(q) :] == SENTINEL)
         done = seq_lens

@@ -40,8 +40,9 @@ class LegacyImpl(AttentionImpl):
     def __init__(self, num_heads, head_size, scale, num_kv_heads=None, *args, **kwargs):
         pass
 
-    def forward(self, layer, query, key, value, kv_cache, attn_metadata, output=None, output_scale=None,
-                output_block_scale=None):
+    def forward(
+        self, layer, query, key, value, kv_cache, attn_metadata, output=None, output_scale=None, output_block_scale=None
+    ):
         return (query * 2).reshape(query.shape[0], -1)
 
 
@@ -87,8 +88,9 @@ SCENARIOS = {
 def _legacy_layer_output():
     """A default-flag legacy backend through vLLM's real Attention: is the result in the returned output?"""
     with set_current_vllm_config(VLLM_CONFIG):
-        layer = attention.Attention(4, 8, 8**-0.5, num_kv_heads=4, prefix="model.layers.0.attn",
-                                    attn_backend=LegacyBackend)
+        layer = attention.Attention(
+            4, 8, 8**-0.5, num_kv_heads=4, prefix="model.layers.0.attn", attn_backend=LegacyBackend
+        )
     q = torch.randn(3, 32)
     with set_forward_context({layer.layer_name: None}, VLLM_CONFIG, slot_mapping={}):
         out = layer(q, torch.randn(3, 32), torch.randn(3, 32))

@@ -62,10 +62,12 @@ def _forwarder_calls(layers, path):
     return {
         "unified_attention": (lambda: compat.unified_attention(q, k, v, layer.layer_name), "VAC007"),  # SITE-fn
         "op unified_attention": (
-            lambda: torch.ops.vllm_attn_compat.unified_attention(q, k, v, layer.layer_name), "VAC007"  # SITE-op
+            lambda: torch.ops.vllm_attn_compat.unified_attention(q, k, v, layer.layer_name),  # SITE-op
+            "VAC007",
         ),
         "unified_mla_attention": (
-            lambda: compat.unified_mla_attention(mq, kv_c, k_pe, mla.layer_name), "VAC007"  # SITE-mla
+            lambda: compat.unified_mla_attention(mq, kv_c, k_pe, mla.layer_name),  # SITE-mla
+            "VAC007",
         ),
         "op unified_mla_attention": (
             lambda: torch.ops.vllm_attn_compat.unified_mla_attention(mq, kv_c, k_pe, mla.layer_name),  # SITE-mop
@@ -201,7 +203,7 @@ def test_forwarder_op_decomposes_into_allocation_and_the_with_output_op(layers):
     with layers.context([4]):
         result, (code,) = run_and_get_code(torch.compile(fn, fullgraph=True), q, k, v)
         torch.testing.assert_close(result, layer(q, k, v) * 2)
-    body = code[code.find("def call(self"):]
+    body = code[code.find("def call(self") :]
     assert "vllm_attn_compat.unified_attention_with_output.default(" in body
     assert "vllm_attn_compat.unified_attention.default" not in body
     assert "copy" not in body and "clone" not in body

@@ -36,8 +36,11 @@ def test_unified_attention_matches_the_with_output_path(layers, forwarder, three
     with layers.context([3, 2]):
         expected = torch.zeros(5, layer.num_heads, layer.head_size_v)
         torch.ops.vllm_attn_compat.unified_attention_with_output(
-            q.reshape(expected.shape[0], layer.num_heads, -1), k.reshape(5, layer.num_kv_heads, -1),
-            v.reshape(5, layer.num_kv_heads, -1), expected, layer.layer_name,
+            q.reshape(expected.shape[0], layer.num_heads, -1),
+            k.reshape(5, layer.num_kv_heads, -1),
+            v.reshape(5, layer.num_kv_heads, -1),
+            expected,
+            layer.layer_name,
         )
         result = FORWARDERS[forwarder](q, k, v, layer.layer_name)
     assert result.shape == (5, layer.num_heads * layer.head_size_v)  # the old 2-D result
@@ -99,6 +102,7 @@ def test_opcheck_of_the_forwarder_op(layers):
     with layers.context([3]), warnings.catch_warnings():
         warnings.simplefilter("ignore", VllmAttnCompatDeprecationWarning)
         torch.library.opcheck(
-            torch.ops.vllm_attn_compat.unified_attention.default, (q, k, v, layer.layer_name),
+            torch.ops.vllm_attn_compat.unified_attention.default,
+            (q, k, v, layer.layer_name),
             test_utils=("test_schema", "test_faketensor"),
         )

@@ -148,7 +148,9 @@ def test_a_result_of_the_wrong_size_is_an_error_and_output_is_untouched():
     output = torch.full((3, impl.num_heads, impl.head_size_v), 7.0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", VllmAttnCompatDeprecationWarning)
-        expected = r"WrongSize.forward returned a tensor of shape \(3, 5\) that cannot fill `output` of shape \(3, 4, 8\)"
+        expected = (
+            r"WrongSize.forward returned a tensor of shape \(3, 5\) that cannot fill `output` of shape \(3, 4, 8\)"
+        )
         with pytest.raises(ValueError, match=expected):
             impl.forward(None, q, k, v, torch.empty(0), None, output)
     assert torch.equal(output, torch.full_like(output, 7.0))

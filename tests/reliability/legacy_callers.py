@@ -82,7 +82,9 @@ def _arguments(method: Method, draw, *, explicit_self: str | None = None, first:
     how = draw(st.sampled_from(["omit", "omit", "keyword", "positional", "none", "star", "double-star"]))
     if how == "keyword":
         args.append("output=[0, 0, 0]")
-    elif how == "positional" and method.output == "positional" and len(args) == len(method.before) + bool(explicit_self):
+    elif (
+        how == "positional" and method.output == "positional" and len(args) == len(method.before) + bool(explicit_self)
+    ):
         args.append("[0, 0, 0]")
     elif how == "none":
         args.append("output=None")
@@ -104,7 +106,11 @@ def plugins_with_callers(draw) -> GeneratedPlugin:
     for index in range(draw(st.integers(0, 2))):  # the impl's own warm-up paths
         method = draw(st.sampled_from(found))
         in_class.append(f"warm_{index}")
-        backend += [f"    def warm_{index}(self):", f"        return self.{method.name}({_arguments(method, draw)})", ""]
+        backend += [
+            f"    def warm_{index}(self):",
+            f"        return self.{method.name}({_arguments(method, draw)})",
+            "",
+        ]
     subclass = draw(st.booleans())
     if subclass:
         method = draw(st.sampled_from(found))

@@ -32,8 +32,14 @@ VLLM_BACKEND_BASES = [
 FOREIGN_MODULE = "myproject.attention.base"  # an unrelated project's own AttentionBackend/AttentionImpl
 
 OP_NAMES = {  # op -> its old and new names, in the "vllm::" and the dotted "vllm." forms
-    "attention": (("vllm::unified_attention", "vllm.unified_attention"), ("vllm::unified_attention_with_output", "vllm.unified_attention_with_output")),
-    "mla": (("vllm::unified_mla_attention", "vllm.unified_mla_attention"), ("vllm::unified_mla_attention_with_output", "vllm.unified_mla_attention_with_output")),
+    "attention": (
+        ("vllm::unified_attention", "vllm.unified_attention"),
+        ("vllm::unified_attention_with_output", "vllm.unified_attention_with_output"),
+    ),
+    "mla": (
+        ("vllm::unified_mla_attention", "vllm.unified_mla_attention"),
+        ("vllm::unified_mla_attention_with_output", "vllm.unified_mla_attention_with_output"),
+    ),
 }
 UNRELATED_OPS = [
     "vllm::mamba_mixer2",
@@ -41,6 +47,7 @@ UNRELATED_OPS = [
     "custom::unified_attention",
     "vllm::unified_attention_with_output_extra",
 ]
+
 
 @dataclass(frozen=True)
 class GeneratedModule:
@@ -131,7 +138,9 @@ def _forward(w: SourceWriter, depth: int, *, in_scope: bool, name: str = "forwar
         w.line(body + 1, '"Output tensor must be provided."', drop)
         w.line(body, ")", drop)
     elif guard == "fallback":
-        alloc = draw(st.sampled_from(["torch.empty_like(query)", "torch.zeros_like(query)", "torch.empty(query.shape)"]))
+        alloc = draw(
+            st.sampled_from(["torch.empty_like(query)", "torch.zeros_like(query)", "torch.empty(query.shape)"])
+        )
         w.gap(body)
         w.line(body, "if output is None:", drop)
         w.gap(body + 1, allow_blank=False)
@@ -221,7 +230,9 @@ def _impl_class(w: SourceWriter, base: str, *, in_scope: bool, depth: int = 0) -
 def _op_list(w: SourceWriter) -> None:
     """A literal of op names: exact old names renamed, dropped where the new one is present."""
     draw = w.draw
-    entries: list[tuple[str, object]] = [(f'"{op}"', SAME) for op in draw(st.lists(st.sampled_from(UNRELATED_OPS), unique=True, max_size=2))]
+    entries: list[tuple[str, object]] = [
+        (f'"{op}"', SAME) for op in draw(st.lists(st.sampled_from(UNRELATED_OPS), unique=True, max_size=2))
+    ]
     for old_forms, new_forms in OP_NAMES.values():
         # Either form of the old name, and of the new; an old name is dropped where the new one (in
         # either form: they name the same op) is already listed, and renamed in its own form otherwise.
@@ -241,6 +252,7 @@ def _op_list(w: SourceWriter) -> None:
     opener, closer = draw(st.sampled_from([("[", "]"), ("(", ")"), ("{", "}")]))
     w.gap(0)
     if draw(st.booleans()):  # one line: rewrite the whole literal
+
         def render(items: list[str]) -> str:
             tail = "," if opener == "(" and len(items) == 1 else ""
             return f"SPLITTING_OPS = {opener}" + ", ".join(items) + tail + closer
@@ -270,7 +282,9 @@ def _helper_function(w: SourceWriter) -> None:
 def legacy_modules(draw) -> GeneratedModule:
     encoding = draw(st.sampled_from(["utf-8", "utf-8", "utf-8-sig", "latin-1"]))
     max_codepoint = 0xFF if encoding == "latin-1" else 0x2FFF
-    alphabet = st.characters(min_codepoint=0x20, max_codepoint=max_codepoint, blacklist_categories=("Cc", "Cs", "Zl", "Zp"))
+    alphabet = st.characters(
+        min_codepoint=0x20, max_codepoint=max_codepoint, blacklist_categories=("Cc", "Cs", "Zl", "Zp")
+    )
     unit = draw(st.sampled_from(["    ", "  ", "\t"]))
     w = SourceWriter(draw, unit, alphabet)
 
@@ -290,7 +304,12 @@ def legacy_modules(draw) -> GeneratedModule:
         backend_mod, backend_name = draw(st.sampled_from(VLLM_BACKEND_BASES))
         impl_mod, impl_name = draw(st.sampled_from(VLLM_IMPL_BASES))
     else:
-        backend_mod, backend_name, impl_mod, impl_name = FOREIGN_MODULE, "AttentionBackend", FOREIGN_MODULE, "AttentionImpl"
+        backend_mod, backend_name, impl_mod, impl_name = (
+            FOREIGN_MODULE,
+            "AttentionBackend",
+            FOREIGN_MODULE,
+            "AttentionImpl",
+        )
     backend_base = _import_line(w, backend_mod, backend_name, style)
     impl_base = _import_line(w, impl_mod, impl_name, style)
 

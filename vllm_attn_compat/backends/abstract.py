@@ -36,9 +36,7 @@ class AttentionImpl(ABC):
         **extra_impl_args: Any,
     ) -> None:
         if extra_impl_args:
-            raise TypeError(
-                f"{type(self).__name__}: unexpected implementation arguments {sorted(extra_impl_args)}"
-            )
+            raise TypeError(f"{type(self).__name__}: unexpected implementation arguments {sorted(extra_impl_args)}")
         self.num_heads = num_heads
         self.head_size = head_size
         self.scale = scale
@@ -83,9 +81,7 @@ class MLAAttentionImpl(ABC):
 
     def __init__(self, **extra_impl_args: Any) -> None:
         if extra_impl_args:
-            raise TypeError(
-                f"{type(self).__name__}: unexpected implementation arguments {sorted(extra_impl_args)}"
-            )
+            raise TypeError(f"{type(self).__name__}: unexpected implementation arguments {sorted(extra_impl_args)}")
 
     @abstractmethod
     def forward(

@@ -80,14 +80,10 @@ def load_flash_attn() -> tuple[Any, ModuleType | None]:
 
 
 class FlashAttentionImpl(AttentionImpl):
-    def __init__(
-        self, num_heads: int, head_size: int, scale: float, num_kv_heads: int, head_size_v: int
-    ) -> None:
+    def __init__(self, num_heads: int, head_size: int, scale: float, num_kv_heads: int, head_size_v: int) -> None:
         super().__init__(num_heads, head_size, scale, num_kv_heads, head_size_v)
         if head_size_v != head_size:
-            raise ValueError(
-                f"head_size_v: the flash backend expected {head_size} (= head_size), got {head_size_v}"
-            )
+            raise ValueError(f"head_size_v: the flash backend expected {head_size} (= head_size), got {head_size_v}")
         if head_size % 8:
             raise ValueError(
                 f"head_size: the flash backend expected a multiple of 8 (flash-attn pads other sizes "
@@ -120,8 +116,7 @@ class FlashAttentionImpl(AttentionImpl):
         if paging is not None:
             if kv_cache is None or kv_cache.numel() == 0:
                 raise ValueError(
-                    "kv_cache: attn_metadata has a block table, expected an allocated paged cache, "
-                    "got an empty one"
+                    "kv_cache: attn_metadata has a block table, expected an allocated paged cache, got an empty one"
                 )
             if paging.block_size % 256:
                 raise ValueError(

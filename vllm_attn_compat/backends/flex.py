@@ -68,9 +68,7 @@ class FlexAttentionMetadata(AttentionMetadata):
         q_pos = layout.token_row + (seq_lens - q_lens)[q_doc]
         causal = self.causal
 
-        def document_mask(
-            b: torch.Tensor, h: torch.Tensor, q_idx: torch.Tensor, kv_idx: torch.Tensor
-        ) -> torch.Tensor:
+        def document_mask(b: torch.Tensor, h: torch.Tensor, q_idx: torch.Tensor, kv_idx: torch.Tensor) -> torch.Tensor:
             same = q_doc[q_idx] == kv_doc[kv_idx]
             return same & (kv_pos[kv_idx] <= q_pos[q_idx]) if causal else same
 

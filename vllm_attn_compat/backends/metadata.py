@@ -30,9 +30,7 @@ def _host_values(name: str, tensor: torch.Tensor, ndim: int) -> list[Any]:
     if not isinstance(tensor, torch.Tensor):
         raise TypeError(f"{name}: expected a torch.Tensor, got {type(tensor).__name__}")
     if tensor.dim() != ndim or tensor.is_floating_point() or tensor.is_complex():
-        raise ValueError(
-            f"{name}: expected a {ndim}-D integer tensor, got a {tensor.dim()}-D {tensor.dtype} tensor"
-        )
+        raise ValueError(f"{name}: expected a {ndim}-D integer tensor, got a {tensor.dim()}-D {tensor.dtype} tensor")
     values: list[Any] = tensor.tolist()
     return values
 
@@ -66,9 +64,7 @@ class AttentionMetadata:
     def __post_init__(self) -> None:
         starts = _as_list("query_start_loc", self.query_start_loc)
         if not starts or starts[0] != 0:
-            raise ValueError(
-                f"query_start_loc: expected cumulative query lengths starting at 0, got {starts}"
-            )
+            raise ValueError(f"query_start_loc: expected cumulative query lengths starting at 0, got {starts}")
         for i in range(1, len(starts)):
             if starts[i] < starts[i - 1]:
                 raise ValueError(
@@ -115,17 +111,12 @@ class AttentionMetadata:
             return -1, -1
         if block_table is None or slot_mapping is None or block_size is None:
             missing = [n for n, g in zip(("block_table", "slot_mapping", "block_size"), given) if not g]
-            raise ValueError(
-                "block_table, slot_mapping and block_size: expected all three or none, "
-                f"missing {missing}"
-            )
+            raise ValueError(f"block_table, slot_mapping and block_size: expected all three or none, missing {missing}")
         if block_size <= 0:
             raise ValueError(f"block_size: expected a positive int, got {block_size}")
         table = _as_rows("block_table", block_table)
         if len(table) != len(seq_lens):
-            raise ValueError(
-                f"block_table: expected one row per sequence ({len(seq_lens)}), got {len(table)}"
-            )
+            raise ValueError(f"block_table: expected one row per sequence ({len(seq_lens)}), got {len(table)}")
         columns = block_table.shape[1]
         for i, s_len in enumerate(seq_lens):
             needed = -(-s_len // block_size)
@@ -141,9 +132,7 @@ class AttentionMetadata:
                 )
         slots = _as_list("slot_mapping", slot_mapping)
         if len(slots) != self.num_actual_tokens:
-            raise ValueError(
-                f"slot_mapping: expected one slot per token ({self.num_actual_tokens}), got {len(slots)}"
-            )
+            raise ValueError(f"slot_mapping: expected one slot per token ({self.num_actual_tokens}), got {len(slots)}")
         self._check_slots(table, query_lens, seq_lens, slots, block_size)
         used_blocks = [b for i, s in enumerate(seq_lens) for b in table[i][: -(-s // block_size)]]
         return max(used_blocks, default=-1), max(slots, default=-1)
@@ -196,8 +185,7 @@ class AttentionMetadata:
             return
         if kv_cache.shape[1] != self.block_size:
             raise ValueError(
-                f"kv_cache: expected block size {self.block_size} (dimension 1), got shape "
-                f"{list(kv_cache.shape)}"
+                f"kv_cache: expected block size {self.block_size} (dimension 1), got shape {list(kv_cache.shape)}"
             )
         if self._max_block_id >= kv_cache.shape[0] or self._max_slot >= kv_cache.shape[0] * self.block_size:
             raise ValueError(

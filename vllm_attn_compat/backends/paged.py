@@ -93,9 +93,7 @@ class BatchLayout:
         return BatchLayout(token_seq, token_row, token_flat, kv_index, allowed[:, None])
 
 
-def write_kv(
-    kv_cache: torch.Tensor, key: torch.Tensor, value: torch.Tensor, slot_mapping: torch.Tensor
-) -> None:
+def write_kv(kv_cache: torch.Tensor, key: torch.Tensor, value: torch.Tensor, slot_mapping: torch.Tensor) -> None:
     """Store this step's keys and values at their slots (rows beyond the slots are padding)."""
     n, head_size = slot_mapping.shape[0], key.shape[-1]
     flat = kv_cache.flatten(0, 1)
@@ -130,9 +128,7 @@ def gather_kv(
         gathered = _rows(kv_cache.flatten(0, 1), index).to(dtype)
         return gathered[..., :head_size], gathered[..., head_size:]
     if key is None or value is None:
-        raise ValueError(
-            "key/value: without a paged cache the batch's keys and values must be passed, got None"
-        )
+        raise ValueError("key/value: without a paged cache the batch's keys and values must be passed, got None")
     return _rows(key, index), _rows(value, index)
 
 

@@ -118,9 +118,7 @@ class Applier(cst.CSTTransformer):
             return [None] * count
         return [self._removals.get(id(small)) for small in body]
 
-    def _drop_small_statements(
-        self, original: cst.CSTNode, line: cst.SimpleStatementLine
-    ) -> cst.SimpleStatementLine:
+    def _drop_small_statements(self, original: cst.CSTNode, line: cst.SimpleStatementLine) -> cst.SimpleStatementLine:
         marks = self._removed_small(original, len(line.body))
         if not any(marks):
             return line

@@ -91,9 +91,7 @@ def parse_config(text: str, source: str) -> Config:
     values: dict[str, object] = {}
     for key, value in table.items():
         if key not in _KEYS:
-            raise ConfigError(
-                f"{source}: [{TABLE}] unknown key {key!r}; expected one of: {', '.join(sorted(_KEYS))}"
-            )
+            raise ConfigError(f"{source}: [{TABLE}] unknown key {key!r}; expected one of: {', '.join(sorted(_KEYS))}")
         name, convert, expected = _KEYS[key]
         converted = convert(value)
         if converted is None:

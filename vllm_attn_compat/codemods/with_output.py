@@ -69,7 +69,7 @@ def self_attributes(klass: cst.ClassDef, imports: dict[str, str]) -> frozenset[s
     for base in klass.bases:
         target = dotted_name(base.value)
         resolved = imports.get(target.partition(".")[0], "") if target else ""
-        full = f"{resolved}{target[len(target.partition('.')[0]):]}" if target else ""
+        full = f"{resolved}{target[len(target.partition('.')[0]) :]}" if target else ""
         if full.startswith("vllm.") and full.rpartition(".")[2] in _LAYER_ATTRIBUTES:
             found |= _LAYER_ATTRIBUTES[full.rpartition(".")[2]]
 

@@ -72,7 +72,9 @@ def adapt_legacy_impl(cls: ImplClass) -> ImplClass:
                 f"{_describe(output_scale)}, output_block_scale={_describe(output_block_scale)}. Disable fused "
                 "output quantization or make the impl write into `output` (rule VAC004)."
             )
-        if warned not in deprecation._reported or deprecated_uses.tally is not None:  # the pytest plugin counts each call
+        if (
+            warned not in deprecation._reported or deprecated_uses.tally is not None
+        ):  # the pytest plugin counts each call
             deprecation.warn_once_about(cls, message)
         # flatten(1): [T, heads, size] -> [T, heads * size], a view whenever the memory allows; 2-D stays as is.
         query = query.flatten(1)

@@ -191,7 +191,7 @@ def install_op(name: str, modules: tuple[str, ...], layer_cls_name: str) -> list
     name_type = type(route.encode("probe"))
 
     def probe(layer_name):  # annotated below: a string annotation (this module's __future__ import) of a local
-        ...                 # type would not resolve
+        ...  # type would not resolve
 
     probe.__annotations__ = {"layer_name": name_type, "return": None}
     schema = torch.library.infer_schema(probe, mutates_args=())  # "(<type> layer_name) -> ()"

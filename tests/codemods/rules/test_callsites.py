@@ -85,11 +85,15 @@ def test_the_analysis_travels_to_the_workers_without_the_call_index():
 
 
 def test_passing_none_withholds_only_the_fallback_deletion():
-    text = IMPL.replace("        return output", "        if output is None:\n            output = torch.empty_like(query)\n        return output")
+    text = IMPL.replace(
+        "        return output",
+        "        if output is None:\n            output = torch.empty_like(query)\n        return output",
+    )
     caller = "def f(impl, a):\n    return impl.forward(a, a, a, a, a, a, output=None)\n"
     result = run(text, ["VAC002", "VAC003"], others=[("caller.py", caller)])
     assert [(f.code, f.status) for f in result.findings] == [
-        ("VAC002", Status.FIXED), ("VAC003", Status.UNSAFE_FIX_AVAILABLE)
+        ("VAC002", Status.FIXED),
+        ("VAC003", Status.UNSAFE_FIX_AVAILABLE),
     ]
 
 

@@ -199,12 +199,17 @@ def test_crlf_source_keeps_crlf():
         """
     ).replace("\n", "\r\n")
     result = run(text.encode(), ["VAC001"])
-    assert result.source == _method(
-        """
+    assert (
+        result.source
+        == _method(
+            """
         def forward(self, q, output=None):
             return q
         """
-    ).replace("\n", "\r\n").encode()
+        )
+        .replace("\n", "\r\n")
+        .encode()
+    )
 
 
 def test_noqa_suppresses_the_finding_and_the_fix():

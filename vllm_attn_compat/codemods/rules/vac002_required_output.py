@@ -32,9 +32,7 @@ def _optional_inner(annotation):
         return None
     if isinstance(annotation, cst.Subscript):
         kind = (dotted_name(annotation.value) or "").rpartition(".")[2]
-        items = [
-            element.slice.value for element in annotation.slice if isinstance(element.slice, cst.Index)
-        ]
+        items = [element.slice.value for element in annotation.slice if isinstance(element.slice, cst.Index)]
         if kind == "Optional" and len(items) == 1:
             return items[0]
         if kind == "Union" and len(items) == 2:

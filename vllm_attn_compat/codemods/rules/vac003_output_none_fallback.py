@@ -17,8 +17,19 @@ _HEADER = """\
 # Allocation calls a fallback may use; anything else in the branch may have side effects.
 _ALLOCATORS = frozenset(
     {
-        "empty", "zeros", "ones", "full", "empty_like", "zeros_like", "ones_like", "full_like",
-        "empty_strided", "new_empty", "new_zeros", "new_ones", "new_full",
+        "empty",
+        "zeros",
+        "ones",
+        "full",
+        "empty_like",
+        "zeros_like",
+        "ones_like",
+        "full_like",
+        "empty_strided",
+        "new_empty",
+        "new_zeros",
+        "new_ones",
+        "new_full",
     }
 )
 
@@ -182,14 +193,14 @@ class OutputNoneFallback(Rule):
             return  # VAC001's
         parent = self.ctx.parent()
         fallback = (
-            parent
-            if isinstance(parent, cst.If) and parent.test is node and _is_allocation_fallback(parent)
-            else None
+            parent if isinstance(parent, cst.If) and parent.test is node and _is_allocation_fallback(parent) else None
         )
         if rebinds_outside_none_guards(method.node, "output"):
             return  # `output` is (also) a local variable here: the test may be meaningful
-        if fallback is not None and self.ctx.parent(2) is method.node.body and _at_method_start(
-            method.node.body, fallback
+        if (
+            fallback is not None
+            and self.ctx.parent(2) is method.node.body
+            and _at_method_start(method.node.body, fallback)
         ):
             from vllm_attn_compat.codemods.callsites import withheld_reason
 

@@ -256,9 +256,7 @@ class AcceptOutputBuffer(Rule):
                 )
             else:
                 what = "False" if is_name(value, "False") else "not True"
-                self.ctx.report(
-                    self, small, _RETURNS_NEW_TENSOR.format(what=what), edit, safety=FixSafety.UNSAFE
-                )
+                self.ctx.report(self, small, _RETURNS_NEW_TENSOR.format(what=what), edit, safety=FixSafety.UNSAFE)
 
     def visit_FunctionDef(self, node) -> None:
         if node.name.value != "accept_output_buffer":

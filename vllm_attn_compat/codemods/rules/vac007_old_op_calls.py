@@ -7,9 +7,7 @@ from vllm_attn_compat.codemods.findings import FixSafety, Status
 from vllm_attn_compat.codemods.rule import Example, Rule
 
 _OLD_OPS = ("unified_attention", "unified_mla_attention")
-_OP_REFERENCES = {
-    f"torch.ops.vllm.{op}{suffix}": op for op in _OLD_OPS for suffix in ("", ".default")
-}
+_OP_REFERENCES = {f"torch.ops.vllm.{op}{suffix}": op for op in _OLD_OPS for suffix in ("", ".default")}
 # Where vLLM (<= 0.19) defined the ops' Python functions. vLLM's Triton kernel
 # `vllm.attention.ops.triton_unified_attention.unified_attention` is another function.
 OLD_OP_MODULES = frozenset(
@@ -181,7 +179,7 @@ class OldOpCalls(Rule):
             findings=(Status.UNSAFE_FIX_AVAILABLE, Status.UNSAFE_FIX_AVAILABLE),
         ),
         Example(
-            "no layer shape in scope: reported (old-op-calls = \"forwarder\" opts in to the forwarder)",
+            'no layer shape in scope: reported (old-op-calls = "forwarder" opts in to the forwarder)',
             """\
             import torch
 
@@ -413,6 +411,8 @@ def _is_compat_line(line) -> bool:
     from vllm_attn_compat.codemods.scope import dotted_name
 
     statement = line.body[0] if isinstance(line, cst.SimpleStatementLine) and line.body else None
-    return isinstance(statement, cst.ImportFrom) and statement.module is not None and (
-        dotted_name(statement.module) == COMPAT_MODULE
+    return (
+        isinstance(statement, cst.ImportFrom)
+        and statement.module is not None
+        and (dotted_name(statement.module) == COMPAT_MODULE)
     )

@@ -58,9 +58,11 @@ def test_bad_output_buffer(make_layer, case):
     q, k, v = random_qkv(layer, T)
     output = make()
     before = output.clone() if output.device.type != "meta" else None
-    with set_forward_context({layer.layer_name: AttentionMetadata.from_lengths([T])}):
-        with pytest.raises(error, match=message):
-            layer(q, k, v, output=output)
+    with (
+        set_forward_context({layer.layer_name: AttentionMetadata.from_lengths([T])}),
+        pytest.raises(error, match=message),
+    ):
+        layer(q, k, v, output=output)
     if before is not None:
         assert torch.equal(output, before)
 

@@ -42,7 +42,7 @@ class WritesInto(TorchDispatchMode):
         kwargs = kwargs or {}
         schema_args = func._schema.arguments
         values = list(args) + [kwargs.get(a.name) for a in schema_args[len(args) :]]
-        for arg, value in zip(schema_args, values):
+        for arg, value in zip(schema_args, values, strict=True):
             writes = arg.alias_info is not None and arg.alias_info.is_write
             if writes and isinstance(value, torch.Tensor) and self._in_target(value):
                 self.writes["copy" if func.overloadpacket is torch.ops.aten.copy_ else "direct"] += 1

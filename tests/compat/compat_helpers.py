@@ -51,7 +51,7 @@ class CopiesInto(TorchDispatchMode):
         kwargs = kwargs or {}
         schema_args = func._schema.arguments
         values = list(args) + [kwargs.get(a.name) for a in schema_args[len(args) :]]
-        for arg, value in zip(schema_args, values):
+        for arg, value in zip(schema_args, values, strict=True):
             if (
                 arg.alias_info is not None
                 and arg.alias_info.is_write

@@ -46,7 +46,7 @@ def test_category_is_a_deprecation_warning_users_can_filter():
     with warnings.catch_warnings():
         warnings.simplefilter("error", VllmAttnCompatDeprecationWarning)
         with pytest.raises(VllmAttnCompatDeprecationWarning):
-            _Backend.accept_output_buffer
+            _ = _Backend.accept_output_buffer
 
 
 # One deprecated path per entry: (call, rule code, words the message must name).
@@ -138,7 +138,7 @@ def test_bad_mode_is_a_clear_error(monkeypatch):
     monkeypatch.setenv(deprecation.ENV_WARNINGS, "loud")
     expected = r"VLLM_ATTN_COMPAT_WARNINGS must be one of default, error, ignore; found 'loud'"
     with pytest.raises(ValueError, match=expected):
-        _Backend.accept_output_buffer
+        _ = _Backend.accept_output_buffer
 
 
 def test_many_threads_on_one_call_site_warn_once():
@@ -147,7 +147,7 @@ def test_many_threads_on_one_call_site_warn_once():
     def read():
         barrier.wait()
         for _ in range(200):
-            _Backend.accept_output_buffer
+            _ = _Backend.accept_output_buffer
 
     def run():
         threads = [threading.Thread(target=read) for _ in range(16)]

@@ -47,7 +47,7 @@ def test_unified_attention_matches_the_with_output_path(layers, forwarder, three
     torch.testing.assert_close(result, expected.view(5, -1), rtol=0, atol=0)
     # ...and that path is attention: sequence 0 is rows 0-2, sequence 1 rows 3-4.
     heads = (layer.num_heads, layer.num_kv_heads, layer.num_kv_heads)
-    q3, k3, v3 = (x.reshape(5, h, -1) for x, h in zip((q, k, v), heads))
+    q3, k3, v3 = (x.reshape(5, h, -1) for x, h in zip((q, k, v), heads, strict=True))
     reference = torch.cat([causal_attention(q3[s], k3[s], v3[s], layer.scale) for s in (slice(0, 3), slice(3, 5))])
     torch.testing.assert_close(result.view(5, layer.num_heads, -1), reference, atol=2e-5, rtol=2e-5)
 

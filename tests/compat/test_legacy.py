@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import warnings
+from typing import ClassVar
 
 import pytest
 import torch
@@ -26,7 +27,7 @@ def _attention_2d(impl, query, key, value):
 class ReturnsNewImpl(AttentionImpl):
     """Written for vLLM <= 0.19 with accept_output_buffer = False: 2-D in, a new tensor out."""
 
-    seen_shapes: list = []
+    seen_shapes: ClassVar[list] = []  # shared by every instance: the test reads what any of them saw
 
     def forward(self, layer, query, key, value, kv_cache, attn_metadata):
         self.seen_shapes.append((tuple(query.shape), tuple(key.shape), tuple(value.shape)))

@@ -83,7 +83,7 @@ def vllm_config():
 def _reference(impl, query, key, value):
     T = query.shape[0]
     heads = (impl.num_heads, impl.num_kv_heads, impl.num_kv_heads)
-    q, k, v = (x.reshape(T, h, -1) for x, h in zip((query, key, value), heads))
+    q, k, v = (x.reshape(T, h, -1) for x, h in zip((query, key, value), heads, strict=True))
     return causal_attention(q, k, v, impl.scale).reshape(T, -1)
 
 
@@ -302,8 +302,11 @@ def test_real_compilation_config_normalises_old_op_names():
     assert config.splitting_ops_contain_attention() is False  # MLA still missing: vLLM's own check sees the real list
     with pytest.warns(VllmAttnCompatDeprecationWarning) as log:
         full = CompilationConfig(
-            splitting_ops=["vllm::unified_attention", "vllm::unified_mla_attention"]
-            + CompilationConfig._attention_ops[2:]
+            splitting_ops=[
+                "vllm::unified_attention",
+                "vllm::unified_mla_attention",
+                *CompilationConfig._attention_ops[2:],
+            ]
         )
     assert full.splitting_ops_contain_attention()
     assert ["'vllm::unified_attention' named" in str(r.message) for r in log] == [True, False]
@@ -478,10 +481,12 @@ def _run_mla(vllm_config, layer, T=5):
     q = torch.randn(T, MLA_HEADS, QK_NOPE + QK_ROPE, generator=gen)
     kv_c, k_pe = torch.randn(T, KV_LORA, generator=gen), torch.randn(T, 1, QK_ROPE, generator=gen)
     prefill_only = SimpleNamespace(num_actual_tokens=T, num_decodes=0, num_prefills=1, num_decode_tokens=0)
-    with set_forward_context({layer.layer_name: prefill_only}, vllm_config, slot_mapping={}):
-        with warnings.catch_warnings(record=True) as log:
-            warnings.simplefilter("always")
-            out = layer(q, kv_c, k_pe, output_shape=torch.Size((T, MLA_HEADS * V_DIM)))
+    with (
+        set_forward_context({layer.layer_name: prefill_only}, vllm_config, slot_mapping={}),
+        warnings.catch_warnings(record=True) as log,
+    ):
+        warnings.simplefilter("always")
+        out = layer(q, kv_c, k_pe, output_shape=torch.Size((T, MLA_HEADS * V_DIM)))
     return q, out, [w for w in log if w.category is VllmAttnCompatDeprecationWarning]
 
 

@@ -59,7 +59,7 @@ class GeneratedModule:
     newline: str  # "\n", "\r\n" or "mixed"
     encoding: str  # "utf-8", "utf-8-sig" (BOM) or "latin-1" (with a coding declaration)
     changes_expected: bool  # whether the safe fixes must change the module
-    suppressed: int  # lines whose old-API code a `# noqa` comment suppresses
+    suppressed: int  # lines whose old-API code a noqa comment suppresses
 
 
 # -- pieces of a module ---------------------------------------------------------------------------
@@ -100,12 +100,12 @@ def _forward(w: SourceWriter, depth: int, *, in_scope: bool, name: str = "forwar
     ret = draw(st.sampled_from(["", " -> torch.Tensor"]))
     w.gap(depth)
     if draw(st.booleans()):  # one line
-        params = before + ["{OUT}"] + after
+        params = [*before, "{OUT}", *after]
         old = f"def {name}(" + ", ".join(params) + f"){ret}:"
         w.line(depth, old.replace("{OUT}", param_old), old.replace("{OUT}", param_new))
     else:  # one parameter per line, comments between them
         w.line(depth, f"def {name}(")
-        params = before + [None] + after
+        params = [*before, None, *after]
         for i, p in enumerate(params):
             comma = "," if i < len(params) - 1 or draw(st.booleans()) else ""
             w.gap(depth + 1, allow_blank=False)
@@ -334,12 +334,12 @@ def legacy_modules(draw) -> GeneratedModule:
     final_newline = draw(st.booleans()) or newline != "\n"
 
     def join(texts: list[str], endings: list[str]) -> str:
-        out = "".join(t + e for t, e in zip(texts, endings))
+        out = "".join(t + e for t, e in zip(texts, endings, strict=True))
         return out if final_newline else out[: -len(endings[-1])] if endings else out
 
     endings = [newline if newline != "mixed" else draw(st.sampled_from(["\n", "\r\n"])) for _ in w.rows]
     old_text = join([r.old for r in w.rows], endings)  # type: ignore[misc]
-    new_rows = [(r.old if r.new is SAME else r.new, e) for r, e in zip(w.rows, endings)]
+    new_rows = [(r.old if r.new is SAME else r.new, e) for r, e in zip(w.rows, endings, strict=True)]
     new_rows = [(t, e) for t, e in new_rows if t is not None]
     new_text = join([t for t, _ in new_rows], [e for _, e in new_rows])
     changes = any(r.new is not SAME and r.new != r.old for r in w.rows)

@@ -34,7 +34,7 @@ class SourceWriter:
         self.comments: list[str] = []
         self.removable: set[str] = set()
         self.unsafe_removable: set[str] = set()
-        self.suppressed = 0  # `# noqa` lines on in-scope old-API code: each must yield a SUPPRESSED finding
+        self.suppressed = 0  # lines of in-scope old-API code with a noqa comment: each must yield a SUPPRESSED finding
         self._alphabet = comment_alphabet
 
     def comment(self) -> str:

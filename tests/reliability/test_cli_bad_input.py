@@ -71,7 +71,10 @@ CASES = [
     Case(
         "syntax-error",
         {
-            "broken.py": b"from vllm.v1.attention.backend import AttentionImpl\n\nclass Broken(AttentionImpl):\n    def forward(self, output=None:\n        pass\n"
+            "broken.py": (
+                b"from vllm.v1.attention.backend import AttentionImpl\n\n"
+                b"class Broken(AttentionImpl):\n    def forward(self, output=None:\n        pass\n"
+            )
         },
         2,
         "broken.py:4:34: could not parse: invalid syntax",

@@ -3,6 +3,7 @@ no temporary file is left where the next run would read it, and a second run fin
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import shutil
@@ -81,10 +82,8 @@ def test_sigkill_leaves_each_file_old_or_new_and_a_rerun_finishes(tmp_path: Path
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
         )  # fmt: skip
         time.sleep(delay)
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)  # the tool and its workers, as a power cut would
-        except ProcessLookupError:
-            pass
         process.wait()
 
         after = snapshot(tree)

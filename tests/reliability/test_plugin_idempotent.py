@@ -31,7 +31,11 @@ _PROCESS = textwrap.dedent("""
             "accept_output_buffer": repr(type(AttentionBackend.__dict__.get("accept_output_buffer"))),
             "use_output": repr(type(Attention.__dict__.get("use_output"))),
             "ops": sorted(n for n in ("unified_attention", "unified_mla_attention") if hasattr(torch.ops.vllm, n)),
-            "schemas": sorted(str(getattr(torch.ops.vllm, n).default._schema) for n in ("unified_attention", "unified_mla_attention") if hasattr(torch.ops.vllm, n)),
+            "schemas": sorted(
+                str(getattr(torch.ops.vllm, n).default._schema)
+                for n in ("unified_attention", "unified_mla_attention")
+                if hasattr(torch.ops.vllm, n)
+            ),
         }
 
     records = []

@@ -96,8 +96,9 @@ def test_forwarders_are_bit_identical_to_the_with_output_op(problem, three_d) ->
 @st.composite
 def _mla_problems(draw):
     dims = dict(
-        num_heads=draw(st.sampled_from([1, 2, 4])), qk_nope=draw(st.sampled_from([4, 8])), qk_rope=draw(st.sampled_from([2, 4])),
-        v_head_dim=draw(st.sampled_from([3, 6, 8])), kv_lora_rank=draw(st.sampled_from([6, 12])),
+        num_heads=draw(st.sampled_from([1, 2, 4])), qk_nope=draw(st.sampled_from([4, 8])),
+        qk_rope=draw(st.sampled_from([2, 4])), v_head_dim=draw(st.sampled_from([3, 6, 8])),
+        kv_lora_rank=draw(st.sampled_from([6, 12])),
     )  # fmt: skip
     lengths = (
         draw(st.sampled_from([[0], [1], [1, 0]]))

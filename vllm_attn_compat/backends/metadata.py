@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Sequence
+from itertools import pairwise
 from typing import Any
 
 import torch
@@ -76,14 +77,14 @@ class AttentionMetadata:
                 f"query_start_loc: the query lengths must sum to num_actual_tokens="
                 f"{self.num_actual_tokens}, but they sum to {starts[-1]}"
             )
-        query_lens = [b - a for a, b in zip(starts, starts[1:])]
+        query_lens = [b - a for a, b in pairwise(starts)]
         seq_lens = _as_list("seq_lens", self.seq_lens)
         if len(seq_lens) != len(query_lens):
             raise ValueError(
                 f"seq_lens: expected one length per sequence ({len(query_lens)}, from "
                 f"query_start_loc), got {len(seq_lens)}"
             )
-        for i, (q_len, s_len) in enumerate(zip(query_lens, seq_lens)):
+        for i, (q_len, s_len) in enumerate(zip(query_lens, seq_lens, strict=True)):
             if s_len < q_len:
                 raise ValueError(
                     f"seq_lens: sequence {i} has {q_len} query tokens, so expected seq_lens[{i}] "
@@ -103,14 +104,14 @@ class AttentionMetadata:
         block_table, slot_mapping, block_size = self.block_table, self.slot_mapping, self.block_size
         given = [x is not None for x in (block_table, slot_mapping, block_size)]
         if not any(given):
-            if any(s != q for s, q in zip(seq_lens, query_lens)):
+            if any(s != q for s, q in zip(seq_lens, query_lens, strict=True)):
                 raise ValueError(
                     "block_table: sequences with earlier context (seq_lens > query lengths) "
                     "need a paged KV cache, expected block_table, slot_mapping and block_size, got none"
                 )
             return -1, -1
         if block_table is None or slot_mapping is None or block_size is None:
-            missing = [n for n, g in zip(("block_table", "slot_mapping", "block_size"), given) if not g]
+            missing = [n for n, g in zip(("block_table", "slot_mapping", "block_size"), given, strict=True) if not g]
             raise ValueError(f"block_table, slot_mapping and block_size: expected all three or none, missing {missing}")
         if block_size <= 0:
             raise ValueError(f"block_size: expected a positive int, got {block_size}")
@@ -220,7 +221,8 @@ class AttentionMetadata:
         if block_table is not None and block_size is not None:
             table = block_table.tolist()
             slots = []
-            for i, (q_len, s_len) in enumerate(zip(query_lens, seq_lens)):
+            # Lengths may differ here: the constructor reports that with the names and counts.
+            for i, (q_len, s_len) in enumerate(zip(query_lens, seq_lens, strict=False)):
                 for pos in range(s_len - q_len, s_len):
                     if pos // block_size >= len(table[i]):
                         break  # the constructor reports the too-short block table

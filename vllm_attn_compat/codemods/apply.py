@@ -12,7 +12,7 @@ leading comments, which is why removals are done here at the block level.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Union
+from typing import TypeAlias
 
 import libcst as cst
 
@@ -20,7 +20,7 @@ from vllm_attn_compat.codemods.edits import AddImport, CommentSink, RemoveStatem
 from vllm_attn_compat.codemods.patterns import is_docstring
 from vllm_attn_compat.codemods.walk import walk
 
-_Block = Union[cst.Module, cst.IndentedBlock]
+_Block: TypeAlias = cst.Module | cst.IndentedBlock
 
 
 def _is_blank(line: cst.EmptyLine) -> bool:
@@ -139,10 +139,10 @@ class Applier(cst.CSTTransformer):
     def _kept_small(
         self, body: Sequence[cst.BaseSmallStatement], marks: Sequence[object]
     ) -> list[cst.BaseSmallStatement]:
-        for small, mark in zip(body, marks):
+        for small, mark in zip(body, marks, strict=True):
             if mark and getattr(mark, "drop_comment_block", False):
                 self.sink.removed.extend(c.value for c in inner_comments(small))
-        kept = [small for small, mark in zip(body, marks) if not mark]
+        kept = [small for small, mark in zip(body, marks, strict=True) if not mark]
         if kept and marks[-1]:  # the old last statement went: the new last needs no ';'
             kept[-1] = kept[-1].with_changes(semicolon=cst.MaybeSentinel.DEFAULT)
         return kept

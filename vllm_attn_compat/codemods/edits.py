@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Union
+from typing import TYPE_CHECKING, TypeAlias
 
 if TYPE_CHECKING:
     import libcst as cst
@@ -63,4 +63,4 @@ class DropUnusedImport:
     name: str
 
 
-Edit = Union[RemoveStatement, Replace, AddImport, DropUnusedImport]
+Edit: TypeAlias = RemoveStatement | Replace | AddImport | DropUnusedImport

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Union
+from typing import TYPE_CHECKING, TypeAlias
 
 import libcst as cst
 
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 class Report:
     code: str
     message: str
-    node: cst.CSTNode  # where the finding is shown and where `# noqa` is looked for
+    node: cst.CSTNode  # where the finding is shown and where a noqa comment is looked for
     edits: tuple[Edit, ...]
     safety: FixSafety
 
@@ -59,7 +59,7 @@ class FunctionFrame:
         return None
 
 
-Frame = Union[ClassFrame, FunctionFrame]
+Frame: TypeAlias = ClassFrame | FunctionFrame
 
 
 def _dotted(node: cst.BaseExpression) -> str | None:

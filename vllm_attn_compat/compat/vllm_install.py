@@ -39,7 +39,7 @@ def require(modules: tuple[str, ...], name: str) -> Any:
     for module_name in modules:
         try:
             module = importlib.import_module(module_name)
-        except Exception as error:  # a module of a newer or broken vLLM may fail with anything
+        except Exception as error:  # noqa: BLE001 - a module of a newer or broken vLLM may fail with anything
             failures.append(f"{module_name} does not import ({type(error).__name__}: {error})")
             continue
         if hasattr(module, name):
@@ -270,7 +270,7 @@ def install_features() -> tuple[list[str], list[str]]:
             installed += install_feature()
         except Skipped as reason:
             skipped.append(f"{feature} ({reason})")
-        except Exception as error:  # a vLLM that changed in a way no check foresaw: skip, never break vLLM's loader
+        except Exception as error:  # noqa: BLE001 - a vLLM that changed in a way no check foresaw: skip, never break vLLM's loader
             skipped.append(f"{feature} (unexpected {type(error).__name__}: {error})")
     return installed, skipped
 

@@ -35,7 +35,10 @@ class MyImpl(AttentionImpl):
         # A module's function, not a method.
         "import helpers\n\ndef f(a):\n    return helpers.forward(a, a, a, a, a, a)\n",
         # Passes the buffer by keyword or at its place.
-        "def f(impl, a, out):\n    impl.forward(a, a, a, a, a, a, out)\n    return impl.forward(a, a, a, a, a, a, output=out)\n",
+        (
+            "def f(impl, a, out):\n    impl.forward(a, a, a, a, a, a, out)\n"
+            "    return impl.forward(a, a, a, a, a, a, output=out)\n"
+        ),
         # `output=None` still binds once `output` is required (only deleting a fallback breaks it).
         "def f(impl, a):\n    return impl.forward(a, a, a, a, a, a, output=None)\n",
     ],

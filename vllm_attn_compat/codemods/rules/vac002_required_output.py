@@ -147,7 +147,8 @@ class RequiredOutputParameter(Rule):
             findings=(Status.MANUAL,),
         ),
         Example(
-            "a module-level function patched onto vLLM's MLAAttention is one of its methods (unsafe: its callers cannot be traced)",
+            "a module-level function patched onto vLLM's MLAAttention is one of its methods "
+            "(unsafe: its callers cannot be traced)",
             """\
             import torch
             from vllm.model_executor.layers.attention.mla_attention import MLAAttention

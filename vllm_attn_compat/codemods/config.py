@@ -99,7 +99,7 @@ def parse_config(text: str, source: str) -> Config:
                 f"{source}: [{TABLE}] {key}: expected {expected}, found {value!r} ({type(value).__name__})"
             )
         values[name] = converted
-    return Config(base=base, source=source, **values)  # type: ignore[arg-type]
+    return Config(base=base, source=source, **values)  # type: ignore[arg-type]  # each value converted by its key
 
 
 def load_config(start: str) -> Config:

@@ -151,7 +151,7 @@ class Applier(cst.CSTTransformer):
         return kept
 
     def _lines_of_removed(self, statement: cst.BaseStatement, edit: RemoveStatement) -> list[cst.EmptyLine]:
-        leading = list(_leading_lines(statement))
+        leading = list(leading_lines(statement))
         inner = inner_comments(statement)
         if edit.drop_comment_block:
             block = len(leading) - _trailing_comments(leading)
@@ -176,7 +176,7 @@ class Applier(cst.CSTTransformer):
                 continue
             if carry is not None:
                 statement = statement.with_changes(
-                    leading_lines=join_lines(carry, _leading_lines(statement), at_start=at_start)
+                    leading_lines=join_lines(carry, leading_lines(statement), at_start=at_start)
                 )
                 carry = None
             kept.append(statement)
@@ -195,7 +195,7 @@ class Applier(cst.CSTTransformer):
         return block.with_changes(body=kept, footer=footer)
 
 
-def _leading_lines(statement: cst.BaseStatement) -> Sequence[cst.EmptyLine]:
+def leading_lines(statement: cst.BaseStatement) -> Sequence[cst.EmptyLine]:
     # Every statement class of libcst has them; BaseStatement does not declare them.
     assert isinstance(statement, (cst.SimpleStatementLine, cst.BaseCompoundStatement)), type(statement)
     return statement.leading_lines
@@ -234,12 +234,13 @@ def add_imports(module: cst.Module, imports: Sequence[AddImport]) -> cst.Module:
         else:
             break
     new = [
-        cst.SimpleStatementLine(body=[cst.Import(names=[cst.ImportAlias(name=_module_name(name))])]) for name in wanted
+        cst.SimpleStatementLine(body=[cst.Import(names=[cst.ImportAlias(name=module_name(name))])]) for name in wanted
     ]
     return module.with_changes(body=[*body[:position], *new, *body[position:]])
 
 
-def _module_name(name: str) -> cst.Attribute | cst.Name:
+def module_name(name: str) -> cst.Attribute | cst.Name:
+    """The node of a dotted module name, as an import statement holds it."""
     expression = cst.parse_expression(name)
     if not isinstance(expression, (cst.Attribute, cst.Name)):
         raise ValueError(f"AddImport: expected a dotted module name, found {name!r}")

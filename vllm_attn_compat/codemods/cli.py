@@ -79,10 +79,14 @@ def build_parser() -> argparse.ArgumentParser:
         "allocates and calls the _with_output op where the layer's shape is known and reports the rest; "
         "forwarder sends the rest to this package's deprecated forwarders",
     )  # fmt: skip
-    listed = {"type": _codes, "action": "extend"}  # repeatable, and comma-separated lists
-    migrate.add_argument("--select", **listed, metavar="CODES", help="rule codes or prefixes to run")
-    migrate.add_argument("--ignore", **listed, metavar="CODES", help="rule codes or prefixes to skip")
-    migrate.add_argument("--exclude", **listed, metavar="GLOB", help="paths to skip (globs)")
+    # Repeatable, and comma-separated lists.
+    migrate.add_argument(
+        "--select", type=_codes, action="extend", metavar="CODES", help="rule codes or prefixes to run"
+    )
+    migrate.add_argument(
+        "--ignore", type=_codes, action="extend", metavar="CODES", help="rule codes or prefixes to skip"
+    )
+    migrate.add_argument("--exclude", type=_codes, action="extend", metavar="GLOB", help="paths to skip (globs)")
     migrate.add_argument("--jobs", "-j", type=_jobs, default=None, help="worker processes (default: all cores)")
     migrate.add_argument("--format", choices=("text", "json", "github"), default="text", help="report format")
     migrate.add_argument(
@@ -168,7 +172,12 @@ def _migrate_with(args: argparse.Namespace, warm: PreforkedWorker | None) -> int
         sys.stdout.flush()
         report_stream = sys.stderr
     else:
-        report = run_paths(args.paths, options, emit_diff=sys.stdout.write, warm=warm)
+        write = sys.stdout.write
+
+        def emit_diff(text: str) -> None:
+            write(text)
+
+        report = run_paths(args.paths, options, emit_diff=emit_diff, warm=warm)
         report_stream = sys.stderr if options.mode == "diff" else sys.stdout
     report_stream.write(render(report, args.format, quiet=args.quiet))
     return report.exit_code()

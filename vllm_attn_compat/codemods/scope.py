@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Union
+from typing import TYPE_CHECKING, TypeAlias, cast
 
 import libcst as cst
 
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 class Report:
     code: str
     message: str
-    node: cst.CSTNode  # where the finding is shown and where `# noqa` is looked for
+    node: cst.CSTNode  # where the finding is shown and where a noqa comment is looked for
     edits: tuple[Edit, ...]
     safety: FixSafety
 
@@ -59,7 +59,7 @@ class FunctionFrame:
         return None
 
 
-Frame = Union[ClassFrame, FunctionFrame]
+Frame: TypeAlias = ClassFrame | FunctionFrame
 
 
 def _dotted(node: cst.BaseExpression) -> str | None:
@@ -76,6 +76,16 @@ def _dotted(node: cst.BaseExpression) -> str | None:
 def dotted_name(node: cst.BaseExpression) -> str | None:
     """``torch.ops.vllm.x`` for an attribute chain of names, else None."""
     return _dotted(node)
+
+
+def as_name(alias: cst.ImportAlias) -> str | None:
+    """The name ``import ... as <name>`` binds; None without ``as``."""
+    if alias.asname is None:
+        return None
+    name = alias.asname.name
+    # AsName also serves `with`/`except`, where a tuple or list may follow `as`; an import takes a name only.
+    assert isinstance(name, cst.Name), type(name)
+    return name.value
 
 
 class FileContext:
@@ -101,13 +111,13 @@ class FileContext:
                 if isinstance(small, cst.Import):
                     for alias in small.names:
                         target = _dotted(alias.name) or ""
-                        bound = alias.asname.name.value if alias.asname else target.split(".")[0]
+                        bound = as_name(alias) or target.split(".")[0]
                         self.imports[bound] = target if alias.asname else bound
                 elif isinstance(small, cst.ImportFrom) and not isinstance(small.names, cst.ImportStar):
                     base = "." * len(small.relative) + (_dotted(small.module) or "" if small.module else "")
                     for alias in small.names:
                         name = alias.name.value if isinstance(alias.name, cst.Name) else ""
-                        bound = alias.asname.name.value if alias.asname else name
+                        bound = as_name(alias) or name
                         self.imports[bound] = f"{base}.{name}"
 
     # --- facts about the file ---------------------------------------------------------
@@ -210,6 +220,7 @@ class Analyzer:
         # Exact types (the parser makes no subclasses): isinstance on libcst's ABC-based classes is slow.
         kind = type(node)
         if kind is cst.ClassDef:
+            node = cast(cst.ClassDef, node)  # its exact type, tested above
             qualname = self._prefix() + node.name.value
             full = f"{ctx.module_name}.{qualname}"
             frame = ClassFrame(node, qualname, ctx.hierarchy.is_attention_class(full))
@@ -217,15 +228,16 @@ class Analyzer:
                 frame.is_attention = frame.unresolved_patch = True
             ctx.frames.append(frame)
         elif kind is cst.FunctionDef:
+            node = cast(cst.FunctionDef, node)
             owner = ctx.frames[-1] if ctx.frames else None
             attention_class = owner if isinstance(owner, ClassFrame) and owner.is_attention else None
             qualname = self._prefix() + node.name.value
             patched = None if attention_class else ctx.hierarchy.patch_scope(f"{ctx.module_name}.{qualname}", ATTRIBUTE)
             ctx.frames.append(FunctionFrame(node, qualname, attention_class, patched))
         elif kind is cst.Lambda:
-            ctx.frames.append(FunctionFrame(node, self._prefix() + "<lambda>", None))
+            ctx.frames.append(FunctionFrame(cast(cst.Lambda, node), self._prefix() + "<lambda>", None))
         elif kind is cst.Comment:
-            self.comments.append(node)
+            self.comments.append(cast(cst.Comment, node))
         for hook in self.hooks.get(kind.__name__, ()):
             hook(node)
         return True

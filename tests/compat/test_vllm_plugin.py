@@ -60,11 +60,16 @@ def plugin_log():
     """Load vLLM's general plugins once, restricted to ours, the way vLLM does at start-up; the plugin's log lines."""
     records = _Records()
     plugin.logger.addHandler(records)
+    # From some release on, importing vLLM no longer configures its "vllm" logger (the engine does, from its
+    # LoggingConfig), so INFO would be dropped here by the root logger's WARNING: the records are what is checked.
+    level = plugin.logger.level
+    plugin.logger.setLevel(logging.INFO)
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("VLLM_PLUGINS", "vllm_attn_compat")
         patch.setattr(vllm.plugins, "plugins_loaded", False)
         vllm.plugins.load_general_plugins()
     yield records.lines
+    plugin.logger.setLevel(level)
     plugin.logger.removeHandler(records)
 
 

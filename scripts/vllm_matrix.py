@@ -130,11 +130,17 @@ def clean_env() -> dict[str, str]:
 
 def published_versions(python: str) -> list[str]:
     out = run([python, "-m", "pip", "index", "versions", "vllm"], timeout=300, env=clean_env())
-    match = re.search(r"Available versions:\s*(.+)", out.stdout)
-    if out.returncode != 0 or not match:
+    versions = parse_index_versions(out.stdout) if out.returncode == 0 else []
+    if not versions:
         raise SystemExit(f"vllm-matrix: cannot list vLLM releases (pip index versions vllm): "
                          f"{last_error_line(out.stderr + out.stdout)}; name the versions instead")
-    return [v.strip() for v in match.group(1).split(",")]
+    return versions
+
+
+def parse_index_versions(stdout: str) -> list[str]:
+    """The versions in `pip index versions`' output ("Available versions: 0.33.0, 0.32.0, ..."), or []."""
+    match = re.search(r"Available versions:\s*(.+)", stdout)
+    return [v.strip() for v in match.group(1).split(",")] if match else []
 
 
 def release_key(version: str) -> tuple[int, ...] | None:

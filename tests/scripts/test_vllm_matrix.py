@@ -17,9 +17,11 @@ matrix = importlib.util.module_from_spec(_spec)
 sys.modules[_spec.name] = matrix  # dataclasses look their module up there
 _spec.loader.exec_module(matrix)
 
-# What `pip index versions vllm` listed on 2026-12-01, newest first, with a pre-release added.
-PUBLISHED = ("0.33.0, 0.32.0, 0.31.0, 0.30.0, 0.29.0, 0.28.0, 0.27.1, 0.27.0, 0.26.0, 0.25.1, 0.25.0, 0.24.0, "
-             "0.23.0, 0.22.1, 0.22.0, 0.21.0, 0.20.2, 0.20.1, 0.20.0, 0.19.1, 0.19.0, 0.34.0rc1, 0.9.2").split(", ")
+# What `pip index versions vllm` printed on 2026-12-01 (shortened), with a pre-release added.
+PUBLISHED = matrix.parse_index_versions("""vllm (0.33.0)
+Available versions: 0.33.0, 0.32.0, 0.31.0, 0.30.0, 0.29.0, 0.28.0, 0.27.1, 0.27.0, 0.26.0, 0.25.1, 0.25.0, 0.24.0, \
+0.23.0, 0.22.1, 0.22.0, 0.21.0, 0.20.2, 0.20.1, 0.20.0, 0.19.1, 0.19.0, 0.34.0rc1, 0.9.2
+""")
 
 
 def test_the_latest_patch_of_each_minor_release_from_0_20_oldest_first():
@@ -103,3 +105,8 @@ def test_markdown_rows_sorted_by_release_with_what_failed():
 def test_results_serialise_for_the_json_report():
     result = _result(passed=3)
     assert json.loads(json.dumps(matrix.asdict(result)))["passed"] == 3
+
+
+def test_pip_output_without_a_version_list_gives_none():
+    assert len(PUBLISHED) == 23 and PUBLISHED[0] == "0.33.0"
+    assert matrix.parse_index_versions("ERROR: No matching distribution found for vllm\n") == []

@@ -406,7 +406,7 @@ def markdown(results: list[Result], commit: str, date: str) -> str:
     pulled = sorted({n for r in results for n in r.gpu_left_out})
     names = ", ".join(f"`{n}`" for n in left_out) or "nothing"
     rows += ["", (f"Each venv has vLLM's common requirements at its pins and torch 2.13.0 CPU; left out, as what "
-                  f"the CUDA build adds (in any release): {names}.")]
+                  f"the CUDA build adds (in any release; unless a common requirement depends on it): {names}.")]
     if pulled:
         rows.append(f"Left out as well, GPU-only dependencies of the common requirements: "
                     f"{', '.join(f'`{n}`' for n in pulled)}.")

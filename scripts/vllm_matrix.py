@@ -11,8 +11,8 @@ One venv per release, kept under the cache folder and reused once complete:
      adds (its torch stack and GPU kernels) is left out by one rule (`split_cuda_part`), and so are extras,
      requirements whose markers are false here, and GPU-only dependencies of the common part (`install_resolved`).
      A requirement that cannot install here is recorded, not fatal;
-  4. the package under test (editable, from this tree, with its `test` extra), reinstalled on every run so a
-     reused venv always tests the tree the script lives in.
+  4. the package's own dependencies and `test` extra (pyproject.toml), then the package itself, editable, from
+     this tree, reinstalled on every run so that a reused venv always tests the tree the script lives in.
 """
 
 from __future__ import annotations
@@ -212,6 +212,17 @@ def install_resolved(venv: Path, requirements: list[str], result: Result) -> str
     return last_error_line(out.stderr + out.stdout) if out is not None and out.returncode != 0 else None
 
 
+def package_requirements() -> list[str]:
+    """This package's dependencies and its `test` extra, from pyproject.toml; torch left out (the venv has it)."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
+    project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    listed = project["dependencies"] + project["optional-dependencies"]["test"]
+    return [r for r in listed if requirement_name(r) != "torch"]
+
+
 def build(version: str, venv: Path, python: str, result: Result) -> None:
     if venv.exists():
         shutil.rmtree(venv)
@@ -232,7 +243,7 @@ def build(version: str, venv: Path, python: str, result: Result) -> None:
             error = install_resolved(venv, [requirement], result)
             if error is not None:
                 result.not_installable[requirement] = error
-    out = pip(venv, "pytest>=8", "hypothesis>=6.100", "hypothesmith>=0.3", "libcst>=1.5", "tqdm>=4.60")
+    out = pip(venv, *package_requirements())
     if out.returncode != 0:
         raise RuntimeError(f"test dependencies: {last_error_line(out.stderr + out.stdout)}")
     record = {k: getattr(result, k) for k in ("left_out", "not_installable", "gpu_left_out")}

@@ -110,3 +110,8 @@ def test_results_serialise_for_the_json_report():
 def test_pip_output_without_a_version_list_gives_none():
     assert len(PUBLISHED) == 23 and PUBLISHED[0] == "0.33.0"
     assert matrix.parse_index_versions("ERROR: No matching distribution found for vllm\n") == []
+
+
+def test_the_venvs_get_the_packages_own_dependencies_and_test_extra_without_torch():
+    names = {matrix.requirement_name(r) for r in matrix.package_requirements()}
+    assert {"libcst", "pytest", "hypothesis", "hypothesmith"} <= names and "torch" not in names

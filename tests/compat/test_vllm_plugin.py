@@ -60,7 +60,7 @@ def plugin_log():
     """Load vLLM's general plugins once, restricted to ours, the way vLLM does at start-up; the plugin's log lines."""
     records = _Records()
     plugin.logger.addHandler(records)
-    # From some release on, importing vLLM no longer configures its "vllm" logger (the engine does, from its
+    # From 0.31, importing vLLM no longer configures its "vllm" logger (the engine does, from its
     # LoggingConfig), so INFO would be dropped here by the root logger's WARNING: the records are what is checked.
     level = plugin.logger.level
     plugin.logger.setLevel(logging.INFO)

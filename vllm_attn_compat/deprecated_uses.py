@@ -8,6 +8,7 @@ No torch, no libcst: the plugin imports this module in every pytest session, bef
 from __future__ import annotations
 
 import re
+import sys
 import threading
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
@@ -80,17 +81,25 @@ class Tally:
 
 def _use(message: str, place: type | CodeType, line: int | None, count: int) -> Use:
     if line is None:
-        # Only compat.deprecation records a class, so it (and torch) is loaded already.
-        from vllm_attn_compat.compat.deprecation import _definition_site
-
         assert isinstance(place, type), "at_class counts a class, without a line"
-        path, line = _definition_site(place)
+        path, line = definition_site(place)
     else:
         assert isinstance(place, CodeType), "at_line counts a code object and its line"
         path = place.co_filename
     parsed = _MESSAGE.match(message)
     old, rule = (parsed["old"], parsed["rule"]) if parsed else (message, None)
     return Use(old_api=old, rule=rule, path=path, line=line, count=count, message=message)
+
+
+def definition_site(cls: type) -> tuple[str, int]:
+    """Where ``cls`` is defined (file, first line): the place of a use reported at a class."""
+    import inspect
+
+    try:
+        return inspect.getsourcefile(cls) or "<unknown>", inspect.getsourcelines(cls)[1]
+    except (OSError, TypeError):
+        module = sys.modules.get(cls.__module__)
+        return getattr(module, "__file__", None) or f"<{cls.__module__}>", 1
 
 
 def merge(uses: Iterable[Use]) -> list[Use]:

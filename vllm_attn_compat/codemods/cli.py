@@ -190,10 +190,12 @@ def _rules(args: argparse.Namespace) -> int:
         for rule in known:
             print(f"{rule.code}  {rule.name:<{width}}  {rule.fix_safety.value:<12}  {rule.summary}")
         return 0
+    from vllm_attn_compat.codemods.docs import render_rule
+
     wanted = args.code.strip()
     for rule in known:
         if wanted.upper() == rule.code or wanted == rule.name:
-            print(rule.explain())
+            print(render_rule(rule))
             return 0
     raise ValueError(f"unknown rule {wanted!r}: expected one of {', '.join(rule.code for rule in known)}")
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeAlias, cast
+from typing import Protocol, TypeAlias, cast
 
 import libcst as cst
 
@@ -19,8 +19,16 @@ from vllm_attn_compat.codemods.findings import FixSafety
 from vllm_attn_compat.codemods.hierarchy import ClassHierarchy
 from vllm_attn_compat.codemods.runtime_patches import ATTRIBUTE, MEMBERS
 
-if TYPE_CHECKING:
-    from vllm_attn_compat.codemods.rule import Rule
+
+class Reporting(Protocol):
+    """What the context reads of a rule that reports (`rule.Rule` has it; this module does not import it, since
+    a rule holds its `FileContext`)."""
+
+    @property
+    def code(self) -> str: ...
+
+    @property
+    def fix_safety(self) -> FixSafety: ...
 
 
 @dataclass(frozen=True)
@@ -169,7 +177,7 @@ class FileContext:
     # --- reporting --------------------------------------------------------------------
     def report(
         self,
-        rule: Rule,
+        rule: Reporting,
         node: cst.CSTNode,
         message: str,
         *edits: Edit,
@@ -196,7 +204,7 @@ _SCOPES = (cst.ClassDef, cst.FunctionDef, cst.Lambda)
 class Analyzer:
     """The one traversal (:func:`walk.walk`): maintains scopes, records comments, dispatches to the rules."""
 
-    def __init__(self, ctx: FileContext, rules: Sequence[Rule]) -> None:
+    def __init__(self, ctx: FileContext, rules: Sequence[object]) -> None:
         self.ctx = ctx
         self.comments: list[cst.Comment] = []
         self.parents: dict[int, cst.CSTNode] = {}  # id(node) -> the node it was walked under

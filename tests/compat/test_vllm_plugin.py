@@ -480,6 +480,13 @@ def _mla_backend(impl_cls):
     return MLABackend
 
 
+class _UnusedPrefillBackend:
+    """A prefill backend the test impls never call (they compute prefill in forward_mha)."""
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+
 @pytest.fixture
 def mla_platform(monkeypatch):
     """Resolve MLA backends as an out-of-tree platform does; ``use(backend)`` picks the class it answers."""
@@ -494,6 +501,12 @@ def mla_platform(monkeypatch):
         raising=False,
     )
     monkeypatch.setitem(globals(), "_ChosenMLABackend", None)
+    # vLLM 0.21-0.23's MLAAttention also builds a prefill backend for the platform, and the one a GPU-less
+    # machine gets needs flash-attn; the test impls compute prefill themselves, so the layer gets a stand-in.
+    from vllm.model_executor.layers.attention import mla_attention
+
+    if hasattr(mla_attention, "get_mla_prefill_backend"):
+        monkeypatch.setattr(mla_attention, "get_mla_prefill_backend", lambda vllm_config: _UnusedPrefillBackend)
 
     def use(backend):
         globals()["_ChosenMLABackend"] = backend

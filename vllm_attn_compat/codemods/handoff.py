@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from vllm_attn_compat.codemods import engine, worker
+from vllm_attn_compat.codemods.classscan import ScannedIndex
 from vllm_attn_compat.codemods.hierarchy import ClassHierarchy, ModuleIndex
 from vllm_attn_compat.codemods.prefork import PreforkedWorker
 
@@ -24,6 +25,8 @@ SETTINGS_SENT_PER_TASK_UP_TO = 1 << 16  # bytes
 
 def settles(index: ModuleIndex, hierarchy: ClassHierarchy) -> bool:
     """Whether later rounds can no longer change how the file of ``index`` migrates."""
+    if isinstance(index, ScannedIndex):  # its classes were not indexed: a later round may parse it
+        return False
     return all(hierarchy.is_attention_class(f"{index.module}.{entry.qualname}") for entry in index.classes)
 
 

@@ -19,7 +19,7 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from vllm_attn_compat.codemods import engine, files, parallel, prefork, registry, sources, worker
+from vllm_attn_compat.codemods import classscan, engine, files, parallel, prefork, registry, sources, worker
 from vllm_attn_compat.codemods.handoff import Handoff, candidate_rules
 from vllm_attn_compat.codemods.report import FileError, RunReport, unified_diff
 from vllm_attn_compat.codemods.scan import TokenScan
@@ -101,10 +101,18 @@ def _index_hierarchy(
 
     indexes: dict[str, object] = {}
     pending = [s for s in worth if b"vllm" in s.source or in_vllm_package(s.source_file.path)]
-    known_names: set[str] = set()
+    known_names: frozenset[str] = frozenset()
     built = hierarchy_module.ClassHierarchy.build([])
     while pending:
-        tasks = [(s.source_file.path, (s.source, s.source_file.path)) for s in pending]
+        # Files whose class headers show no class that can be an attention class skip the parse.
+        parse = []
+        for s in pending:
+            scanned_index = classscan.quick_index(s.source, s.source_file.path, known_names)
+            if scanned_index is None:
+                parse.append(s)
+            else:
+                indexes[s.source_file.path] = scanned_index
+        tasks = [(s.source_file.path, (s.source, s.source_file.path)) for s in parse]
         outcomes = parallel.parallel_map(worker.index_file, tasks, jobs=options.jobs, initializer=worker.no_setup)
         for path, outcome in _with_progress(outcomes, len(tasks), options.progress, "index classes"):
             if isinstance(outcome, FileError):
@@ -116,11 +124,34 @@ def _index_hierarchy(
             index for index in indexes.values() if isinstance(index, hierarchy_module.ModuleIndex)
         )
         after_round(built, indexes)
-        new_names = set(built.attention_class_names()) - known_names
+        new_names = built.attention_class_names() - known_names
         known_names |= new_names
         has_name = TokenScan((name.encode() for name in new_names), whole_words=True)
-        pending = [s for s in scanned if s.source_file.path not in indexes and has_name(s.source)]
+        pending = [
+            s
+            for s in scanned
+            if (s.source_file.path not in indexes and has_name(s.source))
+            or (isinstance(indexes.get(s.source_file.path), classscan.ScannedIndex)
+                and indexes[s.source_file.path].names_any(new_names))
+        ]  # fmt: skip
     return built, indexes
+
+
+def _parse_scanned(candidates: Sequence[_Scanned], indexes: dict, options: Options, report: RunReport) -> list:
+    """The candidates, less those that do not parse: a file the class scan spared is parsed by ``ast``
+    before libcst sees it, as every indexed file was (CPython's parser rejects input on which libcst's
+    native parser would hang or crash, and points at syntax errors more precisely)."""
+    spared = [c for c in candidates if isinstance(indexes.get(c.source_file.path), classscan.ScannedIndex)]
+    tasks = [(c.source_file.path, (c.source, c.source_file.path)) for c in spared]
+    failed = set()
+    for path, outcome in parallel.parallel_map(worker.index_file, tasks, jobs=options.jobs, initializer=worker.no_setup):
+        if isinstance(outcome, FileError):
+            report.errors.append(outcome)
+            failed.add(path)
+        elif isinstance(outcome, parallel.WorkerCrashed):
+            report.errors.append(FileError(path, 1, 1, f"internal error: {outcome}"))
+            failed.add(path)
+    return [c for c in candidates if c.source_file.path not in failed]
 
 
 def run_paths(
@@ -179,6 +210,7 @@ def _migrate_worth(scanned, worth, rules, options: Options, report: RunReport, e
         and engine.needs_parsing(s.source, candidate_rules(rules, indexes.get(path), hierarchy, path), names)
     ]
     report.parsed = len(set(indexes) | {c.source_file.path for c in candidates})
+    candidates = _parse_scanned(candidates, indexes, options, report)
     by_path = {c.source_file.path: c for c in candidates}
     rest = [c for c in candidates if early is None or c.source_file.path not in early.sent]
     pickled = early.settings(hierarchy) if early is not None and rest else None

@@ -30,8 +30,7 @@ from vllm_attn_compat.codemods.scan import _IDENTIFIER_BYTES
 # A class header as one statement: name, optional bases in one level of nested brackets, then the colon.
 _HEADER = re.compile(rb"[ \t\f]*class[ \t]+([A-Za-z_][A-Za-z0-9_]*)[ \t]*(?:\(([^()]*(?:\([^()]*\)[^()]*)*)\))?[ \t]*:")
 _WORD = re.compile(rb"[A-Za-z_][A-Za-z0-9_]*")
-# ``X as `` right before a name (any blanks, line continuations and, inside brackets, newlines).
-_ALIAS_BEFORE = re.compile(rb"([A-Za-z_][A-Za-z0-9_]*)[\s\\]+as[\s\\]+$")
+_BLANKS = b" \t\f\r\n\\"
 
 _SUFFIXES = tuple(suffix.encode() for suffix in _IN_TREE_SUFFIXES)
 _BASE_NAMES = frozenset(name.encode() for name in VLLM_BASE_NAMES)
@@ -76,17 +75,33 @@ def _headers(source: bytes) -> list[tuple[bytes, bytes]] | None:
 
 def _aliased(source: bytes, alias: bytes) -> list[bytes]:
     """The names bound to ``alias`` with ``as`` (``import X as alias``; a ``with``/``except`` target
-    too, which only adds a name to check)."""
+    too, which only adds a name to check). Blanks, line continuations and (inside brackets) newlines
+    may stand around ``as``."""
     names = []
     at = source.find(alias)
     while at != -1:
         end = at + len(alias)
         if end == len(source) or source[end] not in _IDENTIFIER_BYTES:
-            before = _ALIAS_BEFORE.search(source, max(at - 300, 0), at)
-            if before:
-                names.append(before.group(1))
+            name = _word_before_as(source[max(at - 300, 0) : at])
+            if name:
+                names.append(name)
         at = source.find(alias, end)
     return names
+
+
+def _word_before_as(head: bytes) -> bytes | None:
+    """``X`` when ``head`` ends with ``X as`` and blanks."""
+    stripped = head.rstrip(_BLANKS)
+    if len(stripped) == len(head) or not stripped.endswith(b"as"):
+        return None
+    rest = stripped[:-2]
+    word_end = len(rest.rstrip(_BLANKS))
+    if word_end == len(rest):  # ``alias`` after a longer word ending in "as"
+        return None
+    start = word_end
+    while start and rest[start - 1] in _IDENTIFIER_BYTES:
+        start -= 1
+    return rest[start:word_end] or None
 
 
 def quick_index(source: bytes, path: str, known: frozenset[str]) -> ScannedIndex | None:

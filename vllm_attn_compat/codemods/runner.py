@@ -144,7 +144,8 @@ def _parse_scanned(candidates: Sequence[_Scanned], indexes: dict, options: Optio
     spared = [c for c in candidates if isinstance(indexes.get(c.source_file.path), classscan.ScannedIndex)]
     tasks = [(c.source_file.path, (c.source, c.source_file.path)) for c in spared]
     failed = set()
-    for path, outcome in parallel.parallel_map(worker.index_file, tasks, jobs=options.jobs, initializer=worker.no_setup):
+    # In this process: a few hundred kilobytes, less than a pool's start-up costs.
+    for path, outcome in parallel.parallel_map(worker.index_file, tasks, jobs=1, initializer=worker.no_setup):
         if isinstance(outcome, FileError):
             report.errors.append(outcome)
             failed.add(path)

@@ -27,7 +27,6 @@ import glob
 import json
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -35,7 +34,7 @@ import time
 import zipfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_codemods import REPO, install_copy, timed_alternately  # noqa: E402 - after the path is set
+from bench_codemods import install_copy, timed_alternately
 
 VLLM_VERSION = "0.19.1"
 RUFF = "ruff==0.17.6"  # pinned: ruff's speed changes between releases

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from runner_trees import IMPL, IMPL_MIGRATED, write_tree
 
-from vllm_attn_compat.codemods import parallel, prefork
+from vllm_attn_compat.codemods import prefork
 from vllm_attn_compat.codemods.runner import Options, run_paths
 
 DIRECT = IMPL.replace("from plugin.base import PluginImplBase", "from vllm.v1.attention.backend import AttentionImpl")

@@ -19,7 +19,7 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from vllm_attn_compat.codemods import engine, files, parallel, prefork, registry, sources, worker
+from vllm_attn_compat.codemods import classscan, engine, files, parallel, prefork, registry, sources, worker
 from vllm_attn_compat.codemods.dependencies import MissingDependency
 from vllm_attn_compat.codemods.handoff import Handoff, candidate_rules
 from vllm_attn_compat.codemods.report import FileError, RunReport, unified_diff
@@ -103,10 +103,21 @@ def _index_hierarchy(
 
     indexes: dict[str, object] = {}
     pending = [s for s in worth if b"vllm" in s.source or in_vllm_package(s.source_file.path)]
-    known_names: set[str] = set()
+    known_names: frozenset[str] = frozenset()
+    must_parse: set[str] = set()  # files the class scan spared once, which later rounds need indexed
     built = hierarchy_module.ClassHierarchy.build([])
     while pending:
-        tasks = [(s.source_file.path, (s.source, s.source_file.path)) for s in pending]
+        # Files whose class headers show no class that can be an attention class (nor a patch, nor a
+        # backend's shape) skip the parse until a later round needs them (below).
+        parse = []
+        for s in pending:
+            path = s.source_file.path
+            scanned_index = None if path in must_parse else classscan.quick_index(s.source, path, known_names)
+            if scanned_index is None:
+                parse.append(s)
+            else:
+                indexes[path] = scanned_index
+        tasks = [(s.source_file.path, (s.source, s.source_file.path)) for s in parse]
         outcomes = parallel.parallel_map(worker.index_file, tasks, jobs=options.jobs, initializer=worker.no_setup)
         for path, outcome in _with_progress(outcomes, len(tasks), options.progress, "index classes"):
             if isinstance(outcome, FileError):
@@ -118,11 +129,40 @@ def _index_hierarchy(
             index for index in indexes.values() if isinstance(index, hierarchy_module.ModuleIndex)
         )
         after_round(built, indexes)
-        new_names = set(built.attention_class_names()) - known_names
+        new_names = built.attention_class_names() - known_names
         known_names |= new_names
         has_name = TokenScan((name.encode() for name in new_names), whole_words=True)
         pending = [s for s in scanned if s.source_file.path not in indexes and has_name(s.source)]
+        # A spared file is indexed once it names an attention class or patched function found since (its
+        # classes may derive from it, or it may define what is patched), or may use a method whose fix
+        # the call-site analysis decides (`callsites`: its calls would be missed).
+        methods = frozenset(name for _, name in built.calls.methods)
+        uses = classscan.uses_pattern(methods)
+        for s in scanned:
+            if isinstance(indexes.get(s.source_file.path), classscan.ScannedIndex) and (
+                has_name(s.source) or classscan.may_use(s.source, methods, uses)
+            ):
+                must_parse.add(s.source_file.path)
+                pending.append(s)
     return built, indexes
+
+
+def _parse_scanned(candidates: Sequence[_Scanned], indexes: dict, options: Options, report: RunReport) -> list:
+    """The candidates, less those that do not parse: a file the class scan spared is parsed by ``ast``
+    before libcst sees it, as every indexed file was (CPython's parser rejects input on which libcst's
+    native parser would hang or crash, and points at syntax errors more precisely)."""
+    spared = [c for c in candidates if isinstance(indexes.get(c.source_file.path), classscan.ScannedIndex)]
+    tasks = [(c.source_file.path, (c.source, c.source_file.path)) for c in spared]
+    failed = set()
+    # In this process: a few hundred kilobytes, less than a pool's start-up costs.
+    for path, outcome in parallel.parallel_map(worker.check_syntax, tasks, jobs=1, initializer=worker.no_setup):
+        if isinstance(outcome, FileError):
+            report.errors.append(outcome)
+            failed.add(path)
+        elif isinstance(outcome, parallel.WorkerCrashed):
+            report.errors.append(FileError(path, 1, 1, f"internal error: {outcome}"))
+            failed.add(path)
+    return [c for c in candidates if c.source_file.path not in failed]
 
 
 def run_paths(
@@ -192,19 +232,23 @@ def _migrate_worth(scanned, worth, rules, options: Options, report: RunReport, e
         and engine.needs_parsing(s.source, candidate_rules(rules, indexes.get(path), hierarchy, path), names)
     ]
     report.parsed = len(set(indexes) | {c.source_file.path for c in candidates})
+    candidates = _parse_scanned(candidates, indexes, options, report)
     by_path = {c.source_file.path: c for c in candidates}
     rest = [c for c in candidates if early is None or c.source_file.path not in early.sent]
     pickled = early.settings(hierarchy) if early is not None and rest else None
-    # The early worker takes the rest when it is enough for it; a full pool otherwise.
-    if early is not None and pickled is not None and (warm.workers == options.jobs or len(candidates) <= early.limit):
-        for item in rest:
+    # The early worker takes the rest when it is enough for it; else its share, and the other jobs the rest.
+    jobs = options.jobs
+    if early is not None and pickled is not None:
+        if warm.workers == options.jobs or len(candidates) <= early.limit:
+            share, rest = rest, []
+        else:
+            share, rest = _early_share(rest, sum(len(sources[path]) for path in early.sent), options.jobs)
+            jobs -= 1
+        for item in share:
             early.send(item.source_file.path, item.source, pickled)
-        rest = []
     settings = (rules, hierarchy, options.unsafe_fixes, options.old_op_calls)
     tasks = [(c.source_file.path, (c.source, c.source_file.path)) for c in rest]
-    outcomes = parallel.parallel_map(
-        worker.migrate_file, tasks, jobs=options.jobs, initializer=worker.setup, initargs=settings
-    )
+    outcomes = parallel.parallel_map(worker.migrate_file, tasks, jobs=jobs, initializer=worker.setup, initargs=settings)
     if early is not None and early.sent:
         # The early worker is at its tasks already: start the rest first, so that both run at once.
         outcomes = itertools.chain(outcomes, warm.results())
@@ -220,6 +264,27 @@ def _migrate_worth(scanned, worth, rules, options: Options, report: RunReport, e
     for path in sorted(diffs):  # workers finish in any order; the output must not depend on it
         emit_diff(diffs[path])
     report.changed.sort()
+
+
+# What the parent (or a pool) spends importing libcst before its first file, in bytes of migrated source
+# (about 0.3 s at 0.3 MB/s); the early worker imported it already.
+_IMPORT_IN_BYTES = 80_000
+
+
+def _early_share(rest: Sequence[_Scanned], sent: int, jobs: int) -> tuple[list[_Scanned], list[_Scanned]]:
+    """The files for the early worker (which has ``sent`` bytes to migrate already), and those for the
+    ``jobs - 1`` others: largest first, each to the side with less work per process. Forking a full
+    pool instead would import libcst once more per process, and leave the early worker idle."""
+    mine, theirs = [], []
+    load, other = sent, _IMPORT_IN_BYTES * (jobs - 1)
+    for item in sorted(rest, key=lambda item: -len(item.source)):
+        if load <= other / (jobs - 1):
+            mine.append(item)
+            load += len(item.source)
+        else:
+            theirs.append(item)
+            other += len(item.source)
+    return mine, theirs
 
 
 def _with_progress(outcomes, total: int, enabled: bool, stage: str):

@@ -1,0 +1,254 @@
+"""A cheap scan of ``class`` statements that spares the ``ast`` parse of files whose classes cannot matter.
+
+On a fork of vLLM, hundreds of files mention vLLM and define classes (every model has its layers), but
+only a few dozen can define an attention class. A class can be one only if a name in its bases (or an
+alias imported for such a name) is one of vLLM's base names, ends like vLLM's in-tree backends
+(``Backend``, ``Impl``) or is an attention class found so far in the run; or if its own name is one of
+these (a fork defines vLLM's bases itself). The scan reads the ``class`` headers as text and says
+either "no class here can be one" (a :class:`ScannedIndex`) or "parse it" (None): the runner then
+indexes the file with :func:`hierarchy.index_module`, which is exact.
+
+The exact index records more than classes: the code a module patches onto classes at run time
+(`runtime_patches`), duck-typed backends, and the attribute calls and references the call-site
+analysis (`callsites`) checks. A spared file must hold none of them that could matter, so the scan also
+sends to the parser a file that sets ``accept_output_buffer``, calls anything named like a patch helper
+(or ``setattr``), assigns to an attribute of, or decorates with, a name that can be an attention class;
+and the runner has a spared file parsed as soon as it names (as a whole word) an attention class or
+patched function found later, or uses (:func:`may_use`) a method whose fix the call-site analysis checks.
+
+The scan only ever errs towards parsing: a header it cannot read with certainty (nested brackets,
+strings or comments among the bases, a line continuation, non-ASCII names) sends the file to the
+parser, and text that merely looks like a header (inside a docstring) only adds names to check.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from vllm_attn_compat.codemods.hierarchy import (
+    _IN_TREE_SUFFIXES,
+    VLLM_BASE_NAMES,
+    ModuleIndex,
+    guess_module_name,
+    normalize_path,
+)
+from vllm_attn_compat.codemods.scan import _IDENTIFIER_BYTES, TokenScan
+
+# A class header as one statement: name, optional bases in one level of nested brackets, then the colon.
+_HEADER = re.compile(rb"[ \t\f]*class[ \t]+([A-Za-z_][A-Za-z0-9_]*)[ \t]*(?:\(([^()]*(?:\([^()]*\)[^()]*)*)\))?[ \t]*:")
+_WORD = re.compile(rb"[A-Za-z_][A-Za-z0-9_]*")
+_BLANKS = b" \t\f\r\n\\"
+
+# What may stand between two tokens: blanks, line continuations, and (inside brackets) newlines and comments.
+# (A comment runs to its newline: one way to match it, whatever the number of '#' in it.)
+_SEP = rb"[ \t\f\r\n\\]*(?:#[^\r\n]*[\r\n][ \t\f\r\n\\]*)*"
+_IDENT = rb"[A-Za-z_\x80-\xff][A-Za-z0-9_\x80-\xff]*"
+# Calls of something named like a patch helper (`runtime_patches._is_patch_helper`: a callee whose name
+# holds one of these words, or whose object's name ends with "patch"): `setattr(`, `patch.object(`. Found
+# by the word (in the lower-cased text), then the rest of the identifier and what follows it.
+_PATCH_WORDS = (b"patch", b"merge", b"inject", b"mixin", b"setattr")
+_CALLED = re.compile(rb"[A-Za-z0-9_\x80-\xff]*" + _SEP + rb"[(.]")
+# `.attr = value` (not `==`): a patch of class X in `X.attr = value` when X resolves. Found from the dot
+# (a literal the regex engine looks for quickly); the word before it is read backwards.
+_ATTRIBUTE_ASSIGNMENT = re.compile(rb"\." + _SEP + _IDENT + _SEP + rb"=(?!=)")
+# `import X as Y`, `from m import (X as Y, ...)`: what an import statement binds to its aliases (the only
+# names a patch's target resolves through: `runtime_patches` uses bound names only).
+_IMPORT_ALIAS = re.compile(rb"(" + _IDENT + rb")" + _SEP + rb"(?<![A-Za-z0-9_\x80-\xff])as" + _SEP + rb"(" + _IDENT + rb")")
+_ANY_WORD = re.compile(_IDENT)
+_IDENT_BYTES = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_") | frozenset(range(128, 256))
+_DEFINITION = re.compile(rb"[\r\n][ \t\f]*(?:async[ \t\f]+def|def|class)[ \t\f\\]")
+
+_SUFFIXES = tuple(suffix.encode() for suffix in _IN_TREE_SUFFIXES)
+_BASE_NAMES = frozenset(name.encode() for name in VLLM_BASE_NAMES)
+
+
+@dataclass(frozen=True)
+class ScannedIndex(ModuleIndex):
+    """The index of a module none of whose classes can be an attention class, as far as the names known
+    when it was scanned go. ``classes`` is empty; ``base_words`` are the names its class headers use
+    (and the aliases bound to them), so that a later round finding one of them an attention class has
+    the file parsed (:meth:`names_any`)."""
+
+    base_words: frozenset[str] = frozenset()
+
+    def names_any(self, names: frozenset[str] | set[str]) -> bool:
+        return not self.base_words.isdisjoint(names)
+
+
+def _capable(word: bytes, known: frozenset[bytes]) -> bool:
+    return word in _BASE_NAMES or word in known or word.endswith(_SUFFIXES)
+
+
+def _headers(source: bytes) -> list[tuple[bytes, bytes]] | None:
+    """``(name, bases text)`` of every line starting with the ``class`` keyword; None when one of them
+    cannot be read with certainty."""
+    found = []
+    at = source.find(b"class")
+    while at != -1:
+        end = at + 5
+        line_start = max(source.rfind(b"\n", 0, at), source.rfind(b"\r", 0, at)) + 1
+        keyword = end == len(source) or source[end] not in _IDENTIFIER_BYTES
+        if keyword and not source[line_start:at].strip(b" \t\f"):
+            match = _HEADER.match(source, line_start)
+            bases = match and match.group(2) or b""
+            # Strings or comments could hide brackets; names beyond ASCII, parts of words.
+            if match is None or not bases.isascii() or any(c in bases for c in (b'"', b"'", b"#", b"\\")):
+                return None
+            found.append((match.group(1), bases))
+        at = source.find(b"class", end)
+    return found
+
+
+def _aliased(source: bytes, alias: bytes) -> list[bytes]:
+    """The names bound to ``alias`` with ``as`` (``import X as alias``; a ``with``/``except`` target
+    too, which only adds a name to check). Blanks, line continuations and (inside brackets) newlines
+    may stand around ``as``."""
+    names = []
+    at = source.find(alias)
+    while at != -1:
+        end = at + len(alias)
+        if end == len(source) or source[end] not in _IDENTIFIER_BYTES:
+            name = _word_before_as(source[max(at - 300, 0) : at])
+            if name:
+                names.append(name)
+        at = source.find(alias, end)
+    return names
+
+
+def _word_before_as(head: bytes) -> bytes | None:
+    """``X`` when ``head`` ends with ``X as`` and blanks."""
+    stripped = head.rstrip(_BLANKS)
+    if len(stripped) == len(head) or not stripped.endswith(b"as"):
+        return None
+    rest = stripped[:-2]
+    word_end = len(rest.rstrip(_BLANKS))
+    if word_end == len(rest):  # ``alias`` after a longer word ending in "as"
+        return None
+    start = word_end
+    while start and rest[start - 1] in _IDENTIFIER_BYTES:
+        start -= 1
+    return rest[start:word_end] or None
+
+
+def _word_before(source: bytes, end: int, skip: bytes) -> bytes | None:
+    """The identifier that ends ``source[:end]`` once the bytes in ``skip`` are stripped from its end."""
+    while end and source[end - 1] in skip:
+        end -= 1
+    start = end
+    while start and source[start - 1] in _IDENT_BYTES:
+        start -= 1
+    return source[start:end] or None
+
+
+def _calls_patch_helper(source: bytes) -> bool:
+    lowered = source.lower()
+    for word in _PATCH_WORDS:
+        at = lowered.find(word)
+        while at != -1:
+            if _CALLED.match(lowered, at + len(word)):
+                return True
+            at = lowered.find(word, at + 1)
+    return False
+
+
+def _aliases(source: bytes) -> dict[bytes, list[bytes]]:
+    """Alias -> the names an import statement binds to it with ``as``."""
+    found: dict[bytes, list[bytes]] = {}
+    at = source.find(b"import")
+    while at != -1:
+        before, at = source[at - 1 : at], at + 6
+        if (before and before[0] in _IDENT_BYTES) or (at < len(source) and source[at] in _IDENT_BYTES):
+            at = source.find(b"import", at)
+            continue
+        opening = re.compile(_SEP + rb"\(").match(source, at)
+        if opening:  # `from m import (...)`: up to the closing bracket
+            end = source.find(b")", opening.end())
+        else:  # up to the end of the line, past continuations
+            end = at
+            while True:
+                end = source.find(b"\n", end)
+                if end == -1 or source[end - 1 : end] != b"\\" and source[end - 2 : end] != b"\\\r":
+                    break
+                end += 1
+        statement = source[at : len(source) if end == -1 else end]
+        if b"as" in statement:
+            for name, alias in _IMPORT_ALIAS.findall(statement):
+                found.setdefault(alias, []).append(name)
+        at = source.find(b"import", at)
+    return found
+
+
+def _patch_words(source: bytes) -> set[bytes] | None:
+    """The words a patch in the file could target: the object of every attribute assignment and every
+    word of a decorator (up to the definition it decorates); None when the file calls a patch helper
+    (whose target may not resolve: its code is reported, so the file must be indexed)."""
+    if _calls_patch_helper(source):
+        return None
+    words = set()
+    for assignment in _ATTRIBUTE_ASSIGNMENT.finditer(source):
+        word = _word_before(source, assignment.start(), b" \t\f)")
+        if word:
+            words.add(word)
+    at = source.find(b"@")
+    while at != -1:
+        start, at = at + 1, source.find(b"@", at + 1)
+        line_start = max(source.rfind(b"\n", 0, start), source.rfind(b"\r", 0, start)) + 1
+        if source[line_start : start - 1].strip(b" \t\f"):
+            continue  # `a @ b`, or an address in a string: not a decorator
+        definition = _DEFINITION.search(source, start)
+        words.update(_ANY_WORD.findall(source, start, definition.start() if definition else len(source)))
+    return words
+
+
+def quick_index(source: bytes, path: str, known: frozenset[str]) -> ScannedIndex | None:
+    """A :class:`ScannedIndex` when the file defines classes and none can be an attention class given
+    the attention-class names ``known`` so far, nor be shaped like a backend, nor patch code onto one;
+    None when the file must be parsed (no class at all counts too: parsing it costs little and settles
+    it)."""
+    if b"accept_output_buffer" in source:  # a duck-typed backend or a "methods" class: `ast` decides
+        return None
+    headers = _headers(source)
+    if not headers:
+        return None
+    known_bytes = frozenset(name.encode() for name in known)
+    words: set[bytes] = set()
+    for name, bases in headers:
+        if _capable(name, known_bytes):
+            return None
+        words.update(_WORD.findall(bases))
+    # A base named through an alias is the aliased name: it decides, now and in later rounds.
+    words.update(name for alias in list(words) for name in _aliased(source, alias))
+    if any(_capable(word, known_bytes) for word in words):
+        return None
+    patch_words = _patch_words(source)
+    if patch_words is None:
+        return None
+    if patch_words and b"as" in source:
+        aliases = _aliases(source)
+        patch_words.update(name for alias in list(patch_words) for name in aliases.get(alias, ()))
+    if any(_capable(word, known_bytes) for word in patch_words):
+        return None
+    return ScannedIndex(
+        normalize_path(path), guess_module_name(path), (), base_words=frozenset(word.decode() for word in words)
+    )
+
+
+def uses_pattern(names: frozenset[str] | set[str]) -> re.Pattern[bytes] | None:
+    """What :func:`may_use` looks for, compiled once per set of method names (None for none)."""
+    if not names:
+        return None
+    alternatives = b"|".join(re.escape(name.encode()) for name in sorted(names))
+    return re.compile(rb"\." + _SEP + rb"(?:" + alternatives + rb")(?![A-Za-z0-9_\x80-\xff])")
+
+
+def may_use(source: bytes, names: frozenset[str] | set[str], pattern: re.Pattern[bytes] | None) -> bool:
+    """Whether the file may call, reference or ``getattr`` one of the methods ``names`` (``pattern`` is
+    ``uses_pattern(names)``), as the call-site analysis would record it: an attribute ``.name`` (blanks,
+    line continuations and comments may stand after the dot), or in a file that calls ``getattr``, the
+    name as a word anywhere (in a string, say). Never False where the exact index records such a use."""
+    if pattern is None:
+        return False
+    if b"getattr" in source:
+        return TokenScan((name.encode() for name in names), whole_words=True)(source)
+    return pattern.search(source) is not None

@@ -85,7 +85,8 @@ class PreforkedWorker:
             import threading
 
             self._outbox = queue.SimpleQueue()
-            threading.Thread(target=_write_frames, args=(self._tasks, self._outbox), daemon=True).start()
+            self._writer = threading.Thread(target=_write_frames, args=(self._tasks, self._outbox), daemon=True)
+            self._writer.start()
         self.used = True
         self._pending.append((key, function, arguments))
         self._outbox.put(pickle.dumps((function, arguments), pickle.HIGHEST_PROTOCOL))
@@ -158,7 +159,10 @@ def _write_frames(stream, outbox) -> None:
     except OSError:  # BrokenPipeError: the worker is gone, and `results` retries what it left
         pass
     finally:
-        stream.close()
+        try:
+            stream.close()
+        except OSError:  # closing flushes what is still buffered, into the same closed pipe (closed anyway)
+            pass
 
 
 class _OrphanReader:

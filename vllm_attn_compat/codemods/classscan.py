@@ -56,6 +56,22 @@ _ATTRIBUTE_ASSIGNMENT = re.compile(rb"\." + _SEP + _IDENT + _SEP + rb"=(?!=)")
 # names a patch's target resolves through: `runtime_patches` uses bound names only).
 _IMPORT_ALIAS = re.compile(rb"(" + _IDENT + rb")" + _SEP + rb"(?<![A-Za-z0-9_\x80-\xff])as" + _SEP + rb"(" + _IDENT + rb")")
 _ANY_WORD = re.compile(_IDENT)
+_OPENING = re.compile(_SEP + rb"\(")
+_METHOD_CALL = re.compile(_SEP + _IDENT + _SEP + rb"\(")
+_DEFINED = re.compile(rb"(?:def|class)[ \t\f\\]+(" + _IDENT + rb")")
+# What changes the reading of a call's text: brackets, a comment, a string's opening quote.
+_CALL_SPECIAL = re.compile(rb"[()\[\]{}#'\"]")
+_LINE_END = re.compile(rb"[\r\n]")
+_STRING_BODY = {
+    (triple, quote): re.compile(
+        (rb"(%s)(?:[^\\%s]|\\.|%s(?!%s))*\1" % (bytes([quote]) * 3, bytes([quote]), bytes([quote]), bytes([quote]) * 2))
+        if triple
+        else rb"%s(?:[^\\%s\r\n]|\\.)*%s" % (bytes([quote]), bytes([quote]), bytes([quote])),
+        re.S,
+    )
+    for triple in (False, True)
+    for quote in b"'\""
+}
 _IDENT_BYTES = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_") | frozenset(range(128, 256))
 _DEFINITION = re.compile(rb"[\r\n][ \t\f]*(?:async[ \t\f]+def|def|class)[ \t\f\\]")
 
@@ -141,27 +157,77 @@ def _word_before(source: bytes, end: int, skip: bytes) -> bytes | None:
     return source[start:end] or None
 
 
-def _calls_patch_helper(source: bytes) -> bool:
+def _calls_patch_helper(source: bytes, bound: set[bytes]) -> bool:
+    """Whether the file may call a patch helper with an argument that resolves: `runtime_patches` makes an
+    entry of such a call only where an argument is a name (or attribute of a name) bound by an import or
+    a definition; ``bound`` holds every word that could be one. A call whose extent cannot be read
+    counts."""
     lowered = source.lower()
     for word in _PATCH_WORDS:
         at = lowered.find(word)
         while at != -1:
-            if _CALLED.match(lowered, at + len(word)):
-                return True
+            called = _CALLED.match(lowered, at + len(word))
             at = lowered.find(word, at + 1)
+            if not called:
+                continue
+            opening = called.end() - 1
+            if lowered[opening] == ord("."):  # `patch.object(`: the object's name must end with "patch"
+                name_end = called.start()
+                while name_end < len(lowered) and lowered[name_end] in _IDENT_BYTES:
+                    name_end += 1
+                method = _METHOD_CALL.match(source, opening + 1)
+                if not lowered[:name_end].endswith(b"patch") or not method:
+                    continue
+                opening = method.end() - 1
+            words = _call_words(source, opening)
+            if words is None or not bound.isdisjoint(words):
+                return True
     return False
 
 
-def _aliases(source: bytes) -> dict[bytes, list[bytes]]:
-    """Alias -> the names an import statement binds to it with ``as``."""
+def _call_words(source: bytes, opening: int) -> set[bytes] | None:
+    """The words of the call whose ``(`` is at ``opening``, outside its strings and comments; None when
+    its closing bracket cannot be found."""
+    words: set[bytes] = set()
+    depth, at = 0, opening
+    while True:
+        special = _CALL_SPECIAL.search(source, at)
+        if special is None:
+            return None
+        words.update(_ANY_WORD.findall(source, at, special.start()))
+        char, at = source[special.start()], special.end()
+        if char in b"([{":
+            depth += 1
+        elif char in b")]}":
+            depth -= 1
+            if depth == 0:
+                return words
+        elif char == ord("#"):
+            newline = _LINE_END.search(source, at)
+            if newline is None:
+                return None
+            at = newline.end()
+        else:  # a quote: the string's end
+            end = _STRING_BODY[source[special.start() : special.start() + 3] == bytes([char]) * 3, char].match(
+                source, special.start()
+            )
+            if end is None:
+                return None
+            at = end.end()
+
+
+def _imports(source: bytes) -> tuple[dict[bytes, list[bytes]], set[bytes]]:
+    """Alias -> the names an import statement binds to it with ``as``; and every word of the import
+    statements after ``import`` (the names they can bind)."""
     found: dict[bytes, list[bytes]] = {}
+    bound: set[bytes] = set()
     at = source.find(b"import")
     while at != -1:
         before, at = source[at - 1 : at], at + 6
         if (before and before[0] in _IDENT_BYTES) or (at < len(source) and source[at] in _IDENT_BYTES):
             at = source.find(b"import", at)
             continue
-        opening = re.compile(_SEP + rb"\(").match(source, at)
+        opening = _OPENING.match(source, at)
         if opening:  # `from m import (...)`: up to the closing bracket
             end = source.find(b")", opening.end())
         else:  # up to the end of the line, past continuations
@@ -172,18 +238,21 @@ def _aliases(source: bytes) -> dict[bytes, list[bytes]]:
                     break
                 end += 1
         statement = source[at : len(source) if end == -1 else end]
+        bound.update(_ANY_WORD.findall(statement))
         if b"as" in statement:
             for name, alias in _IMPORT_ALIAS.findall(statement):
                 found.setdefault(alias, []).append(name)
         at = source.find(b"import", at)
-    return found
+    return found, bound
 
 
-def _patch_words(source: bytes) -> set[bytes] | None:
+def _patch_words(source: bytes) -> tuple[set[bytes], dict[bytes, list[bytes]]] | None:
     """The words a patch in the file could target: the object of every attribute assignment and every
     word of a decorator (up to the definition it decorates); None when the file calls a patch helper
     (whose target may not resolve: its code is reported, so the file must be indexed)."""
-    if _calls_patch_helper(source):
+    aliases, bound = _imports(source)
+    bound.update(_DEFINED.findall(source))
+    if _calls_patch_helper(source, bound):
         return None
     words = set()
     for assignment in _ATTRIBUTE_ASSIGNMENT.finditer(source):
@@ -197,8 +266,12 @@ def _patch_words(source: bytes) -> set[bytes] | None:
         if source[line_start : start - 1].strip(b" \t\f"):
             continue  # `a @ b`, or an address in a string: not a decorator
         definition = _DEFINITION.search(source, start)
-        words.update(_ANY_WORD.findall(source, start, definition.start() if definition else len(source)))
-    return words
+        decorator = source[start : definition.start() if definition else len(source)]
+        lowered = decorator.lower()
+        if any(word in lowered for word in _PATCH_WORDS):
+            return None  # a patch helper as decorator: an entry for the definition, whatever its target
+        words.update(_ANY_WORD.findall(decorator))
+    return words, aliases
 
 
 def quick_index(source: bytes, path: str, known: frozenset[str]) -> ScannedIndex | None:
@@ -221,11 +294,11 @@ def quick_index(source: bytes, path: str, known: frozenset[str]) -> ScannedIndex
     words.update(name for alias in list(words) for name in _aliased(source, alias))
     if any(_capable(word, known_bytes) for word in words):
         return None
-    patch_words = _patch_words(source)
-    if patch_words is None:
+    found = _patch_words(source)
+    if found is None:
         return None
-    if patch_words and b"as" in source:
-        aliases = _aliases(source)
+    patch_words, aliases = found
+    if patch_words:
         patch_words.update(name for alias in list(patch_words) for name in aliases.get(alias, ()))
     if any(_capable(word, known_bytes) for word in patch_words):
         return None

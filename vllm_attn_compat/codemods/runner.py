@@ -39,6 +39,7 @@ class Options:
     base: str = "."
     jobs: int = field(default_factory=lambda: parallel.available_cores())
     progress: bool = False
+    cache_dir: str | None = None  # see cache.py
 
 
 @dataclass(eq=False)
@@ -201,9 +202,10 @@ def _probably_parsed(source: bytes, rules, unscoped) -> bool:
 
 def _migrate_worth(scanned, worth, rules, options: Options, report: RunReport, emit_diff, warm) -> None:
     sources = {s.source_file.path: s.source for s in scanned}
+    # With a cache, nothing is sent before the last round: a file's key needs the whole hierarchy.
     early = (
         Handoff(warm, rules, options.unsafe_fixes, limit=parallel.IN_PROCESS_BELOW, old_op_calls=options.old_op_calls)
-        if warm
+        if warm and not options.cache_dir
         else None
     )
 
@@ -232,8 +234,25 @@ def _migrate_worth(scanned, worth, rules, options: Options, report: RunReport, e
         and engine.needs_parsing(s.source, candidate_rules(rules, indexes.get(path), hierarchy, path), names)
     ]
     report.parsed = len(set(indexes) | {c.source_file.path for c in candidates})
+    diffs: dict[str, str] = {}
     candidates = _parse_scanned(candidates, indexes, options, report)
     by_path = {c.source_file.path: c for c in candidates}
+    cache, keys = None, {}
+    if options.cache_dir:
+        from vllm_attn_compat.codemods.cache import Cache, run_digest
+
+        settings = ([rule.code for rule in rules], options.unsafe_fixes, options.old_op_calls)
+        cache = Cache(options.cache_dir, settings, run_digest({path: sources[path] for path in indexes}))
+        missed = []
+        for item in candidates:
+            path = item.source_file.path
+            keys[path] = cache.key(path, item.source)
+            cached = cache.load(keys[path])
+            if cached is None:
+                missed.append(item)
+            else:
+                _record(item, cached, options, report, diffs)
+        candidates = missed
     rest = [c for c in candidates if early is None or c.source_file.path not in early.sent]
     pickled = early.settings(hierarchy) if early is not None and rest else None
     # The early worker takes the rest when it is enough for it; else its share, and the other jobs the rest.
@@ -252,13 +271,14 @@ def _migrate_worth(scanned, worth, rules, options: Options, report: RunReport, e
     if early is not None and early.sent:
         # The early worker is at its tasks already: start the rest first, so that both run at once.
         outcomes = itertools.chain(outcomes, warm.results())
-    diffs: dict[str, str] = {}
     missing = None  # libcst missing or broken: every file fails alike, and the command names it once (cli.py)
     for path, outcome in _with_progress(outcomes, len(candidates), options.progress, "migrate"):
         if isinstance(outcome, MissingDependency):
             missing = outcome  # raised once all are in: the pools shut down as usual, leaving no process behind
         else:
             _record(by_path[path], outcome, options, report, diffs)
+            if cache is not None and isinstance(outcome, tuple):
+                cache.store(keys[path], *outcome)
     if missing is not None:
         raise missing
     for path in sorted(diffs):  # workers finish in any order; the output must not depend on it

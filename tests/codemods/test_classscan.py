@@ -12,7 +12,6 @@ from runner_trees import write_tree
 from vllm_attn_compat.codemods.classscan import ScannedIndex, may_use, quick_index, uses_pattern
 from vllm_attn_compat.codemods.cli import main
 from vllm_attn_compat.codemods.hierarchy import ClassHierarchy, index_module
-from vllm_attn_compat.codemods.scan import TokenScan
 
 
 def scan(text: str, known=frozenset(), path: str = "m.py"):
@@ -96,8 +95,9 @@ def _vllm_tree(which: str) -> str:
 def test_on_vllms_own_sources_the_spared_files_change_nothing_the_run_decides(which):
     """vLLM itself (0.19.1: the old API, with real callers of the impls' methods): the exact index of
     every file, then the scan as the runner applies it, given the names and methods the exact pass found.
-    A file spared in the first round and never sent to the parser later (it names no attention class or
-    patched function, and uses none of the methods whose fix the call-site analysis decides) must leave
+    A file spared in the first round and never sent to the parser later (no name of its class headers,
+    patches or definitions is an attention class or patched code, and it uses none of the methods whose
+    fix the call-site analysis decides) must leave
     the run's decisions as they are: the same attention classes and patched code, the same withheld
     fixes with the same callers, the same files with attention code. Most files with classes are spared."""
     sources = {}
@@ -112,12 +112,11 @@ def test_on_vllms_own_sources_the_spared_files_change_nothing_the_run_decides(wh
     assert len(names) > 20  # vLLM's backends
     methods = frozenset(name for _, name in built.calls.methods)
     assert "forward" in methods
-    names_any = TokenScan((name.encode() for name in names), whole_words=True)
     uses = uses_pattern(methods)
     fast = []
     for path, (source, exact) in sources.items():
         cold = quick_index(source, path, frozenset())
-        spared = cold is not None and not names_any(source) and not may_use(source, methods, uses)
+        spared = cold is not None and not cold.names_any(names) and not may_use(source, methods, uses)
         fast.append(cold if spared else exact)
     assert sum(isinstance(index, ScannedIndex) for index in fast) > len(sources) / 3
     quick = ClassHierarchy.build(fast)
@@ -254,3 +253,29 @@ def test_a_duck_typed_backend_among_unrelated_classes_is_indexed(tmp_path, monke
     fast, errors = _outcome(root, monkeypatch, True, "check")
     assert fast == _outcome(root, monkeypatch, False, "check")[0] and not errors
     assert [f for f in fast if f[0] == "hidden.py"], fast
+
+
+@pytest.mark.parametrize(
+    ("text", "uses"),
+    [
+        ("impl.prefill(q)", True),
+        ("(impl.  # warm-up\n    prefill)(q)", True),
+        ("impl.\\\n    prefill", True),
+        ("f = impl.prefill", True),
+        ('getattr(impl, "prefill")', True),
+        ("getattr(impl, 'prefill', None)", True),
+        ('getattr(impl, """prefill""")', True),
+        ('getattr(impl, "pre" "fill")', True),  # one constant string to the parser
+        ('getattr(impl, ("pre"\n    "fill"))', True),
+        ('getattr(impl, "pre\\x66ill")', True),  # an escape: counted, not decoded
+        ('getattr(impl, "x"', True),  # no end: counted
+        ("def prefill(self, q):\n    return q\n", False),  # a definition is no use
+        ('getattr(impl, "other")\n# prefill\nx = "prefill"', False),  # words elsewhere
+        ("impl.prefill_all(q)", False),
+    ],
+)
+def test_may_use_finds_every_use_the_call_site_index_records(text, uses):
+    names = frozenset({"prefill", "forward"})
+    assert may_use(text.encode(), names, uses_pattern(names)) is uses
+    if not uses:  # and indeed the exact index records none
+        assert not {use.name for use in index_module(text.encode(), "m.py").calls.uses} & names

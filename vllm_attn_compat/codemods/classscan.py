@@ -62,6 +62,8 @@ _DEFINED = re.compile(rb"(?:def|class)[ \t\f\\]+(" + _IDENT + rb")")
 # What changes the reading of a call's text: brackets, a comment, a string's opening quote.
 _CALL_SPECIAL = re.compile(rb"[()\[\]{}#'\"]")
 _LINE_END = re.compile(rb"[\r\n]")
+_QUOTED = re.compile(rb"[\"']([A-Za-z_\x80-\xff][A-Za-z0-9_\x80-\xff]*)[\"']")
+_ADJACENT_STRINGS = re.compile(rb"[\"'][ \t\f\r\n]*[rbuRBU]{0,2}[\"']")
 _STRING_BODY = {
     (triple, quote): re.compile(
         (rb"(%s)(?:[^\\%s]|\\.|%s(?!%s))*\1" % (bytes([quote]) * 3, bytes([quote]), bytes([quote]), bytes([quote]) * 2))
@@ -82,9 +84,10 @@ _BASE_NAMES = frozenset(name.encode() for name in VLLM_BASE_NAMES)
 @dataclass(frozen=True)
 class ScannedIndex(ModuleIndex):
     """The index of a module none of whose classes can be an attention class, as far as the names known
-    when it was scanned go. ``classes`` is empty; ``base_words`` are the names its class headers use
-    (and the aliases bound to them), so that a later round finding one of them an attention class has
-    the file parsed (:meth:`names_any`)."""
+    when it was scanned go. ``classes`` is empty; ``base_words`` are the names its class headers use,
+    the names its patches could target (and the names aliased to either), and the names it defines
+    (``def``, ``class``: another module may patch them onto an attention class), so that a later round
+    finding one of them an attention class or patched code has the file parsed (:meth:`names_any`)."""
 
     base_words: frozenset[str] = frozenset()
 
@@ -246,12 +249,14 @@ def _imports(source: bytes) -> tuple[dict[bytes, list[bytes]], set[bytes]]:
     return found, bound
 
 
-def _patch_words(source: bytes) -> tuple[set[bytes], dict[bytes, list[bytes]]] | None:
+def _patch_words(source: bytes) -> tuple[set[bytes], dict[bytes, list[bytes]], set[bytes]] | None:
     """The words a patch in the file could target: the object of every attribute assignment and every
     word of a decorator (up to the definition it decorates); None when the file calls a patch helper
-    (whose target may not resolve: its code is reported, so the file must be indexed)."""
+    (whose target may not resolve: its code is reported, so the file must be indexed). With them, the
+    aliases of the file's imports and the names it defines."""
     aliases, bound = _imports(source)
-    bound.update(_DEFINED.findall(source))
+    defined = set(_DEFINED.findall(source))
+    bound |= defined
     if _calls_patch_helper(source, bound):
         return None
     words = set()
@@ -271,7 +276,7 @@ def _patch_words(source: bytes) -> tuple[set[bytes], dict[bytes, list[bytes]]] |
         if any(word in lowered for word in _PATCH_WORDS):
             return None  # a patch helper as decorator: an entry for the definition, whatever its target
         words.update(_ANY_WORD.findall(decorator))
-    return words, aliases
+    return words, aliases, defined
 
 
 def quick_index(source: bytes, path: str, known: frozenset[str]) -> ScannedIndex | None:
@@ -297,14 +302,16 @@ def quick_index(source: bytes, path: str, known: frozenset[str]) -> ScannedIndex
     found = _patch_words(source)
     if found is None:
         return None
-    patch_words, aliases = found
+    patch_words, aliases, defined = found
     if patch_words:
         patch_words.update(name for alias in list(patch_words) for name in aliases.get(alias, ()))
     if any(_capable(word, known_bytes) for word in patch_words):
         return None
-    return ScannedIndex(
-        normalize_path(path), guess_module_name(path), (), base_words=frozenset(word.decode() for word in words)
-    )
+    try:
+        names = frozenset(word.decode() for word in words | patch_words | defined)
+    except UnicodeDecodeError:  # not UTF-8 (a coding declaration): the parser reads it right
+        return None
+    return ScannedIndex(normalize_path(path), guess_module_name(path), (), base_words=names)
 
 
 def uses_pattern(names: frozenset[str] | set[str]) -> re.Pattern[bytes] | None:
@@ -317,11 +324,52 @@ def uses_pattern(names: frozenset[str] | set[str]) -> re.Pattern[bytes] | None:
 
 def may_use(source: bytes, names: frozenset[str] | set[str], pattern: re.Pattern[bytes] | None) -> bool:
     """Whether the file may call, reference or ``getattr`` one of the methods ``names`` (``pattern`` is
-    ``uses_pattern(names)``), as the call-site analysis would record it: an attribute ``.name`` (blanks,
-    line continuations and comments may stand after the dot), or in a file that calls ``getattr``, the
-    name as a word anywhere (in a string, say). Never False where the exact index records such a use."""
+    ``uses_pattern(names)``), as the call-site analysis records it: an attribute ``.name`` (blanks, line
+    continuations and comments may stand after the dot), or ``getattr(x, "name")``. Never False where the
+    exact index records such a use: a ``getattr`` whose text cannot be read plainly (its end not found,
+    a backslash, strings side by side, a comment) counts as using every name."""
     if pattern is None:
         return False
-    if b"getattr" in source:
-        return TokenScan((name.encode() for name in names), whole_words=True)(source)
-    return pattern.search(source) is not None
+    if pattern.search(source) is not None:
+        return True
+    at = source.find(b"getattr")
+    while at != -1:
+        opening = _OPENING.match(source, at + 7)
+        at = source.find(b"getattr", at + 7)
+        if opening is None:
+            continue  # `getattr` not called here: handed on, which the index does not follow either
+        text = _call_text(source, opening.end() - 1)
+        if text is None or b"\\" in text or b"#" in text or _ADJACENT_STRINGS.search(text):
+            return True
+        if any(name.encode() in _QUOTED.findall(text) for name in names):
+            return True
+    return False
+
+
+def _call_text(source: bytes, opening: int) -> bytes | None:
+    """The text of the call whose ``(`` is at ``opening``, up to its closing bracket (strings skipped
+    while counting); None when that cannot be found."""
+    depth, at = 0, opening
+    while True:
+        special = _CALL_SPECIAL.search(source, at)
+        if special is None:
+            return None
+        char, at = source[special.start()], special.end()
+        if char in b"([{":
+            depth += 1
+        elif char in b")]}":
+            depth -= 1
+            if depth == 0:
+                return source[opening:at]
+        elif char == ord("#"):
+            newline = _LINE_END.search(source, at)
+            if newline is None:
+                return None
+            at = newline.end()
+        else:
+            end = _STRING_BODY[source[special.start() : special.start() + 3] == bytes([char]) * 3, char].match(
+                source, special.start()
+            )
+            if end is None:
+                return None
+            at = end.end()

@@ -134,14 +134,15 @@ def _index_hierarchy(
         known_names |= new_names
         has_name = TokenScan((name.encode() for name in new_names), whole_words=True)
         pending = [s for s in scanned if s.source_file.path not in indexes and has_name(s.source)]
-        # A spared file is indexed once it names an attention class or patched function found since (its
-        # classes may derive from it, or it may define what is patched), or may use a method whose fix
-        # the call-site analysis decides (`callsites`: its calls would be missed).
+        # A spared file is indexed once a name it uses in a class header or a patch, or defines, is an
+        # attention class or patched code found since (`ScannedIndex.names_any`), or once it may use a
+        # method whose fix the call-site analysis decides (`callsites`: its calls would be missed).
         methods = frozenset(name for _, name in built.calls.methods)
         uses = classscan.uses_pattern(methods)
         for s in scanned:
-            if isinstance(indexes.get(s.source_file.path), classscan.ScannedIndex) and (
-                has_name(s.source) or classscan.may_use(s.source, methods, uses)
+            spared = indexes.get(s.source_file.path)
+            if isinstance(spared, classscan.ScannedIndex) and (
+                spared.names_any(new_names) or classscan.may_use(s.source, methods, uses)
             ):
                 must_parse.add(s.source_file.path)
                 pending.append(s)

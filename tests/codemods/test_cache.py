@@ -99,7 +99,7 @@ def test_a_changed_file_misses(tree, tmp_path, migrations):
     cold, _, _ = _run(tree, cache)
     migrations.clear()
     (tree / "plugin/impl.py").write_text("# one more line\n" + IMPL)
-    warm, changed, _ = _run(tree, cache)
+    warm, _, _ = _run(tree, cache)
     assert "impl.py" in migrations
     lines = sorted(f.line for name, f in cold if name == "impl.py")
     assert sorted(f.line for name, f in warm if name == "impl.py") == [line + 1 for line in lines] != []
@@ -115,7 +115,7 @@ def test_a_change_in_another_file_that_withholds_a_fix_misses(tree, tmp_path, mi
         "from plugin.prefill import PrefillImpl\n\n\ndef run(impl: PrefillImpl, q):\n    return impl.prefill(q)\n"
     )
     migrations.clear()
-    warm, changed, _ = _run(tree, cache)
+    warm, _, _ = _run(tree, cache)
     assert "prefill.py" in migrations
     assert not any(name == "prefill.py" and f.status.value == "fixed" for name, f in warm)
     assert any(name == "warm.py" for name, _ in warm)  # the caller, reported

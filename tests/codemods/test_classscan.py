@@ -9,7 +9,12 @@ import textwrap
 import pytest
 from runner_trees import write_tree
 
-from vllm_attn_compat.codemods.classscan import ScannedIndex, may_use, quick_index, uses_pattern
+from vllm_attn_compat.codemods.classscan import (
+    ScannedIndex,
+    may_use,
+    quick_index,
+    uses_pattern,
+)
 from vllm_attn_compat.codemods.cli import main
 from vllm_attn_compat.codemods.hierarchy import ClassHierarchy, index_module
 

@@ -33,7 +33,7 @@ from vllm_attn_compat.codemods.hierarchy import (
     guess_module_name,
     normalize_path,
 )
-from vllm_attn_compat.codemods.scan import _IDENTIFIER_BYTES, TokenScan
+from vllm_attn_compat.codemods.scan import _IDENTIFIER_BYTES
 
 # A class header as one statement: name, optional bases in one level of nested brackets, then the colon.
 _HEADER = re.compile(rb"[ \t\f]*class[ \t]+([A-Za-z_][A-Za-z0-9_]*)[ \t]*(?:\(([^()]*(?:\([^()]*\)[^()]*)*)\))?[ \t]*:")
@@ -69,7 +69,7 @@ _STRING_BODY = {
         (rb"(%s)(?:[^\\%s]|\\.|%s(?!%s))*\1" % (bytes([quote]) * 3, bytes([quote]), bytes([quote]), bytes([quote]) * 2))
         if triple
         else rb"%s(?:[^\\%s\r\n]|\\.)*%s" % (bytes([quote]), bytes([quote]), bytes([quote])),
-        re.S,
+        re.DOTALL,
     )
     for triple in (False, True)
     for quote in b"'\""

@@ -19,7 +19,16 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from vllm_attn_compat.codemods import classscan, engine, files, parallel, prefork, registry, sources, worker
+from vllm_attn_compat.codemods import (
+    classscan,
+    engine,
+    files,
+    parallel,
+    prefork,
+    registry,
+    sources,
+    worker,
+)
 from vllm_attn_compat.codemods.dependencies import MissingDependency
 from vllm_attn_compat.codemods.handoff import Handoff, candidate_rules
 from vllm_attn_compat.codemods.report import FileError, RunReport, unified_diff

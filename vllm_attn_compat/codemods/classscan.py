@@ -191,29 +191,37 @@ def _calls_patch_helper(source: bytes, bound: set[bytes]) -> bool:
 def _call_words(source: bytes, opening: int) -> set[bytes] | None:
     """The words of the call whose ``(`` is at ``opening``, outside its strings and comments; None when
     its closing bracket cannot be found."""
-    words: set[bytes] = set()
+    extent = _call_extent(source, opening)
+    if extent is None:
+        return None
+    return {word for start, end in extent[0] for word in _ANY_WORD.findall(source, start, end)}
+
+
+def _call_extent(source: bytes, opening: int) -> tuple[list[tuple[int, int]], int] | None:
+    """The spans of code (outside strings and comments) of the call whose ``(`` is at ``opening``, and
+    the end of its closing bracket; None when that cannot be found."""
+    code: list[tuple[int, int]] = []
     depth, at = 0, opening
     while True:
         special = _CALL_SPECIAL.search(source, at)
         if special is None:
             return None
-        words.update(_ANY_WORD.findall(source, at, special.start()))
+        code.append((at, special.start()))
         char, at = source[special.start()], special.end()
         if char in b"([{":
             depth += 1
         elif char in b")]}":
             depth -= 1
             if depth == 0:
-                return words
+                return code, at
         elif char == ord("#"):
             newline = _LINE_END.search(source, at)
             if newline is None:
                 return None
             at = newline.end()
         else:  # a quote: the string's end
-            end = _STRING_BODY[source[special.start() : special.start() + 3] == bytes([char]) * 3, char].match(
-                source, special.start()
-            )
+            quotes = source[special.start() : special.start() + 3] == bytes([char]) * 3
+            end = _STRING_BODY[quotes, char].match(source, special.start())
             if end is None:
                 return None
             at = end.end()
@@ -347,29 +355,7 @@ def may_use(source: bytes, names: frozenset[str] | set[str], pattern: re.Pattern
 
 
 def _call_text(source: bytes, opening: int) -> bytes | None:
-    """The text of the call whose ``(`` is at ``opening``, up to its closing bracket (strings skipped
-    while counting); None when that cannot be found."""
-    depth, at = 0, opening
-    while True:
-        special = _CALL_SPECIAL.search(source, at)
-        if special is None:
-            return None
-        char, at = source[special.start()], special.end()
-        if char in b"([{":
-            depth += 1
-        elif char in b")]}":
-            depth -= 1
-            if depth == 0:
-                return source[opening:at]
-        elif char == ord("#"):
-            newline = _LINE_END.search(source, at)
-            if newline is None:
-                return None
-            at = newline.end()
-        else:
-            end = _STRING_BODY[source[special.start() : special.start() + 3] == bytes([char]) * 3, char].match(
-                source, special.start()
-            )
-            if end is None:
-                return None
-            at = end.end()
+    """The text of the call whose ``(`` is at ``opening``, up to its closing bracket; None when that
+    cannot be found."""
+    extent = _call_extent(source, opening)
+    return None if extent is None else source[opening : extent[1]]

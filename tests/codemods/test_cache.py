@@ -55,6 +55,20 @@ def tree(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
+def indexed(monkeypatch):
+    """The paths the hierarchy pass parsed in this process."""
+    done: list[str] = []
+    real = worker.index_file
+
+    def counted(source: bytes, path: str):
+        done.append(os.path.basename(path))
+        return real(source, path)
+
+    monkeypatch.setattr(worker, "index_file", counted)
+    return done
+
+
+@pytest.fixture
 def migrations(monkeypatch):
     """The paths libcst migrated in this process (jobs=1 runs everything here)."""
     done: list[str] = []
@@ -151,14 +165,14 @@ def test_an_entry_not_trusted_is_ignored_with_a_warning(tree, tmp_path, migratio
     cache = tmp_path / "cache"
     cold = _run(tree, cache)
     entries = _entries(cache)
-    assert len(entries) == 3
+    assert len(entries) == 4  # three files, and the run
     for entry in entries:
         spoil(entry)
     capsys.readouterr()
     migrations.clear()
     assert _run(tree, cache) == cold
     assert set(migrations) == {"impl.py", "manual.py", "prefill.py"}
-    assert capsys.readouterr().err.count("warning: ignoring the cache entry") == 3
+    assert capsys.readouterr().err.count("warning: ignoring the cache entry") == 4
     migrations.clear()
     assert _run(tree, cache) == cold and migrations == []  # rewritten
 
@@ -170,3 +184,38 @@ def test_the_command_line_option(tree, tmp_path, capsys):
     assert _entries(cache)
     assert main(["migrate", "--check", "--cache-dir", str(cache), str(tree / "plugin")]) == 1
     assert capsys.readouterr().out == cold
+
+
+def test_a_rerun_over_the_same_files_replays_the_run_without_any_parse(tree, tmp_path, migrations, indexed):
+    cache = tmp_path / "cache"
+    cold = _run(tree, cache)
+    assert indexed and migrations
+    indexed.clear()
+    migrations.clear()
+    assert _run(tree, cache) == cold
+    assert indexed == [] and migrations == []
+
+
+def test_a_run_given_the_paths_otherwise_or_in_another_mode_is_not_replayed(
+    tree, tmp_path, migrations, indexed, monkeypatch
+):
+    cache = tmp_path / "cache"
+    cold = _run(tree, cache)
+    indexed.clear()
+    monkeypatch.chdir(tree)  # the same files, reported by other paths
+    report = run_paths(["plugin"], Options(mode="check", jobs=1, cache_dir=str(cache)))
+    assert indexed and min(report.findings)[0].startswith("plugin" + os.sep)
+    assert [f for _, f in sorted(report.findings)] == [f for _, f in sorted(cold[0])]
+    indexed.clear()
+    migrations.clear()
+    _run(tree, cache, mode="diff")
+    assert indexed and migrations == []  # the files' own entries serve any mode
+
+
+def test_a_run_with_an_error_is_never_replayed(tree, tmp_path, indexed):
+    cache = tmp_path / "cache"
+    (tree / "plugin/broken.py").write_text("from vllm.v1.attention.backend import AttentionImpl\nx = (\n")
+    for _ in range(2):
+        _, _, errors = _run(tree, cache)
+        assert [os.path.basename(error.path) for error in errors] == ["broken.py"]
+    assert indexed.count("broken.py") == 2

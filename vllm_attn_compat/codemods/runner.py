@@ -196,7 +196,18 @@ def run_paths(
         report.errors += [FileError(u.path, 1, 1, u.reason) for u in unreadable]
         scanned, worth, warm = _read_and_filter(source_files, rules, options, report, warm)
         if worth:  # on a big tree without any, nothing is parsed and libcst is never imported here
-            _migrate_worth(scanned, worth, rules, options, report, emit_diff, warm)
+            cache = _cache(options, rules) if options.cache_dir else None
+            run_key = cache.run_key({s.source_file.path: s.source for s in scanned}, options.mode) if cache else None
+            replayed = cache.load_run(run_key) if cache else None
+            if replayed is not None:
+                findings, changed, report.parsed = replayed
+                report.findings += findings
+                report.changed += changed
+            else:
+                errors = len(report.errors)
+                _migrate_worth(scanned, worth, rules, options, report, emit_diff, warm, cache)
+                if cache and len(report.errors) == errors and (options.mode == "check" or not report.changed):
+                    cache.store_run(run_key, report.findings, report.changed, report.parsed)
     finally:
         if warm is not None:
             warm.close()
@@ -210,12 +221,19 @@ def _probably_parsed(source: bytes, rules, unscoped) -> bool:
     return engine.needs_parsing(source, unscoped) or (b"vllm" in source and engine.needs_parsing(source, rules))
 
 
-def _migrate_worth(scanned, worth, rules, options: Options, report: RunReport, emit_diff, warm) -> None:
+def _cache(options: Options, rules):
+    from vllm_attn_compat.codemods.cache import Cache
+
+    settings = ([rule.code for rule in rules], options.unsafe_fixes, options.old_op_calls)
+    return Cache(options.cache_dir, settings)
+
+
+def _migrate_worth(scanned, worth, rules, options: Options, report: RunReport, emit_diff, warm, cache=None) -> None:
     sources = {s.source_file.path: s.source for s in scanned}
     # With a cache, nothing is sent before the last round: a file's key needs the whole hierarchy.
     early = (
         Handoff(warm, rules, options.unsafe_fixes, limit=parallel.IN_PROCESS_BELOW, old_op_calls=options.old_op_calls)
-        if warm and not options.cache_dir
+        if warm and cache is None
         else None
     )
 
@@ -247,16 +265,15 @@ def _migrate_worth(scanned, worth, rules, options: Options, report: RunReport, e
     diffs: dict[str, str] = {}
     candidates = _parse_scanned(candidates, indexes, options, report)
     by_path = {c.source_file.path: c for c in candidates}
-    cache, keys = None, {}
-    if options.cache_dir:
-        from vllm_attn_compat.codemods.cache import Cache, run_digest
+    keys = {}
+    if cache is not None:
+        from vllm_attn_compat.codemods.cache import run_digest
 
-        settings = ([rule.code for rule in rules], options.unsafe_fixes, options.old_op_calls)
-        cache = Cache(options.cache_dir, settings, run_digest({path: sources[path] for path in indexes}))
+        run = run_digest({path: sources[path] for path in indexes})
         missed = []
         for item in candidates:
             path = item.source_file.path
-            keys[path] = cache.key(path, item.source)
+            keys[path] = cache.file_key(run, path, item.source)
             cached = cache.load(keys[path])
             if cached is None:
                 missed.append(item)

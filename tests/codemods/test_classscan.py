@@ -284,3 +284,29 @@ def test_may_use_finds_every_use_the_call_site_index_records(text, uses):
     assert may_use(text.encode(), names, uses_pattern(names)) is uses
     if not uses:  # and indeed the exact index records none
         assert not {use.name for use in index_module(text.encode(), "m.py").calls.uses} & names
+
+
+@pytest.mark.parametrize(
+    "patch",
+    [
+        "M.forward = _forward",
+        "M . forward = _forward",
+        "M \\\n    .forward = _forward",
+        "(M).forward = _forward",
+        "(M\n    .forward) = _forward",
+        "(M  # the layer\n    .forward) = _forward",
+        "(M.forward  # the layer\n) = _forward",
+        "x = M.forward = _forward",
+        'setattr(M, "forward", _forward)',
+        "mock.patch.object(M, 'forward', _forward).start()",
+        "@merge_into(Other)\nclass Mixin:\n    pass",  # a helper as decorator: an entry whatever its target
+        "@register(M)\ndef _g(self):\n    pass",
+    ],
+)
+def test_a_patch_that_can_reach_an_attention_class_sends_the_file_to_the_parser(patch):
+    text = (
+        "from vllm.model_executor.layers.attention import MLAAttention as M\nfrom plugin import Helper\n\n\n"
+        "class Runner(Helper):\n    pass\n\n\ndef _forward(self, q, output=None):\n    return output\n\n\n"
+    )
+    assert scan(text + "x = 1\n") is not None  # spared without the patch
+    assert scan(text + patch + "\n") is None

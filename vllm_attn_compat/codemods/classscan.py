@@ -51,7 +51,7 @@ _PATCH_WORDS = (b"patch", b"merge", b"inject", b"mixin", b"setattr")
 _CALLED = re.compile(rb"[A-Za-z0-9_\x80-\xff]*" + _SEP + rb"[(.]")
 # `.attr = value` (not `==`): a patch of class X in `X.attr = value` when X resolves. Found from the dot
 # (a literal the regex engine looks for quickly); the word before it is read backwards.
-_ATTRIBUTE_ASSIGNMENT = re.compile(rb"\." + _SEP + _IDENT + _SEP + rb"=(?!=)")
+_ATTRIBUTE_ASSIGNMENT = re.compile(rb"\." + _SEP + _IDENT + rb"(?:" + _SEP + rb"\))*" + _SEP + rb"=(?!=)")
 # `import X as Y`, `from m import (X as Y, ...)`: what an import statement binds to its aliases (the only
 # names a patch's target resolves through: `runtime_patches` uses bound names only).
 _IMPORT_ALIAS = re.compile(rb"(" + _IDENT + rb")" + _SEP + rb"(?<![A-Za-z0-9_\x80-\xff])as" + _SEP + rb"(" + _IDENT + rb")")
@@ -269,7 +269,13 @@ def _patch_words(source: bytes) -> tuple[set[bytes], dict[bytes, list[bytes]], s
         return None
     words = set()
     for assignment in _ATTRIBUTE_ASSIGNMENT.finditer(source):
-        word = _word_before(source, assignment.start(), b" \t\f)")
+        dot = assignment.start()
+        before = len(source[:dot].rstrip(b" \t\f\r\n\\)"))
+        if b"\n" in source[before:dot] or b"\r" in source[before:dot]:
+            line_start = max(source.rfind(b"\n", 0, before), source.rfind(b"\r", 0, before)) + 1
+            if b"#" in source[line_start:before]:
+                return None  # a comment may end the line before the dot: what it hides is the parser's to read
+        word = _word_before(source, before, b"")
         if word:
             words.add(word)
     at = source.find(b"@")

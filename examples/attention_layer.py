@@ -13,7 +13,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout, uninstalled
 
-from vllm_attn_compat.backends import Attention, AttentionMetadata, set_forward_context  # noqa: E402
+from vllm_attn_compat.backends import Attention, AttentionMetadata, set_forward_context
 
 NUM_HEADS, NUM_KV_HEADS, HEAD_SIZE, BLOCK_SIZE = 8, 2, 64, 16
 

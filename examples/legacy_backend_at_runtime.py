@@ -15,9 +15,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import vllm_attn_compat.compat as compat  # noqa: E402
-from vllm_attn_compat.backends import Attention, AttentionBackend, AttentionImpl  # noqa: E402
-from vllm_attn_compat.backends import AttentionMetadata, set_forward_context  # noqa: E402
+import vllm_attn_compat.compat as compat
+from vllm_attn_compat.backends import Attention, AttentionBackend, AttentionImpl, AttentionMetadata, set_forward_context
 
 
 class MyLegacyImpl(AttentionImpl):

@@ -1,5 +1,7 @@
 """Write docs/rules.md from the rules' docstrings and examples (``--check``: only compare).
 
+Usage::
+
     python scripts/generate_rules_doc.py          # regenerate
     python scripts/generate_rules_doc.py --check  # exit 1 when docs/rules.md is stale
 """

@@ -8,14 +8,19 @@ No torch, no libcst: the plugin imports this module in every pytest session, bef
 from __future__ import annotations
 
 import re
+import sys
 import threading
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
+from types import CodeType
 
 # The wording of compat.deprecation.removed_api_message, read back: the old API and the rule that migrates it.
 _MESSAGE = re.compile(r"(?P<old>.+?) was removed in vLLM 0\.20; .*\(rule (?P<rule>VAC\d+)\)\.\Z", re.DOTALL)
 # How removed_api_message says that `migrate` cannot find a use (nothing in the source marks it).
 BY_HAND = "change it by hand"
-_REPLACEMENT = re.compile(r" was removed in vLLM 0\.20; (?P<replacement>.*)\. vllm-attn-compat keeps it working", re.DOTALL)
+_REPLACEMENT = re.compile(
+    r" was removed in vLLM 0\.20; (?P<replacement>.*)\. vllm-attn-compat keeps it working", re.DOTALL
+)
 
 
 def replacement(message: str) -> str | None:
@@ -41,7 +46,7 @@ class Use:
 
     @classmethod
     def from_json(cls, data: dict[str, object]) -> Use:
-        return cls(**data)  # type: ignore[arg-type]
+        return cls(**data)  # type: ignore[arg-type]  # the fields as_json wrote, each of its declared type
 
 
 class Tally:
@@ -49,24 +54,21 @@ class Tally:
     (reported at its definition), the class. Places are resolved to ``path:line`` only by :meth:`uses`."""
 
     def __init__(self) -> None:
-        # (message, id(place), line) -> [place, count]; the place is held so that its id cannot be reused.
-        self._counts: dict[tuple[str, int, int | None], list] = {}
+        # (message, id(place), line) -> (place, count); the place is held so that its id cannot be reused.
+        self._counts: dict[tuple[str, int, int | None], tuple[type | CodeType, int]] = {}
         self._lock = threading.Lock()
 
-    def at_line(self, message: str, code: object, line: int) -> None:
+    def at_line(self, message: str, code: CodeType, line: int) -> None:
         self._add(message, code, line)
 
     def at_class(self, message: str, cls: type) -> None:
         self._add(message, cls, None)
 
-    def _add(self, message: str, place: object, line: int | None) -> None:
+    def _add(self, message: str, place: type | CodeType, line: int | None) -> None:
         key = (message, id(place), line)
         with self._lock:
             entry = self._counts.get(key)
-            if entry is None:
-                self._counts[key] = [place, 1]
-            else:
-                entry[1] += 1
+            self._counts[key] = (place, 1 if entry is None else entry[1] + 1)
 
     def __bool__(self) -> bool:
         return bool(self._counts)
@@ -77,23 +79,33 @@ class Tally:
         return merge(_use(message, place, line, count) for message, line, place, count in entries)
 
 
-def _use(message: str, place: object, line: int | None, count: int) -> Use:
+def _use(message: str, place: type | CodeType, line: int | None, count: int) -> Use:
     if line is None:
-        # Only compat.deprecation records a class, so it (and torch) is loaded already.
-        from vllm_attn_compat.compat.deprecation import _definition_site
-
-        path, line = _definition_site(place)  # type: ignore[arg-type]
+        assert isinstance(place, type), "at_class counts a class, without a line"
+        path, line = definition_site(place)
     else:
-        path = place.co_filename  # type: ignore[attr-defined]
+        assert isinstance(place, CodeType), "at_line counts a code object and its line"
+        path = place.co_filename
     parsed = _MESSAGE.match(message)
     old, rule = (parsed["old"], parsed["rule"]) if parsed else (message, None)
     return Use(old_api=old, rule=rule, path=path, line=line, count=count, message=message)
 
 
-def merge(uses) -> list[Use]:
+def definition_site(cls: type) -> tuple[str, int]:
+    """Where ``cls`` is defined (file, first line): the place of a use reported at a class."""
+    import inspect
+
+    try:
+        return inspect.getsourcefile(cls) or "<unknown>", inspect.getsourcelines(cls)[1]
+    except (OSError, TypeError):
+        module = sys.modules.get(cls.__module__)
+        return getattr(module, "__file__", None) or f"<{cls.__module__}>", 1
+
+
+def merge(uses: Iterable[Use]) -> list[Use]:
     """The same use seen by several processes (or through one code object compiled twice) counted once, with
     the counts added up; sorted by path, line and rule."""
-    totals: dict[tuple[str, str, int, str], Use] = {}
+    totals: dict[tuple[str, int, str, str], Use] = {}
     for use in uses:
         key = (use.path, use.line, use.message, use.old_api)
         seen = totals.get(key)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import shlex
+from typing import TYPE_CHECKING, Protocol
 
 import pytest
 
@@ -26,6 +27,15 @@ from vllm_attn_compat.deprecated_uses import Tally, Use
 MODES = ("summary", "error", "off")
 SCHEMA = "vllm-attn-compat/deprecated-uses/1"
 _WORKER_OUTPUT = "vllm_attn_compat_uses"  # the key of a worker's uses in xdist's workeroutput
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+
+class _WorkerNode(Protocol):
+    """What this plugin reads of xdist's ``WorkerController`` (xdist is optional and untyped)."""
+
+    config: pytest.Config
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -61,7 +71,7 @@ _KEY = pytest.StashKey[_Session]()
 
 
 def _mode(config: pytest.Config) -> str:
-    chosen = config.getoption("vllm_attn_compat")
+    chosen: str | None = config.getoption("vllm_attn_compat")
     if chosen is not None:
         return chosen
     configured = (config.getini("vllm_attn_compat") or "summary").strip().lower()
@@ -88,7 +98,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 @pytest.hookimpl(optionalhook=True)
-def pytest_testnodedown(node, error) -> None:
+def pytest_testnodedown(node: _WorkerNode, error: object) -> None:
     """xdist, on the controller: a worker finished; add up the uses it counted."""
     session = node.config.stash.get(_KEY, None)
     output = getattr(node, "workeroutput", None) or {}
@@ -102,7 +112,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     if state is None:
         return
     if state.is_worker:
-        output = session.config.workeroutput  # type: ignore[attr-defined]
+        output = session.config.workeroutput  # type: ignore[attr-defined]  # set by xdist on a worker
         output[_WORKER_OUTPUT] = [use.as_json() for use in state.tally.uses()]
         return
     uses = state.uses()
@@ -113,7 +123,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
-def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
     state = config.stash.get(_KEY, None)
     if state is None or state.is_worker:
         return
@@ -144,7 +154,7 @@ def _plural(count: int, noun: str) -> str:
     return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
-def _path(path: str, here) -> str:
+def _path(path: str, here: Path) -> str:
     """``path`` relative to the directory pytest was run from when it lies inside it (as a command takes it)."""
     try:
         relative = os.path.relpath(path, here)
@@ -153,7 +163,7 @@ def _path(path: str, here) -> str:
     return path if relative.startswith(os.pardir) else relative
 
 
-def _command(use: Use, here) -> str | None:
+def _command(use: Use, here: Path) -> str | None:
     """The ``migrate`` command for this use's rule and file; ``--unsafe-fixes`` where the rule's fix is unsafe."""
     if use.rule is None or not os.path.isfile(use.path):  # code compiled from a string has no file to migrate
         return None
@@ -176,9 +186,7 @@ def _write_report(path: str, state: _Session, uses: list[Use]) -> None:
         "schema": SCHEMA,
         "mode": state.mode,
         "total": sum(use.count for use in uses),
-        "uses": [
-            {**use.as_json(), "path": _path(use.path, here), "command": _command(use, here)} for use in uses
-        ],
+        "uses": [{**use.as_json(), "path": _path(use.path, here), "command": _command(use, here)} for use in uses],
     }
     target = os.path.join(here, path)
     os.makedirs(os.path.dirname(target) or ".", exist_ok=True)

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from backend_helpers import random_qkv
 
 from vllm_attn_compat.backends import AttentionMetadata, set_forward_context
+
+from backend_helpers import random_qkv
 
 SENTINEL = -5.0
 T, H, DV = 4, 4, 8  # layer: 4 heads, head_size 16, 2 kv heads, head_size_v 8
@@ -57,9 +58,11 @@ def test_bad_output_buffer(make_layer, case):
     q, k, v = random_qkv(layer, T)
     output = make()
     before = output.clone() if output.device.type != "meta" else None
-    with set_forward_context({layer.layer_name: AttentionMetadata.from_lengths([T])}):
-        with pytest.raises(error, match=message):
-            layer(q, k, v, output=output)
+    with (
+        set_forward_context({layer.layer_name: AttentionMetadata.from_lengths([T])}),
+        pytest.raises(error, match=message),
+    ):
+        layer(q, k, v, output=output)
     if before is not None:
         assert torch.equal(output, before)
 
@@ -157,7 +160,9 @@ def test_output_quantization_is_refused_before_writing(make_layer):
     q, k, v = random_qkv(layer, T)
     output = _buffer((T, H, DV))
     with set_forward_context({layer.layer_name: AttentionMetadata.from_lengths([T])}):
-        message = r"output_scale: the sdpa backend writes unquantized output, expected None, got a tensor of shape \[1\]"
+        message = (
+            r"output_scale: the sdpa backend writes unquantized output, expected None, got a tensor of shape \[1\]"
+        )
         with pytest.raises(NotImplementedError, match=message):
             torch.ops.vllm_attn_compat.unified_attention_with_output(
                 q, k, v, output, layer.layer_name, output_scale=torch.ones(1)

@@ -6,10 +6,11 @@ import re
 
 import pytest
 import torch
-from backend_helpers import random_qkv
 from torch._inductor.utils import run_and_get_code
 
 from vllm_attn_compat.backends import AttentionMetadata, MLAAttention, set_forward_context
+
+from backend_helpers import random_qkv
 
 OP = "torch.ops.vllm_attn_compat.unified_attention_with_output.default"
 MLA_OP = "torch.ops.vllm_attn_compat.unified_mla_attention_with_output.default"
@@ -60,9 +61,7 @@ def test_mla_layer_compiles_without_breaks_or_output_copies(layer_name):
     md = AttentionMetadata.from_lengths([5])
     with set_forward_context({layer.layer_name: md}), torch.no_grad():
         eager = layer(q, kv_c, k_pe)
-        breaks, result, body = _compile_and_inspect(
-            lambda q, c, p, b: layer(q, c, p, output=b), q, kv_c, k_pe, buffer
-        )
+        breaks, result, body = _compile_and_inspect(lambda q, c, p, b: layer(q, c, p, output=b), q, kv_c, k_pe, buffer)
     assert breaks == 0
     torch.testing.assert_close(result, eager)
     assert body.count(MLA_OP) == 1 and not re.search(r"copy_|clone|empty_strided|cpp_fused", body), body

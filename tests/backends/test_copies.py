@@ -10,11 +10,12 @@ import warnings
 
 import pytest
 import torch
-from backend_helpers import random_qkv
 from test_flash import needs_flash
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
 from vllm_attn_compat.backends import AttentionBackend, AttentionImpl, MLAAttention, set_forward_context
+
+from backend_helpers import random_qkv
 
 NAMESPACE = "vllm_attn_compat"
 _ALLOCATORS = {"empty", "empty_strided", "empty_like", "new_empty", "zeros", "zeros_like", "full", "clone"}
@@ -41,7 +42,7 @@ class WritesInto(TorchDispatchMode):
         kwargs = kwargs or {}
         schema_args = func._schema.arguments
         values = list(args) + [kwargs.get(a.name) for a in schema_args[len(args) :]]
-        for arg, value in zip(schema_args, values):
+        for arg, value in zip(schema_args, values, strict=True):
             writes = arg.alias_info is not None and arg.alias_info.is_write
             if writes and isinstance(value, torch.Tensor) and self._in_target(value):
                 self.writes["copy" if func.overloadpacket is torch.ops.aten.copy_ else "direct"] += 1

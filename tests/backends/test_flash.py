@@ -7,10 +7,11 @@ import math
 
 import pytest
 import torch
-from backend_helpers import expected_prefill, random_qkv, reference_attention
 
 from vllm_attn_compat.backends import AttentionMetadata, set_forward_context
 from vllm_attn_compat.backends.flash import FlashUnavailableError
+
+from backend_helpers import expected_prefill, random_qkv, reference_attention
 
 HAS_CUDA = torch.cuda.is_available()
 HAS_FLASH = importlib.util.find_spec("flash_attn") is not None
@@ -56,16 +57,14 @@ def test_flash_decode_from_paged_cache(make_layer):
     seqs = [[x.cuda() for x in random_qkv(layer, n, torch.bfloat16, seed=i)] for i, n in enumerate([300, 9])]
     done = [0, 0]
     for step in ([299, 8], [1, 1]):
-        seq_lens = [d + s for d, s in zip(done, step)]
-        md = AttentionMetadata.from_lengths(
-            step, seq_lens, block_table=block_table, block_size=256, device="cuda"
-        )
-        q, k, v = (torch.cat([s[j][d:e] for s, d, e in zip(seqs, done, seq_lens)]) for j in range(3))
+        seq_lens = [d + s for d, s in zip(done, step, strict=True)]
+        md = AttentionMetadata.from_lengths(step, seq_lens, block_table=block_table, block_size=256, device="cuda")
+        q, k, v = (torch.cat([s[j][d:e] for s, d, e in zip(seqs, done, seq_lens, strict=True)]) for j in range(3))
         with set_forward_context({layer.layer_name: md}):
             out = layer(q, k, v).view(-1, 8, 64)
         expected = torch.cat(
             [reference_attention(s[0][d:e].cpu(), s[1][:e].cpu(), s[2][:e].cpu(), 1 / math.sqrt(64), True)
-             for s, d, e in zip(seqs, done, seq_lens)]
+             for s, d, e in zip(seqs, done, seq_lens, strict=True)]
         )  # fmt: skip
         torch.testing.assert_close(out.double().cpu(), expected, atol=2e-2, rtol=2e-2)
         done = seq_lens

@@ -6,10 +6,11 @@ import warnings
 
 import pytest
 import torch
-from backend_helpers import TOLERANCES, expected_prefill, random_qkv
 
 from vllm_attn_compat.backends import AttentionMetadata, set_forward_context
 from vllm_attn_compat.backends.flex import FlexAttentionMetadata
+
+from backend_helpers import TOLERANCES, expected_prefill, random_qkv
 
 SENTINEL = -77.0
 
@@ -80,7 +81,9 @@ def test_plain_metadata_is_rejected_before_writing(make_layer):
     layer = make_layer(2, 8, backend="flex")
     q, k, v = random_qkv(layer, 3)
     output = torch.full((3, 2, 8), SENTINEL)
-    with set_forward_context({layer.layer_name: AttentionMetadata.from_lengths([3])}):
-        with pytest.raises(TypeError, match="expected FlexAttentionMetadata, got AttentionMetadata"):
-            layer(q, k, v, output=output)
+    with (
+        set_forward_context({layer.layer_name: AttentionMetadata.from_lengths([3])}),
+        pytest.raises(TypeError, match="expected FlexAttentionMetadata, got AttentionMetadata"),
+    ):
+        layer(q, k, v, output=output)
     assert torch.all(output == SENTINEL)

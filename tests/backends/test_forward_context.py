@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from backend_helpers import random_qkv
 
 from vllm_attn_compat.backends import (
     STATIC_FORWARD_CONTEXT,
@@ -15,6 +14,8 @@ from vllm_attn_compat.backends import (
     get_forward_context,
     set_forward_context,
 )
+
+from backend_helpers import random_qkv
 
 SENTINEL = 42.0
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from backend_helpers import TOLERANCES, reference_attention
 
 from vllm_attn_compat.backends import AttentionMetadata, MLAAttention, set_forward_context
+
+from backend_helpers import TOLERANCES, reference_attention
 
 SENTINEL = 99.0
 H, NOPE, ROPE, V, LORA = 4, 8, 4, 6, 12
@@ -45,22 +46,19 @@ def test_mla_prefill_then_decode_from_latent_cache(mla_layer, dtype):
     seqs = [_inputs(7, dtype, seed=1), _inputs(5, dtype, seed=2)]
     done = [0, 0]
     for step in ([6, 4], [1, 1]):
-        seq_lens = [d + s for d, s in zip(done, step)]
+        seq_lens = [d + s for d, s in zip(done, step, strict=True)]
         md = AttentionMetadata.from_lengths(step, seq_lens, block_table=block_table, block_size=4)
-        q, kv_c, k_pe = (torch.cat([s[j][d:e] for s, d, e in zip(seqs, done, seq_lens)]) for j in range(3))
+        q, kv_c, k_pe = (torch.cat([s[j][d:e] for s, d, e in zip(seqs, done, seq_lens, strict=True)]) for j in range(3))
         output = torch.full((len(q) + 2, H * V), SENTINEL, dtype=dtype)
         pad = lambda x: torch.cat([x, x[:2]])  # noqa: E731  two padding rows
         with set_forward_context({layer.layer_name: md}):
             result = layer(pad(q), pad(kv_c), pad(k_pe), output=output)
         assert result.data_ptr() == output.data_ptr() and result.shape == (len(q) + 2, H * V)
         expected = torch.cat(
-            [
-                _reference(layer, s[0][d:e], s[1][:e], s[2][:e])
-                for s, d, e in zip(seqs, done, seq_lens)
-            ]
+            [_reference(layer, s[0][d:e], s[1][:e], s[2][:e]) for s, d, e in zip(seqs, done, seq_lens, strict=True)]
         ).flatten(1)
         torch.testing.assert_close(output[: len(q)].double(), expected, **TOLERANCES[dtype])
-        assert torch.all(output[len(q):] == SENTINEL)
+        assert torch.all(output[len(q) :] == SENTINEL)
         done = seq_lens
 
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from backend_helpers import TOLERANCES, expected_prefill, random_qkv, reference_attention
 
 from vllm_attn_compat.backends import set_forward_context
+
+from backend_helpers import TOLERANCES, expected_prefill, random_qkv, reference_attention
 
 # flex runs its eager kernel here (compile_kernel=False): compiling flex takes ~20 s per
 # shape on a small CPU; the compiled kernel has its own test in test_flex.py.
@@ -62,11 +63,11 @@ def test_decode_reads_the_paged_cache(make_layer, backend, dtype):
 
     done = [0, 0]
     for step_lens in [prompt_lens, *steps]:
-        seq_lens = [d + n for d, n in zip(done, step_lens)]
+        seq_lens = [d + n for d, n in zip(done, step_lens, strict=True)]
         md = layer.attn_backend.get_metadata_cls().from_lengths(
             step_lens, seq_lens, block_table=block_table, block_size=block_size
         )
-        q, k, v = (torch.cat([s[j][d:e] for s, d, e in zip(seqs, done, seq_lens)]) for j in range(3))
+        q, k, v = (torch.cat([s[j][d:e] for s, d, e in zip(seqs, done, seq_lens, strict=True)]) for j in range(3))
         output = torch.full((len(q) + 1, layer.num_heads, layer.head_size_v), SENTINEL, dtype=dtype)
         padding = lambda x: torch.cat([x, x[:1]])  # noqa: E731  one padding row after the real tokens
         with set_forward_context({layer.layer_name: md}):
@@ -74,9 +75,9 @@ def test_decode_reads_the_paged_cache(make_layer, backend, dtype):
         expected = torch.cat(
             [
                 reference_attention(s[0][d:e], s[1][:e], s[2][:e], layer.scale, causal=True)
-                for s, d, e in zip(seqs, done, seq_lens)
+                for s, d, e in zip(seqs, done, seq_lens, strict=True)
             ]
         )
         torch.testing.assert_close(output[: len(q)].double(), expected, **TOLERANCES[dtype])
-        assert torch.all(output[len(q):] == SENTINEL)
+        assert torch.all(output[len(q) :] == SENTINEL)
         done = seq_lens

@@ -6,7 +6,6 @@ import importlib.util
 
 import pytest
 import torch
-from backend_helpers import random_qkv
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from vllm_attn_compat.backends import (
@@ -15,6 +14,8 @@ from vllm_attn_compat.backends import (
     set_forward_context,
     unified_attention_with_output,
 )
+
+from backend_helpers import random_qkv
 
 OPS = torch.ops.vllm_attn_compat
 OPCHECK_TESTS = ("test_schema", "test_faketensor", "test_aot_dispatch_dynamic")
@@ -38,7 +39,7 @@ def test_schemas_mark_output_as_mutated_and_return_nothing():
 def test_argument_names_match_vllm():
     if importlib.util.find_spec("vllm") is None:
         pytest.skip("needs the real vLLM package (scripts/install-vllm-tier.sh)")
-    import vllm.model_executor.layers.attention.attention  # noqa: F401  registers torch.ops.vllm
+    import vllm.model_executor.layers.attention.attention  # registers torch.ops.vllm
     import vllm.model_executor.layers.attention.mla_attention  # noqa: F401
 
     for name in ("unified_attention_with_output", "unified_mla_attention_with_output"):

@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 
 import torch
-from backend_helpers import TOLERANCES, reference_attention
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -15,6 +14,8 @@ from vllm_attn_compat.backends import (
     AttentionMetadata,
     set_forward_context,
 )
+
+from backend_helpers import TOLERANCES, reference_attention
 
 BLOCK_SIZE, BLOCKS_PER_SEQ = 4, 4
 
@@ -48,17 +49,17 @@ def test_paged_sdpa_matches_reference(batch, seed):
         if any(context):
             md = AttentionMetadata.from_lengths(context, context, block_table=table, block_size=BLOCK_SIZE)
             with set_forward_context(md):
-                layer(*(torch.cat([s[j][:c] for s, c in zip(full, context)]) for j in range(3)))
+                layer(*(torch.cat([s[j][:c] for s, c in zip(full, context, strict=True)]) for j in range(3)))
         md = AttentionMetadata.from_lengths(
             [n for n, _ in seqs], [t for _, t in seqs], block_table=table, block_size=BLOCK_SIZE
         )
-        q, k, v = (torch.cat([s[j][c:] for s, c in zip(full, context)]) for j in range(3))
+        q, k, v = (torch.cat([s[j][c:] for s, c in zip(full, context, strict=True)]) for j in range(3))
         output = torch.full((len(q) + padding, num_heads, 4), 7.0)
         pad = lambda x: torch.cat([x, x[:1].expand(padding, *x.shape[1:])])  # noqa: E731
         with set_forward_context(md):
             layer(pad(q), pad(k), pad(v), output=output)
         expected = torch.cat(
-            [reference_attention(s[0][c:], s[1], s[2], layer.scale, True) for s, c in zip(full, context)]
+            [reference_attention(s[0][c:], s[1], s[2], layer.scale, True) for s, c in zip(full, context, strict=True)]
         )
         torch.testing.assert_close(output[: len(q)].double(), expected, **TOLERANCES[torch.float32])
         assert torch.all(output[len(q) :] == 7.0)

@@ -8,7 +8,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 # Node types libcst visits conditionally (f-/t-string ``format_spec``), nested specs, and the
 # statement and expression forms a backend file rarely holds.
-ODD_FORMS = '''\
+ODD_FORMS = """\
 import os as o, sys
 from . import (a,
     b as c)
@@ -34,7 +34,7 @@ async def f(a, /, b: int = 1, *args, c, d=2, **kw) -> "T":
 class C[T: int, *Ts, **P](B, metaclass=M):
     type A[U] = list[U]
     x: int = 1  # trailing
-'''
+"""
 
 
 def corpus() -> dict[str, bytes]:

@@ -30,7 +30,7 @@ STUB_VLLM = {
     "vllm/v1/attention/backend.py": "class AttentionBackend:\n    pass\n\n\nclass AttentionImpl:\n    pass\n",
 }
 
-BACKEND = '''
+BACKEND = """
 import functools
 
 import torch
@@ -80,9 +80,9 @@ class MyImpl(AttentionImpl):
         output = torch.empty_like(query)
         self.fused(query, output)
         return self.fused(query, output=output)
-'''
+"""
 
-SUBCLASS = '''
+SUBCLASS = """
 from plugin.backend import MyImpl
 
 
@@ -92,9 +92,9 @@ class SubImpl(MyImpl):
 
     def warm(self, query):
         return MyImpl.prefill(self, query, query, query)
-'''
+"""
 
-SMOKE_TEST = '''
+SMOKE_TEST = """
 import torch
 
 from plugin.backend import MyImpl
@@ -104,10 +104,10 @@ def smoke():
     q = torch.arange(8.0).view(2, 4)
     impl = MyImpl()
     return impl.forward(None, q, q, q, None, None)
-'''
+"""
 
 # Outside the migrated tree: calls every entry point and prints what each returned or raised.
-PROBE = '''
+PROBE = """
 import json
 import sys
 
@@ -136,7 +136,7 @@ for name, call in calls.items():
     except Exception as error:
         results[name] = ["raised", type(error).__name__ + ": " + str(error)]
 print(json.dumps(results))
-'''
+"""
 
 
 def _write(root: Path, files: dict[str, str]) -> None:
@@ -149,13 +149,16 @@ def _write(root: Path, files: dict[str, str]) -> None:
 @pytest.fixture
 def plugin(tmp_path: Path) -> Path:
     _write(tmp_path / "stubs", STUB_VLLM)
-    _write(tmp_path / "tree", {
-        "plugin/__init__.py": "",
-        "plugin/backend.py": BACKEND,
-        "plugin/sub.py": SUBCLASS,
-        "tests_plugin/__init__.py": "",
-        "tests_plugin/test_smoke.py": SMOKE_TEST,
-    })
+    _write(
+        tmp_path / "tree",
+        {
+            "plugin/__init__.py": "",
+            "plugin/backend.py": BACKEND,
+            "plugin/sub.py": SUBCLASS,
+            "tests_plugin/__init__.py": "",
+            "tests_plugin/test_smoke.py": SMOKE_TEST,
+        },
+    )
     (tmp_path / "probe.py").write_text(PROBE)
     return tmp_path
 
@@ -164,7 +167,11 @@ def _probe(root: Path) -> dict[str, list]:
     environment = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     completed = subprocess.run(
         [sys.executable, str(root / "probe.py"), str(root / "tree"), str(root / "stubs")],
-        capture_output=True, text=True, timeout=300, env=environment, check=True,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=environment,
+        check=True,
     )
     return json.loads(completed.stdout)
 
@@ -173,7 +180,12 @@ def _migrate(root: Path, *extra: str) -> subprocess.CompletedProcess:
     environment = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
     return subprocess.run(
         [sys.executable, "-m", "vllm_attn_compat", "migrate", "--jobs", "1", *extra, "tree"],
-        cwd=root, capture_output=True, text=True, timeout=300, env=environment, check=False,
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=environment,
+        check=False,
     )
 
 
@@ -190,9 +202,12 @@ def test_every_call_that_worked_still_works_after_the_safe_fixes(plugin: Path) -
     # Only `fused` is called with `output` everywhere: its fixes are applied, the others' withheld.
     assert "def fused(self, query, output: torch.Tensor):" in backend
     assert backend.count("if output is None:") == 4
-    for kept in ("def prefill(self, query, key, value, output=None):", "def decode(self, query, output=None):",
-                 "def scaled(self, factor, query, output=None):",
-                 "def forward(self, layer, query, key, value, kv_cache, attn_metadata, output=None):"):
+    for kept in (
+        "def prefill(self, query, key, value, output=None):",
+        "def decode(self, query, output=None):",
+        "def scaled(self, factor, query, output=None):",
+        "def forward(self, layer, query, key, value, kv_cache, attn_metadata, output=None):",
+    ):
         assert kept in backend
 
 
@@ -200,14 +215,16 @@ def test_each_withholding_use_is_reported_at_its_own_line(plugin: Path) -> None:
     completed = _migrate(plugin, "--check")
     lines = completed.stdout.splitlines()
     callers = sorted(line.split(" ", 1)[0] for line in lines if line.startswith("tree/") and " [" not in line)
-    assert callers == sorted([
-        "tree/plugin/backend.py:20:16:",  # self.prefill(query, query, query)
-        "tree/plugin/backend.py:35:35:",  # functools.partial(self.scaled, 3.0)
-        "tree/plugin/backend.py:38:16:",  # getattr(self, "decode")
-        "tree/plugin/sub.py:6:16:",  # super().decode(query=query)
-        "tree/plugin/sub.py:9:16:",  # MyImpl.prefill(self, query, query, query)
-        "tree/tests_plugin/test_smoke.py:9:12:",  # impl.forward(None, q, q, q, None, None)
-    ]), completed.stdout
+    assert callers == sorted(
+        [
+            "tree/plugin/backend.py:20:16:",  # self.prefill(query, query, query)
+            "tree/plugin/backend.py:35:35:",  # functools.partial(self.scaled, 3.0)
+            "tree/plugin/backend.py:38:16:",  # getattr(self, "decode")
+            "tree/plugin/sub.py:6:16:",  # super().decode(query=query)
+            "tree/plugin/sub.py:9:16:",  # MyImpl.prefill(self, query, query, query)
+            "tree/tests_plugin/test_smoke.py:9:12:",  # impl.forward(None, q, q, q, None, None)
+        ]
+    ), completed.stdout
     smoke = next(line for line in lines if line.startswith("tree/tests_plugin/test_smoke.py:9:12:"))
     assert "VAC002" in smoke and "`output=torch.empty_like(query)`" in smoke
 
@@ -231,7 +248,8 @@ def test_noqa_silences_a_caller_finding_but_keeps_the_fix_withheld(plugin: Path)
     at_smoke = [finding for path, finding in report.findings if path.endswith("test_smoke.py")]
     assert [finding.status for finding in at_smoke] == [Status.SUPPRESSED]
     forward = [
-        finding for path, finding in report.findings
+        finding
+        for path, finding in report.findings
         if path.endswith("backend.py") and finding.line == 8 and finding.code == "VAC002"
     ]
     assert [finding.status for finding in forward] == [Status.UNSAFE_FIX_AVAILABLE]

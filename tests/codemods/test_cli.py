@@ -8,15 +8,18 @@ import subprocess
 import sys
 
 import pytest
-from runner_trees import BASE, IMPL, IMPL_MIGRATED, MANUAL, UNRELATED, write_tree
 
 from vllm_attn_compat.codemods import cli
 from vllm_attn_compat.codemods.cli import main
 
+from runner_trees import BASE, IMPL, IMPL_MIGRATED, MANUAL, UNRELATED, write_tree
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def run_cli(*args: str, stdin: bytes = b"", cwd: str | None = None, buffered: bool = False) -> subprocess.CompletedProcess:
+def run_cli(
+    *args: str, stdin: bytes = b"", cwd: str | None = None, buffered: bool = False
+) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": REPO}
     if buffered:  # as Python writes to pipes by default (this machine's environment may say otherwise)
         env.pop("PYTHONUNBUFFERED", None)

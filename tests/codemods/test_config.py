@@ -48,10 +48,22 @@ def test_a_pyproject_that_never_names_the_tool_is_not_ours_to_validate(tmp_path)
 @pytest.mark.parametrize(
     ("toml", "expected"),
     [
-        ('[tool.vllm-attn-compat]\nselct = ["VAC001"]\n', "unknown key 'selct'; expected one of: exclude, ignore, old-op-calls, select, unsafe-fixes"),
-        ('[tool.vllm-attn-compat]\nselect = "VAC001"\n', "select: expected a list of rule codes or prefixes (strings), found 'VAC001' (str)"),
-        ("[tool.vllm-attn-compat]\nexclude = [1, 2]\n", "exclude: expected a list of glob patterns (strings), found [1, 2] (list)"),
-        ('[tool.vllm-attn-compat]\nunsafe-fixes = "yes"\n', "unsafe-fixes: expected a boolean (true or false), found 'yes' (str)"),
+        (
+            '[tool.vllm-attn-compat]\nselct = ["VAC001"]\n',
+            "unknown key 'selct'; expected one of: exclude, ignore, old-op-calls, select, unsafe-fixes",
+        ),
+        (
+            '[tool.vllm-attn-compat]\nselect = "VAC001"\n',
+            "select: expected a list of rule codes or prefixes (strings), found 'VAC001' (str)",
+        ),
+        (
+            "[tool.vllm-attn-compat]\nexclude = [1, 2]\n",
+            "exclude: expected a list of glob patterns (strings), found [1, 2] (list)",
+        ),
+        (
+            '[tool.vllm-attn-compat]\nunsafe-fixes = "yes"\n',
+            "unsafe-fixes: expected a boolean (true or false), found 'yes' (str)",
+        ),
         (
             '[tool.vllm-attn-compat]\nold-op-calls = "forward"\n',
             "old-op-calls: expected one of the strings 'with-output', 'forwarder', found 'forward' (str)",

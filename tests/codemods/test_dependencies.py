@@ -14,9 +14,10 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from runner_trees import BASE, IMPL, MANUAL, write_tree
 
 from vllm_attn_compat.codemods import dependencies
+
+from runner_trees import BASE, IMPL, MANUAL, write_tree
 
 REPO = Path(__file__).resolve().parents[2]
 

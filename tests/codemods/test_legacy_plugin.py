@@ -136,7 +136,9 @@ def test_migrated_backends_compute_attention_in_real_vllm(migrated_package):
     for index, backend in enumerate((sdpa.SdpaBackend, returning.ReturningBackend)):
         name = f"legacy_plugin.layers.{index}.attn"
         with set_current_vllm_config(vllm_config):
-            layer = Attention(heads, head_size, head_size**-0.5, num_kv_heads=kv_heads, prefix=name, attn_backend=backend)
+            layer = Attention(
+                heads, head_size, head_size**-0.5, num_kv_heads=kv_heads, prefix=name, attn_backend=backend
+            )
         with set_forward_context({name: None}, vllm_config, slot_mapping={}):
             result = layer(query, key, value)
         torch.testing.assert_close(result, expected, rtol=1e-4, atol=1e-4, msg=f"{backend.__name__}")

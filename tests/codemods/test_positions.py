@@ -7,10 +7,11 @@ import libcst as cst
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from libcst.metadata import MetadataWrapper, PositionProvider
-from libcst_corpus import corpus
 
 from vllm_attn_compat.codemods.positions import positions
 from vllm_attn_compat.codemods.walk import walk
+
+from libcst_corpus import corpus
 
 CORPUS = corpus()
 

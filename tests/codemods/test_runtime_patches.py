@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import pickle
+import subprocess
 import sys
 import textwrap
 
@@ -155,23 +155,25 @@ def test_duck_typed_backends_only_in_modules_that_import_vllm():
     """
     plain = ClassHierarchy.build([_index(backend)])
     assert not plain.is_attention_class("plug.Backend")
-    with_vllm = ClassHierarchy.build([_index("from vllm.platforms import current_platform\n" + textwrap.dedent(backend))])
+    with_vllm = ClassHierarchy.build(
+        [_index("from vllm.platforms import current_platform\n" + textwrap.dedent(backend))]
+    )
     assert with_vllm.is_attention_class("plug.Backend")
     assert not with_vllm.is_attention_class("plug.NoFlag")
 
 
 # --- running the code before and after migration --------------------------------------------------
 
-_STUB_LAYER = '''
+_STUB_LAYER = """
 class MLAAttention:
     def __init__(self, scale):
         self.scale = scale
 
     def forward(self, q, output=None):
         raise NotImplementedError
-'''
+"""
 
-_PATCH = '''
+_PATCH = """
 import torch
 from vllm.model_executor.layers.attention.mla_attention import MLAAttention
 
@@ -194,7 +196,7 @@ def _forward_tail(self, q, output=None):
 
 MLAAttention.forward = _forward
 setattr(MLAAttention, "forward_tail", _forward_tail)
-'''
+"""
 
 
 @pytest.fixture()

@@ -76,7 +76,7 @@ class DebugMLAAttention(MLAAttention):
 '''
 
 # Runs in a fresh interpreter: argv = stub folder, code folder, API ("old"/"new"), accept flag, result file.
-PROBE = '''\
+PROBE = """\
 import sys
 
 import torch
@@ -107,7 +107,7 @@ results["ForkMLAAttention"] = fork_mla(q, kv_c_normed, k_pe, output_shape=(token
 debug_mla = m.DebugMLAAttention(heads, v_head_dim, rank, rope, prefix="DebugMLAAttention")
 results["DebugMLAAttention"] = debug_mla(q, kv_c_normed, k_pe)
 torch.save(results, result_file)
-'''
+"""
 
 
 def _run(code: Path, api: str, accept: bool, tmp_path: Path) -> dict:
@@ -134,7 +134,13 @@ def test_the_migrated_layers_return_what_the_old_layers_returned(tmp_path):
     shutil.copytree(old, new)
     assert main(["migrate", "--unsafe-fixes", "--quiet", str(new)]) == 0
     migrated = (new / "fork_layers.py").read_text()
-    for gone in ("use_output", "accept_output_buffer", "unified_attention(", "unified_mla_attention(", "vllm_attn_compat"):
+    for gone in (
+        "use_output",
+        "accept_output_buffer",
+        "unified_attention(",
+        "unified_mla_attention(",
+        "vllm_attn_compat",
+    ):
         assert gone not in migrated
     assert "import torch\nfrom vllm.model_executor.layers.attention import Attention, MLAAttention\n" in migrated
     # Nothing is left for a person either, and a second run changes nothing.
@@ -164,7 +170,9 @@ def test_commented_branches_of_layer_code_never_make_the_run_fail(tmp_path, caps
     assert main(["migrate", "--unsafe-fixes", str(tmp_path)]) == 0
 
 
-@pytest.mark.skipif(not VLLM_0_19_LAYERS.is_dir(), reason=f"vLLM 0.19.1's sources are not unpacked at {VLLM_0_19_LAYERS}")
+@pytest.mark.skipif(
+    not VLLM_0_19_LAYERS.is_dir(), reason=f"vLLM 0.19.1's sources are not unpacked at {VLLM_0_19_LAYERS}"
+)
 def test_vllm_0_19_layers_migrate_to_the_0_20_form(tmp_path, capsys):
     for name in ("attention.py", "mla_attention.py"):
         shutil.copy(VLLM_0_19_LAYERS / name, tmp_path / name)

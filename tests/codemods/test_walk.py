@@ -6,10 +6,11 @@ import hypothesmith
 import libcst as cst
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
-from libcst_corpus import corpus
 
 from vllm_attn_compat.codemods import walk as walk_module
 from vllm_attn_compat.codemods.walk import walk
+
+from libcst_corpus import corpus
 
 CORPUS = corpus()
 

@@ -50,10 +50,12 @@ class CopiesInto(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         schema_args = func._schema.arguments
-        values = list(args) + [kwargs.get(a.name) for a in schema_args[len(args):]]
-        for arg, value in zip(schema_args, values):
+        values = list(args) + [kwargs.get(a.name) for a in schema_args[len(args) :]]
+        for arg, value in zip(schema_args, values, strict=True):
             if (
-                arg.alias_info is not None and arg.alias_info.is_write and isinstance(value, torch.Tensor)
+                arg.alias_info is not None
+                and arg.alias_info.is_write
+                and isinstance(value, torch.Tensor)
                 and value.untyped_storage().data_ptr() == self.storage
             ):
                 self.writes["copies" if func.overloadpacket is torch.ops.aten.copy_ else "direct"] += 1

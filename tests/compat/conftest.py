@@ -45,14 +45,26 @@ def layers():
     class Layers(dict):
         def attention(self, num_heads=4, head_size=16, num_kv_heads=2, head_size_v=None, backend="sdpa"):
             return Attention(
-                num_heads, head_size, 1 / math.sqrt(head_size), num_kv_heads, prefix=f"compat.attn.{next(_names)}",
-                head_size_v=head_size_v, attn_backend=backend, static_forward_context=self,
+                num_heads,
+                head_size,
+                1 / math.sqrt(head_size),
+                num_kv_heads,
+                prefix=f"compat.attn.{next(_names)}",
+                head_size_v=head_size_v,
+                attn_backend=backend,
+                static_forward_context=self,
             )
 
         def mla(self, num_heads=4, qk_nope=8, qk_rope=4, v_head_dim=6, kv_lora_rank=12):
             return MLAAttention(
-                num_heads, 0.3, qk_nope, qk_rope, v_head_dim, kv_lora_rank,
-                prefix=f"compat.mla.{next(_names)}", static_forward_context=self,
+                num_heads,
+                0.3,
+                qk_nope,
+                qk_rope,
+                v_head_dim,
+                kv_lora_rank,
+                prefix=f"compat.mla.{next(_names)}",
+                static_forward_context=self,
             )
 
         def context(self, query_lens):

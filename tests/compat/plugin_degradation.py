@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # this tree's package, not an installed one
 
-import torch  # noqa: E402
+import torch
 
 torch.set_num_threads(1)  # before any op: the children are forked
 
@@ -40,8 +40,9 @@ class LegacyImpl(AttentionImpl):
     def __init__(self, num_heads, head_size, scale, num_kv_heads=None, *args, **kwargs):
         pass
 
-    def forward(self, layer, query, key, value, kv_cache, attn_metadata, output=None, output_scale=None,
-                output_block_scale=None):
+    def forward(
+        self, layer, query, key, value, kv_cache, attn_metadata, output=None, output_scale=None, output_block_scale=None
+    ):
         return (query * 2).reshape(query.shape[0], -1)
 
 
@@ -87,8 +88,9 @@ SCENARIOS = {
 def _legacy_layer_output():
     """A default-flag legacy backend through vLLM's real Attention: is the result in the returned output?"""
     with set_current_vllm_config(VLLM_CONFIG):
-        layer = attention.Attention(4, 8, 8**-0.5, num_kv_heads=4, prefix="model.layers.0.attn",
-                                    attn_backend=LegacyBackend)
+        layer = attention.Attention(
+            4, 8, 8**-0.5, num_kv_heads=4, prefix="model.layers.0.attn", attn_backend=LegacyBackend
+        )
     q = torch.randn(3, 32)
     with set_forward_context({layer.layer_name: None}, VLLM_CONFIG, slot_mapping={}):
         out = layer(q, torch.randn(3, 32), torch.randn(3, 32))
@@ -105,7 +107,7 @@ def _report(scenario):
     os.environ["VLLM_PLUGINS"] = "vllm_attn_compat"
     try:
         vllm.plugins.load_general_plugins()
-    except BaseException as error:  # the one thing the plugin must never do
+    except BaseException as error:  # noqa: BLE001 - the one thing the plugin must never do
         return {"loader_raised": repr(error)}
     (line,) = [r for r in records if r.startswith("vllm-attn-compat:")]
     report = {"loader_raised": None, "line": line}
@@ -128,7 +130,7 @@ def main():
             if pid == 0:
                 try:
                     json.dump(_report(scenario), channel)
-                except BaseException:
+                except BaseException:  # noqa: BLE001 - the forked child reports any failure to the parent
                     json.dump({"probe_error": traceback.format_exc()}, channel)
                 channel.flush()
                 os._exit(0)

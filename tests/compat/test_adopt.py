@@ -21,8 +21,9 @@ class Impl:
     def __init__(self, make):
         self.make = make
 
-    def forward(self, layer, query, key, value, kv_cache, attn_metadata, output=None, output_scale=None,
-                output_block_scale=None):
+    def forward(
+        self, layer, query, key, value, kv_cache, attn_metadata, output=None, output_scale=None, output_block_scale=None
+    ):
         return self.make(query, output)
 
 
@@ -57,13 +58,17 @@ def test_a_new_2d_result_is_copied_into_the_3d_output_and_warned_about_once_per_
     assert again == []
 
 
-@pytest.mark.parametrize("make", [
-    lambda q, out: out,  # output itself
-    lambda q, out: out.view(out.shape[0], -1),  # a 2-D view of it
-    lambda q, out: out[1:],  # a view starting further in (still output's memory)
-    lambda q, out: None,  # a >= 0.20 impl returning nothing
-    lambda q, out: (out, None),  # not a tensor: vLLM never read it
-], ids=["output", "2-D view", "offset view", "None", "tuple"])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda q, out: out,  # output itself
+        lambda q, out: out.view(out.shape[0], -1),  # a 2-D view of it
+        lambda q, out: out[1:],  # a view starting further in (still output's memory)
+        lambda q, out: None,  # a >= 0.20 impl returning nothing
+        lambda q, out: (out, None),  # not a tensor: vLLM never read it
+    ],
+    ids=["output", "2-D view", "offset view", "None", "tuple"],
+)
 def test_anything_in_outputs_memory_or_not_a_tensor_is_left_alone(make):
     cls = _fresh()
     output = torch.full((3, H, D), 7.0)
@@ -87,8 +92,11 @@ def test_a_result_without_the_padding_rows_fills_the_first_rows():
 def test_a_result_that_cannot_fill_output_is_an_error_and_output_is_untouched():
     cls = _fresh()
     output = torch.full((3, H, D), 7.0)
-    with pytest.raises(ValueError, match=r"Impl.forward returned a tensor of shape \(3, 5\) that cannot fill `output` "
-                                         r"of shape \(3, 4, 8\): expected 96 elements, or whole rows of 32"):
+    with pytest.raises(
+        ValueError,
+        match=r"Impl.forward returned a tensor of shape \(3, 5\) that cannot fill `output` "
+        r"of shape \(3, 4, 8\): expected 96 elements, or whole rows of 32",
+    ):
         _call(cls, lambda q, out: torch.zeros(3, 5), output)
     assert torch.equal(output, torch.full_like(output, 7.0))
 
@@ -129,8 +137,18 @@ def test_a_subclass_calling_an_adopted_base_copies_once():
     base = _fresh()
 
     class Sub(base):
-        def forward(self, layer, query, key, value, kv_cache, attn_metadata, output=None, output_scale=None,
-                    output_block_scale=None):
+        def forward(
+            self,
+            layer,
+            query,
+            key,
+            value,
+            kv_cache,
+            attn_metadata,
+            output=None,
+            output_scale=None,
+            output_block_scale=None,
+        ):
             return super().forward(layer, query, key, value, kv_cache, attn_metadata, output)
 
     assert adopt_returned_result(Sub, "forward", 6)

@@ -46,7 +46,7 @@ def test_category_is_a_deprecation_warning_users_can_filter():
     with warnings.catch_warnings():
         warnings.simplefilter("error", VllmAttnCompatDeprecationWarning)
         with pytest.raises(VllmAttnCompatDeprecationWarning):
-            _Backend.accept_output_buffer
+            _ = _Backend.accept_output_buffer
 
 
 # One deprecated path per entry: (call, rule code, words the message must name).
@@ -62,10 +62,12 @@ def _forwarder_calls(layers, path):
     return {
         "unified_attention": (lambda: compat.unified_attention(q, k, v, layer.layer_name), "VAC007"),  # SITE-fn
         "op unified_attention": (
-            lambda: torch.ops.vllm_attn_compat.unified_attention(q, k, v, layer.layer_name), "VAC007"  # SITE-op
+            lambda: torch.ops.vllm_attn_compat.unified_attention(q, k, v, layer.layer_name),  # SITE-op
+            "VAC007",
         ),
         "unified_mla_attention": (
-            lambda: compat.unified_mla_attention(mq, kv_c, k_pe, mla.layer_name), "VAC007"  # SITE-mla
+            lambda: compat.unified_mla_attention(mq, kv_c, k_pe, mla.layer_name),  # SITE-mla
+            "VAC007",
         ),
         "op unified_mla_attention": (
             lambda: torch.ops.vllm_attn_compat.unified_mla_attention(mq, kv_c, k_pe, mla.layer_name),  # SITE-mop
@@ -136,7 +138,7 @@ def test_bad_mode_is_a_clear_error(monkeypatch):
     monkeypatch.setenv(deprecation.ENV_WARNINGS, "loud")
     expected = r"VLLM_ATTN_COMPAT_WARNINGS must be one of default, error, ignore; found 'loud'"
     with pytest.raises(ValueError, match=expected):
-        _Backend.accept_output_buffer
+        _ = _Backend.accept_output_buffer
 
 
 def test_many_threads_on_one_call_site_warn_once():
@@ -145,7 +147,7 @@ def test_many_threads_on_one_call_site_warn_once():
     def read():
         barrier.wait()
         for _ in range(200):
-            _Backend.accept_output_buffer
+            _ = _Backend.accept_output_buffer
 
     def run():
         threads = [threading.Thread(target=read) for _ in range(16)]
@@ -162,10 +164,9 @@ def test_pep702_marker_without_a_second_runtime_warning(layers):
         assert "removed in vLLM 0.20" in fn.__deprecated__
     layer = layers.attention()
     q, k, v = random_inputs(layer, 2)
-    with layers.context([2]):
-        with warnings.catch_warnings(record=True) as log:
-            warnings.simplefilter("always")
-            compat.unified_attention(q, k, v, layer.layer_name)
+    with layers.context([2]), warnings.catch_warnings(record=True) as log:
+        warnings.simplefilter("always")
+        compat.unified_attention(q, k, v, layer.layer_name)
     assert [w.category for w in log] == [VllmAttnCompatDeprecationWarning]
 
 
@@ -202,7 +203,7 @@ def test_forwarder_op_decomposes_into_allocation_and_the_with_output_op(layers):
     with layers.context([4]):
         result, (code,) = run_and_get_code(torch.compile(fn, fullgraph=True), q, k, v)
         torch.testing.assert_close(result, layer(q, k, v) * 2)
-    body = code[code.find("def call(self"):]
+    body = code[code.find("def call(self") :]
     assert "vllm_attn_compat.unified_attention_with_output.default(" in body
     assert "vllm_attn_compat.unified_attention.default" not in body
     assert "copy" not in body and "clone" not in body

@@ -36,15 +36,18 @@ def test_unified_attention_matches_the_with_output_path(layers, forwarder, three
     with layers.context([3, 2]):
         expected = torch.zeros(5, layer.num_heads, layer.head_size_v)
         torch.ops.vllm_attn_compat.unified_attention_with_output(
-            q.reshape(expected.shape[0], layer.num_heads, -1), k.reshape(5, layer.num_kv_heads, -1),
-            v.reshape(5, layer.num_kv_heads, -1), expected, layer.layer_name,
+            q.reshape(expected.shape[0], layer.num_heads, -1),
+            k.reshape(5, layer.num_kv_heads, -1),
+            v.reshape(5, layer.num_kv_heads, -1),
+            expected,
+            layer.layer_name,
         )
         result = FORWARDERS[forwarder](q, k, v, layer.layer_name)
     assert result.shape == (5, layer.num_heads * layer.head_size_v)  # the old 2-D result
     torch.testing.assert_close(result, expected.view(5, -1), rtol=0, atol=0)
     # ...and that path is attention: sequence 0 is rows 0-2, sequence 1 rows 3-4.
     heads = (layer.num_heads, layer.num_kv_heads, layer.num_kv_heads)
-    q3, k3, v3 = (x.reshape(5, h, -1) for x, h in zip((q, k, v), heads))
+    q3, k3, v3 = (x.reshape(5, h, -1) for x, h in zip((q, k, v), heads, strict=True))
     reference = torch.cat([causal_attention(q3[s], k3[s], v3[s], layer.scale) for s in (slice(0, 3), slice(3, 5))])
     torch.testing.assert_close(result.view(5, layer.num_heads, -1), reference, atol=2e-5, rtol=2e-5)
 
@@ -99,6 +102,7 @@ def test_opcheck_of_the_forwarder_op(layers):
     with layers.context([3]), warnings.catch_warnings():
         warnings.simplefilter("ignore", VllmAttnCompatDeprecationWarning)
         torch.library.opcheck(
-            torch.ops.vllm_attn_compat.unified_attention.default, (q, k, v, layer.layer_name),
+            torch.ops.vllm_attn_compat.unified_attention.default,
+            (q, k, v, layer.layer_name),
             test_utils=("test_schema", "test_faketensor"),
         )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import warnings
+from typing import ClassVar
 
 import pytest
 import torch
@@ -26,7 +27,7 @@ def _attention_2d(impl, query, key, value):
 class ReturnsNewImpl(AttentionImpl):
     """Written for vLLM <= 0.19 with accept_output_buffer = False: 2-D in, a new tensor out."""
 
-    seen_shapes: list = []
+    seen_shapes: ClassVar[list] = []  # shared by every instance: the test reads what any of them saw
 
     def forward(self, layer, query, key, value, kv_cache, attn_metadata):
         self.seen_shapes.append((tuple(query.shape), tuple(key.shape), tuple(value.shape)))
@@ -148,7 +149,9 @@ def test_a_result_of_the_wrong_size_is_an_error_and_output_is_untouched():
     output = torch.full((3, impl.num_heads, impl.head_size_v), 7.0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", VllmAttnCompatDeprecationWarning)
-        expected = r"WrongSize.forward returned a tensor of shape \(3, 5\) that cannot fill `output` of shape \(3, 4, 8\)"
+        expected = (
+            r"WrongSize.forward returned a tensor of shape \(3, 5\) that cannot fill `output` of shape \(3, 4, 8\)"
+        )
         with pytest.raises(ValueError, match=expected):
             impl.forward(None, q, k, v, torch.empty(0), None, output)
     assert torch.equal(output, torch.full_like(output, 7.0))

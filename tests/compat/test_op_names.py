@@ -13,16 +13,24 @@ from vllm_attn_compat.compat.op_names import renamed_in
     [
         (["vllm::unified_attention"], ["vllm::unified_attention_with_output"]),
         (["vllm::unified_mla_attention"], ["vllm::unified_mla_attention_with_output"]),
-        (["vllm.unified_attention", "vllm.unified_mla_attention"],
-         ["vllm.unified_attention_with_output", "vllm.unified_mla_attention_with_output"]),
+        (
+            ["vllm.unified_attention", "vllm.unified_mla_attention"],
+            ["vllm.unified_attention_with_output", "vllm.unified_mla_attention_with_output"],
+        ),
         # Old and new name both present: one entry, at the first one's place.
-        (["a", "vllm::unified_attention", "b", "vllm::unified_attention_with_output"],
-         ["a", "vllm::unified_attention_with_output", "b"]),
-        (["vllm::unified_attention_with_output", "x", "vllm::unified_attention"],
-         ["vllm::unified_attention_with_output", "x"]),
+        (
+            ["a", "vllm::unified_attention", "b", "vllm::unified_attention_with_output"],
+            ["a", "vllm::unified_attention_with_output", "b"],
+        ),
+        (
+            ["vllm::unified_attention_with_output", "x", "vllm::unified_attention"],
+            ["vllm::unified_attention_with_output", "x"],
+        ),
         # Names that merely start with (or contain) an old name, other namespaces, repeats of others: untouched.
-        (["vllm::unified_attention_foo", "myns::unified_attention", "vllm::unified_attention ", "a", "a"],
-         ["vllm::unified_attention_foo", "myns::unified_attention", "vllm::unified_attention ", "a", "a"]),
+        (
+            ["vllm::unified_attention_foo", "myns::unified_attention", "vllm::unified_attention ", "a", "a"],
+            ["vllm::unified_attention_foo", "myns::unified_attention", "vllm::unified_attention ", "a", "a"],
+        ),
         ([], []),
     ],
 )
@@ -36,8 +44,10 @@ def test_normalize_splitting_ops(ops, expected):
 def test_table_maps_each_old_name_to_its_with_output_name():
     assert all(new == old + "_with_output" for old, new in RENAMED_OPS.items())
     assert set(RENAMED_OPS) == {
-        "vllm::unified_attention", "vllm::unified_mla_attention",
-        "vllm.unified_attention", "vllm.unified_mla_attention",
+        "vllm::unified_attention",
+        "vllm::unified_mla_attention",
+        "vllm.unified_attention",
+        "vllm.unified_mla_attention",
     }
 
 

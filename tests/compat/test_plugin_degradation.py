@@ -36,8 +36,11 @@ EXPECTED = {
     "baseline": ({}, {"ops": ["unified_attention", "unified_mla_attention"], "route": "VllmRoute"}),
     "no LayerNameType": ({}, {"ops": ["unified_attention", "unified_mla_attention"], "route": "VllmRoute"}),
     "no _encode_layer_name": (
-        {"torch.ops.vllm.unified_attention": ENCODE, "torch.ops.vllm.unified_mla_attention": ENCODE,
-         "the forwarders' route to vLLM": ENCODE},
+        {
+            "torch.ops.vllm.unified_attention": ENCODE,
+            "torch.ops.vllm.unified_mla_attention": ENCODE,
+            "the forwarders' route to vLLM": ENCODE,
+        },
         {"ops": [], "route": "Route"},
     ),
     "no _resolve_layer_name": (
@@ -45,8 +48,10 @@ EXPECTED = {
         {"ops": [], "route": "VllmRoute"},
     ),
     "_encode_layer_name raises": (
-        {"torch.ops.vllm.unified_attention": "unexpected RuntimeError: changed in this release",
-         "torch.ops.vllm.unified_mla_attention": "unexpected RuntimeError: changed in this release"},
+        {
+            "torch.ops.vllm.unified_attention": "unexpected RuntimeError: changed in this release",
+            "torch.ops.vllm.unified_mla_attention": "unexpected RuntimeError: changed in this release",
+        },
         {"ops": []},
     ),
     "no CompilationConfig.__post_init__": (
@@ -54,8 +59,11 @@ EXPECTED = {
         {"ops": ["unified_attention", "unified_mla_attention"]},
     ),
     "no attention layer module": (
-        {"Attention.use_output and the legacy adapter": NO_LAYER, "result copy for Attention impls": NO_LAYER,
-         "torch.ops.vllm.unified_attention": NO_LAYER},
+        {
+            "Attention.use_output and the legacy adapter": NO_LAYER,
+            "result copy for Attention impls": NO_LAYER,
+            "torch.ops.vllm.unified_attention": NO_LAYER,
+        },
         {"ops": ["unified_mla_attention"], "route": "VllmRoute"},
     ),
     "no MLA layer module": (

@@ -203,7 +203,6 @@ def test_loading_the_plugin_imports_neither_torch_nor_libcst():
     assert run.stdout.strip() == "[]"
 
 
-
 # Backends whose deprecated use is reported at their class: an impl kept alive by `adapt_legacy_impl`, and
 # one whose returned result the plugin's rule copies into `output` (nothing in its source marks it).
 CLASS_USES = """\

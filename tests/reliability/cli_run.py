@@ -98,7 +98,9 @@ def permissions_enforced() -> bool:
     return os.geteuid() != 0 or shutil.which("setpriv") is not None
 
 
-def run_cli(*args: str, cwd: Path, extra_pythonpath: str | None = None, timeout: float = TIMEOUT_S) -> subprocess.CompletedProcess:
+def run_cli(
+    *args: str, cwd: Path, extra_pythonpath: str | None = None, timeout: float = TIMEOUT_S
+) -> subprocess.CompletedProcess:
     return subprocess.run(
         _drop_file_permission_override() + cli_command(*args),
         cwd=cwd,

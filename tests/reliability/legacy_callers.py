@@ -45,7 +45,7 @@ class GeneratedPlugin:
 
 def _method_text(method: Method, factor: int) -> list[str]:
     params = ["self"]
-    for name, has_default in zip(method.before, method.defaults):
+    for name, has_default in zip(method.before, method.defaults, strict=True):
         params.append(f"{name}=1" if has_default else name)
     default = "=None" if method.output_default else ""
     params += (["*"] if method.output == "keyword-only" else []) + [f"output{default}"]
@@ -62,7 +62,7 @@ def methods(draw) -> list[Method]:
     names = draw(st.lists(st.sampled_from(_NAMES), min_size=1, max_size=3, unique=True))
     found = []
     for name in names:
-        before = ("query",) + tuple(draw(st.lists(st.sampled_from(["scale", "shift"]), max_size=1)))
+        before = ("query", *draw(st.lists(st.sampled_from(["scale", "shift"]), max_size=1)))
         defaults = tuple(draw(st.booleans()) if p != "query" else False for p in before)
         output = draw(st.sampled_from(["positional", "positional", "keyword-only"]))
         output_default = draw(st.sampled_from([True, True, True, False]))
@@ -76,13 +76,15 @@ def _arguments(method: Method, draw, *, explicit_self: str | None = None, first:
     """An argument list for ``method``: drawn to pass ``output`` or not, in every spelling."""
     args = [explicit_self] if explicit_self else []
     args.append(first)
-    for name, has_default in zip(method.before[1:], method.defaults[1:]):
+    for has_default in method.defaults[1:]:
         if not has_default or draw(st.booleans()):
             args.append("2")
     how = draw(st.sampled_from(["omit", "omit", "keyword", "positional", "none", "star", "double-star"]))
     if how == "keyword":
         args.append("output=[0, 0, 0]")
-    elif how == "positional" and method.output == "positional" and len(args) == len(method.before) + bool(explicit_self):
+    elif (
+        how == "positional" and method.output == "positional" and len(args) == len(method.before) + bool(explicit_self)
+    ):
         args.append("[0, 0, 0]")
     elif how == "none":
         args.append("output=None")
@@ -99,12 +101,16 @@ def plugins_with_callers(draw) -> GeneratedPlugin:
     backend = ["import functools", "", "import alloc", "from vllm.v1.attention.backend import AttentionImpl", "", ""]
     backend.append("class GenImpl(AttentionImpl):")
     for factor, method in enumerate(found, start=2):
-        backend += _method_text(method, factor) + [""]
+        backend += [*_method_text(method, factor), ""]
     in_class = []
     for index in range(draw(st.integers(0, 2))):  # the impl's own warm-up paths
         method = draw(st.sampled_from(found))
         in_class.append(f"warm_{index}")
-        backend += [f"    def warm_{index}(self):", f"        return self.{method.name}({_arguments(method, draw)})", ""]
+        backend += [
+            f"    def warm_{index}(self):",
+            f"        return self.{method.name}({_arguments(method, draw)})",
+            "",
+        ]
     subclass = draw(st.booleans())
     if subclass:
         method = draw(st.sampled_from(found))

@@ -20,7 +20,6 @@ from hypothesis import strategies as st
 
 from .source_writer import SAME, SourceWriter
 
-
 VLLM_IMPL_BASES = [
     ("vllm.v1.attention.backend", "AttentionImpl"),
     ("vllm.v1.attention.backend", "MLAAttentionImpl"),
@@ -33,8 +32,14 @@ VLLM_BACKEND_BASES = [
 FOREIGN_MODULE = "myproject.attention.base"  # an unrelated project's own AttentionBackend/AttentionImpl
 
 OP_NAMES = {  # op -> its old and new names, in the "vllm::" and the dotted "vllm." forms
-    "attention": (("vllm::unified_attention", "vllm.unified_attention"), ("vllm::unified_attention_with_output", "vllm.unified_attention_with_output")),
-    "mla": (("vllm::unified_mla_attention", "vllm.unified_mla_attention"), ("vllm::unified_mla_attention_with_output", "vllm.unified_mla_attention_with_output")),
+    "attention": (
+        ("vllm::unified_attention", "vllm.unified_attention"),
+        ("vllm::unified_attention_with_output", "vllm.unified_attention_with_output"),
+    ),
+    "mla": (
+        ("vllm::unified_mla_attention", "vllm.unified_mla_attention"),
+        ("vllm::unified_mla_attention_with_output", "vllm.unified_mla_attention_with_output"),
+    ),
 }
 UNRELATED_OPS = [
     "vllm::mamba_mixer2",
@@ -42,6 +47,7 @@ UNRELATED_OPS = [
     "custom::unified_attention",
     "vllm::unified_attention_with_output_extra",
 ]
+
 
 @dataclass(frozen=True)
 class GeneratedModule:
@@ -53,7 +59,7 @@ class GeneratedModule:
     newline: str  # "\n", "\r\n" or "mixed"
     encoding: str  # "utf-8", "utf-8-sig" (BOM) or "latin-1" (with a coding declaration)
     changes_expected: bool  # whether the safe fixes must change the module
-    suppressed: int  # lines whose old-API code a `# noqa` comment suppresses
+    suppressed: int  # lines whose old-API code a noqa comment suppresses
 
 
 # -- pieces of a module ---------------------------------------------------------------------------
@@ -94,12 +100,12 @@ def _forward(w: SourceWriter, depth: int, *, in_scope: bool, name: str = "forwar
     ret = draw(st.sampled_from(["", " -> torch.Tensor"]))
     w.gap(depth)
     if draw(st.booleans()):  # one line
-        params = before + ["{OUT}"] + after
+        params = [*before, "{OUT}", *after]
         old = f"def {name}(" + ", ".join(params) + f"){ret}:"
         w.line(depth, old.replace("{OUT}", param_old), old.replace("{OUT}", param_new))
     else:  # one parameter per line, comments between them
         w.line(depth, f"def {name}(")
-        params = before + [None] + after
+        params = [*before, None, *after]
         for i, p in enumerate(params):
             comma = "," if i < len(params) - 1 or draw(st.booleans()) else ""
             w.gap(depth + 1, allow_blank=False)
@@ -132,7 +138,9 @@ def _forward(w: SourceWriter, depth: int, *, in_scope: bool, name: str = "forwar
         w.line(body + 1, '"Output tensor must be provided."', drop)
         w.line(body, ")", drop)
     elif guard == "fallback":
-        alloc = draw(st.sampled_from(["torch.empty_like(query)", "torch.zeros_like(query)", "torch.empty(query.shape)"]))
+        alloc = draw(
+            st.sampled_from(["torch.empty_like(query)", "torch.zeros_like(query)", "torch.empty(query.shape)"])
+        )
         w.gap(body)
         w.line(body, "if output is None:", drop)
         w.gap(body + 1, allow_blank=False)
@@ -222,7 +230,9 @@ def _impl_class(w: SourceWriter, base: str, *, in_scope: bool, depth: int = 0) -
 def _op_list(w: SourceWriter) -> None:
     """A literal of op names: exact old names renamed, dropped where the new one is present."""
     draw = w.draw
-    entries: list[tuple[str, object]] = [(f'"{op}"', SAME) for op in draw(st.lists(st.sampled_from(UNRELATED_OPS), unique=True, max_size=2))]
+    entries: list[tuple[str, object]] = [
+        (f'"{op}"', SAME) for op in draw(st.lists(st.sampled_from(UNRELATED_OPS), unique=True, max_size=2))
+    ]
     for old_forms, new_forms in OP_NAMES.values():
         # Either form of the old name, and of the new; an old name is dropped where the new one (in
         # either form: they name the same op) is already listed, and renamed in its own form otherwise.
@@ -242,6 +252,7 @@ def _op_list(w: SourceWriter) -> None:
     opener, closer = draw(st.sampled_from([("[", "]"), ("(", ")"), ("{", "}")]))
     w.gap(0)
     if draw(st.booleans()):  # one line: rewrite the whole literal
+
         def render(items: list[str]) -> str:
             tail = "," if opener == "(" and len(items) == 1 else ""
             return f"SPLITTING_OPS = {opener}" + ", ".join(items) + tail + closer
@@ -271,7 +282,9 @@ def _helper_function(w: SourceWriter) -> None:
 def legacy_modules(draw) -> GeneratedModule:
     encoding = draw(st.sampled_from(["utf-8", "utf-8", "utf-8-sig", "latin-1"]))
     max_codepoint = 0xFF if encoding == "latin-1" else 0x2FFF
-    alphabet = st.characters(min_codepoint=0x20, max_codepoint=max_codepoint, blacklist_categories=("Cc", "Cs", "Zl", "Zp"))
+    alphabet = st.characters(
+        min_codepoint=0x20, max_codepoint=max_codepoint, blacklist_categories=("Cc", "Cs", "Zl", "Zp")
+    )
     unit = draw(st.sampled_from(["    ", "  ", "\t"]))
     w = SourceWriter(draw, unit, alphabet)
 
@@ -291,7 +304,12 @@ def legacy_modules(draw) -> GeneratedModule:
         backend_mod, backend_name = draw(st.sampled_from(VLLM_BACKEND_BASES))
         impl_mod, impl_name = draw(st.sampled_from(VLLM_IMPL_BASES))
     else:
-        backend_mod, backend_name, impl_mod, impl_name = FOREIGN_MODULE, "AttentionBackend", FOREIGN_MODULE, "AttentionImpl"
+        backend_mod, backend_name, impl_mod, impl_name = (
+            FOREIGN_MODULE,
+            "AttentionBackend",
+            FOREIGN_MODULE,
+            "AttentionImpl",
+        )
     backend_base = _import_line(w, backend_mod, backend_name, style)
     impl_base = _import_line(w, impl_mod, impl_name, style)
 
@@ -316,12 +334,12 @@ def legacy_modules(draw) -> GeneratedModule:
     final_newline = draw(st.booleans()) or newline != "\n"
 
     def join(texts: list[str], endings: list[str]) -> str:
-        out = "".join(t + e for t, e in zip(texts, endings))
+        out = "".join(t + e for t, e in zip(texts, endings, strict=True))
         return out if final_newline else out[: -len(endings[-1])] if endings else out
 
     endings = [newline if newline != "mixed" else draw(st.sampled_from(["\n", "\r\n"])) for _ in w.rows]
     old_text = join([r.old for r in w.rows], endings)  # type: ignore[misc]
-    new_rows = [(r.old if r.new is SAME else r.new, e) for r, e in zip(w.rows, endings)]
+    new_rows = [(r.old if r.new is SAME else r.new, e) for r, e in zip(w.rows, endings, strict=True)]
     new_rows = [(t, e) for t, e in new_rows if t is not None]
     new_text = join([t for t, _ in new_rows], [e for _, e in new_rows])
     changes = any(r.new is not SAME and r.new != r.old for r in w.rows)

@@ -7,8 +7,8 @@ before any statement, so a test can tell exactly which comment went where.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from hypothesis import strategies as st
 
@@ -34,7 +34,7 @@ class SourceWriter:
         self.comments: list[str] = []
         self.removable: set[str] = set()
         self.unsafe_removable: set[str] = set()
-        self.suppressed = 0  # `# noqa` lines on in-scope old-API code: each must yield a SUPPRESSED finding
+        self.suppressed = 0  # lines of in-scope old-API code with a noqa comment: each must yield a SUPPRESSED finding
         self._alphabet = comment_alphabet
 
     def comment(self) -> str:

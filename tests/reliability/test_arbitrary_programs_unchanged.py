@@ -9,7 +9,8 @@ import warnings
 from pathlib import Path
 
 import hypothesmith
-from hypothesis import assume, given, strategies as st
+from hypothesis import assume, given
+from hypothesis import strategies as st
 
 from .cli_run import run_cli, snapshot
 from .engine_api import Status, migrate

@@ -13,7 +13,7 @@ from .cli_run import LEGACY, PLAIN, legacy_variant, run_cli, snapshot
 
 # Imported at interpreter start-up in the tool's process and, through fork or spawn, in its workers:
 # wraps the engine so that one chosen file kills (or breaks) the process migrating it.
-_SITECUSTOMIZE = textwrap.dedent('''
+_SITECUSTOMIZE = textwrap.dedent("""
     import os
     import vllm_attn_compat.codemods.engine as _engine
 
@@ -27,7 +27,7 @@ _SITECUSTOMIZE = textwrap.dedent('''
         return _migrate_source(source, path=path, **kwargs)
 
     _engine.migrate_source = migrate_source
-''')
+""")
 
 
 def _tree(root: Path, extra: dict[str, bytes] = {}) -> dict[str, bytes]:  # noqa: B006 - read only

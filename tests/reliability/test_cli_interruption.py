@@ -3,6 +3,7 @@ no temporary file is left where the next run would read it, and a second run fin
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import shutil
@@ -10,7 +11,6 @@ import signal
 import subprocess
 import time
 from pathlib import Path
-
 
 from .cli_run import PLAIN, cli_command, cli_env, legacy_variant, run_cli, snapshot
 from .profile import scaled
@@ -31,7 +31,13 @@ def _build(tree: Path) -> dict[str, bytes]:
 def _write_window(tree: Path, originals: dict[str, bytes]) -> tuple[float, float, float]:
     """Run to completion while watching the tree: (first write, last write, end), seconds after start."""
     start = time.monotonic()
-    process = subprocess.Popen(cli_command("migrate", ".", "--quiet"), cwd=tree, env=cli_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(
+        cli_command("migrate", ".", "--quiet"),
+        cwd=tree,
+        env=cli_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     first = last = None
     changed: set[str] = set()
     while process.poll() is None:
@@ -55,7 +61,9 @@ def test_sigkill_leaves_each_file_old_or_new_and_a_rerun_finishes(tmp_path: Path
     first, last, end = _write_window(reference, originals)
     migrated = snapshot(reference)
     assert set(migrated) == set(originals)
-    assert sum(migrated[n] != originals[n] for n in originals) == FILES, "the reference run did not migrate every legacy file"
+    assert sum(migrated[n] != originals[n] for n in originals) == FILES, (
+        "the reference run did not migrate every legacy file"
+    )
 
     rng = random.Random(SEED)
     partial_trials = stray_files = 0
@@ -74,17 +82,17 @@ def test_sigkill_leaves_each_file_old_or_new_and_a_rerun_finishes(tmp_path: Path
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
         )  # fmt: skip
         time.sleep(delay)
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)  # the tool and its workers, as a power cut would
-        except ProcessLookupError:
-            pass
         process.wait()
 
         after = snapshot(tree)
         new_count = 0
         for name, old in originals.items():
             assert name in after, f"trial {trial} (kill after {delay:.3f}s): {name} is gone"
-            assert after[name] in (old, migrated[name]), f"trial {trial} (kill after {delay:.3f}s): {name} is half written"
+            assert after[name] in (old, migrated[name]), (
+                f"trial {trial} (kill after {delay:.3f}s): {name} is half written"
+            )
             new_count += after[name] != old
         stray = sorted(set(after) - set(originals))
         assert not [s for s in stray if s.endswith((".py", ".pyi"))], f"temporary files a rerun would read: {stray}"
@@ -103,4 +111,6 @@ def test_sigkill_leaves_each_file_old_or_new_and_a_rerun_finishes(tmp_path: Path
         f"{trial} kills (seed {SEED}), {partial_trials} between the first and last write, {stray_files} temporary "
         f"files left; writes from {first:.2f}s to {last:.2f}s of {end:.2f}s"
     )
-    assert partial_trials >= 1, f"no kill in {trial} landed between the first and the last write: the test proved nothing"
+    assert partial_trials >= 1, (
+        f"no kill in {trial} landed between the first and the last write: the test proved nothing"
+    )

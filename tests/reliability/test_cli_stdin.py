@@ -25,13 +25,18 @@ STDIN_CASES = [
 
 
 def test_every_single_file_case_is_covered():
-    assert {case.name for case in STDIN_CASES} >= {"syntax-error", "null-bytes", "undecodable", "deeply-nested-expression"}
+    assert {case.name for case in STDIN_CASES} >= {
+        "syntax-error",
+        "null-bytes",
+        "undecodable",
+        "deeply-nested-expression",
+    }
 
 
 @pytest.mark.parametrize("case", STDIN_CASES, ids=[case.name for case in STDIN_CASES])
 def test_bad_input_on_standard_input(case: Case, tmp_path: Path, migrated_legacy: bytes) -> None:
     _REFERENCE[:] = [_program(migrated_legacy)]
-    (name, source), = case.files.items()
+    ((name, source),) = case.files.items()
     result = subprocess.run(
         cli_command("migrate", "--stdin-filename", name, "-"),
         input=source,

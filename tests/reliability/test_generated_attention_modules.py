@@ -40,7 +40,9 @@ def _check_comments(module: GeneratedModule, new: bytes, removed: tuple[str, ...
     lost = before - after
     declared = Counter(text.rstrip() for text in removed)
     assert lost == declared, f"lost {sorted(lost.elements())}, declared removed {sorted(declared.elements())}"
-    assert set(lost) <= removable, f"removed comments that document no removed attribute: {sorted(set(lost) - removable)}"
+    assert set(lost) <= removable, (
+        f"removed comments that document no removed attribute: {sorted(set(lost) - removable)}"
+    )
 
 
 @reliability_settings(ci=40, long=4000)
@@ -59,7 +61,9 @@ def test_safe_fixes_keep_everything_else(module: GeneratedModule) -> None:
     assert longest_blank_run(new) <= longest_blank_run(module.source), "a removal left a longer run of blank lines"
 
     suppressed = [f for f in result.findings if f.status is Status.SUPPRESSED]
-    assert len(suppressed) >= module.suppressed, f"{module.suppressed} `# noqa` lines, {len(suppressed)} suppressed findings"
+    assert len(suppressed) >= module.suppressed, (
+        f"{module.suppressed} `# noqa` lines, {len(suppressed)} suppressed findings"
+    )
     fixed = [f for f in result.findings if f.status is Status.FIXED]
     assert bool(fixed) == (new != module.source), f"FIXED findings {fixed} do not match whether the source changed"
     assert not [f for f in migrate(new).findings if f.status is Status.FIXED], "the second run still found fixes"

@@ -33,7 +33,11 @@ def _probe(root: Path, callers: tuple[str, ...]) -> dict[str, list]:
     environment = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     completed = subprocess.run(
         [sys.executable, "-c", PROBE, str(root / "tree"), str(root / "stubs"), *callers],
-        capture_output=True, text=True, timeout=120, env=environment, check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=environment,
+        check=False,
     )
     assert completed.returncode == 0, completed.stderr
     return json.loads(completed.stdout)

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.vllm
 
 # One vLLM process: 8 threads call register() at once, vLLM's own loader runs it again, then every
 # install step is forced once more past the once-per-process latch; what is installed must not change.
-_PROCESS = textwrap.dedent('''
+_PROCESS = textwrap.dedent("""
     import json, logging, threading
     import torch
     import vllm.plugins
@@ -31,7 +31,11 @@ _PROCESS = textwrap.dedent('''
             "accept_output_buffer": repr(type(AttentionBackend.__dict__.get("accept_output_buffer"))),
             "use_output": repr(type(Attention.__dict__.get("use_output"))),
             "ops": sorted(n for n in ("unified_attention", "unified_mla_attention") if hasattr(torch.ops.vllm, n)),
-            "schemas": sorted(str(getattr(torch.ops.vllm, n).default._schema) for n in ("unified_attention", "unified_mla_attention") if hasattr(torch.ops.vllm, n)),
+            "schemas": sorted(
+                str(getattr(torch.ops.vllm, n).default._schema)
+                for n in ("unified_attention", "unified_mla_attention")
+                if hasattr(torch.ops.vllm, n)
+            ),
         }
 
     records = []
@@ -56,7 +60,7 @@ _PROCESS = textwrap.dedent('''
     again = vllm_install.install()
     print(json.dumps({"errors": errors, "logs": records, "first": first, "after": state(), "again": again,
                       "flag": AttentionBackend.accept_output_buffer}))
-''')
+""")
 
 
 def test_register_is_idempotent_in_threads_and_concurrent_processes() -> None:
@@ -64,7 +68,9 @@ def test_register_is_idempotent_in_threads_and_concurrent_processes() -> None:
     env.pop("VLLM_PLUGINS", None)
     env.pop("VLLM_ATTN_COMPAT_DISABLE_PLUGIN", None)
     processes = [
-        subprocess.Popen([sys.executable, "-c", _PROCESS], cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        subprocess.Popen(
+            [sys.executable, "-c", _PROCESS], cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
         for _ in range(scaled(2, 6))
     ]
     reports = []

@@ -11,7 +11,8 @@ import warnings
 
 import pytest
 import torch
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from .profile import reliability_settings, scaled
 
@@ -55,7 +56,11 @@ def _problems(draw):
 
 def _inputs(layer: Attention, tokens: int, seed: int) -> list[torch.Tensor]:
     gen = torch.Generator().manual_seed(seed)
-    sizes = [(layer.num_heads, layer.head_size), (layer.num_kv_heads, layer.head_size), (layer.num_kv_heads, layer.head_size_v)]
+    sizes = [
+        (layer.num_heads, layer.head_size),
+        (layer.num_kv_heads, layer.head_size),
+        (layer.num_kv_heads, layer.head_size_v),
+    ]
     return [torch.randn(tokens, h * d, generator=gen) for h, d in sizes]
 
 
@@ -67,7 +72,11 @@ def test_forwarders_are_bit_identical_to_the_with_output_op(problem, three_d) ->
     layer = layers.attention(num_heads, num_kv_heads, head_size, head_size_v)
     tokens = sum(lengths)
     q, k, v = _inputs(layer, tokens, seed)
-    q3, k3, v3 = q.view(tokens, num_heads, head_size), k.view(tokens, num_kv_heads, head_size), v.view(tokens, num_kv_heads, head_size_v)
+    q3, k3, v3 = (
+        q.view(tokens, num_heads, head_size),
+        k.view(tokens, num_kv_heads, head_size),
+        v.view(tokens, num_kv_heads, head_size_v),
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", VllmAttnCompatDeprecationWarning)
         with set_forward_context(AttentionMetadata.from_lengths(lengths), layers):
@@ -79,16 +88,23 @@ def test_forwarders_are_bit_identical_to_the_with_output_op(problem, three_d) ->
     assert not direct.isnan().any(), "the with-output op left part of the output unwritten"
     for name, result in (("function", by_function), ("op", by_op)):
         assert result.shape == (tokens, num_heads * head_size_v), f"{name}: shape {tuple(result.shape)}"
-        assert torch.equal(result, direct.view(tokens, num_heads * head_size_v)), f"{name} forwarder differs from the with-output op"
+        assert torch.equal(result, direct.view(tokens, num_heads * head_size_v)), (
+            f"{name} forwarder differs from the with-output op"
+        )
 
 
 @st.composite
 def _mla_problems(draw):
     dims = dict(
-        num_heads=draw(st.sampled_from([1, 2, 4])), qk_nope=draw(st.sampled_from([4, 8])), qk_rope=draw(st.sampled_from([2, 4])),
-        v_head_dim=draw(st.sampled_from([3, 6, 8])), kv_lora_rank=draw(st.sampled_from([6, 12])),
+        num_heads=draw(st.sampled_from([1, 2, 4])), qk_nope=draw(st.sampled_from([4, 8])),
+        qk_rope=draw(st.sampled_from([2, 4])), v_head_dim=draw(st.sampled_from([3, 6, 8])),
+        kv_lora_rank=draw(st.sampled_from([6, 12])),
     )  # fmt: skip
-    lengths = draw(st.sampled_from([[0], [1], [1, 0]])) if draw(st.booleans()) else draw(st.lists(st.integers(0, 5), min_size=1, max_size=3))
+    lengths = (
+        draw(st.sampled_from([[0], [1], [1, 0]]))
+        if draw(st.booleans())
+        else draw(st.lists(st.integers(0, 5), min_size=1, max_size=3))
+    )
     return dims, lengths, draw(st.integers(0, 2**31 - 1))
 
 
@@ -114,12 +130,22 @@ def _check_mla(dims: dict, lengths: list[int], seed: int, three_d: bool) -> None
         warnings.simplefilter("ignore", VllmAttnCompatDeprecationWarning)
         with set_forward_context(AttentionMetadata.from_lengths(lengths), layers):
             expected = layer(q, kv_c, k_pe)  # the layer allocates and calls unified_mla_attention_with_output
-            args = (q, kv_c, k_pe) if three_d else (q.reshape(tokens, layer.num_heads * layer.qk_head_dim), kv_c, k_pe.reshape(tokens, layer.qk_rope_head_dim))
+            args = (
+                (q, kv_c, k_pe)
+                if three_d
+                else (
+                    q.reshape(tokens, layer.num_heads * layer.qk_head_dim),
+                    kv_c,
+                    k_pe.reshape(tokens, layer.qk_rope_head_dim),
+                )
+            )
             by_function = compat.unified_mla_attention(*args, layer.layer_name)
             by_op = torch.ops.vllm_attn_compat.unified_mla_attention(*args, layer.layer_name, kv_cache_dummy_dep=None)
     for name, result in (("function", by_function), ("op", by_op)):
         assert result.shape == (tokens, layer.num_heads * layer.v_head_dim), f"{name}: shape {tuple(result.shape)}"
-        assert torch.equal(result, expected.reshape(result.shape)), f"MLA {name} forwarder differs from the with-output path"
+        assert torch.equal(result, expected.reshape(result.shape)), (
+            f"MLA {name} forwarder differs from the with-output path"
+        )
 
 
 def test_warn_once_under_many_threads() -> None:
@@ -167,22 +193,32 @@ def test_warn_once_under_many_threads() -> None:
     assert all(torch.equal(r, expected) for r in results), "a concurrent call returned a wrong result"
     ours = [w for w in caught if issubclass(w.category, VllmAttnCompatDeprecationWarning)]
     lines = sorted(w.lineno for w in ours)
-    assert len(ours) == len(sites) and len(set(lines)) == len(sites), f"expected one warning per call site, got lines {lines}"
+    assert len(ours) == len(sites) and len(set(lines)) == len(sites), (
+        f"expected one warning per call site, got lines {lines}"
+    )
     assert all(w.filename == __file__ for w in ours), "a warning names another file than the caller's"
 
 
 # -- the legacy adapter -----------------------------------------------------------------------------
 
+
 class _Layer:
     def __init__(self, num_heads: int, num_kv_heads: int, head_size: int, head_size_v: int) -> None:
-        self.num_heads, self.num_kv_heads, self.head_size, self.head_size_v = num_heads, num_kv_heads, head_size, head_size_v
+        self.num_heads, self.num_kv_heads, self.head_size, self.head_size_v = (
+            num_heads,
+            num_kv_heads,
+            head_size,
+            head_size_v,
+        )
 
 
 def _legacy_result(layer: _Layer, query: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
     """What the legacy impls compute from 2-D inputs: elementwise, so any correct path is bit-identical."""
     tokens = query.shape[0]
     q = query.view(tokens, layer.num_heads, layer.head_size)[..., : layer.head_size_v]
-    v = value.view(tokens, layer.num_kv_heads, layer.head_size_v).repeat_interleave(layer.num_heads // layer.num_kv_heads, 1)
+    v = value.view(tokens, layer.num_kv_heads, layer.head_size_v).repeat_interleave(
+        layer.num_heads // layer.num_kv_heads, 1
+    )
     return q * 2 + v
 
 
@@ -198,7 +234,9 @@ class _ReturnsTransposed:
     """Returns a correct result laid out non-contiguously (a transposed view)."""
 
     def forward(self, layer, query, key, value, kv_cache, attn_metadata):
-        result = _legacy_result(layer, query, value).reshape(query.shape[0], -1 if query.shape[0] else layer.num_heads * layer.head_size_v)
+        result = _legacy_result(layer, query, value).reshape(
+            query.shape[0], -1 if query.shape[0] else layer.num_heads * layer.head_size_v
+        )
         return result.t().contiguous().t()
 
 
@@ -222,12 +260,19 @@ def test_legacy_adapter_is_bit_identical_to_the_legacy_result(problem, impl) -> 
 
 
 def _check_adapter(layer: _Layer, tokens: int, seed: int, impl: type) -> None:
-    num_heads, num_kv_heads, head_size, head_size_v = layer.num_heads, layer.num_kv_heads, layer.head_size, layer.head_size_v
+    num_heads, num_kv_heads, head_size, head_size_v = (
+        layer.num_heads,
+        layer.num_kv_heads,
+        layer.head_size,
+        layer.head_size_v,
+    )
     gen = torch.Generator().manual_seed(seed)
     q = torch.randn(tokens, num_heads, head_size, generator=gen)
     k = torch.randn(tokens, num_kv_heads, head_size, generator=gen)
     v = torch.randn(tokens, num_kv_heads, head_size_v, generator=gen)
-    expected = _legacy_result(layer, q.reshape(tokens, num_heads * head_size), v.reshape(tokens, num_kv_heads * head_size_v))
+    expected = _legacy_result(
+        layer, q.reshape(tokens, num_heads * head_size), v.reshape(tokens, num_kv_heads * head_size_v)
+    )
 
     adapted = compat.adapt_legacy_impl(type(f"Adapted{impl.__name__}", (impl,), {}))
     output = torch.full((tokens, num_heads, head_size_v), float("nan"))

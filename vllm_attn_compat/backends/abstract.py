@@ -9,7 +9,7 @@ Its return value is ignored.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import torch
 
@@ -36,9 +36,7 @@ class AttentionImpl(ABC):
         **extra_impl_args: Any,
     ) -> None:
         if extra_impl_args:
-            raise TypeError(
-                f"{type(self).__name__}: unexpected implementation arguments {sorted(extra_impl_args)}"
-            )
+            raise TypeError(f"{type(self).__name__}: unexpected implementation arguments {sorted(extra_impl_args)}")
         self.num_heads = num_heads
         self.head_size = head_size
         self.scale = scale
@@ -61,6 +59,17 @@ class AttentionImpl(ABC):
         """Write the attention result into ``output`` and return it."""
 
 
+class MLALayer(Protocol):
+    """What an MLA impl reads of its layer (`layer.MLAAttention` has it; so does vLLM's)."""
+
+    num_heads: int
+    scale: float
+    qk_nope_head_dim: int
+    v_head_dim: int
+    kv_lora_rank: int
+    kv_b_proj: torch.nn.Module
+
+
 class MLAAttentionImpl(ABC):
     """Multi-head latent attention into the caller's ``output`` ``[T, num_heads, v_head_dim]``.
 
@@ -72,14 +81,12 @@ class MLAAttentionImpl(ABC):
 
     def __init__(self, **extra_impl_args: Any) -> None:
         if extra_impl_args:
-            raise TypeError(
-                f"{type(self).__name__}: unexpected implementation arguments {sorted(extra_impl_args)}"
-            )
+            raise TypeError(f"{type(self).__name__}: unexpected implementation arguments {sorted(extra_impl_args)}")
 
     @abstractmethod
     def forward(
         self,
-        layer: torch.nn.Module,
+        layer: MLALayer,
         q: torch.Tensor,
         kv_c_normed: torch.Tensor,
         k_pe: torch.Tensor,

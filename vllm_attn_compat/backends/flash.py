@@ -80,14 +80,10 @@ def load_flash_attn() -> tuple[Any, ModuleType | None]:
 
 
 class FlashAttentionImpl(AttentionImpl):
-    def __init__(
-        self, num_heads: int, head_size: int, scale: float, num_kv_heads: int, head_size_v: int
-    ) -> None:
+    def __init__(self, num_heads: int, head_size: int, scale: float, num_kv_heads: int, head_size_v: int) -> None:
         super().__init__(num_heads, head_size, scale, num_kv_heads, head_size_v)
         if head_size_v != head_size:
-            raise ValueError(
-                f"head_size_v: the flash backend expected {head_size} (= head_size), got {head_size_v}"
-            )
+            raise ValueError(f"head_size_v: the flash backend expected {head_size} (= head_size), got {head_size_v}")
         if head_size % 8:
             raise ValueError(
                 f"head_size: the flash backend expected a multiple of 8 (flash-attn pads other sizes "
@@ -116,23 +112,28 @@ class FlashAttentionImpl(AttentionImpl):
         n = md.num_actual_tokens
         if n == 0:
             return output
-        if md.is_paged:
+        paging = md.paging
+        if paging is not None:
             if kv_cache is None or kv_cache.numel() == 0:
                 raise ValueError(
-                    "kv_cache: attn_metadata has a block table, expected an allocated paged cache, "
-                    "got an empty one"
+                    "kv_cache: attn_metadata has a block table, expected an allocated paged cache, got an empty one"
                 )
-            if md.block_size % 256:
+            if paging.block_size % 256:
                 raise ValueError(
-                    f"block_size: flash-attn's paged kernel expected a multiple of 256, got {md.block_size}"
+                    f"block_size: flash-attn's paged kernel expected a multiple of 256, got {paging.block_size}"
                 )
-            write_kv(kv_cache, key, value, md.slot_mapping)
+            if key is not None and value is not None:  # None: the cache holds this step's tokens already
+                write_kv(kv_cache, key, value, paging.slot_mapping)
             k, v = kv_cache[..., : self.head_size], kv_cache[..., self.head_size :]
-            block_table, cu_seqlens_k = md.block_table, _cumulative(md.seq_lens)
+            block_table, cu_seqlens_k = paging.block_table, _cumulative(md.seq_lens)
         else:
+            if key is None or value is None:
+                raise ValueError(
+                    "key/value: without a paged cache the batch's keys and values must be passed, got None"
+                )
             k, v, block_table, cu_seqlens_k = key[:n], value[:n], None, md.query_start_loc
         q, out = query[:n], output[:n]
-        if self._public is not None:
+        if self._extension is None:  # load_flash_attn found the public function taking `out`
             returned = self._public(
                 q, k, v, cu_seqlens_q=md.query_start_loc, cu_seqlens_k=cu_seqlens_k,
                 max_seqlen_q=md.max_query_len, max_seqlen_k=md.max_seq_len, softmax_scale=self.scale,

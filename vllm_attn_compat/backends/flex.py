@@ -51,7 +51,7 @@ class FlexAttentionMetadata(AttentionMetadata):
     """`AttentionMetadata` plus the packed-KV index and the block mask, built once per step."""
 
     block_mask: BlockMask | None = dataclasses.field(default=None, init=False)
-    kv_packed_index: torch.Tensor | None = dataclasses.field(default=None, init=False)
+    kv_packed_index: torch.Tensor = dataclasses.field(init=False)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -68,7 +68,7 @@ class FlexAttentionMetadata(AttentionMetadata):
         q_pos = layout.token_row + (seq_lens - q_lens)[q_doc]
         causal = self.causal
 
-        def document_mask(b, h, q_idx, kv_idx):
+        def document_mask(b: torch.Tensor, h: torch.Tensor, q_idx: torch.Tensor, kv_idx: torch.Tensor) -> torch.Tensor:
             same = q_doc[q_idx] == kv_doc[kv_idx]
             return same & (kv_pos[kv_idx] <= q_pos[q_idx]) if causal else same
 
@@ -123,15 +123,21 @@ class FlexAttentionImpl(AttentionImpl):
         key_packed, value_packed = gather_kv(
             attn_metadata, key, value, kv_cache, self.head_size, attn_metadata.kv_packed_index, query.dtype
         )
-        to_bhsd = lambda x: x.transpose(0, 1).unsqueeze(0)  # noqa: E731  [S, H, D] -> [1, H, S, D]
-        args = (to_bhsd(query[:n]), to_bhsd(key_packed), to_bhsd(value_packed))
+        args = (_to_bhsd(query[:n]), _to_bhsd(key_packed), _to_bhsd(value_packed))
         gqa = self.num_kv_heads != self.num_heads
-        options = dict(block_mask=attn_metadata.block_mask, scale=self.scale, enable_gqa=gqa)
+        mask, scale = attn_metadata.block_mask, self.scale
+        result: torch.Tensor
         if self.out_transform is None:
-            kernel = _compiled_flex() if self.compile_kernel else flex_attention
-            result = kernel(*args, **options)
+            if self.compile_kernel:
+                result = _compiled_flex()(*args, block_mask=mask, scale=scale, enable_gqa=gqa)
+            else:
+                result = flex_attention(*args, block_mask=mask, scale=scale, enable_gqa=gqa)
         else:
-            raw, aux = flex_attention(*args, **options, return_aux=AuxRequest(lse=True))
+            raw, aux = flex_attention(
+                *args, block_mask=mask, scale=scale, enable_gqa=gqa, return_aux=AuxRequest(lse=True)
+            )
+            if aux.lse is None:
+                raise RuntimeError("flex_attention: asked for the log-sum-exp (AuxRequest(lse=True)), got none")
             result = self.out_transform(raw, aux.lse)
             if not isinstance(result, torch.Tensor) or result.shape != raw.shape:
                 raise ValueError(
@@ -140,6 +146,11 @@ class FlexAttentionImpl(AttentionImpl):
                 )
         output[:n].copy_(result[0].transpose(0, 1))
         return output
+
+
+def _to_bhsd(x: torch.Tensor) -> torch.Tensor:
+    """``[S, H, D]`` -> ``[1, H, S, D]``, the layout flex_attention takes."""
+    return x.transpose(0, 1).unsqueeze(0)
 
 
 class FlexAttentionBackend(AttentionBackend):

@@ -38,9 +38,7 @@ class ForwardContext:
 _current: ForwardContext | None = None
 
 
-def register_layer(
-    layer_name: str, layer: torch.nn.Module, registry: dict[str, torch.nn.Module] | None = None
-) -> None:
+def register_layer(layer_name: str, layer: torch.nn.Module, registry: dict[str, torch.nn.Module] | None = None) -> None:
     """Add ``layer`` under ``layer_name``; a duplicate name is an error, as in vLLM."""
     registry = STATIC_FORWARD_CONTEXT if registry is None else registry
     if not isinstance(layer_name, str) or not layer_name:
@@ -82,8 +80,11 @@ def get_forward_context() -> ForwardContext:
     return _current
 
 
-def get_attention_context(layer_name: str) -> tuple[Any, torch.nn.Module, torch.Tensor]:
-    """(attn_metadata, layer, kv_cache) for ``layer_name``, as vLLM's op bodies look them up."""
+def get_attention_context(layer_name: str) -> tuple[Any, Any, torch.Tensor]:
+    """(attn_metadata, layer, kv_cache) for ``layer_name``, as vLLM's op bodies look them up.
+
+    The layer is typed ``Any``: it is whatever module registered the name (this package's layers,
+    or vLLM's through the compat route), and the op bodies call what their kind of layer has."""
     context = get_forward_context()
     layer = context.no_compile_layers.get(layer_name)
     if layer is None:
@@ -97,10 +98,12 @@ def get_attention_context(layer_name: str) -> tuple[Any, torch.nn.Module, torch.
     if isinstance(metadata, Mapping):
         if layer_name not in metadata:
             raise UnknownLayerError(
-                f"attn_metadata: expected an entry for layer {layer_name!r}, got entries for "
-                f"{sorted(metadata)[:8]}"
+                f"attn_metadata: expected an entry for layer {layer_name!r}, got entries for {sorted(metadata)[:8]}"
             )
         metadata = metadata[layer_name]
     if metadata is None:
         raise ValueError(f"attn_metadata: expected metadata for layer {layer_name!r}, got None")
-    return metadata, layer, layer.kv_cache
+    kv_cache = layer.kv_cache
+    if not isinstance(kv_cache, torch.Tensor):
+        raise TypeError(f"layer {layer_name!r}: expected kv_cache to be a torch.Tensor, got {type(kv_cache).__name__}")
+    return metadata, layer, kv_cache

@@ -9,7 +9,6 @@ buffer; the deprecated forwarders in ``compat`` call `allocate_output` too.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -28,10 +27,7 @@ def view_heads(name: str, tensor: torch.Tensor, heads: int, size: int) -> torch.
         return tensor
     if tensor.dim() == 2 and tensor.shape[1] == heads * size:
         return tensor.view(-1, heads, size)
-    raise ValueError(
-        f"{name}: expected shape [T, {heads * size}] or [T, {heads}, {size}], got {list(tensor.shape)}"
-    )
-
+    raise ValueError(f"{name}: expected shape [T, {heads * size}] or [T, {heads}, {size}], got {list(tensor.shape)}")
 
 
 class _AttentionLayerBase(torch.nn.Module):
@@ -40,7 +36,10 @@ class _AttentionLayerBase(torch.nn.Module):
     attn_backend: type[AttentionBackend]
 
     def _register(
-        self, prefix: str, attn_backend: str | type[AttentionBackend], registry: Mapping | None
+        self,
+        prefix: str,
+        attn_backend: str | type[AttentionBackend],
+        registry: dict[str, torch.nn.Module] | None,
     ) -> None:
         self.layer_name = prefix
         self.attn_backend = get_backend(attn_backend)
@@ -50,9 +49,7 @@ class _AttentionLayerBase(torch.nn.Module):
 
     def allocate_output(self, query: torch.Tensor) -> torch.Tensor:
         """The output buffer ``[T, num_heads, head_size_v]`` for ``query`` (uninitialised)."""
-        return torch.empty(
-            [query.shape[0], self.num_heads, self.head_size_v], dtype=query.dtype, device=query.device
-        )
+        return torch.empty([query.shape[0], self.num_heads, self.head_size_v], dtype=query.dtype, device=query.device)
 
     def validate_output(self, output: torch.Tensor, query: torch.Tensor) -> torch.Tensor:
         """Check a caller's buffer against ``query``; returns its 3-D view."""
@@ -68,7 +65,9 @@ class _AttentionLayerBase(torch.nn.Module):
     def _output_for(self, query: torch.Tensor, output: torch.Tensor | None) -> torch.Tensor:
         return self.allocate_output(query) if output is None else self.validate_output(output, query)
 
-    def _allocate_kv_cache(self, shape: tuple[int, ...], dtype, device) -> torch.Tensor:
+    def _allocate_kv_cache(
+        self, shape: tuple[int, ...], dtype: torch.dtype | None, device: torch.device | str | None
+    ) -> torch.Tensor:
         self.kv_cache = torch.zeros(shape, dtype=dtype or torch.get_default_dtype(), device=device)
         return self.kv_cache
 
@@ -97,9 +96,7 @@ class Attention(_AttentionLayerBase):
         super().__init__()
         num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
         if num_kv_heads <= 0 or num_heads % num_kv_heads:
-            raise ValueError(
-                f"num_kv_heads: expected a positive divisor of num_heads={num_heads}, got {num_kv_heads}"
-            )
+            raise ValueError(f"num_kv_heads: expected a positive divisor of num_heads={num_heads}, got {num_kv_heads}")
         self.num_heads, self.num_kv_heads = num_heads, num_kv_heads
         self.head_size = head_size
         self.head_size_v = head_size if head_size_v is None else head_size_v
@@ -111,13 +108,15 @@ class Attention(_AttentionLayerBase):
                 f"attn_backend: expected a backend with an AttentionImpl, got {backend.get_name()!r} "
                 f"whose impl is {impl_cls.__name__} (use MLAAttention for MLA backends)"
             )
-        self.impl = impl_cls(
-            num_heads, head_size, scale, num_kv_heads, self.head_size_v, **extra_impl_args
-        )
+        self.impl = impl_cls(num_heads, head_size, scale, num_kv_heads, self.head_size_v, **extra_impl_args)
         self._register(prefix, backend, static_forward_context)
 
     def allocate_kv_cache(
-        self, num_blocks: int, block_size: int, dtype: torch.dtype | None = None, device=None
+        self,
+        num_blocks: int,
+        block_size: int,
+        dtype: torch.dtype | None = None,
+        device: torch.device | str | None = None,
     ) -> torch.Tensor:
         """Allocate (zeroed) and bind this layer's paged cache; returns it."""
         shape = self.attn_backend.get_kv_cache_shape(
@@ -190,7 +189,11 @@ class MLAAttention(_AttentionLayerBase):
         self._register(prefix, backend, static_forward_context)
 
     def allocate_kv_cache(
-        self, num_blocks: int, block_size: int, dtype: torch.dtype | None = None, device=None
+        self,
+        num_blocks: int,
+        block_size: int,
+        dtype: torch.dtype | None = None,
+        device: torch.device | str | None = None,
     ) -> torch.Tensor:
         shape = self.attn_backend.get_kv_cache_shape(
             num_blocks, block_size, 1, self.kv_lora_rank, self.qk_rope_head_dim
@@ -207,18 +210,13 @@ class MLAAttention(_AttentionLayerBase):
         q = view_heads("q", q, self.num_heads, self.qk_head_dim)
         k_pe = view_heads("k_pe", k_pe, 1, self.qk_rope_head_dim)
         if kv_c_normed.dim() != 2 or kv_c_normed.shape[1] != self.kv_lora_rank:
-            raise ValueError(
-                f"kv_c_normed: expected shape [T, {self.kv_lora_rank}], got {list(kv_c_normed.shape)}"
-            )
+            raise ValueError(f"kv_c_normed: expected shape [T, {self.kv_lora_rank}], got {list(kv_c_normed.shape)}")
         if not q.shape[0] == kv_c_normed.shape[0] == k_pe.shape[0]:
             raise ValueError(
-                f"kv_c_normed/k_pe: expected {q.shape[0]} tokens like q, got "
-                f"{kv_c_normed.shape[0]} and {k_pe.shape[0]}"
+                f"kv_c_normed/k_pe: expected {q.shape[0]} tokens like q, got {kv_c_normed.shape[0]} and {k_pe.shape[0]}"
             )
         output = self._output_for(q, output)
-        torch.ops.vllm_attn_compat.unified_mla_attention_with_output(
-            q, kv_c_normed, k_pe, output, self.layer_name
-        )
+        torch.ops.vllm_attn_compat.unified_mla_attention_with_output(q, kv_c_normed, k_pe, output, self.layer_name)
         return output.view(-1, self.num_heads * self.v_head_dim)
 
     def forward_impl(

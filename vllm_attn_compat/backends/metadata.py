@@ -19,20 +19,29 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Sequence
+from itertools import pairwise
+from typing import Any
 
 import torch
 
-from vllm_attn_compat.backends.paged import BatchLayout
+from vllm_attn_compat.backends.paged import BatchLayout, Paging
 
 
-def _as_list(name: str, tensor: torch.Tensor, ndim: int) -> list:
+def _host_values(name: str, tensor: torch.Tensor, ndim: int) -> list[Any]:
     if not isinstance(tensor, torch.Tensor):
         raise TypeError(f"{name}: expected a torch.Tensor, got {type(tensor).__name__}")
     if tensor.dim() != ndim or tensor.is_floating_point() or tensor.is_complex():
-        raise ValueError(
-            f"{name}: expected a {ndim}-D integer tensor, got a {tensor.dim()}-D {tensor.dtype} tensor"
-        )
-    return tensor.tolist()
+        raise ValueError(f"{name}: expected a {ndim}-D integer tensor, got a {tensor.dim()}-D {tensor.dtype} tensor")
+    values: list[Any] = tensor.tolist()
+    return values
+
+
+def _as_list(name: str, tensor: torch.Tensor) -> list[int]:
+    return _host_values(name, tensor, 1)
+
+
+def _as_rows(name: str, tensor: torch.Tensor) -> list[list[int]]:
+    return _host_values(name, tensor, 2)
 
 
 @dataclasses.dataclass(eq=False)
@@ -54,11 +63,9 @@ class AttentionMetadata:
     block_size: int | None = None
 
     def __post_init__(self) -> None:
-        starts = _as_list("query_start_loc", self.query_start_loc, 1)
+        starts = _as_list("query_start_loc", self.query_start_loc)
         if not starts or starts[0] != 0:
-            raise ValueError(
-                f"query_start_loc: expected cumulative query lengths starting at 0, got {starts}"
-            )
+            raise ValueError(f"query_start_loc: expected cumulative query lengths starting at 0, got {starts}")
         for i in range(1, len(starts)):
             if starts[i] < starts[i - 1]:
                 raise ValueError(
@@ -70,14 +77,14 @@ class AttentionMetadata:
                 f"query_start_loc: the query lengths must sum to num_actual_tokens="
                 f"{self.num_actual_tokens}, but they sum to {starts[-1]}"
             )
-        query_lens = [b - a for a, b in zip(starts, starts[1:])]
-        seq_lens = _as_list("seq_lens", self.seq_lens, 1)
+        query_lens = [b - a for a, b in pairwise(starts)]
+        seq_lens = _as_list("seq_lens", self.seq_lens)
         if len(seq_lens) != len(query_lens):
             raise ValueError(
                 f"seq_lens: expected one length per sequence ({len(query_lens)}, from "
                 f"query_start_loc), got {len(seq_lens)}"
             )
-        for i, (q_len, s_len) in enumerate(zip(query_lens, seq_lens)):
+        for i, (q_len, s_len) in enumerate(zip(query_lens, seq_lens, strict=True)):
             if s_len < q_len:
                 raise ValueError(
                     f"seq_lens: sequence {i} has {q_len} query tokens, so expected seq_lens[{i}] "
@@ -94,51 +101,46 @@ class AttentionMetadata:
         self.seq_lens_list = seq_lens
 
     def _check_paging(self, query_lens: list[int], seq_lens: list[int]) -> tuple[int, int]:
-        given = [x is not None for x in (self.block_table, self.slot_mapping, self.block_size)]
+        block_table, slot_mapping, block_size = self.block_table, self.slot_mapping, self.block_size
+        given = [x is not None for x in (block_table, slot_mapping, block_size)]
         if not any(given):
-            if any(s != q for s, q in zip(seq_lens, query_lens)):
+            if any(s != q for s, q in zip(seq_lens, query_lens, strict=True)):
                 raise ValueError(
                     "block_table: sequences with earlier context (seq_lens > query lengths) "
                     "need a paged KV cache, expected block_table, slot_mapping and block_size, got none"
                 )
             return -1, -1
-        if not all(given):
-            missing = [n for n, g in zip(("block_table", "slot_mapping", "block_size"), given) if not g]
-            raise ValueError(
-                "block_table, slot_mapping and block_size: expected all three or none, "
-                f"missing {missing}"
-            )
-        if self.block_size <= 0:
-            raise ValueError(f"block_size: expected a positive int, got {self.block_size}")
-        table = _as_list("block_table", self.block_table, 2)
+        if block_table is None or slot_mapping is None or block_size is None:
+            missing = [n for n, g in zip(("block_table", "slot_mapping", "block_size"), given, strict=True) if not g]
+            raise ValueError(f"block_table, slot_mapping and block_size: expected all three or none, missing {missing}")
+        if block_size <= 0:
+            raise ValueError(f"block_size: expected a positive int, got {block_size}")
+        table = _as_rows("block_table", block_table)
         if len(table) != len(seq_lens):
-            raise ValueError(
-                f"block_table: expected one row per sequence ({len(seq_lens)}), got {len(table)}"
-            )
-        columns = self.block_table.shape[1]
+            raise ValueError(f"block_table: expected one row per sequence ({len(seq_lens)}), got {len(table)}")
+        columns = block_table.shape[1]
         for i, s_len in enumerate(seq_lens):
-            needed = -(-s_len // self.block_size)
+            needed = -(-s_len // block_size)
             if needed > columns:
                 raise ValueError(
                     f"block_table: sequence {i} has {s_len} tokens, which need {needed} blocks of "
-                    f"{self.block_size}, but the block table has {columns} columns"
+                    f"{block_size}, but the block table has {columns} columns"
                 )
             if any(b < 0 for b in table[i][:needed]):
                 raise ValueError(
                     f"block_table: expected block ids >= 0 for the {needed} blocks sequence {i} "
                     f"uses, got {table[i][:needed]}"
                 )
-        slots = _as_list("slot_mapping", self.slot_mapping, 1)
+        slots = _as_list("slot_mapping", slot_mapping)
         if len(slots) != self.num_actual_tokens:
-            raise ValueError(
-                f"slot_mapping: expected one slot per token ({self.num_actual_tokens}), got {len(slots)}"
-            )
-        self._check_slots(table, query_lens, seq_lens, slots)
-        used_blocks = [b for i, s in enumerate(seq_lens) for b in table[i][: -(-s // self.block_size)]]
+            raise ValueError(f"slot_mapping: expected one slot per token ({self.num_actual_tokens}), got {len(slots)}")
+        self._check_slots(table, query_lens, seq_lens, slots, block_size)
+        used_blocks = [b for i, s in enumerate(seq_lens) for b in table[i][: -(-s // block_size)]]
         return max(used_blocks, default=-1), max(slots, default=-1)
 
+    @staticmethod
     def _check_slots(
-        self, table: list[list[int]], query_lens: list[int], seq_lens: list[int], slots: list[int]
+        table: list[list[int]], query_lens: list[int], seq_lens: list[int], slots: list[int], block_size: int
     ) -> None:
         """Each new token's slot must be where the block table puts it, or the cache write and
         the reads after it would silently disagree."""
@@ -148,8 +150,8 @@ class AttentionMetadata:
         seq = torch.repeat_interleave(torch.arange(len(query_lens)), q_lens)
         starts = torch.cumsum(q_lens, 0) - q_lens
         pos = torch.arange(len(slots)) - starts[seq] + (s_lens - q_lens)[seq]
-        expected = torch.tensor(table, dtype=torch.long)[seq, pos // self.block_size] * self.block_size
-        expected += pos % self.block_size
+        expected = torch.tensor(table, dtype=torch.long)[seq, pos // block_size] * block_size
+        expected += pos % block_size
         wrong = (expected != torch.tensor(slots)).nonzero()
         if wrong.numel():
             i = int(wrong[0])
@@ -166,6 +168,13 @@ class AttentionMetadata:
     def is_paged(self) -> bool:
         return self.block_table is not None
 
+    @property
+    def paging(self) -> Paging | None:
+        """The paged-cache mapping, or None for a batch without a cache (validated: all or none)."""
+        if self.block_table is None or self.slot_mapping is None or self.block_size is None:
+            return None
+        return Paging(self.block_table, self.slot_mapping, self.block_size)
+
     def check_fits(self, num_tokens: int, kv_cache: torch.Tensor | None) -> None:
         """Shape-only checks against this layer's inputs; called before anything is written."""
         if self.num_actual_tokens > num_tokens:
@@ -177,8 +186,7 @@ class AttentionMetadata:
             return
         if kv_cache.shape[1] != self.block_size:
             raise ValueError(
-                f"kv_cache: expected block size {self.block_size} (dimension 1), got shape "
-                f"{list(kv_cache.shape)}"
+                f"kv_cache: expected block size {self.block_size} (dimension 1), got shape {list(kv_cache.shape)}"
             )
         if self._max_block_id >= kv_cache.shape[0] or self._max_slot >= kv_cache.shape[0] * self.block_size:
             raise ValueError(
@@ -213,7 +221,8 @@ class AttentionMetadata:
         if block_table is not None and block_size is not None:
             table = block_table.tolist()
             slots = []
-            for i, (q_len, s_len) in enumerate(zip(query_lens, seq_lens)):
+            # Lengths may differ here: the constructor reports that with the names and counts.
+            for i, (q_len, s_len) in enumerate(zip(query_lens, seq_lens, strict=False)):
                 for pos in range(s_len - q_len, s_len):
                     if pos // block_size >= len(table[i]):
                         break  # the constructor reports the too-short block table

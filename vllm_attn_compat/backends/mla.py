@@ -12,22 +12,25 @@ from __future__ import annotations
 
 import torch
 
-from vllm_attn_compat.backends.abstract import AttentionBackend, MLAAttentionImpl, reject_output_quantization
+from vllm_attn_compat.backends.abstract import (
+    AttentionBackend,
+    MLAAttentionImpl,
+    MLALayer,
+    reject_output_quantization,
+)
 from vllm_attn_compat.backends.metadata import AttentionMetadata
 from vllm_attn_compat.backends.paged import gather_kv
 from vllm_attn_compat.backends.sdpa import padded_sdpa_into
 
 
-def decompress(
-    layer: torch.nn.Module, latent: torch.Tensor, k_pe: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
+def decompress(layer: MLALayer, latent: torch.Tensor, k_pe: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-head keys ``[..., H, nope + rope]`` and values ``[..., H, v_head_dim]`` from the
     latent ``[..., kv_lora_rank]`` and ``k_pe`` ``[..., 1, rope]``."""
-    kv = layer.kv_b_proj(latent)
+    kv: torch.Tensor | tuple[torch.Tensor, ...] = layer.kv_b_proj(latent)
     if isinstance(kv, tuple):  # vLLM's parallel linear layers return (output, bias)
         kv = kv[0]
     kv = kv.view(*latent.shape[:-1], layer.num_heads, layer.qk_nope_head_dim + layer.v_head_dim)
-    k_nope, value = kv.split([layer.qk_nope_head_dim, layer.v_head_dim], dim=-1)
+    k_nope, value = torch.split(kv, [layer.qk_nope_head_dim, layer.v_head_dim], dim=-1)
     key = torch.cat([k_nope, k_pe.expand(*k_nope.shape[:-1], k_pe.shape[-1])], dim=-1)
     return key, value
 
@@ -35,7 +38,7 @@ def decompress(
 class ReferenceMLAImpl(MLAAttentionImpl):
     def forward(
         self,
-        layer: torch.nn.Module,
+        layer: MLALayer,
         q: torch.Tensor,
         kv_c_normed: torch.Tensor,
         k_pe: torch.Tensor,

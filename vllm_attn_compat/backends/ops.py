@@ -33,8 +33,7 @@ SCHEMAS = {
         "unified_attention_with_output(Tensor query, Tensor key, Tensor value, Tensor(a3!) output, " + _TAIL
     ),
     "unified_mla_attention_with_output": (
-        "unified_mla_attention_with_output(Tensor q, Tensor kv_c_normed, Tensor k_pe, "
-        "Tensor(a3!) output, " + _TAIL
+        "unified_mla_attention_with_output(Tensor q, Tensor kv_c_normed, Tensor k_pe, Tensor(a3!) output, " + _TAIL
     ),
 }
 

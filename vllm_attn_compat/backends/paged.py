@@ -8,12 +8,35 @@ Cache layout (one tensor per layer, so that ``head_size_v`` may differ from ``he
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING
+from typing import NamedTuple, Protocol
 
 import torch
 
-if TYPE_CHECKING:
-    from vllm_attn_compat.backends.metadata import AttentionMetadata
+
+class Paging(NamedTuple):
+    """Where a batch's tokens live in the paged cache (validated together, all or none)."""
+
+    block_table: torch.Tensor  # [B, max_blocks_per_seq] int32
+    slot_mapping: torch.Tensor  # [num_actual_tokens] int64, flat slot of each new token
+    block_size: int
+
+
+class PackedBatch(Protocol):
+    """What the layout and the gathers read of a batch (`metadata.AttentionMetadata` has it all).
+
+    A protocol rather than the metadata class itself, so that this module does not import the
+    module that builds on it."""
+
+    num_actual_tokens: int
+    query_start_loc: torch.Tensor
+    max_query_len: int
+    max_seq_len: int
+    causal: bool
+    query_lens: list[int]
+    seq_lens_list: list[int]
+
+    @property
+    def paging(self) -> Paging | None: ...
 
 
 def kv_cache_shape(
@@ -40,7 +63,7 @@ class BatchLayout:
     mask: torch.Tensor  # [B, 1, max_query_len, max_seq_len] bool
 
     @staticmethod
-    def build(md: AttentionMetadata) -> BatchLayout:
+    def build(md: PackedBatch) -> BatchLayout:
         device = md.query_start_loc.device
         starts = md.query_start_loc.long()
         q_lens = torch.tensor(md.query_lens, dtype=torch.long, device=device)
@@ -50,11 +73,12 @@ class BatchLayout:
         token_row = torch.arange(md.num_actual_tokens, device=device) - starts[token_seq]
         pos = torch.arange(md.max_seq_len, device=device)
         kv_valid = pos[None, :] < s_lens[:, None]
-        if md.is_paged:
-            table = md.block_table.long()
-            column = (pos // md.block_size).clamp(max=max(table.shape[1] - 1, 0))
+        paging = md.paging
+        if paging is not None:
+            table = paging.block_table.long()
+            column = (pos // paging.block_size).clamp(max=max(table.shape[1] - 1, 0))
             blocks = table[:, column] if table.shape[1] else torch.zeros_like(kv_valid, dtype=torch.long)
-            kv_index = blocks * md.block_size + pos % md.block_size
+            kv_index = blocks * paging.block_size + pos % paging.block_size
         else:
             kv_index = starts[:-1, None] + pos[None, :]
         kv_index = torch.where(kv_valid, kv_index, torch.zeros_like(kv_index))
@@ -69,9 +93,7 @@ class BatchLayout:
         return BatchLayout(token_seq, token_row, token_flat, kv_index, allowed[:, None])
 
 
-def write_kv(
-    kv_cache: torch.Tensor, key: torch.Tensor, value: torch.Tensor, slot_mapping: torch.Tensor
-) -> None:
+def write_kv(kv_cache: torch.Tensor, key: torch.Tensor, value: torch.Tensor, slot_mapping: torch.Tensor) -> None:
     """Store this step's keys and values at their slots (rows beyond the slots are padding)."""
     n, head_size = slot_mapping.shape[0], key.shape[-1]
     flat = kv_cache.flatten(0, 1)
@@ -80,7 +102,7 @@ def write_kv(
 
 
 def gather_kv(
-    md: AttentionMetadata,
+    md: PackedBatch,
     key: torch.Tensor | None,
     value: torch.Tensor | None,
     kv_cache: torch.Tensor | None,
@@ -94,20 +116,19 @@ def gather_kv(
     A paged batch stores this step's key/value into the cache first, then reads all of each
     sequence's tokens back from it (so decode sees the context that prefill wrote).
     """
-    if md.is_paged:
+    paging = md.paging
+    if paging is not None:
         if kv_cache is None or kv_cache.numel() == 0:
             raise ValueError(
                 "kv_cache: attn_metadata has a block table, expected an allocated paged cache "
                 "(Attention.allocate_kv_cache), got an empty one"
             )
         if key is not None and value is not None:
-            write_kv(kv_cache, key, value, md.slot_mapping)
+            write_kv(kv_cache, key, value, paging.slot_mapping)
         gathered = _rows(kv_cache.flatten(0, 1), index).to(dtype)
         return gathered[..., :head_size], gathered[..., head_size:]
     if key is None or value is None:
-        raise ValueError(
-            "key/value: without a paged cache the batch's keys and values must be passed, got None"
-        )
+        raise ValueError("key/value: without a paged cache the batch's keys and values must be passed, got None")
     return _rows(key, index), _rows(value, index)
 
 

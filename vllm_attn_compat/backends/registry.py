@@ -36,7 +36,6 @@ def get_backend(name: str | type[AttentionBackend]) -> type[AttentionBackend]:
     backend = getattr(importlib.import_module(module_name), class_name)
     if not (isinstance(backend, type) and issubclass(backend, AttentionBackend)):
         raise TypeError(
-            f"backend {name!r}: expected {_BACKENDS[name]} to be an AttentionBackend subclass, "
-            f"got {backend!r}"
+            f"backend {name!r}: expected {_BACKENDS[name]} to be an AttentionBackend subclass, got {backend!r}"
         )
     return backend

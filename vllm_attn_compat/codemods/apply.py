@@ -12,15 +12,15 @@ leading comments, which is why removals are done here at the block level.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Union
+from typing import TypeAlias
 
 import libcst as cst
 
-from vllm_attn_compat.codemods.edits import AddImport, CommentSink, RemoveStatement, Replace
+from vllm_attn_compat.codemods.edits import AddImport, Built, CommentSink, RemoveStatement, Replace
 from vllm_attn_compat.codemods.patterns import is_docstring
 from vllm_attn_compat.codemods.walk import walk
 
-_Block = Union[cst.Module, cst.IndentedBlock]
+_Block: TypeAlias = cst.Module | cst.IndentedBlock
 
 
 def _is_blank(line: cst.EmptyLine) -> bool:
@@ -97,11 +97,14 @@ class Applier(cst.CSTTransformer):
     def _removes_line(self, node: cst.CSTNode) -> bool:
         return isinstance(node, cst.SimpleStatementLine) and all(id(small) in self._removals for small in node.body)
 
-    def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode):  # type: ignore[override]
-        result: object = updated_node
+    # libcst types on_leave as returning the class it was given; a Replace may build another one.
+    def on_leave(  # type: ignore[override]  # any node is valid here, as said above
+        self, original_node: cst.CSTNode, updated_node: cst.CSTNode
+    ) -> cst.CSTNode | cst.RemovalSentinel | cst.FlattenSentinel[cst.CSTNode]:
+        result: Built = updated_node
         removed = id(original_node) in self._removals or self._removes_line(original_node)
         for edit in () if removed else self._replacements.get(id(original_node), ()):
-            result = edit.build(result, self.sink)  # type: ignore[arg-type]
+            result = edit.build(result, self.sink)
         if isinstance(result, cst.SimpleStatementLine):
             result = self._drop_small_statements(original_node, result)
         elif isinstance(result, cst.SimpleStatementSuite):
@@ -118,9 +121,7 @@ class Applier(cst.CSTTransformer):
             return [None] * count
         return [self._removals.get(id(small)) for small in body]
 
-    def _drop_small_statements(
-        self, original: cst.CSTNode, line: cst.SimpleStatementLine
-    ) -> cst.SimpleStatementLine:
+    def _drop_small_statements(self, original: cst.CSTNode, line: cst.SimpleStatementLine) -> cst.SimpleStatementLine:
         marks = self._removed_small(original, len(line.body))
         if not any(marks):
             return line
@@ -141,16 +142,16 @@ class Applier(cst.CSTTransformer):
     def _kept_small(
         self, body: Sequence[cst.BaseSmallStatement], marks: Sequence[object]
     ) -> list[cst.BaseSmallStatement]:
-        for small, mark in zip(body, marks):
+        for small, mark in zip(body, marks, strict=True):
             if mark and getattr(mark, "drop_comment_block", False):
                 self.sink.removed.extend(c.value for c in inner_comments(small))
-        kept = [small for small, mark in zip(body, marks) if not mark]
+        kept = [small for small, mark in zip(body, marks, strict=True) if not mark]
         if kept and marks[-1]:  # the old last statement went: the new last needs no ';'
             kept[-1] = kept[-1].with_changes(semicolon=cst.MaybeSentinel.DEFAULT)
         return kept
 
     def _lines_of_removed(self, statement: cst.BaseStatement, edit: RemoveStatement) -> list[cst.EmptyLine]:
-        leading = list(statement.leading_lines)
+        leading = list(leading_lines(statement))
         inner = inner_comments(statement)
         if edit.drop_comment_block:
             block = len(leading) - _trailing_comments(leading)
@@ -175,7 +176,7 @@ class Applier(cst.CSTTransformer):
                 continue
             if carry is not None:
                 statement = statement.with_changes(
-                    leading_lines=join_lines(carry, statement.leading_lines, at_start=at_start)
+                    leading_lines=join_lines(carry, leading_lines(statement), at_start=at_start)
                 )
                 carry = None
             kept.append(statement)
@@ -194,6 +195,12 @@ class Applier(cst.CSTTransformer):
         return block.with_changes(body=kept, footer=footer)
 
 
+def leading_lines(statement: cst.BaseStatement) -> Sequence[cst.EmptyLine]:
+    # Every statement class of libcst has them; BaseStatement does not declare them.
+    assert isinstance(statement, (cst.SimpleStatementLine, cst.BaseCompoundStatement)), type(statement)
+    return statement.leading_lines
+
+
 def _trailing_comments(lines: Sequence[cst.EmptyLine]) -> int:
     count = 0
     for line in reversed(lines):
@@ -205,7 +212,7 @@ def _trailing_comments(lines: Sequence[cst.EmptyLine]) -> int:
 
 def add_imports(module: cst.Module, imports: Sequence[AddImport]) -> cst.Module:
     """``import x`` for each module not imported yet, after the leading docstring and imports."""
-    present = set()
+    present: set[str] = set()
     for statement in module.body:
         if isinstance(statement, cst.SimpleStatementLine):
             for small in statement.body:
@@ -227,7 +234,14 @@ def add_imports(module: cst.Module, imports: Sequence[AddImport]) -> cst.Module:
         else:
             break
     new = [
-        cst.SimpleStatementLine(body=[cst.Import(names=[cst.ImportAlias(name=cst.parse_expression(name))])])
-        for name in wanted
+        cst.SimpleStatementLine(body=[cst.Import(names=[cst.ImportAlias(name=module_name(name))])]) for name in wanted
     ]
     return module.with_changes(body=[*body[:position], *new, *body[position:]])
+
+
+def module_name(name: str) -> cst.Attribute | cst.Name:
+    """The node of a dotted module name, as an import statement holds it."""
+    expression = cst.parse_expression(name)
+    if not isinstance(expression, (cst.Attribute, cst.Name)):
+        raise ValueError(f"AddImport: expected a dotted module name, found {name!r}")
+    return expression

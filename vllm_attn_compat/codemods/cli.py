@@ -79,10 +79,14 @@ def build_parser() -> argparse.ArgumentParser:
         "allocates and calls the _with_output op where the layer's shape is known and reports the rest; "
         "forwarder sends the rest to this package's deprecated forwarders",
     )  # fmt: skip
-    listed = {"type": _codes, "action": "extend"}  # repeatable, and comma-separated lists
-    migrate.add_argument("--select", **listed, metavar="CODES", help="rule codes or prefixes to run")
-    migrate.add_argument("--ignore", **listed, metavar="CODES", help="rule codes or prefixes to skip")
-    migrate.add_argument("--exclude", **listed, metavar="GLOB", help="paths to skip (globs)")
+    # Repeatable, and comma-separated lists.
+    migrate.add_argument(
+        "--select", type=_codes, action="extend", metavar="CODES", help="rule codes or prefixes to run"
+    )
+    migrate.add_argument(
+        "--ignore", type=_codes, action="extend", metavar="CODES", help="rule codes or prefixes to skip"
+    )
+    migrate.add_argument("--exclude", type=_codes, action="extend", metavar="GLOB", help="paths to skip (globs)")
     migrate.add_argument("--jobs", "-j", type=_jobs, default=None, help="worker processes (default: all cores)")
     migrate.add_argument("--format", choices=("text", "json", "github"), default="text", help="report format")
     migrate.add_argument(
@@ -173,7 +177,12 @@ def _migrate_with(args: argparse.Namespace, warm: PreforkedWorker | None) -> int
         sys.stdout.flush()
         report_stream = sys.stderr
     else:
-        report = run_paths(args.paths, options, emit_diff=sys.stdout.write, warm=warm)
+        write = sys.stdout.write
+
+        def emit_diff(text: str) -> None:
+            write(text)
+
+        report = run_paths(args.paths, options, emit_diff=emit_diff, warm=warm)
         report_stream = sys.stderr if options.mode == "diff" else sys.stdout
     report_stream.write(render(report, args.format, quiet=args.quiet))
     return report.exit_code()
@@ -186,10 +195,12 @@ def _rules(args: argparse.Namespace) -> int:
         for rule in known:
             print(f"{rule.code}  {rule.name:<{width}}  {rule.fix_safety.value:<12}  {rule.summary}")
         return 0
+    from vllm_attn_compat.codemods.docs import render_rule
+
     wanted = args.code.strip()
     for rule in known:
         if wanted.upper() == rule.code or wanted == rule.name:
-            print(rule.explain())
+            print(render_rule(rule))
             return 0
     raise ValueError(f"unknown rule {wanted!r}: expected one of {', '.join(rule.code for rule in known)}")
 

@@ -91,9 +91,7 @@ def parse_config(text: str, source: str) -> Config:
     values: dict[str, object] = {}
     for key, value in table.items():
         if key not in _KEYS:
-            raise ConfigError(
-                f"{source}: [{TABLE}] unknown key {key!r}; expected one of: {', '.join(sorted(_KEYS))}"
-            )
+            raise ConfigError(f"{source}: [{TABLE}] unknown key {key!r}; expected one of: {', '.join(sorted(_KEYS))}")
         name, convert, expected = _KEYS[key]
         converted = convert(value)
         if converted is None:
@@ -101,7 +99,7 @@ def parse_config(text: str, source: str) -> Config:
                 f"{source}: [{TABLE}] {key}: expected {expected}, found {value!r} ({type(value).__name__})"
             )
         values[name] = converted
-    return Config(base=base, source=source, **values)  # type: ignore[arg-type]
+    return Config(base=base, source=source, **values)  # type: ignore[arg-type]  # each value converted by its key
 
 
 def load_config(start: str) -> Config:

@@ -30,7 +30,8 @@ class MissingDependency(ImportError):
             command = f"pip install {shlex.quote(requirement)}"
         super().__init__(f"{what}: {command}")
 
-    def __reduce__(self):  # rebuilt from its fields in the process it travels to
+    # Rebuilt from its fields in the process it travels to.
+    def __reduce__(self) -> tuple[type[MissingDependency], tuple[str, str, bool]]:
         return type(self), (self.module, self.detail, self.installed)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Union
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 if TYPE_CHECKING:
     import libcst as cst
@@ -28,11 +28,15 @@ class CommentSink:
 
     removed: list[str] = field(default_factory=list)
     # id(statement) -> (statement, lines); holding the statement keeps its id unique
-    after: dict[int, tuple[object, list]] = field(default_factory=dict)
+    after: dict[int, tuple[object, list[cst.EmptyLine]]] = field(default_factory=dict)
 
-    def place_after(self, statement: object, lines: list) -> None:
+    def place_after(self, statement: object, lines: list[cst.EmptyLine]) -> None:
         """Put ``lines`` (``libcst.EmptyLine``) after ``statement``, before whatever follows it."""
         self.after[id(statement)] = (statement, lines)
+
+
+# What a Replace builds: a node, or statements in place of one (a FlattenSentinel).
+Built: TypeAlias = "cst.CSTNode | cst.FlattenSentinel[cst.CSTNode]"
 
 
 @dataclass(frozen=True)
@@ -41,7 +45,9 @@ class Replace:
     edits made inside it, so nested fixes compose)."""
 
     node: cst.CSTNode
-    build: Callable[[cst.CSTNode, CommentSink], object]
+    # Given the updated node, or what an earlier Replace of the same node built. Each builder takes the
+    # node class of its own rule, which no parameter type common to all builders can name: hence Any.
+    build: Callable[[Any, CommentSink], Built]
 
 
 @dataclass(frozen=True)
@@ -63,4 +69,4 @@ class DropUnusedImport:
     name: str
 
 
-Edit = Union[RemoveStatement, Replace, AddImport, DropUnusedImport]
+Edit: TypeAlias = RemoveStatement | Replace | AddImport | DropUnusedImport

@@ -24,7 +24,7 @@ class Status(enum.Enum):
     FIXED = "fixed"  # the fix was applied (or would be, with --check/--diff)
     UNSAFE_FIX_AVAILABLE = "unsafe-fix-available"  # withheld: needs --unsafe-fixes
     MANUAL = "manual"  # no automatic fix; a person must act
-    SUPPRESSED = "suppressed"  # silenced by `# noqa`
+    SUPPRESSED = "suppressed"  # silenced by a noqa comment
 
 
 @dataclass(frozen=True, order=True)

@@ -11,12 +11,13 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 import libcst as cst
 
 from vllm_attn_compat.codemods.apply import Applier, add_imports, inner_comments
 from vllm_attn_compat.codemods.edits import AddImport, DropUnusedImport, RemoveStatement
-from vllm_attn_compat.codemods.scope import dotted_name
+from vllm_attn_compat.codemods.scope import as_name, dotted_name
 from vllm_attn_compat.codemods.walk import walk
 
 
@@ -41,17 +42,17 @@ def uses(module: cst.Module) -> Uses:
     found = Uses()
 
     def visit(node: cst.CSTNode) -> bool:
-        kind = type(node)
+        kind = type(node)  # exact types: isinstance on libcst's ABC-based classes is slow
         if kind in (cst.Import, cst.ImportFrom):
             return False
         if kind is cst.Name:
-            found.names.add(node.value)
+            found.names.add(cast(cst.Name, node).value)
         elif kind is cst.Attribute:
-            chain = dotted_name(node)
+            chain = dotted_name(cast(cst.Attribute, node))
             if chain is not None:
                 found.dotted.add(chain)
         elif kind is cst.SimpleString:
-            value = node.evaluated_value
+            value = cast(cst.SimpleString, node).evaluated_value
             if isinstance(value, str):
                 found.strings.add(value)
         return True
@@ -85,7 +86,7 @@ def finish_imports(
     return module, removed, done
 
 
-def _drop_names(module: cst.Module, unused: set[tuple[str, str]]):
+def _drop_names(module: cst.Module, unused: set[tuple[str, str]]) -> tuple[cst.Module, list[str], set[tuple[str, str]]]:
     """Take the ``(module, bound name)`` pairs of ``unused`` out of ``from ... import`` lines; a line
     left without names goes, its comments moving on as for any removed statement."""
     lines: dict[int, cst.SimpleStatementLine] = {}  # id(line) -> line rewritten without the names
@@ -96,15 +97,16 @@ def _drop_names(module: cst.Module, unused: set[tuple[str, str]]):
     def visit(node: cst.CSTNode) -> bool:
         if isinstance(node, cst.SimpleStatementLine):
             if len(node.body) == 1 and isinstance(node.body[0], cst.ImportFrom):
-                _consider(node)
+                _consider(node, node.body[0])
             return False
         return not isinstance(node, cst.BaseExpression)
 
-    def _consider(line: cst.SimpleStatementLine) -> None:
-        statement = line.body[0]
+    def _consider(line: cst.SimpleStatementLine, statement: cst.ImportFrom) -> None:
         if statement.relative or statement.module is None or isinstance(statement.names, cst.ImportStar):
             return
         source = dotted_name(statement.module)
+        if source is None:  # not a dotted name: `unused` holds none of its names
+            return
         names = list(statement.names)
         gone = [alias for alias in names if (source, _bound(alias)) in unused]
         if not gone:
@@ -127,9 +129,11 @@ def _drop_names(module: cst.Module, unused: set[tuple[str, str]]):
     return module, [*removed, *rewrite.sink.removed], dropped
 
 
-def _without_comment(comma):
+def _without_comment(comma: cst.Comma | cst.MaybeSentinel) -> cst.Comma | cst.MaybeSentinel:
     """``comma`` without the comment after it: that comment stood by the name that goes."""
-    after = getattr(comma, "whitespace_after", None)
+    if not isinstance(comma, cst.Comma):
+        return comma
+    after = comma.whitespace_after
     if isinstance(after, cst.ParenthesizedWhitespace) and after.first_line.comment is not None:
         first = after.first_line.with_changes(whitespace=cst.SimpleWhitespace(""), comment=None)
         return comma.with_changes(whitespace_after=after.with_changes(first_line=first))
@@ -137,8 +141,9 @@ def _without_comment(comma):
 
 
 def _bound(alias: cst.ImportAlias) -> str:
-    if alias.asname is not None:
-        return alias.asname.name.value  # type: ignore[union-attr]
+    bound = as_name(alias)
+    if bound is not None:
+        return bound
     return dotted_name(alias.name) or ""
 
 
@@ -149,6 +154,8 @@ class _Rewrite(Applier):
         super().__init__(emptied, [])
         self._lines = lines
 
-    def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode):  # type: ignore[override]
+    def on_leave(  # type: ignore[override]  # as Applier.on_leave
+        self, original_node: cst.CSTNode, updated_node: cst.CSTNode
+    ) -> cst.CSTNode | cst.RemovalSentinel | cst.FlattenSentinel[cst.CSTNode]:
         replaced = self._lines.get(id(original_node))
         return super().on_leave(original_node, replaced if replaced is not None else updated_node)

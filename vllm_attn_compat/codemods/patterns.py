@@ -56,7 +56,7 @@ def _binds(target: cst.CSTNode, name: str) -> bool:
     return False
 
 
-def rebinds(function: cst.FunctionDef, name: str, *, ignore: tuple[cst.CSTNode, ...] = ()) -> bool:
+def rebinds(function: cst.FunctionDef | cst.Lambda, name: str, *, ignore: tuple[cst.CSTNode, ...] = ()) -> bool:
     """True when the body of ``function`` assigns ``name`` outside the ``ignore`` nodes (nested
     functions and classes are other scopes)."""
     return _assigns(function.body, name, ignore)
@@ -137,13 +137,13 @@ def is_docstring(statement: cst.CSTNode) -> bool:
     )
 
 
-def rebinds_outside_none_guards(function: cst.FunctionDef, name: str) -> bool:
+def rebinds_outside_none_guards(function: cst.FunctionDef | cst.Lambda, name: str) -> bool:
     """Like `rebinds`, but assignments under ``if <name> is None:`` do not count: they are the
     old fallbacks, not a local variable shadowing the parameter."""
     return rebinds(function, name, ignore=none_guards(function, name))
 
 
-def none_guards(function: cst.FunctionDef, name: str) -> tuple[cst.If, ...]:
+def none_guards(function: cst.FunctionDef | cst.Lambda, name: str) -> tuple[cst.If, ...]:
     """The ``if <name> is None:`` statements of ``function``'s own body."""
     guards: list[cst.If] = []
 

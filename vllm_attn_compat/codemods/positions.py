@@ -58,7 +58,9 @@ class _SpanState(CodegenState):
         # The rendering drops a file's missing final newline here; the provider's positions count it.
         pass
 
-    def record_syntactic_position(
+    # A plain context manager in place of libcst's generator-based one (see _SyntacticSpan); its callers
+    # only enter and leave it.
+    def record_syntactic_position(  # type: ignore[override]  # the narrower return type, as said above
         self, node: cst.CSTNode, *, start_node: cst.CSTNode | None = None, end_node: cst.CSTNode | None = None
     ) -> _SyntacticSpan:
         return _SyntacticSpan(self, node, start_node, end_node)
@@ -68,9 +70,11 @@ class _SyntacticSpan:
     """The provider's ``record_syntactic_position``, as a plain context manager (a generator-based one
     costs more than the rest of the rendering's bookkeeping)."""
 
-    __slots__ = ("state", "node", "start_node", "end_node", "start")
+    __slots__ = ("end_node", "node", "start", "start_node", "state")
 
-    def __init__(self, state: _SpanState, node, start_node, end_node) -> None:
+    def __init__(
+        self, state: _SpanState, node: cst.CSTNode, start_node: cst.CSTNode | None, end_node: cst.CSTNode | None
+    ) -> None:
         self.state, self.node, self.start_node, self.end_node = state, node, start_node, end_node
 
     def __enter__(self) -> None:

@@ -35,9 +35,7 @@ def select_rules(select: Sequence[str] = (), ignore: Sequence[str] = ()) -> list
     codes = [rule.code for rule in rules]
     for prefix in (*select, *ignore):
         if not any(code.startswith(prefix.upper()) for code in codes):
-            raise ValueError(
-                f"unknown rule code {prefix!r}: expected a code or a prefix of one of {', '.join(codes)}"
-            )
+            raise ValueError(f"unknown rule code {prefix!r}: expected a code or a prefix of one of {', '.join(codes)}")
     wanted = [p.upper() for p in select]
     unwanted = [p.upper() for p in ignore]
     return [

@@ -136,9 +136,7 @@ def render_json(report: RunReport) -> str:
             }
             for path, finding in report.sorted_findings()
         ],
-        "errors": [
-            {"file": e.path, "line": e.line, "column": e.column, "message": e.message} for e in report.errors
-        ],
+        "errors": [{"file": e.path, "line": e.line, "column": e.column, "message": e.message} for e in report.errors],
         "skipped": [{"file": path, "reason": reason} for path, reason in report.skipped],
         "summary": {
             "files_scanned": report.scanned,

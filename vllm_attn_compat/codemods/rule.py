@@ -87,13 +87,6 @@ class Rule:
         self.ctx = ctx
 
     @classmethod
-    def explain(cls) -> str:
-        """The rule's documentation in Markdown, with its examples (docs and ``rules CODE``)."""
-        from vllm_attn_compat.codemods.docs import render_rule
-
-        return render_rule(cls)
-
-    @classmethod
     def description(cls) -> str:
         import inspect  # not at module level: the CLI imports this module on every run
 

@@ -105,11 +105,13 @@ def from_statement(node: ast.stmt, resolve: Resolve) -> list[PatchEntry]:
     return entries
 
 
-def from_decorators(node: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef, source: str, resolve: Resolve):
+def from_decorators(
+    node: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef, source: str, resolve: Resolve
+) -> list[PatchEntry]:
     """Patches by decorator: ``@patch_method(MLAAttention, "forward")`` on a function, ``@merge_into(Backend)``
     on a class. A decorator that is no patch helper counts only when its first argument resolves."""
     kind = MEMBERS if isinstance(node, ast.ClassDef) else ATTRIBUTE
-    entries = []
+    entries: list[PatchEntry] = []
     for decorator in node.decorator_list:
         if not (isinstance(decorator, ast.Call) and decorator.args):
             continue

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Union
+from typing import Protocol, TypeAlias, cast
 
 import libcst as cst
 
@@ -19,15 +19,23 @@ from vllm_attn_compat.codemods.findings import FixSafety
 from vllm_attn_compat.codemods.hierarchy import ClassHierarchy
 from vllm_attn_compat.codemods.runtime_patches import ATTRIBUTE, MEMBERS
 
-if TYPE_CHECKING:
-    from vllm_attn_compat.codemods.rule import Rule
+
+class Reporting(Protocol):
+    """What the context reads of a rule that reports (`rule.Rule` has it; this module does not import it, since
+    a rule holds its `FileContext`)."""
+
+    @property
+    def code(self) -> str: ...
+
+    @property
+    def fix_safety(self) -> FixSafety: ...
 
 
 @dataclass(frozen=True)
 class Report:
     code: str
     message: str
-    node: cst.CSTNode  # where the finding is shown and where `# noqa` is looked for
+    node: cst.CSTNode  # where the finding is shown and where a noqa comment is looked for
     edits: tuple[Edit, ...]
     safety: FixSafety
 
@@ -59,7 +67,7 @@ class FunctionFrame:
         return None
 
 
-Frame = Union[ClassFrame, FunctionFrame]
+Frame: TypeAlias = ClassFrame | FunctionFrame
 
 
 def _dotted(node: cst.BaseExpression) -> str | None:
@@ -76,6 +84,16 @@ def _dotted(node: cst.BaseExpression) -> str | None:
 def dotted_name(node: cst.BaseExpression) -> str | None:
     """``torch.ops.vllm.x`` for an attribute chain of names, else None."""
     return _dotted(node)
+
+
+def as_name(alias: cst.ImportAlias) -> str | None:
+    """The name ``import ... as <name>`` binds; None without ``as``."""
+    if alias.asname is None:
+        return None
+    name = alias.asname.name
+    # AsName also serves `with`/`except`, where a tuple or list may follow `as`; an import takes a name only.
+    assert isinstance(name, cst.Name), type(name)
+    return name.value
 
 
 class FileContext:
@@ -101,13 +119,13 @@ class FileContext:
                 if isinstance(small, cst.Import):
                     for alias in small.names:
                         target = _dotted(alias.name) or ""
-                        bound = alias.asname.name.value if alias.asname else target.split(".")[0]
+                        bound = as_name(alias) or target.split(".")[0]
                         self.imports[bound] = target if alias.asname else bound
                 elif isinstance(small, cst.ImportFrom) and not isinstance(small.names, cst.ImportStar):
                     base = "." * len(small.relative) + (_dotted(small.module) or "" if small.module else "")
                     for alias in small.names:
                         name = alias.name.value if isinstance(alias.name, cst.Name) else ""
-                        bound = alias.asname.name.value if alias.asname else name
+                        bound = as_name(alias) or name
                         self.imports[bound] = f"{base}.{name}"
 
     # --- facts about the file ---------------------------------------------------------
@@ -159,7 +177,7 @@ class FileContext:
     # --- reporting --------------------------------------------------------------------
     def report(
         self,
-        rule: Rule,
+        rule: Reporting,
         node: cst.CSTNode,
         message: str,
         *edits: Edit,
@@ -186,7 +204,7 @@ _SCOPES = (cst.ClassDef, cst.FunctionDef, cst.Lambda)
 class Analyzer:
     """The one traversal (:func:`walk.walk`): maintains scopes, records comments, dispatches to the rules."""
 
-    def __init__(self, ctx: FileContext, rules: Sequence[Rule]) -> None:
+    def __init__(self, ctx: FileContext, rules: Sequence[object]) -> None:
         self.ctx = ctx
         self.comments: list[cst.Comment] = []
         self.parents: dict[int, cst.CSTNode] = {}  # id(node) -> the node it was walked under
@@ -210,6 +228,7 @@ class Analyzer:
         # Exact types (the parser makes no subclasses): isinstance on libcst's ABC-based classes is slow.
         kind = type(node)
         if kind is cst.ClassDef:
+            node = cast(cst.ClassDef, node)  # its exact type, tested above
             qualname = self._prefix() + node.name.value
             full = f"{ctx.module_name}.{qualname}"
             frame = ClassFrame(node, qualname, ctx.hierarchy.is_attention_class(full))
@@ -217,15 +236,16 @@ class Analyzer:
                 frame.is_attention = frame.unresolved_patch = True
             ctx.frames.append(frame)
         elif kind is cst.FunctionDef:
+            node = cast(cst.FunctionDef, node)
             owner = ctx.frames[-1] if ctx.frames else None
             attention_class = owner if isinstance(owner, ClassFrame) and owner.is_attention else None
             qualname = self._prefix() + node.name.value
             patched = None if attention_class else ctx.hierarchy.patch_scope(f"{ctx.module_name}.{qualname}", ATTRIBUTE)
             ctx.frames.append(FunctionFrame(node, qualname, attention_class, patched))
         elif kind is cst.Lambda:
-            ctx.frames.append(FunctionFrame(node, self._prefix() + "<lambda>", None))
+            ctx.frames.append(FunctionFrame(cast(cst.Lambda, node), self._prefix() + "<lambda>", None))
         elif kind is cst.Comment:
-            self.comments.append(node)
+            self.comments.append(cast(cst.Comment, node))
         for hook in self.hooks.get(kind.__name__, ()):
             hook(node)
         return True

@@ -13,10 +13,12 @@ value of the old call becomes the 2-D buffer, the shape the old op returned.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import libcst as cst
 
+from vllm_attn_compat.codemods.edits import CommentSink
 from vllm_attn_compat.codemods.scope import dotted_name
 from vllm_attn_compat.codemods.walk import walk
 
@@ -69,7 +71,7 @@ def self_attributes(klass: cst.ClassDef, imports: dict[str, str]) -> frozenset[s
     for base in klass.bases:
         target = dotted_name(base.value)
         resolved = imports.get(target.partition(".")[0], "") if target else ""
-        full = f"{resolved}{target[len(target.partition('.')[0]):]}" if target else ""
+        full = f"{resolved}{target[len(target.partition('.')[0]) :]}" if target else ""
         if full.startswith("vllm.") and full.rpartition(".")[2] in _LAYER_ATTRIBUTES:
             found |= _LAYER_ATTRIBUTES[full.rpartition(".")[2]]
 
@@ -192,12 +194,16 @@ def statements(plan: Plan) -> list[str]:
     return lines
 
 
-def build(plan: Plan, config: cst.PartialParserConfig):
+def build(
+    plan: Plan, config: cst.PartialParserConfig
+) -> Callable[[cst.SimpleStatementLine, CommentSink], cst.FlattenSentinel[cst.BaseStatement]]:
     """The ``Replace`` builder: the old statement line becomes the new statements; its leading lines go
     first, its trailing comment stays on the last line, comments inside the old call are declared removed."""
 
-    def replace(line: cst.SimpleStatementLine, sink):
-        new = [cst.parse_statement(text + config.default_newline, config) for text in statements(plan)]
+    def replace(line: cst.SimpleStatementLine, sink: CommentSink) -> cst.FlattenSentinel[cst.BaseStatement]:
+        newline = config.default_newline
+        assert isinstance(newline, str), "Module.config_for_parsing names the module's own newline"
+        new = [cst.parse_statement(text + newline, config) for text in statements(plan)]
         new[0] = new[0].with_changes(leading_lines=line.leading_lines)
         new[-1] = new[-1].with_changes(trailing_whitespace=line.trailing_whitespace)
         lost = Counter(c.value for c in _comments(line)) - Counter(c.value for s in new for c in _comments(s))

@@ -86,8 +86,16 @@ def adopt_returned_result(cls: type, name: str, output_index: int) -> bool:
 
 
 _IMPL_FORWARD_PARAMETERS = [
-    "self", "layer", "query", "key", "value", "kv_cache", "attn_metadata",
-    "output", "output_scale", "output_block_scale",
+    "self",
+    "layer",
+    "query",
+    "key",
+    "value",
+    "kv_cache",
+    "attn_metadata",
+    "output",
+    "output_scale",
+    "output_block_scale",
 ]
 
 

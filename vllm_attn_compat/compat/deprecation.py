@@ -108,15 +108,5 @@ def warn_once_about(subject: type, message: str) -> None:
     if deprecated_uses.tally is not None:
         deprecated_uses.tally.at_class(message, subject)
     if key not in _reported and _claim(key, subject, message):
-        filename, lineno = _definition_site(subject)
+        filename, lineno = deprecated_uses.definition_site(subject)
         warnings.warn_explicit(message, VllmAttnCompatDeprecationWarning, filename, lineno, module=subject.__module__)
-
-
-def _definition_site(cls: type) -> tuple[str, int]:
-    import inspect
-
-    try:
-        return inspect.getsourcefile(cls) or "<unknown>", inspect.getsourcelines(cls)[1]
-    except (OSError, TypeError):
-        module = sys.modules.get(cls.__module__)
-        return getattr(module, "__file__", None) or f"<{cls.__module__}>", 1

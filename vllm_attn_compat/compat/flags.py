@@ -9,7 +9,8 @@ with True and a warning. A backend class that still assigns the flag itself shad
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from vllm_attn_compat.compat.deprecation import removed_api_message, warn_once, warn_once_about
 from vllm_attn_compat.compat.legacy import adapt_legacy_impl
@@ -63,7 +64,14 @@ def declared_accept_output_buffer(backend_cls: type) -> bool | None:
     return None
 
 
-def check_backend_flag(backend_cls: type) -> None:
+class _BackendClass(Protocol):
+    """A backend class as :func:`check_backend_flag` uses it: ours or vLLM's."""
+
+    @staticmethod
+    def get_impl_cls() -> type: ...
+
+
+def check_backend_flag(backend_cls: type[_BackendClass]) -> None:
     """Report a backend that still declares ``accept_output_buffer``, once per class; adapt a ``False`` one's impl.
 
     ``True`` is redundant and keeps working (reported for out-of-tree classes only). ``False`` marks a pre-0.20
@@ -118,7 +126,7 @@ def install_layer_flag(attention_layer: type) -> list[str]:
     return installed
 
 
-def after_init(layer_cls: type, marker: str, check: Callable[[Any], None]) -> bool:
+def after_init(layer_cls: type[Any], marker: str, check: Callable[[Any], None]) -> bool:
     """Make ``layer_cls.__init__`` call ``check(layer)`` once the layer is built; once per ``marker``.
 
     True if hooked now. Hooks stack; each one's marker stays visible on the outermost ``__init__``.
@@ -128,7 +136,7 @@ def after_init(layer_cls: type, marker: str, check: Callable[[Any], None]) -> bo
         return False
 
     @functools.wraps(original_init)
-    def __init__(self, *args, **kwargs):
+    def __init__(self: object, *args: Any, **kwargs: Any) -> None:
         original_init(self, *args, **kwargs)
         check(self)
 
@@ -137,7 +145,7 @@ def after_init(layer_cls: type, marker: str, check: Callable[[Any], None]) -> bo
     return True
 
 
-def remove_removed_flags(backend_base: type, attention_layer: type) -> None:
+def remove_removed_flags(backend_base: type, attention_layer: type[Any]) -> None:
     """Undo :func:`install_removed_flags` (impl classes already adapted stay adapted)."""
     for cls, name in ((backend_base, ACCEPT_OUTPUT_BUFFER), (attention_layer, USE_OUTPUT)):
         if isinstance(cls.__dict__.get(name), AlwaysTrueFlag):

@@ -12,7 +12,8 @@ allocation plus the with-output op, so they need no fake and add no copy.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from typing_extensions import deprecated
@@ -46,7 +47,8 @@ class Route:
 
     def allocate(self, layer: Any, query: torch.Tensor) -> torch.Tensor:
         """The output buffer, ``[T, num_heads, head_size_v]``; the layer is the one place that allocates it."""
-        return layer.allocate_output(query)
+        output: torch.Tensor = layer.allocate_output(query)
+        return output
 
     def attention_op(self) -> Callable[..., None]:
         return torch.ops.vllm_attn_compat.unified_attention_with_output
@@ -138,11 +140,19 @@ def forwarder_kernels(
     ``resolve_name`` turns the op's layer-name argument into a ``str`` (vLLM passes an opaque ``LayerName``).
     """
 
-    def unified_attention_kernel(query, key, value, layer_name):
+    def unified_attention_kernel(
+        query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, layer_name: Any
+    ) -> torch.Tensor:
         warn_once(UNIFIED_ATTENTION_MESSAGE, depth=_OP_CALLER_DEPTH)
         return forward_unified_attention(query, key, value, resolve_name(layer_name), route)
 
-    def unified_mla_attention_kernel(q, kv_c_normed, k_pe, layer_name, kv_cache_dummy_dep=None):
+    def unified_mla_attention_kernel(
+        q: torch.Tensor,
+        kv_c_normed: torch.Tensor,
+        k_pe: torch.Tensor,
+        layer_name: Any,
+        kv_cache_dummy_dep: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         warn_once(UNIFIED_MLA_ATTENTION_MESSAGE, depth=_OP_CALLER_DEPTH)
         return forward_unified_mla_attention(q, kv_c_normed, k_pe, resolve_name(layer_name), kv_cache_dummy_dep, route)
 
@@ -158,7 +168,9 @@ FORWARDER_SCHEMAS = {
 }
 
 
-def define_forwarder_ops(lib: torch.library.Library, layer_name_type: str, kernels: dict[str, Callable]) -> None:
+def define_forwarder_ops(
+    lib: torch.library.Library, layer_name_type: str, kernels: dict[str, Callable[..., torch.Tensor]]
+) -> None:
     """Define the forwarder ops of ``kernels`` (names of :data:`FORWARDER_SCHEMAS`) in ``lib``,
     CompositeImplicitAutograd: they decompose under torch.compile."""
     for name, kernel in kernels.items():

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import torch
@@ -31,7 +32,7 @@ def adapt_legacy_impl(cls: ImplClass) -> ImplClass:
     """
     if not isinstance(cls, type):
         raise TypeError(f"adapt_legacy_impl decorates an AttentionImpl class; found {cls!r}")
-    legacy_forward = getattr(cls, "forward", None)
+    legacy_forward: Callable[..., torch.Tensor] | None = getattr(cls, "forward", None)
     if not callable(legacy_forward):
         raise TypeError(
             f"adapt_legacy_impl needs a class with a forward(layer, query, key, value, kv_cache, attn_metadata) "
@@ -72,7 +73,8 @@ def adapt_legacy_impl(cls: ImplClass) -> ImplClass:
                 f"{_describe(output_scale)}, output_block_scale={_describe(output_block_scale)}. Disable fused "
                 "output quantization or make the impl write into `output` (rule VAC004)."
             )
-        if warned not in deprecation._reported or deprecated_uses.tally is not None:  # the pytest plugin counts each call
+        # Warned once; while the pytest plugin counts, it counts each call.
+        if warned not in deprecation._reported or deprecated_uses.tally is not None:
             deprecation.warn_once_about(cls, message)
         # flatten(1): [T, heads, size] -> [T, heads * size], a view whenever the memory allows; 2-D stays as is.
         query = query.flatten(1)
@@ -91,7 +93,7 @@ def adapt_legacy_impl(cls: ImplClass) -> ImplClass:
         return output
 
     setattr(forward, LEGACY_FORWARD, legacy_forward)
-    cls.forward = forward
+    cls.forward = forward  # type: ignore[attr-defined]  # ImplClass is bound to `type`; forward was checked above
     return cls
 
 

@@ -44,7 +44,7 @@ def register() -> None:
             from vllm_attn_compat.compat import vllm_install
 
             installed, skipped = vllm_install.install_features()
-        except Exception as error:  # anything the feature checks did not foresee
+        except Exception as error:  # noqa: BLE001 - anything the feature checks did not foresee
             logger.warning("vllm-attn-compat: nothing installed (unexpected %s: %s)", type(error).__name__, error)
             return
     line = "vllm-attn-compat: installed " + (", ".join(installed) or "nothing new (already installed)")
@@ -60,7 +60,7 @@ def _unsupported_reason() -> str | None:
         return "vLLM is not installed"
     try:
         from vllm.v1.attention.backend import AttentionBackend
-    except Exception as error:  # ImportError, or whatever a broken vLLM raises while importing
+    except Exception as error:  # noqa: BLE001 - ImportError, or whatever a broken vLLM raises while importing
         return f"vLLM's v1 AttentionBackend does not import: {type(error).__name__}: {error}"
     return old_api_reason(AttentionBackend)
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import importlib
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -38,7 +39,7 @@ def require(modules: tuple[str, ...], name: str) -> Any:
     for module_name in modules:
         try:
             module = importlib.import_module(module_name)
-        except Exception as error:  # a module of a newer or broken vLLM may fail with anything
+        except Exception as error:  # noqa: BLE001 - a module of a newer or broken vLLM may fail with anything
             failures.append(f"{module_name} does not import ({type(error).__name__}: {error})")
             continue
         if hasattr(module, name):
@@ -52,7 +53,7 @@ class VllmRoute(forwarders.Route):
 
     def __init__(self, get_forward_context: Callable[[], Any], encode: Callable[[str], Any]) -> None:
         self.get_forward_context = get_forward_context
-        self.encode = encode  # type: ignore[method-assign]  # the layer name as vLLM's ops take it
+        self.encode = encode  # type: ignore[method-assign, assignment]  # the layer name as vLLM's ops take it
 
     def layer(self, layer_name: str) -> Any:
         layers = self.get_forward_context().no_compile_layers
@@ -69,10 +70,10 @@ class VllmRoute(forwarders.Route):
         size_v = layer.v_head_dim if hasattr(layer, "v_head_dim") else layer.head_size_v
         return torch.empty((query.shape[0], layer.num_heads * size_v), dtype=query.dtype, device=query.device)
 
-    def attention_op(self):
+    def attention_op(self) -> Callable[..., None]:
         return torch.ops.vllm.unified_attention_with_output
 
-    def mla_attention_op(self):
+    def mla_attention_op(self) -> Callable[..., None]:
         return torch.ops.vllm.unified_mla_attention_with_output
 
 
@@ -131,7 +132,8 @@ def layer_name_encoder() -> Callable[[str], Any]:
     """How vLLM's ops take a layer name: ``_encode_layer_name`` (an opaque ``LayerName`` on torch >= 2.11), or
     ``str`` itself where the helper is gone and vLLM's op schema says ``str``."""
     try:
-        return require(TORCH_UTILS_MODULES, "_encode_layer_name")
+        encode: Callable[[str], Any] = require(TORCH_UTILS_MODULES, "_encode_layer_name")
+        return encode
     except Skipped as missing:
         if _vllm_layer_name_type() == "str":
             return str
@@ -141,7 +143,8 @@ def layer_name_encoder() -> Callable[[str], Any]:
 def layer_name_resolver() -> Callable[[Any], str]:
     """The inverse of :func:`layer_name_encoder`, for the op kernels: ``_resolve_layer_name``, or ``str``."""
     try:
-        return require(TORCH_UTILS_MODULES, "_resolve_layer_name")
+        resolve: Callable[[Any], str] = require(TORCH_UTILS_MODULES, "_resolve_layer_name")
+        return resolve
     except Skipped as missing:
         if _vllm_layer_name_type() == "str":
             return str
@@ -189,8 +192,8 @@ def install_op(name: str, modules: tuple[str, ...], layer_cls_name: str) -> list
     # The layer-name type as vLLM's own ops declare it: the opaque LayerName (torch >= 2.11) or str.
     name_type = type(route.encode("probe"))
 
-    def probe(layer_name):  # annotated below: a string annotation (this module's __future__ import) of a local
-        ...                 # type would not resolve
+    def probe(layer_name: object) -> None:  # annotations replaced below: a string annotation (this module's
+        ...  # __future__ import) of a local type would not resolve
 
     probe.__annotations__ = {"layer_name": name_type, "return": None}
     schema = torch.library.infer_schema(probe, mutates_args=())  # "(<type> layer_name) -> ()"
@@ -269,7 +272,7 @@ def install_features() -> tuple[list[str], list[str]]:
             installed += install_feature()
         except Skipped as reason:
             skipped.append(f"{feature} ({reason})")
-        except Exception as error:  # a vLLM that changed in a way no check foresaw: skip, never break vLLM's loader
+        except Exception as error:  # noqa: BLE001 - a vLLM that changed in a way no check foresaw: skip, never break vLLM's loader
             skipped.append(f"{feature} (unexpected {type(error).__name__}: {error})")
     return installed, skipped
 

@@ -42,7 +42,7 @@ def run(
         result.source,
         path=path,
         rules=select_rules(select),
-        hierarchy=ClassHierarchy.build([index_module(result.source, path)] + indexes[1:]),
+        hierarchy=ClassHierarchy.build([index_module(result.source, path), *indexes[1:]]),
         unsafe_fixes=unsafe,
         old_op_calls=old_op_calls,
     )

@@ -5,10 +5,11 @@ from __future__ import annotations
 import pickle
 
 import pytest
-from rule_testing import run, statuses
 
 from vllm_attn_compat.codemods.findings import Status
 from vllm_attn_compat.codemods.hierarchy import ClassHierarchy, index_module
+
+from rule_testing import run, statuses
 
 IMPL = """
 import torch
@@ -34,7 +35,10 @@ class MyImpl(AttentionImpl):
         # A module's function, not a method.
         "import helpers\n\ndef f(a):\n    return helpers.forward(a, a, a, a, a, a)\n",
         # Passes the buffer by keyword or at its place.
-        "def f(impl, a, out):\n    impl.forward(a, a, a, a, a, a, out)\n    return impl.forward(a, a, a, a, a, a, output=out)\n",
+        (
+            "def f(impl, a, out):\n    impl.forward(a, a, a, a, a, a, out)\n"
+            "    return impl.forward(a, a, a, a, a, a, output=out)\n"
+        ),
         # `output=None` still binds once `output` is required (only deleting a fallback breaks it).
         "def f(impl, a):\n    return impl.forward(a, a, a, a, a, a, output=None)\n",
     ],
@@ -84,11 +88,15 @@ def test_the_analysis_travels_to_the_workers_without_the_call_index():
 
 
 def test_passing_none_withholds_only_the_fallback_deletion():
-    text = IMPL.replace("        return output", "        if output is None:\n            output = torch.empty_like(query)\n        return output")
+    text = IMPL.replace(
+        "        return output",
+        "        if output is None:\n            output = torch.empty_like(query)\n        return output",
+    )
     caller = "def f(impl, a):\n    return impl.forward(a, a, a, a, a, a, output=None)\n"
     result = run(text, ["VAC002", "VAC003"], others=[("caller.py", caller)])
     assert [(f.code, f.status) for f in result.findings] == [
-        ("VAC002", Status.FIXED), ("VAC003", Status.UNSAFE_FIX_AVAILABLE)
+        ("VAC002", Status.FIXED),
+        ("VAC003", Status.UNSAFE_FIX_AVAILABLE),
     ]
 
 

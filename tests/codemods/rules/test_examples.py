@@ -7,8 +7,9 @@ import ast
 
 import pytest
 
-from rule_testing import run, statuses
 from vllm_attn_compat.codemods.registry import all_rules
+
+from rule_testing import run, statuses
 
 CASES = [
     pytest.param(rule, example, id=f"{rule.code}-{index}")

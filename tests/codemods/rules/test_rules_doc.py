@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from vllm_attn_compat.codemods.docs import render_rules
+from vllm_attn_compat.codemods.docs import render_rule, render_rules
 from vllm_attn_compat.codemods.registry import all_rules
 
 DOC = Path(__file__).resolve().parents[3] / "docs" / "rules.md"
@@ -18,7 +18,7 @@ def test_committed_rules_doc_is_up_to_date():
 
 def test_explain_shows_the_rule_and_its_examples():
     for rule in all_rules():
-        text = rule.explain()
+        text = render_rule(rule)
         assert text.startswith(f"## {rule.code} `{rule.name}`")
         assert rule.summary in text
         for example in rule.examples:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import rule_testing
-from rule_testing import run, source, statuses
 from vllm_attn_compat.codemods.findings import Status
 
+import rule_testing
+from rule_testing import run, source, statuses
 
 
 def fixed(text: str, select=("VAC001",)) -> str:
@@ -199,12 +199,17 @@ def test_crlf_source_keeps_crlf():
         """
     ).replace("\n", "\r\n")
     result = run(text.encode(), ["VAC001"])
-    assert result.source == _method(
-        """
+    assert (
+        result.source
+        == _method(
+            """
         def forward(self, q, output=None):
             return q
         """
-    ).replace("\n", "\r\n").encode()
+        )
+        .replace("\n", "\r\n")
+        .encode()
+    )
 
 
 def test_noqa_suppresses_the_finding_and_the_fix():

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from rule_testing import run, source, statuses
 from vllm_attn_compat.codemods.findings import Status
+
+from rule_testing import run, source, statuses
 
 HEADER = """\
 from typing import Optional, Union

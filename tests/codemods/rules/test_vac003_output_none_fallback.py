@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from rule_testing import run, source, statuses
 from vllm_attn_compat.codemods.findings import Status
+
+from rule_testing import run, source, statuses
 
 HEADER = """\
 import torch

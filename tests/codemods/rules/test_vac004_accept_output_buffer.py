@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from rule_testing import run, source, statuses
 from vllm_attn_compat.codemods.findings import Status
+
+from rule_testing import run, source, statuses
 
 
 def test_comment_block_directly_above_goes_other_comments_stay():

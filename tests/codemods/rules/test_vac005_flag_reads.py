@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from rule_testing import run, source, statuses
 from vllm_attn_compat.codemods.findings import Status
+
+from rule_testing import run, source, statuses
 
 
 def test_negated_read_keeps_the_else_branch_or_goes():
@@ -322,3 +323,31 @@ def test_comments_around_else_in_the_layouts_of_real_forks():
             return self.run(q)
         """
     )
+
+
+def test_a_presence_test_keeps_what_runs_on_vllm_0_20():
+    text = source(
+        """
+        import vllm
+
+
+        def f(backend, q):
+            a = q.view(-1, 8) if hasattr(backend, "accept_output_buffer") else q
+            if not hasattr(backend, "accept_output_buffer"):
+                q = q * 2
+            return a, q
+        """
+    )
+    result = run(text, ["VAC005"], unsafe=True)
+    assert result.source.decode() == source(
+        """
+        import vllm
+
+
+        def f(backend, q):
+            a = q
+            q = q * 2
+            return a, q
+        """
+    )
+    assert statuses(result) == [Status.FIXED] * 2

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from rule_testing import run, source, statuses
 from vllm_attn_compat.codemods.findings import Status
+
+from rule_testing import run, source, statuses
 
 FORWARDER = {"old_op_calls": "forwarder"}
 
@@ -294,8 +295,12 @@ _BASE = """
 @pytest.mark.parametrize(
     "body",
     [
-        pytest.param("return torch.ops.vllm.unified_attention(query.contiguous(), key, value, 'l')\n", id="query-not-plain"),
-        pytest.param("if key is None: return torch.ops.vllm.unified_attention(query, key, value, 'l')\n", id="one-line-if"),
+        pytest.param(
+            "return torch.ops.vllm.unified_attention(query.contiguous(), key, value, 'l')\n", id="query-not-plain"
+        ),
+        pytest.param(
+            "if key is None: return torch.ops.vllm.unified_attention(query, key, value, 'l')\n", id="one-line-if"
+        ),
         pytest.param("return torch.ops.vllm.unified_attention(*qkv, 'l')\n", id="star-args"),
         pytest.param("x, y = torch.ops.vllm.unified_attention(query, key, value, 'l'), 1\n", id="inside-an-expression"),
     ],

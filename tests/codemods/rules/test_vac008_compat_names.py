@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from rule_testing import run, source, statuses
 
 from vllm_attn_compat.codemods.cli import main
 from vllm_attn_compat.codemods.findings import Status
+
+from rule_testing import run, source, statuses
 
 # (source, the deprecated names reported, in order)
 _USES = {

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from vllm_attn_compat.codemods.edits import RemoveStatement
 from vllm_attn_compat.codemods.findings import FixSafety, Status
 from vllm_attn_compat.codemods.rule import Example, Rule, class_source
+
+if TYPE_CHECKING:
+    import libcst as cst
 
 _IMPL_HEADER = """\
     import torch
@@ -146,7 +151,7 @@ class AssertOutputNotNone(Rule):
         ),
     )
 
-    def visit_Assert(self, node) -> None:
+    def visit_Assert(self, node: cst.Assert) -> None:
         from vllm_attn_compat.codemods import patterns
 
         method = self.ctx.output_method()

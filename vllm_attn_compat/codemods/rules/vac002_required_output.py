@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
-from vllm_attn_compat.codemods.edits import Replace
+from typing import TYPE_CHECKING
+
+from vllm_attn_compat.codemods.edits import CommentSink, Replace
 from vllm_attn_compat.codemods.findings import FixSafety, Status
 from vllm_attn_compat.codemods.rule import Example, Rule, class_source
+
+if TYPE_CHECKING:
+    import libcst as cst
 
 _HEADER = """\
     from typing import Optional
@@ -17,7 +22,7 @@ _HEADER = """\
 """
 
 
-def _optional_inner(annotation):
+def _optional_inner(annotation: cst.BaseExpression) -> cst.BaseExpression | None:
     """The ``X`` of ``Optional[X]``, ``Union[X, None]``, ``X | None`` or ``None | X``; else None."""
     import libcst as cst
 
@@ -32,9 +37,7 @@ def _optional_inner(annotation):
         return None
     if isinstance(annotation, cst.Subscript):
         kind = (dotted_name(annotation.value) or "").rpartition(".")[2]
-        items = [
-            element.slice.value for element in annotation.slice if isinstance(element.slice, cst.Index)
-        ]
+        items = [element.slice.value for element in annotation.slice if isinstance(element.slice, cst.Index)]
         if kind == "Optional" and len(items) == 1:
             return items[0]
         if kind == "Union" and len(items) == 2:
@@ -43,7 +46,7 @@ def _optional_inner(annotation):
     return None
 
 
-def _required_annotation(annotation, fallback: str | None):
+def _required_annotation(annotation: cst.Annotation | None, fallback: str | None) -> cst.Annotation | None:
     """The annotation without its ``None`` alternative (string annotations stay strings)."""
     import libcst as cst
 
@@ -52,6 +55,7 @@ def _required_annotation(annotation, fallback: str | None):
     inner_expression = annotation.annotation
     if isinstance(inner_expression, cst.SimpleString) and "b" not in inner_expression.prefix.lower():
         text = inner_expression.evaluated_value
+        assert isinstance(text, str), "not a bytes literal: its prefix has no b"
         try:
             parsed = cst.parse_expression(text)
         except cst.ParserSyntaxError:
@@ -149,7 +153,8 @@ class RequiredOutputParameter(Rule):
             findings=(Status.MANUAL,),
         ),
         Example(
-            "a module-level function patched onto vLLM's MLAAttention is one of its methods (unsafe: its callers cannot be traced)",
+            "a module-level function patched onto vLLM's MLAAttention is one of its methods "
+            "(unsafe: its callers cannot be traced)",
             """\
             import torch
             from vllm.model_executor.layers.attention.mla_attention import MLAAttention
@@ -353,7 +358,7 @@ class RequiredOutputParameter(Rule):
         ),
     )
 
-    def visit_Param(self, node) -> None:
+    def visit_Param(self, node: cst.Param) -> None:
         from vllm_attn_compat.codemods.patterns import is_name
 
         method = self.ctx.output_method()
@@ -374,7 +379,7 @@ class RequiredOutputParameter(Rule):
                 return
         fallback = self.ctx.tensor_annotation()
 
-        def build(updated, sink):
+        def build(updated: cst.Param, sink: CommentSink) -> cst.Param:
             import libcst as cst
 
             return updated.with_changes(

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from vllm_attn_compat.codemods.edits import RemoveStatement
 from vllm_attn_compat.codemods.findings import FixSafety, Status
 from vllm_attn_compat.codemods.rule import Example, Rule, class_source
+
+if TYPE_CHECKING:
+    import libcst as cst
 
 _HEADER = """\
     import torch
@@ -17,13 +22,24 @@ _HEADER = """\
 # Allocation calls a fallback may use; anything else in the branch may have side effects.
 _ALLOCATORS = frozenset(
     {
-        "empty", "zeros", "ones", "full", "empty_like", "zeros_like", "ones_like", "full_like",
-        "empty_strided", "new_empty", "new_zeros", "new_ones", "new_full",
+        "empty",
+        "zeros",
+        "ones",
+        "full",
+        "empty_like",
+        "zeros_like",
+        "ones_like",
+        "full_like",
+        "empty_strided",
+        "new_empty",
+        "new_zeros",
+        "new_ones",
+        "new_full",
     }
 )
 
 
-def _is_allocation_fallback(node) -> bool:
+def _is_allocation_fallback(node: cst.If) -> bool:
     """``if output is None: output = <allocation call>`` with no other statement and no else."""
     import libcst as cst
 
@@ -47,7 +63,7 @@ def _is_allocation_fallback(node) -> bool:
     return func.rpartition(".")[2] in _ALLOCATORS
 
 
-def _at_method_start(method_body, node) -> bool:
+def _at_method_start(method_body: cst.BaseSuite, node: cst.CSTNode) -> bool:
     """Only a docstring, asserts or ``pass`` come before ``node`` in the method body."""
     import libcst as cst
 
@@ -166,7 +182,7 @@ class OutputNoneFallback(Rule):
         ),
     )
 
-    def visit_Comparison(self, node) -> None:
+    def visit_Comparison(self, node: cst.Comparison) -> None:
         import libcst as cst
 
         from vllm_attn_compat.codemods.patterns import (
@@ -182,14 +198,16 @@ class OutputNoneFallback(Rule):
             return  # VAC001's
         parent = self.ctx.parent()
         fallback = (
-            parent
-            if isinstance(parent, cst.If) and parent.test is node and _is_allocation_fallback(parent)
-            else None
+            parent if isinstance(parent, cst.If) and parent.test is node and _is_allocation_fallback(parent) else None
         )
         if rebinds_outside_none_guards(method.node, "output"):
             return  # `output` is (also) a local variable here: the test may be meaningful
-        if fallback is not None and self.ctx.parent(2) is method.node.body and _at_method_start(
-            method.node.body, fallback
+        body = method.node.body
+        if (
+            fallback is not None
+            and self.ctx.parent(2) is body
+            and isinstance(body, cst.BaseSuite)  # always, once it holds the fallback (a lambda's is an expression)
+            and _at_method_start(body, fallback)
         ):
             from vllm_attn_compat.codemods.callsites import withheld_reason
 

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from vllm_attn_compat.codemods.edits import RemoveStatement
 from vllm_attn_compat.codemods.findings import FixSafety, Status
 from vllm_attn_compat.codemods.rule import Example, Rule, class_source
+
+if TYPE_CHECKING:
+    import libcst as cst
 
 _HEADER = """\
     from vllm.v1.attention.backend import AttentionBackend
@@ -225,13 +230,15 @@ class AcceptOutputBuffer(Rule):
             and self.ctx.parent(2) is frame.node
         )
 
-    def visit_SimpleStatementLine(self, node) -> None:
+    def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
         import libcst as cst
 
         from vllm_attn_compat.codemods.patterns import is_name
 
-        if not self._in_class_body():
+        frame = self.ctx.attention_class()
+        if frame is None or not self._in_class_body():
             return
+        value: cst.BaseExpression | None
         for small in node.body:
             if isinstance(small, cst.Assign) and len(small.targets) == 1:
                 target, value = small.targets[0].target, small.value
@@ -243,7 +250,7 @@ class AcceptOutputBuffer(Rule):
                 continue
             edit = RemoveStatement(small, drop_comment_block=True)
             hierarchy = self.ctx.hierarchy
-            if hierarchy.is_flag_base(f"{self.ctx.module_name}.{self.ctx.attention_class().qualname}"):
+            if hierarchy.is_flag_base(f"{self.ctx.module_name}.{frame.qualname}"):
                 self.ctx.report(self, small, _BASE_DECLARATION, edit, safety=FixSafety.UNSAFE)
             elif is_name(value, "True") and hierarchy.declares_flag_in_base():
                 self.ctx.report(self, small, _TRUE_IN_FORK, edit, safety=FixSafety.UNSAFE)
@@ -256,11 +263,9 @@ class AcceptOutputBuffer(Rule):
                 )
             else:
                 what = "False" if is_name(value, "False") else "not True"
-                self.ctx.report(
-                    self, small, _RETURNS_NEW_TENSOR.format(what=what), edit, safety=FixSafety.UNSAFE
-                )
+                self.ctx.report(self, small, _RETURNS_NEW_TENSOR.format(what=what), edit, safety=FixSafety.UNSAFE)
 
-    def visit_FunctionDef(self, node) -> None:
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         if node.name.value != "accept_output_buffer":
             return
         frames = self.ctx.frames

@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, TypeGuard
 
-from vllm_attn_compat.codemods.edits import RemoveStatement, Replace
+from vllm_attn_compat.codemods.edits import CommentSink, Edit, RemoveStatement, Replace
 from vllm_attn_compat.codemods.findings import FixSafety, Status
 from vllm_attn_compat.codemods.rule import Example, Rule, class_source
+
+if TYPE_CHECKING:
+    import libcst as cst
 
 FLAGS = ("accept_output_buffer", "use_output")
 
@@ -18,15 +23,15 @@ _HEADER = """\
 """
 
 
-def _comments(nodes) -> Counter:
+def _comments(nodes: Iterable[cst.CSTNode]) -> Counter[str]:
     """The text of every comment in ``nodes`` (``libcst`` nodes or ``EmptyLine``s), their own leading lines included."""
     import libcst as cst
 
     from vllm_attn_compat.codemods.walk import walk
 
-    found: Counter = Counter()
+    found: Counter[str] = Counter()
 
-    def visit(child) -> bool:
+    def visit(child: cst.CSTNode) -> bool:
         if isinstance(child, cst.Comment):
             found[child.value] += 1
         return True
@@ -36,34 +41,37 @@ def _comments(nodes) -> Counter:
     return found
 
 
-def _true_branch(node, sink):
+def _true_branch(node: cst.If, sink: CommentSink) -> cst.FlattenSentinel[cst.BaseStatement]:
     """Statements that replace ``if <flag>: A else: B``: A, its comments kept, B's declared removed."""
     import libcst as cst
 
-    from vllm_attn_compat.codemods.apply import comment_line
+    from vllm_attn_compat.codemods.apply import comment_line, leading_lines
 
     body = node.body
-    footer: list = []
+    footer: list[cst.EmptyLine] = []
+    statements: list[cst.BaseStatement]
     if isinstance(body, cst.SimpleStatementSuite):
         statements = [cst.SimpleStatementLine(body=body.body, trailing_whitespace=body.trailing_whitespace)]
         header = []
     else:
+        assert isinstance(body, cst.IndentedBlock), type(body)  # the other kind of suite
         statements = list(body.body)
         header = [comment_line(body.header.comment)] if body.header.comment else []
         footer = list(body.footer)  # comments closing A: they follow its last statement
     first = statements[0]
-    statements[0] = first.with_changes(leading_lines=[*node.leading_lines, *header, *first.leading_lines])
+    statements[0] = first.with_changes(leading_lines=[*node.leading_lines, *header, *leading_lines(first)])
     if any(line.comment for line in footer):
         sink.place_after(statements[-1], footer)
     sink.removed.extend((_comments([node]) - _comments([*statements, *footer])).elements())
     return cst.FlattenSentinel(statements)
 
 
-def _else_branch(node, sink):
+def _else_branch(node: cst.If, sink: CommentSink) -> cst.If | cst.FlattenSentinel[cst.BaseStatement]:
     """``if not <flag>: A else: B`` -> B; ``elif`` chains become an ``if``."""
     import libcst as cst
 
     orelse = node.orelse
+    assert orelse is not None, "the rule replaces only an `if not <flag>` that has an else branch"
     if isinstance(orelse, cst.If):
         new_if = orelse.with_changes(leading_lines=node.leading_lines)
         sink.removed.extend((_comments([node]) - _comments([new_if])).elements())
@@ -74,7 +82,7 @@ def _else_branch(node, sink):
 _EXITS = ("Return", "Raise", "Continue", "Break")
 
 
-def always_exits(body) -> bool:
+def always_exits(body: cst.BaseSuite) -> bool:
     """Whether a block (``IndentedBlock`` or one-line suite) never falls through to what follows it:
     it ends in ``return``/``raise``/``continue``/``break``, or in an ``if`` all of whose branches do."""
     import libcst as cst
@@ -83,15 +91,16 @@ def always_exits(body) -> bool:
     if not statements:
         return False
     last = statements[-1]
-    if isinstance(body, cst.SimpleStatementSuite) or isinstance(last, cst.SimpleStatementLine):
-        small = last if isinstance(body, cst.SimpleStatementSuite) else last.body[-1]
-        return type(small).__name__ in _EXITS
+    if isinstance(body, cst.SimpleStatementSuite):
+        return type(last).__name__ in _EXITS
+    if isinstance(last, cst.SimpleStatementLine):
+        return type(last.body[-1]).__name__ in _EXITS
     if isinstance(last, cst.If):
         return _if_always_exits(last)
     return False
 
 
-def _if_always_exits(node) -> bool:
+def _if_always_exits(node: cst.If) -> bool:
     import libcst as cst
 
     if node.orelse is None or not always_exits(node.body):
@@ -100,13 +109,13 @@ def _if_always_exits(node) -> bool:
     return _if_always_exits(orelse) if isinstance(orelse, cst.If) else always_exits(orelse.body)
 
 
-def unreachable_after(statement, block) -> list:
+def unreachable_after(statement: cst.CSTNode, block: cst.IndentedBlock | cst.Module) -> list[RemoveStatement]:
     """Edits removing the statements of ``block`` that follow ``statement``, with the comment block
     directly above each and the comments inside (they described the old path); comments further up stay."""
     import libcst as cst
 
     index = next(i for i, s in enumerate(block.body) if s is statement)
-    edits = []
+    edits: list[RemoveStatement] = []
     for following in block.body[index + 1 :]:
         if isinstance(following, cst.SimpleStatementLine):
             edits += [RemoveStatement(small, drop_comment_block=True) for small in following.body]
@@ -166,6 +175,30 @@ class FlagReads(Rule):
                 """
                 def forward(self, query, key, value):
                     output = self.allocate(query)
+                    self.impl.forward(self, query, key, value, output=output)
+                    return output
+                """,
+            ),
+            findings=(Status.UNSAFE_FIX_AVAILABLE,),
+        ),
+        Example(
+            "hasattr tests for the old API: on vLLM >= 0.20 it is false, so the else branch stays",
+            class_source(
+                _HEADER,
+                """
+                def forward(self, query, key, value, output):
+                    if hasattr(self.attn_backend, "accept_output_buffer"):
+                        # vLLM <= 0.19: the backend may return its result.
+                        return self.legacy_forward(query, key, value)
+                    else:
+                        self.impl.forward(self, query, key, value, output=output)
+                        return output
+                """,
+            ),
+            unsafe_after=class_source(
+                _HEADER,
+                """
+                def forward(self, query, key, value, output):
                     self.impl.forward(self, query, key, value, output=output)
                     return output
                 """,
@@ -278,7 +311,7 @@ class FlagReads(Rule):
     def _in_scope(self) -> bool:
         return self.ctx.attention_class() is not None or self.ctx.imports_vllm
 
-    def visit_Attribute(self, node) -> None:
+    def visit_Attribute(self, node: cst.Attribute) -> None:
         import libcst as cst
 
         if node.attr.value not in FLAGS or not self._in_scope():
@@ -290,7 +323,7 @@ class FlagReads(Rule):
         if not written:
             self._report_read(node, node.attr.value)
 
-    def visit_Call(self, node) -> None:
+    def visit_Call(self, node: cst.Call) -> None:
         import libcst as cst
 
         from vllm_attn_compat.codemods.patterns import is_name
@@ -301,26 +334,36 @@ class FlagReads(Rule):
             return
         flag = node.args[1].value.evaluated_value
         if flag in FLAGS and self._in_scope() and not is_name(node.func, "setattr"):
-            self._report_read(node, flag)
+            self._report_read(node, flag, tests_presence=node.func.value == "hasattr")
 
-    def _report_read(self, read, flag: str) -> None:
+    def _report_read(self, read: cst.CSTNode, flag: str, *, tests_presence: bool = False) -> None:
+        """``tests_presence``: ``hasattr(x, flag)`` asks whether this is vLLM <= 0.19, which had the flag; on
+        vLLM >= 0.20 (once VAC004 removed the stale declarations) it is false, so the other branch runs."""
         import libcst as cst
 
         what = "`AttentionBackend.accept_output_buffer`" if flag == "accept_output_buffer" else "`Attention.use_output`"
-        message = (
-            f"{what} was removed in vLLM 0.20 (reading it raises AttributeError); every backend now "
-            "writes into the output buffer, so this read is always true"
-        )
+        if tests_presence:
+            message = (
+                f"{what} was removed in vLLM 0.20: `hasattr` on it tests for vLLM <= 0.19, so on vLLM >= 0.20 it is "
+                "false (every backend writes into the output buffer)"
+            )
+        else:
+            message = (
+                f"{what} was removed in vLLM 0.20 (reading it raises AttributeError); every backend now "
+                "writes into the output buffer, so this read is always true"
+            )
         parent = self.ctx.parent()
         negated = isinstance(parent, cst.UnaryOperation) and isinstance(parent.operator, cst.Not)
+        # Which branch runs on vLLM >= 0.20: the false one for `not <read>` and for a bare presence test.
+        runs_false = negated != tests_presence
         condition = parent if negated else read
         statement = self.ctx.parent(2 if negated else 1)
         block = self.ctx.parent(3 if negated else 2)
         fixed = message + "; the unsafe fix keeps only the branch that runs"
         if isinstance(statement, cst.IfExp) and statement.test is condition:
-            self.ctx.report(self, read, fixed, Replace(statement, _kept_expression(negated)))
+            self.ctx.report(self, read, fixed, Replace(statement, _kept_expression(runs_false)))
             return
-        if _stores_flag(statement, condition):
+        if not tests_presence and _stores_flag(statement, condition):
             line = self.ctx.parent(3 if negated else 2)
             if isinstance(line, cst.SimpleStatementLine):
                 edit = RemoveStatement(statement, drop_comment_block=True)
@@ -334,7 +377,8 @@ class FlagReads(Rule):
             self.ctx.report(self, read, message + ": simplify the code that uses it")
             return
         orelse = statement.orelse
-        if not negated:
+        edits: list[Edit]
+        if not runs_false:
             edits = [Replace(statement, _true_branch)]
             exits = always_exits(statement.body)
         elif orelse is None:
@@ -347,7 +391,7 @@ class FlagReads(Rule):
         self.ctx.report(self, read, fixed, *edits)
 
 
-def _stores_flag(statement, value) -> bool:
+def _stores_flag(statement: cst.CSTNode | None, value: cst.CSTNode | None) -> TypeGuard[cst.Assign]:
     """``x.use_output = <read>``: a copy of the flag under one of its own names (vLLM's layer kept one)."""
     import libcst as cst
 
@@ -360,10 +404,10 @@ def _stores_flag(statement, value) -> bool:
     )
 
 
-def _kept_expression(negated: bool):
+def _kept_expression(negated: bool) -> Callable[[cst.IfExp, CommentSink], cst.BaseExpression]:
     """``a if <flag> else b`` -> ``a`` (``b`` when negated); parentheses kept only around several lines."""
 
-    def build(node, sink):
+    def build(node: cst.IfExp, sink: CommentSink) -> cst.BaseExpression:
         import libcst as cst
 
         kept = node.orelse if negated else node.body

@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
-from vllm_attn_compat.codemods.edits import Replace
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from vllm_attn_compat.codemods.edits import CommentSink, Replace
 from vllm_attn_compat.codemods.findings import FixSafety, Status
 from vllm_attn_compat.codemods.rule import Example, Rule
+
+if TYPE_CHECKING:
+    from typing import TypeAlias
+
+    import libcst as cst
+
+    _Literal: TypeAlias = cst.List | cst.Tuple | cst.Set
 
 _OLD_OPS = ("unified_attention", "unified_mla_attention")
 # Both spellings vLLM accepted in `splitting_ops`: the schema name and the dotted form.
@@ -15,18 +25,19 @@ def _equivalents(name: str) -> set[str]:
     return {name, name.replace("::", ".", 1), name.replace(".", "::", 1)}
 
 
-def _string_value(node) -> str | None:
+def _string_value(node: cst.CSTNode) -> str | None:
     import libcst as cst
 
     if isinstance(node, cst.SimpleString) and "b" not in node.prefix.lower():
-        return node.evaluated_value
+        value = node.evaluated_value
+        return value if isinstance(value, str) else None  # always a str without the b prefix
     return None
 
 
-def _drop_elements(old: str):
+def _drop_elements(old: str) -> Callable[[_Literal, CommentSink], _Literal]:
     """Drop every element equal to ``old``; every comment around them stays in the literal."""
 
-    def build(literal, sink):
+    def build(literal: _Literal, sink: CommentSink) -> _Literal:
         from vllm_attn_compat.codemods.literal_edits import drop_elements
 
         return drop_elements(literal, lambda element: _string_value(element.value) == old)
@@ -34,8 +45,8 @@ def _drop_elements(old: str):
     return build
 
 
-def _rename(new_name: str):
-    def build(string, sink):
+def _rename(new_name: str) -> Callable[[cst.SimpleString, CommentSink], cst.SimpleString]:
+    def build(string: cst.SimpleString, sink: CommentSink) -> cst.SimpleString:
         start = len(string.prefix) + len(string.quote)
         return string.with_changes(value=string.value[:start] + new_name + string.value[-len(string.quote) :])
 
@@ -93,7 +104,7 @@ class OldOpNameStrings(Rule):
         ),
     )
 
-    def visit_SimpleString(self, node) -> None:
+    def visit_SimpleString(self, node: cst.SimpleString) -> None:
         import libcst as cst
 
         value = _string_value(node)
@@ -101,12 +112,11 @@ class OldOpNameStrings(Rule):
             return
         new_name = OLD_NAMES[value]
         element, literal = self.ctx.parent(), self.ctx.parent(2)
-        in_literal = (
+        if not (
             isinstance(element, cst.Element)
             and element.value is node
             and isinstance(literal, (cst.List, cst.Tuple, cst.Set))
-        )
-        if not in_literal:
+        ):
             self.ctx.report(
                 self,
                 node,

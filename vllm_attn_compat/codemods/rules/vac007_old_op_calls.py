@@ -2,14 +2,25 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from vllm_attn_compat.codemods.edits import AddImport, DropUnusedImport, Replace
 from vllm_attn_compat.codemods.findings import FixSafety, Status
 from vllm_attn_compat.codemods.rule import Example, Rule
 
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+    import libcst as cst
+
+    from vllm_attn_compat.codemods.edits import CommentSink, Edit
+    from vllm_attn_compat.codemods.scope import FunctionFrame
+
+    # What _move_import's builder is given and builds: the import line, or it with the compat import.
+    _Lines = cst.SimpleStatementLine | cst.FlattenSentinel[cst.BaseStatement]
+
 _OLD_OPS = ("unified_attention", "unified_mla_attention")
-_OP_REFERENCES = {
-    f"torch.ops.vllm.{op}{suffix}": op for op in _OLD_OPS for suffix in ("", ".default")
-}
+_OP_REFERENCES = {f"torch.ops.vllm.{op}{suffix}": op for op in _OLD_OPS for suffix in ("", ".default")}
 # Where vLLM (<= 0.19) defined the ops' Python functions. vLLM's Triton kernel
 # `vllm.attention.ops.triton_unified_attention.unified_attention` is another function.
 OLD_OP_MODULES = frozenset(
@@ -181,7 +192,7 @@ class OldOpCalls(Rule):
             findings=(Status.UNSAFE_FIX_AVAILABLE, Status.UNSAFE_FIX_AVAILABLE),
         ),
         Example(
-            "no layer shape in scope: reported (old-op-calls = \"forwarder\" opts in to the forwarder)",
+            'no layer shape in scope: reported (old-op-calls = "forwarder" opts in to the forwarder)',
             """\
             import torch
 
@@ -201,7 +212,7 @@ class OldOpCalls(Rule):
         ),
     )
 
-    def visit_Attribute(self, node) -> None:
+    def visit_Attribute(self, node: cst.Attribute) -> None:
         import libcst as cst
 
         from vllm_attn_compat.codemods.scope import dotted_name
@@ -225,7 +236,7 @@ class OldOpCalls(Rule):
             return
         if self.ctx.old_op_calls == FORWARDER:
 
-            def build(updated, sink):
+            def build(updated: cst.Attribute, sink: CommentSink) -> cst.BaseExpression:
                 return cst.parse_expression(f"{COMPAT_MODULE}.{op}")
 
             message = _CALL_MESSAGE.format(ref=reference, op=op)
@@ -233,7 +244,7 @@ class OldOpCalls(Rule):
             return
         self.ctx.report(self, parent, _MANUAL_MESSAGE.format(ref=reference, op=op))
 
-    def visit_Name(self, node) -> None:
+    def visit_Name(self, node: cst.Name) -> None:
         """``unified_attention(...)`` through a name imported from vLLM's modules: rewritten where the
         shape is known; elsewhere its import is the finding."""
         import libcst as cst
@@ -245,7 +256,7 @@ class OldOpCalls(Rule):
         if module in OLD_OP_MODULES and op in _OLD_OPS:
             self._report_with_output(parent, op, node.value, f"torch.ops.vllm.{op}_with_output", levels=1)
 
-    def _report_with_output(self, call, op: str, reference: str, with_output: str, levels: int) -> bool:
+    def _report_with_output(self, call: cst.Call, op: str, reference: str, with_output: str, levels: int) -> bool:
         """Report ``call`` with the rewrite into the with-output form, if the shape is known here."""
         import libcst as cst
 
@@ -269,13 +280,14 @@ class OldOpCalls(Rule):
         frame = self.ctx.current_function()
         if arguments is None or frame is None or not isinstance(frame.node, cst.FunctionDef):
             return False
-        query = arguments.get("query", arguments.get("q"))
-        if not form.is_plain(query):
+        query = arguments.get("query", arguments.get("q"))  # one of them: call_arguments found every required one
+        if query is None or not form.is_plain(query):
             return False  # the rewrite reads the query twice: only a plain name or attribute
         klass = self._method_class(frame)
         attributes = form.self_attributes(klass, self.ctx.imports) if klass is not None else frozenset()
         shape = form.shape_of(op, query, attributes, form.binds(frame.node, "output_shape"))
         used = form.names_in(frame.node)
+        buffer: str | None
         if assign_to is not None and assign_to not in form.names_in(call):
             buffer, assign_to = assign_to, None
         else:
@@ -293,11 +305,11 @@ class OldOpCalls(Rule):
             returns=isinstance(small, cst.Return),
             indent=4 * depth,
         )
-        edits = [Replace(line, form.build(plan, self.ctx.module.config_for_parsing)), AddImport("torch")]
+        edits: list[Edit] = [Replace(line, form.build(plan, self.ctx.module.config_for_parsing)), AddImport("torch")]
         self.ctx.report(self, call, _WITH_OUTPUT_MESSAGE.format(ref=reference, op=op), *edits)
         return True
 
-    def _method_class(self, frame):
+    def _method_class(self, frame: FunctionFrame) -> cst.ClassDef | None:
         """The class ``frame`` is a method of, when its first parameter is ``self``."""
         import libcst as cst
 
@@ -317,26 +329,28 @@ class OldOpCalls(Rule):
         module, _, name = f"{target}.{rest}".rpartition(".")
         return name if module in OLD_OP_MODULES and name in _OLD_OPS else None
 
-    def visit_ImportFrom(self, node) -> None:
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
         import libcst as cst
 
-        from vllm_attn_compat.codemods.scope import dotted_name
+        from vllm_attn_compat.codemods.scope import as_name, dotted_name
 
         if node.relative or node.module is None or isinstance(node.names, cst.ImportStar):
             return
         module = dotted_name(node.module)
-        if module not in OLD_OP_MODULES:
+        if module is None or module not in OLD_OP_MODULES:
             return
-        old = [alias for alias in node.names if alias.name.value in _OLD_OPS]
+        old = [
+            (alias, alias.name.value)
+            for alias in node.names
+            if isinstance(alias.name, cst.Name) and alias.name.value in _OLD_OPS
+        ]
         line = self.ctx.parent()
-        fixable = isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1
-        for alias in old:
-            op = alias.name.value
-            bound = alias.asname.name.value if alias.asname else op
+        for alias, op in old:
+            bound = as_name(alias) or op
             if self.ctx.old_op_calls != FORWARDER:
                 message = _IMPORT_DROP_MESSAGE.format(module=module, op=op)
                 self.ctx.report(self, alias, message, DropUnusedImport(module, bound))
-            elif fixable:
+            elif isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1:
                 message = _IMPORT_MESSAGE.format(module=module, op=op)
                 edits = (Replace(line, _move_import(op)), DropUnusedImport(COMPAT_MODULE, bound))
                 self.ctx.report(self, alias, message, *edits)
@@ -344,45 +358,57 @@ class OldOpCalls(Rule):
                 self.ctx.report(self, alias, _IMPORT_MESSAGE.format(module=module, op=op))
 
 
-def _move_import(op: str):
+def _from_import(line: cst.CSTNode) -> tuple[cst.SimpleStatementLine, Sequence[cst.ImportAlias]]:
+    """A line that _names or _is_compat_line picked out (``from ... import a, b``) and its names."""
+    import libcst as cst
+
+    statement = line.body[0] if isinstance(line, cst.SimpleStatementLine) else None
+    assert isinstance(line, cst.SimpleStatementLine) and isinstance(statement, cst.ImportFrom), line
+    assert not isinstance(statement.names, cst.ImportStar), "_names skips `import *`; the compat line is ours"
+    return line, statement.names
+
+
+def _move_import(op: str) -> Callable[[_Lines, CommentSink], cst.FlattenSentinel[cst.BaseStatement]]:
     """Take ``op`` out of a ``from vllm... import`` line and import it from the compat module.
 
     The names of one line move one edit at a time (in the line's order), all into one compat import
     placed after what is left of the line; when nothing is left, the compat import takes the line's
     place, its leading comments and its trailing comment."""
 
-    def build(line, sink):
+    def build(line: _Lines, sink: CommentSink) -> cst.FlattenSentinel[cst.BaseStatement]:
         from collections import Counter
 
         import libcst as cst
 
-        from vllm_attn_compat.codemods.apply import inner_comments
+        from vllm_attn_compat.codemods.apply import inner_comments, module_name
 
-        nodes = list(line.nodes) if isinstance(line, cst.FlattenSentinel) else [line]
+        nodes: list[cst.BaseStatement] = list(line.nodes) if isinstance(line, cst.FlattenSentinel) else [line]
         old = next(index for index, node in enumerate(nodes) if _names(node, op))
         compat = next((index for index, node in enumerate(nodes) if _is_compat_line(node)), None)
-        statement = nodes[old].body[0]
-        names = list(statement.names)
+        old_line, old_names = _from_import(nodes[old])
+        statement = old_line.body[0]
+        names = list(old_names)
         moved = [alias.with_changes(comma=cst.MaybeSentinel.DEFAULT) for alias in names if alias.name.value == op]
         kept = [alias for alias in names if alias.name.value != op]
+        imported: list[cst.ImportAlias]
         if compat is None:
-            imported: list = []
+            imported = []
             compat_line = cst.SimpleStatementLine(body=[])
         else:
-            imported = list(nodes[compat].body[0].names)
-            compat_line = nodes[compat]
+            compat_line, compat_names = _from_import(nodes[compat])
+            imported = list(compat_names)
         compat_line = compat_line.with_changes(
-            body=[cst.ImportFrom(module=cst.parse_expression(COMPAT_MODULE), names=[*imported, moved[0]])]
+            body=[cst.ImportFrom(module=module_name(COMPAT_MODULE), names=[*imported, moved[0]])]
         )
         if not kept:  # the compat import takes the line's place
-            in_place = nodes[old].with_changes(body=compat_line.body)
+            in_place = old_line.with_changes(body=compat_line.body)
             lost = Counter(c.value for c in inner_comments(nodes[old]))
             sink.removed.extend((lost - Counter(c.value for c in inner_comments(in_place))).elements())
             rest = [node for index, node in enumerate(nodes) if index not in (old, compat)]
             return cst.FlattenSentinel([*rest[:old], in_place, *rest[old:]])
         if names[-1].name.value == op:
             kept[-1] = kept[-1].with_changes(comma=names[-1].comma)
-        new_line = nodes[old].with_changes(body=[statement.with_changes(names=kept)])
+        new_line = old_line.with_changes(body=[statement.with_changes(names=kept)])
         lost = Counter(c.value for c in inner_comments(nodes[old])) - Counter(c.value for c in inner_comments(new_line))
         sink.removed.extend(lost.elements())
         nodes[old] = new_line
@@ -395,7 +421,7 @@ def _move_import(op: str):
     return build
 
 
-def _names(line, op: str) -> bool:
+def _names(line: cst.CSTNode, op: str) -> bool:
     """Whether ``line`` is a ``from ... import`` line (not the compat one) importing ``op``."""
     import libcst as cst
 
@@ -407,12 +433,14 @@ def _names(line, op: str) -> bool:
     return any(alias.name.value == op for alias in names)
 
 
-def _is_compat_line(line) -> bool:
+def _is_compat_line(line: cst.CSTNode) -> bool:
     import libcst as cst
 
     from vllm_attn_compat.codemods.scope import dotted_name
 
     statement = line.body[0] if isinstance(line, cst.SimpleStatementLine) and line.body else None
-    return isinstance(statement, cst.ImportFrom) and statement.module is not None and (
-        dotted_name(statement.module) == COMPAT_MODULE
+    return (
+        isinstance(statement, cst.ImportFrom)
+        and statement.module is not None
+        and (dotted_name(statement.module) == COMPAT_MODULE)
     )

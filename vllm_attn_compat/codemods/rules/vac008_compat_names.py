@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from vllm_attn_compat.codemods.findings import FixSafety, Status
 from vllm_attn_compat.codemods.rule import Example, Rule
+
+if TYPE_CHECKING:
+    import libcst as cst
+
+    from vllm_attn_compat.codemods.scope import FileContext
 
 _COMPAT = "vllm_attn_compat.compat"
 _FORWARDERS = ("unified_attention", "unified_mla_attention")
@@ -112,12 +119,12 @@ class CompatNames(Rule):
         ),
     )
 
-    def __init__(self, ctx) -> None:
+    def __init__(self, ctx: FileContext) -> None:
         super().__init__(ctx)
         # Bound name -> dotted target, from every import of the file (top level first, then as walked).
         self.bindings = dict(ctx.imports)
 
-    def _resolve(self, node) -> str | None:
+    def _resolve(self, node: cst.BaseExpression) -> str | None:
         from vllm_attn_compat.codemods.scope import dotted_name
 
         dotted = dotted_name(node)
@@ -129,52 +136,53 @@ class CompatNames(Rule):
             return None
         return f"{target}.{rest}" if rest else target
 
-    def _report(self, node, name: str) -> None:
+    def _report(self, node: cst.CSTNode, name: str) -> None:
         deprecated = DEPRECATED[name]
         template = _ADAPTER_MESSAGE if deprecated == "adapt_legacy_impl" else _FORWARDER_MESSAGE
         self.ctx.report(self, node, template.format(name=name, op=deprecated))
 
-    def visit_Import(self, node) -> None:
-        from vllm_attn_compat.codemods.scope import dotted_name
+    def visit_Import(self, node: cst.Import) -> None:
+        from vllm_attn_compat.codemods.scope import as_name, dotted_name
 
         for alias in node.names:
             target = dotted_name(alias.name) or ""
-            if alias.asname is not None:
-                self.bindings[alias.asname.name.value] = target
+            bound = as_name(alias)
+            if bound is not None:
+                self.bindings[bound] = target
             else:
                 head = target.partition(".")[0]
                 self.bindings[head] = head
 
-    def visit_ImportFrom(self, node) -> None:
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
         import libcst as cst
 
-        from vllm_attn_compat.codemods.scope import dotted_name
+        from vllm_attn_compat.codemods.scope import as_name, dotted_name
 
         if node.relative or node.module is None or isinstance(node.names, cst.ImportStar):
             return
         module = dotted_name(node.module)
         for alias in node.names:
             name = dotted_name(alias.name) or ""
-            self.bindings[alias.asname.name.value if alias.asname else name] = f"{module}.{name}"
+            self.bindings[as_name(alias) or name] = f"{module}.{name}"
             if f"{module}.{name}" in DEPRECATED:
                 self._report(alias, f"{module}.{name}")
 
-    def visit_Attribute(self, node) -> None:
+    def visit_Attribute(self, node: cst.Attribute) -> None:
         import libcst as cst
 
         name = self._resolve(node)
-        if name not in DEPRECATED:
+        if name is None or name not in DEPRECATED:
             return
         parent = self.ctx.parent()
         if isinstance(parent, cst.Attribute) and parent.value is node and self._resolve(parent) in DEPRECATED:
             return  # `.default` of this reference: reported there
         self._report(node, name)
 
-    def visit_Name(self, node) -> None:
+    def visit_Name(self, node: cst.Name) -> None:
         import libcst as cst
 
         name = self.bindings.get(node.value)
-        if name not in DEPRECATED:
+        if name is None or name not in DEPRECATED:
             return
         parent = self.ctx.parent()
         # `x.name` is another object's attribute, `name.attr` is resolved whole by visit_Attribute; the

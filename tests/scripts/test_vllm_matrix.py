@@ -1,0 +1,149 @@
+"""scripts/vllm_matrix.py's pure parts: which releases it picks, which of vLLM's requirements it installs, how a
+release's result reads. (The matrix itself installs vLLM releases; it is run by CI for the newest one.)"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from importlib.metadata import PackageNotFoundError, requires
+from pathlib import Path
+
+import pytest
+
+_PATH = Path(__file__).resolve().parents[2] / "scripts" / "vllm_matrix.py"
+_spec = importlib.util.spec_from_file_location("vllm_matrix", _PATH)
+matrix = importlib.util.module_from_spec(_spec)
+sys.modules[_spec.name] = matrix  # dataclasses look their module up there
+_spec.loader.exec_module(matrix)
+
+# What `pip index versions vllm` printed on 2026-12-01 (shortened), with a pre-release added.
+PUBLISHED = matrix.parse_index_versions("""vllm (0.33.0)
+Available versions: 0.33.0, 0.32.0, 0.31.0, 0.30.0, 0.29.0, 0.28.0, 0.27.1, 0.27.0, 0.26.0, 0.25.1, 0.25.0, 0.24.0, \
+0.23.0, 0.22.1, 0.22.0, 0.21.0, 0.20.2, 0.20.1, 0.20.0, 0.19.1, 0.19.0, 0.34.0rc1, 0.9.2
+""")
+
+
+def test_the_latest_patch_of_each_minor_release_from_0_20_oldest_first():
+    assert matrix.select(PUBLISHED, all_patches=False) == [
+        "0.20.2",
+        "0.21.0",
+        "0.22.1",
+        "0.23.0",
+        "0.24.0",
+        "0.25.1",
+        "0.26.0",
+        "0.27.1",
+        "0.28.0",
+        "0.29.0",
+        "0.30.0",
+        "0.31.0",
+        "0.32.0",
+        "0.33.0",
+    ]
+
+
+def test_all_patches_keeps_every_final_release_from_0_20():
+    selected = matrix.select(PUBLISHED, all_patches=True)
+    assert selected[:3] == ["0.20.0", "0.20.1", "0.20.2"] and selected[-1] == "0.33.0" and len(selected) == 19
+    assert "0.34.0rc1" not in selected and "0.19.1" not in selected
+
+
+def test_oldest_and_newest_of_the_named_releases(capsys):
+    assert matrix.main(["0.25.1", "0.33.0", "0.20.2", "--oldest", "--newest", "--list"]) == 0
+    assert capsys.readouterr().out.split() == ["0.20.2", "0.33.0"]
+    assert matrix.main(["0.25.1", "0.33.0", "0.20.2", "--newest", "--list"]) == 0
+    assert capsys.readouterr().out.split() == ["0.33.0"]
+
+
+def test_cuda_part_starts_at_the_torch_pin_with_numba_before_it():
+    requirements = [
+        "regex",
+        "fastapi[standard]>=0.115.0",
+        "xgrammar==0.2.8",
+        "triton-kernels==1.0",
+        "numba==0.65.0",
+        "torch==2.11.0",
+        "torchaudio==2.11.0",
+        "flashinfer-python==0.6.8",
+        "apache-tvm-ffi==0.1.9",
+        "quack-kernels>=0.3.3",
+    ]
+    common, cuda = matrix.split_cuda_part(requirements)
+    assert common == ["regex", "fastapi[standard]>=0.115.0", "xgrammar==0.2.8"]
+    assert cuda == ["triton-kernels==1.0", *requirements[4:]]  # a GPU-only name before the pin is moved too
+
+
+def test_without_a_torch_pin_only_gpu_only_names_are_left_out():
+    assert matrix.split_cuda_part(["numpy", "nvidia-nvtx", "Flash_Attn>=2"]) == (
+        ["numpy"],
+        ["nvidia-nvtx", "Flash_Attn>=2"],
+    )
+
+
+def test_the_installed_vllms_own_requirements_split():
+    try:
+        listed = requires("vllm") or []
+    except PackageNotFoundError:
+        pytest.skip("vLLM is not installed; its requirements are what this checks (scripts/install-vllm-tier.sh)")
+    no_extras = [r for r in listed if "extra ==" not in r]
+    common, cuda = matrix.split_cuda_part(no_extras)
+    assert no_extras[: len(common)] == common  # the common part is a prefix: nothing reordered
+    common_names = {matrix.requirement_name(r) for r in common}
+    cuda_names = {matrix.requirement_name(r) for r in cuda}
+    assert {"torch", "torchvision", "torchaudio"} <= cuda_names and not common_names & set(matrix.TORCH_STACK)
+    assert not any(name.startswith(matrix.GPU_ONLY_PREFIXES) for name in common_names)
+    assert {"pydantic", "transformers", "pyzmq"} <= common_names
+
+
+def _result(**counts):
+    return matrix.Result("0.30.0", "/venvs/vllm-0.30.0", install_ok=True, **counts)
+
+
+def test_a_release_is_ok_with_skips_not_with_failures_or_nothing_passed():
+    assert _result(passed=15, skipped=1, skips=["t::x: reason"]).tier_ok
+    assert not _result(passed=15, failed=1).tier_ok
+    assert not _result(passed=15, errors=1).tier_ok
+    assert not _result().tier_ok
+    assert not _result(passed=15, import_error="No module named 'fastapi'").tier_ok
+    assert not matrix.Result("0.30.0", "/venvs/x", install_error="vllm: no matching distribution").tier_ok
+
+
+def test_markdown_rows_sorted_by_release_with_what_failed():
+    rows = matrix.markdown(
+        [
+            _result(
+                passed=14,
+                failed=1,
+                failures=["test_a::t: boom | bang"],
+                missing_names=["CompilationConfig._attention_ops"],
+            ),
+            matrix.Result("0.21.0", "/venvs/x", install_error="vllm: no matching distribution"),
+            _result(passed=16, left_out=["torch==2.11.0"], gpu_left_out=["triton"]),
+        ],
+        "abc1234",
+        "2026-12-01",
+    ).splitlines()
+    assert rows[0].startswith("Measured 2026-12-01 on commit `abc1234`")
+    table = [row for row in rows if row.startswith("| 0.")]
+    assert [row.split(" | ")[0] for row in table] == ["| 0.21.0", "| 0.30.0", "| 0.30.0"]
+    assert "failed: vllm: no matching distribution" in table[0] and "not run (install failed)" in table[0]
+    assert "14 passed, 1 failed" in table[1] and "test_a::t: boom \\| bang" in table[1]
+    assert "CompilationConfig._attention_ops" in table[1]
+    assert table[2].split(" | ")[2] == "ok: 16 passed"
+    assert "`torch`" in rows[-2] and "`triton`" in rows[-1]
+
+
+def test_results_serialise_for_the_json_report():
+    result = _result(passed=3)
+    assert json.loads(json.dumps(matrix.asdict(result)))["passed"] == 3
+
+
+def test_pip_output_without_a_version_list_gives_none():
+    assert len(PUBLISHED) == 23 and PUBLISHED[0] == "0.33.0"
+    assert matrix.parse_index_versions("ERROR: No matching distribution found for vllm\n") == []
+
+
+def test_the_venvs_get_the_packages_own_dependencies_and_test_extra_without_torch():
+    names = {matrix.requirement_name(r) for r in matrix.package_requirements()}
+    assert {"libcst", "pytest", "hypothesis", "hypothesmith"} <= names and "torch" not in names

@@ -34,7 +34,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 LIBCST_RULE = textwrap.dedent(
-    '''
+    """
     import libcst as cst
     import libcst.matchers as m
     from libcst.codemod import VisitorBasedCodemodCommand
@@ -65,7 +65,7 @@ LIBCST_RULE = textwrap.dedent(
                 if m.matches(updated_node.body[0], ASSERT_OUTPUT):
                     return cst.RemoveFromParent()
             return updated_node
-    '''
+    """
 )
 
 

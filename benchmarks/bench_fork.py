@@ -170,7 +170,7 @@ def main() -> int:
         }  # fmt: skip
         pairs = list(commands.values())
         timed_alternately(pairs, 1)  # warm the page cache (and fill the result cache)
-        results = dict(zip(commands, timed_alternately(pairs, args.repeat)))
+        results = dict(zip(commands, timed_alternately(pairs, args.repeat), strict=True))
         peaks = {name: peak_memory(command, **kwargs) for name, (command, kwargs) in commands.items()}
 
         ruff_wall, ruff_cpu, _ = results["ruff check --no-cache --select UP"]

@@ -8,11 +8,12 @@ import os
 from pathlib import Path
 
 import pytest
-from runner_trees import BASE, IMPL, IMPL_MIGRATED, MANUAL, write_tree
 
 from vllm_attn_compat.codemods import worker
 from vllm_attn_compat.codemods.cli import main
 from vllm_attn_compat.codemods.runner import Options, run_paths
+
+from runner_trees import BASE, IMPL, IMPL_MIGRATED, MANUAL, write_tree
 
 STUB_VLLM = {
     "vllm/__init__.py": "",
@@ -36,6 +37,9 @@ class PrefillImpl(AttentionImpl):
 """
 
 
+WARM = "from plugin.prefill import PrefillImpl\n\n\ndef run(impl: PrefillImpl, q):\n    return {body}\n"
+
+
 @pytest.fixture
 def tree(tmp_path: Path) -> Path:
     root = tmp_path / "tree"
@@ -48,7 +52,7 @@ def tree(tmp_path: Path) -> Path:
             "plugin/impl.py": IMPL,
             "plugin/manual.py": MANUAL,
             "plugin/prefill.py": PREFILL,
-            "plugin/warm.py": "from plugin.prefill import PrefillImpl\n\n\ndef run(impl: PrefillImpl, q):\n    return q\n",
+            "plugin/warm.py": WARM.format(body="q"),
         },
     )
     return root
@@ -92,7 +96,8 @@ def test_a_warm_run_reports_what_the_cold_one_did_without_migrating_again(tree, 
     cache = tmp_path / "cache"
     uncached = run_paths([str(tree / "plugin")], Options(mode="check", jobs=1))
     cold = _run(tree, cache)
-    assert cold[0] == sorted((os.path.basename(p), f) for p, f in uncached.findings) and cold[1] == sorted(uncached.changed)
+    assert cold[0] == sorted((os.path.basename(p), f) for p, f in uncached.findings)
+    assert cold[1] == sorted(uncached.changed)
     assert set(migrations) == {"impl.py", "manual.py", "prefill.py"}
     migrations.clear()
     assert _run(tree, cache) == cold
@@ -125,9 +130,7 @@ def test_a_change_in_another_file_that_withholds_a_fix_misses(tree, tmp_path, mi
     cache = tmp_path / "cache"
     cold, _, _ = _run(tree, cache)
     assert any(name == "prefill.py" and f.status.value == "fixed" for name, f in cold)
-    (tree / "plugin/warm.py").write_text(
-        "from plugin.prefill import PrefillImpl\n\n\ndef run(impl: PrefillImpl, q):\n    return impl.prefill(q)\n"
-    )
+    (tree / "plugin/warm.py").write_text(WARM.format(body="impl.prefill(q)"))
     migrations.clear()
     warm, _, _ = _run(tree, cache)
     assert "prefill.py" in migrations
@@ -135,9 +138,7 @@ def test_a_change_in_another_file_that_withholds_a_fix_misses(tree, tmp_path, mi
     assert any(name == "warm.py" for name, _ in warm)  # the caller, reported
 
 
-@pytest.mark.parametrize(
-    "options", [{"unsafe_fixes": True}, {"ignore": ("VAC003",)}, {"old_op_calls": "forwarder"}]
-)
+@pytest.mark.parametrize("options", [{"unsafe_fixes": True}, {"ignore": ("VAC003",)}, {"old_op_calls": "forwarder"}])
 def test_other_rules_or_options_miss(tree, tmp_path, migrations, options):
     cache = tmp_path / "cache"
     _run(tree, cache)

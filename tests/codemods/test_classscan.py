@@ -7,7 +7,6 @@ import os
 import textwrap
 
 import pytest
-from runner_trees import write_tree
 
 from vllm_attn_compat.codemods.classscan import (
     ScannedIndex,
@@ -17,6 +16,8 @@ from vllm_attn_compat.codemods.classscan import (
 )
 from vllm_attn_compat.codemods.cli import main
 from vllm_attn_compat.codemods.hierarchy import ClassHierarchy, index_module
+
+from runner_trees import write_tree
 
 
 def scan(text: str, known=frozenset(), path: str = "m.py"):
@@ -160,7 +161,9 @@ class MyImpl(AttentionImpl):
 # scan of `class` headers alone would spare each. Each holds something the run must see.
 _HIDDEN = {
     "a caller omitting output": "    def go(self, impl, q):\n        return impl.prefill(q, q, q)\n",
-    "a caller through a comment": "    def go(self, impl, q):\n        return (impl.  # warm-up\n            prefill)(q, q, q)\n",
+    "a caller through a comment": (
+        "    def go(self, impl, q):\n        return (impl.  # warm-up\n            prefill)(q, q, q)\n"
+    ),
     "a reference handed on": "    def go(self, impl):\n        return functools.partial(impl.prefill)\n",
     "a getattr": '    def go(self, impl):\n        return getattr(impl, "prefill")\n',
 }
@@ -217,7 +220,9 @@ def _outcome(root: str, monkeypatch, spare: bool, mode: str):
         if not spare:
             patched.setattr(classscan, "quick_index", lambda *args: None)
         report = run_paths([root], Options(mode=mode, jobs=1))
-    findings = sorted((os.path.relpath(path, root), f.line, f.column, f.code, f.status, f.message) for path, f in report.findings)
+    findings = sorted(
+        (os.path.relpath(path, root), f.line, f.column, f.code, f.status, f.message) for path, f in report.findings
+    )
     return findings, report.errors
 
 

@@ -3,15 +3,17 @@ a task's exception or an unpicklable result cost only the task concerned."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 
 import pytest
-from pool_tasks import die_at_once, remember_pid, square_or_die, state
 
 from vllm_attn_compat.codemods import prefork
 from vllm_attn_compat.codemods.parallel import WorkerCrashed
 from vllm_attn_compat.codemods.prefork import PreforkedWorker
+
+from pool_tasks import die_at_once, remember_pid, square_or_die, state
 
 pytestmark = pytest.mark.skipif(not prefork.available(), reason="no safe fork on this platform")
 
@@ -158,7 +160,5 @@ def test_a_worker_whose_parent_died_exits_even_while_another_process_holds_its_p
         assert not _running(worker_pid) and _running(holder_pid)
     finally:
         for pid in (worker_pid, holder_pid):
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass

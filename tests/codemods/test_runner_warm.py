@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from runner_trees import IMPL, IMPL_MIGRATED, write_tree
-
 from vllm_attn_compat.codemods import prefork
 from vllm_attn_compat.codemods.runner import Options, run_paths
+
+from runner_trees import IMPL, IMPL_MIGRATED, write_tree
 
 DIRECT = IMPL.replace("from plugin.base import PluginImplBase", "from vllm.v1.attention.backend import AttentionImpl")
 DIRECT = DIRECT.replace("MyImpl(PluginImplBase)", "MyImpl(AttentionImpl)")
@@ -14,7 +14,9 @@ DIRECT_MIGRATED = IMPL_MIGRATED.replace(
 ).replace("MyImpl(PluginImplBase)", "MyImpl(AttentionImpl)")
 
 # torch's case: a class named Attention that is no vLLM class, and a scoped rule's token.
-TORCH_LIKE = "import torch.nn as nn\n\n\nclass Attention(nn.Module):\n    def forward(self, x, output: int):\n        return x\n"
+TORCH_LIKE = (
+    "import torch.nn as nn\n\n\nclass Attention(nn.Module):\n    def forward(self, x, output: int):\n        return x\n"
+)
 
 
 def _record_warm_pools(monkeypatch) -> list:

@@ -17,6 +17,7 @@ rewritten). Errors are never cached: a file that failed fails again, with its me
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -166,10 +167,8 @@ class Cache:
             os.replace(temporary, path)
         except OSError as error:  # a read-only or full cache folder costs the cache, not the run
             _warn(path, f"cannot be written ({error.strerror or error})")
-            try:
+            with contextlib.suppress(OSError):
                 os.unlink(temporary)
-            except OSError:
-                pass
 
 
 def _row(finding: Finding) -> list[object]:

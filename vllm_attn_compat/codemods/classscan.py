@@ -54,7 +54,9 @@ _CALLED = re.compile(rb"[A-Za-z0-9_\x80-\xff]*" + _SEP + rb"[(.]")
 _ATTRIBUTE_ASSIGNMENT = re.compile(rb"\." + _SEP + _IDENT + rb"(?:" + _SEP + rb"\))*" + _SEP + rb"=(?!=)")
 # `import X as Y`, `from m import (X as Y, ...)`: what an import statement binds to its aliases (the only
 # names a patch's target resolves through: `runtime_patches` uses bound names only).
-_IMPORT_ALIAS = re.compile(rb"(" + _IDENT + rb")" + _SEP + rb"(?<![A-Za-z0-9_\x80-\xff])as" + _SEP + rb"(" + _IDENT + rb")")
+_IMPORT_ALIAS = re.compile(
+    rb"(" + _IDENT + rb")" + _SEP + rb"(?<![A-Za-z0-9_\x80-\xff])as" + _SEP + rb"(" + _IDENT + rb")"
+)
 _ANY_WORD = re.compile(_IDENT)
 _OPENING = re.compile(_SEP + rb"\(")
 _METHOD_CALL = re.compile(_SEP + _IDENT + _SEP + rb"\(")
@@ -74,7 +76,7 @@ _STRING_BODY = {
     for triple in (False, True)
     for quote in b"'\""
 }
-_IDENT_BYTES = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_") | frozenset(range(128, 256))
+_IDENT_BYTES = _IDENTIFIER_BYTES
 _DEFINITION = re.compile(rb"[\r\n][ \t\f]*(?:async[ \t\f]+def|def|class)[ \t\f\\]")
 
 _SUFFIXES = tuple(suffix.encode() for suffix in _IN_TREE_SUFFIXES)
@@ -110,7 +112,7 @@ def _headers(source: bytes) -> list[tuple[bytes, bytes]] | None:
         keyword = end == len(source) or source[end] not in _IDENTIFIER_BYTES
         if keyword and not source[line_start:at].strip(b" \t\f"):
             match = _HEADER.match(source, line_start)
-            bases = match and match.group(2) or b""
+            bases = (match and match.group(2)) or b""
             # Strings or comments could hide brackets; names beyond ASCII, parts of words.
             if match is None or not bases.isascii() or any(c in bases for c in (b'"', b"'", b"#", b"\\")):
                 return None
@@ -245,7 +247,7 @@ def _imports(source: bytes) -> tuple[dict[bytes, list[bytes]], set[bytes]]:
             end = at
             while True:
                 end = source.find(b"\n", end)
-                if end == -1 or source[end - 1 : end] != b"\\" and source[end - 2 : end] != b"\\\r":
+                if end == -1 or (source[end - 1 : end] != b"\\" and source[end - 2 : end] != b"\\\r"):
                     break
                 end += 1
         statement = source[at : len(source) if end == -1 else end]

@@ -90,7 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
     migrate.add_argument("--jobs", "-j", type=_jobs, default=None, help="worker processes (default: all cores)")
     migrate.add_argument("--format", choices=("text", "json", "github"), default="text", help="report format")
     migrate.add_argument(
-        "--cache-dir", metavar="DIR", help="keep each file's result in DIR and reuse it while nothing it depends on changed"
+        "--cache-dir", metavar="DIR", help="keep results in DIR and reuse them while nothing they depend on changed"
     )
     migrate.add_argument(
         "--quiet", "-q", action="store_true", help="print findings and errors only: no summary, no progress"

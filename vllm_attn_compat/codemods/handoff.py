@@ -69,9 +69,7 @@ class Handoff:
         self.warm.submit(path, worker.migrate_file_with, (pickled, source, path))
         self.sent.add(path)
 
-    def after_round(
-        self, hierarchy: ClassHierarchy, indexes: Mapping[str, Any], sources: Mapping[str, bytes]
-    ) -> None:
+    def after_round(self, hierarchy: ClassHierarchy, indexes: Mapping[str, Any], sources: Mapping[str, bytes]) -> None:
         names = hierarchy.attention_class_names()
         pickled: bytes | None = None
         for path, index in indexes.items():

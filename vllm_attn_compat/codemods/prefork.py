@@ -13,6 +13,7 @@ the one that kills a worker and runs the others, as for any pool.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import sys
@@ -121,10 +122,8 @@ class PreforkedWorker:
         import signal
 
         if kill:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(self.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
         os.waitpid(self.pid, 0)
         self.pid = None
         self._results.close()
@@ -159,10 +158,9 @@ def _write_frames(stream, outbox) -> None:
     except OSError:  # BrokenPipeError: the worker is gone, and `results` retries what it left
         pass
     finally:
-        try:
+        # Closing flushes what is still buffered, into the same closed pipe (and closes it anyway).
+        with contextlib.suppress(OSError):
             stream.close()
-        except OSError:  # closing flushes what is still buffered, into the same closed pipe (closed anyway)
-            pass
 
 
 class _OrphanReader:

@@ -23,6 +23,7 @@ import json
 import os
 import sys
 from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from vllm_attn_compat.codemods.findings import Finding, Status
 
@@ -136,7 +137,7 @@ class Cache:
     def _file(self, key: str) -> str:
         return os.path.join(self.folder, key[:2], key)
 
-    def _read(self, key: str) -> dict | None:
+    def _read(self, key: str) -> dict[str, Any] | None:
         path = self._file(key)
         try:
             with open(path, "rb") as handle:
@@ -157,7 +158,7 @@ class Cache:
             return None
         return entry
 
-    def _write(self, key: str, content: dict) -> None:
+    def _write(self, key: str, content: dict[str, Any]) -> None:
         path = self._file(key)
         temporary = f"{path}.{os.getpid()}.tmp"
         try:
@@ -176,7 +177,9 @@ def _row(finding: Finding) -> list[object]:
 
 
 def _finding(item: object) -> Finding:
-    line, column, code, message, status = item  # type: ignore[misc]
+    if not (isinstance(item, list) and len(item) == 5):
+        raise TypeError(f"malformed finding {item!r}")
+    line, column, code, message, status = item
     if not (isinstance(line, int) and isinstance(column, int) and isinstance(code, str) and isinstance(message, str)):
         raise TypeError(f"malformed finding {item!r}")
     return Finding(line, column, code, message, Status(status))

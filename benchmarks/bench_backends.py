@@ -58,9 +58,7 @@ class OutWritingBackend(AttentionBackend):
         return OutWritingImpl
 
 
-def side_by_side(
-    variants: dict[str, object], repeat: int, block_s: float = 0.004
-) -> list[tuple[str, float, float]]:
+def side_by_side(variants: dict[str, object], repeat: int, block_s: float = 0.004) -> list[tuple[str, float, float]]:
     """(name, us/call, ratio to the first variant) per variant. Blocks of the variants
     alternate, so that a change in machine load hits all of them alike; each keeps its
     fastest block."""
@@ -84,9 +82,7 @@ def dispatch_table(repeat: int) -> list[tuple[str, float, float]]:
     lib.impl("noop", lambda q, k, v, output, layer_name: None, "CompositeExplicitAutograd")
 
     @torch.library.custom_op("bench_backends_custom::noop", mutates_args=("output",))
-    def custom_noop(
-        q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, output: torch.Tensor, layer_name: str
-    ) -> None:
+    def custom_noop(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, output: torch.Tensor, layer_name: str) -> None:
         return None
 
     q, k, v, out = (torch.randn(8, 8, 64) for _ in range(4))

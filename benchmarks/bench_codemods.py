@@ -34,7 +34,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 LIBCST_RULE = textwrap.dedent(
-    '''
+    """
     import libcst as cst
     import libcst.matchers as m
     from libcst.codemod import VisitorBasedCodemodCommand
@@ -65,7 +65,7 @@ LIBCST_RULE = textwrap.dedent(
                 if m.matches(updated_node.body[0], ASSERT_OUTPUT):
                     return cst.RemoveFromParent()
             return updated_node
-    '''
+    """
 )
 
 
@@ -114,13 +114,18 @@ def timed_alternately(
     commands: list[tuple[list[str], dict]], repeat: int
 ) -> list[tuple[float, float, subprocess.CompletedProcess]]:
     """:func:`timed` for several commands, run in turn (A B A B ...) rather than one after the other, so
-    that the load of a shared machine, which drifts over seconds, weighs on each of them alike."""
+    that the load of a shared machine, which drifts over seconds, weighs on each of them alike. A
+    ``prepare`` callable among a command's keyword arguments runs, untimed, before each of its runs."""
     walls: list[list[float]] = [[] for _ in commands]
     cpus: list[list[float]] = [[] for _ in commands]
     completed: list[subprocess.CompletedProcess] = []
     for _ in range(repeat):
         completed = []
         for index, (command, kwargs) in enumerate(commands):
+            kwargs = dict(kwargs)
+            prepare = kwargs.pop("prepare", None)
+            if prepare is not None:
+                prepare()
             before = resource.getrusage(resource.RUSAGE_CHILDREN)
             start = time.perf_counter()
             completed.append(subprocess.run(command, capture_output=True, **kwargs))

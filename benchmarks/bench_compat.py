@@ -54,16 +54,23 @@ def bench_us(**fns):
 
 
 def _backend(name, impl_cls, **attrs):
-    return type(name, (AttentionBackend,), {
-        "get_name": staticmethod(lambda: name), "get_impl_cls": staticmethod(lambda: impl_cls), **attrs,
-    })
+    return type(
+        name,
+        (AttentionBackend,),
+        {
+            "get_name": staticmethod(lambda: name),
+            "get_impl_cls": staticmethod(lambda: impl_cls),
+            **attrs,
+        },
+    )
 
 
 class NoOpImpl(AttentionImpl):
     """Writes nothing: isolates the cost of the call path from the attention kernel."""
 
-    def forward(self, layer, query, key, value, kv_cache, attn_metadata, output, output_scale=None,
-                output_block_scale=None):
+    def forward(
+        self, layer, query, key, value, kv_cache, attn_metadata, output, output_scale=None, output_block_scale=None
+    ):
         return output
 
 
@@ -116,8 +123,15 @@ def main():
     metadata = AttentionMetadata.from_lengths([T])
 
     def layer(name, backend):
-        return Attention(HEADS, HEAD_SIZE, 1 / math.sqrt(HEAD_SIZE), KV_HEADS, prefix=name, attn_backend=backend,
-                         static_forward_context=registry)
+        return Attention(
+            HEADS,
+            HEAD_SIZE,
+            1 / math.sqrt(HEAD_SIZE),
+            KV_HEADS,
+            prefix=name,
+            attn_backend=backend,
+            static_forward_context=registry,
+        )
 
     layers = {"no-op backend": layer("noop", _backend("noop", NoOpImpl)), "sdpa backend": layer("sdpa", "sdpa")}
     q3, k3, v3 = q.view(T, HEADS, HEAD_SIZE), k.view(T, KV_HEADS, HEAD_SIZE), v.view(T, KV_HEADS, HEAD_SIZE)
@@ -136,9 +150,11 @@ def main():
                 op=lambda: forwarder_op(q, k, v, name),
             )
             direct, layer_forward, function, op = us["direct"], us["layer_forward"], us["function"], us["op"]
-            print(f"   {label:14s} with-output op, preallocated {direct:7.2f} ({direct / layer_forward:.2f}x) | "
-                  f"layer forward {layer_forward:7.2f} (1.00x) | forwarder function {function:7.2f} "
-                  f"({function / layer_forward:.2f}x) | forwarder op {op:7.2f} ({op / layer_forward:.2f}x)")
+            print(
+                f"   {label:14s} with-output op, preallocated {direct:7.2f} ({direct / layer_forward:.2f}x) | "
+                f"layer forward {layer_forward:7.2f} (1.00x) | forwarder function {function:7.2f} "
+                f"({function / layer_forward:.2f}x) | forwarder op {op:7.2f} ({op / layer_forward:.2f}x)"
+            )
 
         # The warning alone, in functions that do nothing else (the forwarder body's cost would drown it), under
         # the filters a user gets by default: the package's "default" filter, output discarded.
@@ -157,11 +173,15 @@ def main():
         name = layers["no-op backend"].layer_name
         body = bench_us(body=lambda: forward_unified_attention(q, k, v, name))["body"]
         print("2. the warning after the first call (us per call, on top of a call that does nothing)")
-        print(f"   warn once per call site +{once - nothing:.2f} | warnings.warn every call +{every - nothing:.2f} "
-              f"({(every - nothing) / (once - nothing):.1f}x) | the forwarder's body, for scale, {body:.2f}")
+        print(
+            f"   warn once per call site +{once - nothing:.2f} | warnings.warn every call +{every - nothing:.2f} "
+            f"({(every - nothing) / (once - nothing):.1f}x) | the forwarder's body, for scale, {body:.2f}"
+        )
 
-        print("3. legacy adapter: copies into output per call; the impl called as vLLM >= 0.20 calls it (through the "
-              "adapter) vs called the pre-0.20 way (us)")
+        print(
+            "3. legacy adapter: copies into output per call; the impl called as vLLM >= 0.20 calls it (through the "
+            "adapter) vs called the pre-0.20 way (us)"
+        )
         reference = layers["sdpa backend"](q, k, v)
         legacy_impls = (("returns a new tensor", ReturnsNewImpl), ("writes the given output", WritesGivenOutputImpl))
         for label, impl_cls in legacy_impls:
@@ -175,8 +195,10 @@ def main():
                 old_way=lambda: attn.impl.forward(attn, q, k, v, attn.kv_cache, metadata),
             )
             adapted, old_way = us["adapted"], us["old_way"]
-            print(f"   {label:24s} copies {counter.writes['copies']} | adapted call (3-D, output) {adapted:7.2f} | "
-                  f"old call (2-D, no output) {old_way:7.2f} ({adapted / old_way:.2f}x)")
+            print(
+                f"   {label:24s} copies {counter.writes['copies']} | adapted call (3-D, output) {adapted:7.2f} | "
+                f"old call (2-D, no output) {old_way:7.2f} ({adapted / old_way:.2f}x)"
+            )
 
         impl = NoOpLegacyImpl(HEADS, HEAD_SIZE, 1 / math.sqrt(HEAD_SIZE), KV_HEADS, HEAD_SIZE)
         adapt_legacy_impl(NoOpLegacyImpl)
@@ -184,15 +206,19 @@ def main():
         out = torch.empty(T, HEADS, HEAD_SIZE)
         kv_cache, flat = torch.empty(0), [x.flatten(1) for x in (q3, k3, v3, out)]
         us = bench_us(
-            adapted=lambda: impl.forward(None, q3, k3, v3, kv_cache, metadata, output=out, output_scale=None,
-                                         output_block_scale=None),
-            direct=lambda: legacy(impl, None, q3.flatten(1), k3.flatten(1), v3.flatten(1), kv_cache, metadata,
-                                  output=out.flatten(1)),
+            adapted=lambda: impl.forward(
+                None, q3, k3, v3, kv_cache, metadata, output=out, output_scale=None, output_block_scale=None
+            ),
+            direct=lambda: legacy(
+                impl, None, q3.flatten(1), k3.flatten(1), v3.flatten(1), kv_cache, metadata, output=out.flatten(1)
+            ),
             direct_2d=lambda: legacy(impl, None, *flat[:3], kv_cache, metadata, output=flat[3]),
         )
-        print(f"   the adapter's own cost, no-op legacy impl: adapted / direct call doing the same work (2-D views "
-              f"made in the call) {_diff(us['adapted'], us['direct'])} | the four 2-D views themselves: direct / "
-              f"direct on ready 2-D tensors {_diff(us['direct'], us['direct_2d'])}")
+        print(
+            f"   the adapter's own cost, no-op legacy impl: adapted / direct call doing the same work (2-D views "
+            f"made in the call) {_diff(us['adapted'], us['direct'])} | the four 2-D views themselves: direct / "
+            f"direct on ready 2-D tensors {_diff(us['direct'], us['direct_2d'])}"
+        )
 
         plain = type("NoOpImpl", (NoOpImpl,), {})
         adopted = type("NoOpImpl", (NoOpImpl,), {})
@@ -201,13 +227,16 @@ def main():
             cls(HEADS, HEAD_SIZE, 1 / math.sqrt(HEAD_SIZE), KV_HEADS, HEAD_SIZE) for cls in (plain, adopted)
         )
         with CopiesInto(out) as counter:
-            adopted_impl.forward(None, q3, k3, v3, kv_cache, metadata, output=out, output_scale=None,
-                                 output_block_scale=None)
+            adopted_impl.forward(
+                None, q3, k3, v3, kv_cache, metadata, output=out, output_scale=None, output_block_scale=None
+            )
         us = bench_us(
-            adopted=lambda: adopted_impl.forward(None, q3, k3, v3, kv_cache, metadata, output=out, output_scale=None,
-                                                 output_block_scale=None),
-            plain=lambda: plain_impl.forward(None, q3, k3, v3, kv_cache, metadata, output=out, output_scale=None,
-                                             output_block_scale=None),
+            adopted=lambda: adopted_impl.forward(
+                None, q3, k3, v3, kv_cache, metadata, output=out, output_scale=None, output_block_scale=None
+            ),
+            plain=lambda: plain_impl.forward(
+                None, q3, k3, v3, kv_cache, metadata, output=out, output_scale=None, output_block_scale=None
+            ),
         )
         print("4. SGLang's rule around an out-of-tree impl's forward (the vLLM plugin), no-op impl returning output")
         print(f"   copies {counter.writes['copies']} | wrapped / unwrapped {_diff(us['adopted'], us['plain'])}")

@@ -148,8 +148,11 @@ def test_finding_positions_are_one_based():
 def test_parse_error_names_the_position():
     with pytest.raises(ParseError) as caught:
         migrate_source(
-            b"x = 1\ndef f(:\n    pass\n", path="bad.py", rules=all_rules(),
-            hierarchy=ClassHierarchy.build([]), unsafe_fixes=False,
+            b"x = 1\ndef f(:\n    pass\n",
+            path="bad.py",
+            rules=all_rules(),
+            hierarchy=ClassHierarchy.build([]),
+            unsafe_fixes=False,
         )
     assert caught.value.line == 2 and caught.value.column >= 1 and caught.value.message
 
@@ -178,7 +181,12 @@ def test_prefilter_tokens_are_selective():
 def test_registry_select_ignore_and_unknown_codes():
     assert [r.code for r in all_rules()] == sorted(r.code for r in all_rules())
     assert [r.code for r in select_rules(["VAC00"], ["VAC004", "VAC007"])] == [
-        "VAC001", "VAC002", "VAC003", "VAC005", "VAC006", "VAC008",
+        "VAC001",
+        "VAC002",
+        "VAC003",
+        "VAC005",
+        "VAC006",
+        "VAC008",
     ]
     assert [r.code for r in select_rules(["vac006"])] == ["VAC006"]
     with pytest.raises(ValueError, match="unknown rule code 'VAC9'.*VAC001"):
@@ -190,15 +198,29 @@ def test_rules_declare_everything_and_codes_are_unique():
         type("Broken", (Rule,), {"__doc__": "x", "code": "VAC990"})
     with pytest.raises(TypeError, match="selective"):
         type(
-            "Greedy", (Rule,),
-            {"__doc__": "x", "code": "VAC991", "name": "greedy", "summary": "s",
-             "fix_safety": all_rules()[0].fix_safety, "tokens": (b"out",)},
+            "Greedy",
+            (Rule,),
+            {
+                "__doc__": "x",
+                "code": "VAC991",
+                "name": "greedy",
+                "summary": "s",
+                "fix_safety": all_rules()[0].fix_safety,
+                "tokens": (b"out",),
+            },
         )
     with pytest.raises(TypeError, match="used by both"):
         type(
-            "Clash", (Rule,),
-            {"__doc__": "x", "code": "VAC001", "name": "clash", "summary": "s",
-             "fix_safety": all_rules()[0].fix_safety, "tokens": (b"output is not None",)},
+            "Clash",
+            (Rule,),
+            {
+                "__doc__": "x",
+                "code": "VAC001",
+                "name": "clash",
+                "summary": "s",
+                "fix_safety": all_rules()[0].fix_safety,
+                "tokens": (b"output is not None",),
+            },
         )
     assert [r.code for r in all_rules()][-1] == "VAC008"
 
@@ -224,8 +246,11 @@ def test_files_where_no_rule_can_apply_skip_libcst_but_still_report_syntax_error
     assert migrate(source).source is source and calls == []
     with pytest.raises(ParseError) as caught:
         migrate_source(
-            b"def forward(q, output=None):\n    assert output is not\n", path="bad.py", rules=all_rules(),
-            hierarchy=ClassHierarchy.build([]), unsafe_fixes=False,
+            b"def forward(q, output=None):\n    assert output is not\n",
+            path="bad.py",
+            rules=all_rules(),
+            hierarchy=ClassHierarchy.build([]),
+            unsafe_fixes=False,
         )
     assert caught.value.line == 2
 

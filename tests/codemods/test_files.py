@@ -92,7 +92,9 @@ def test_exclude_globs(path, patterns, expected):
 
 def test_exclude_applies_to_walked_and_named_files_relative_to_base(tmp_path):
     make_tree(tmp_path, {"pkg/a.py": "", "pkg/gen/b.py": "", "c.py": ""})
-    found, _, _ = discover([str(tmp_path / "pkg"), str(tmp_path / "c.py")], exclude=["pkg/gen", "c.py"], base=str(tmp_path))
+    found, _, _ = discover(
+        [str(tmp_path / "pkg"), str(tmp_path / "c.py")], exclude=["pkg/gen", "c.py"], base=str(tmp_path)
+    )
     assert relative_paths(found, tmp_path) == ["pkg/a.py"]
 
 
@@ -236,6 +238,7 @@ def test_write_atomic_falls_back_to_a_named_temporary_file(tmp_path, monkeypatch
         if obstacle == "permissions set by name only":  # as on Windows
             monkeypatch.delattr(sources.os, "fchmod", raising=False)
     else:
+
         def refused(*args, **kwargs):
             raise PermissionError(1, "Operation not permitted")
 

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from runner_trees import BASE, IMPL, IMPL_MIGRATED, write_tree
-
 from vllm_attn_compat.codemods import prefork, worker
 from vllm_attn_compat.codemods.handoff import settles
 from vllm_attn_compat.codemods.hierarchy import ClassHierarchy, index_module
 from vllm_attn_compat.codemods.runner import Options, run_paths
+
+from runner_trees import BASE, IMPL, IMPL_MIGRATED, write_tree
 
 # An attention class next to a helper class that derives from nothing vLLM: a later round could
 # still turn the helper into an attention class, so this file waits for the last round.

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import os
 
-from pool_tasks import remember_pid, square_or_die, tasks
-
 from vllm_attn_compat.codemods.parallel import IN_PROCESS_BELOW, WorkerCrashed, parallel_map
+
+from pool_tasks import remember_pid, square_or_die, tasks
 
 
 def test_small_jobs_run_in_this_process():
@@ -24,6 +24,4 @@ def test_a_dying_worker_costs_only_the_file_it_was_processing():
     results = dict(parallel_map(square_or_die, tasks(30), jobs=2, initializer=remember_pid))
     assert set(results) == {f"file{n}.py" for n in range(30)}
     assert isinstance(results.pop("file13.py"), WorkerCrashed)
-    assert {key: value[0] for key, value in results.items()} == {
-        f"file{n}.py": n * n for n in range(30) if n != 13
-    }
+    assert {key: value[0] for key, value in results.items()} == {f"file{n}.py": n * n for n in range(30) if n != 13}

@@ -3,15 +3,17 @@ a task's exception or an unpicklable result cost only the task concerned."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 
 import pytest
-from pool_tasks import remember_pid, square_or_die, state
 
 from vllm_attn_compat.codemods import prefork
 from vllm_attn_compat.codemods.parallel import WorkerCrashed
 from vllm_attn_compat.codemods.prefork import PreforkedWorker
+
+from pool_tasks import die_at_once, remember_pid, square_or_die, state
 
 pytestmark = pytest.mark.skipif(not prefork.available(), reason="no safe fork on this platform")
 
@@ -79,6 +81,20 @@ def test_a_task_that_kills_the_worker_costs_only_itself():
     assert {key: value[0] for key, value in results.items()} == {n: n * n for n in range(10, 17) if n != 13}
 
 
+def test_a_worker_dying_with_tasks_still_buffered_leaves_no_traceback(monkeypatch):
+    """The writer thread meets a closed pipe with frames still in its buffer: closing the stream would
+    flush them and raise BrokenPipeError in the thread, printed to stderr by threading's hook."""
+    raised = []
+    monkeypatch.setattr("threading.excepthook", raised.append)
+    worker = PreforkedWorker(remember_pid)
+    for n in range(60):
+        worker.submit(n, die_at_once, (b"x" * 2_000,))  # frames the stream buffers until flushed
+    results = dict(worker.results())
+    assert set(results) == set(range(60)) and all(isinstance(r, WorkerCrashed) for r in results.values())
+    worker._writer.join(10)
+    assert not worker._writer.is_alive() and raised == []
+
+
 def test_tasks_submitted_while_the_worker_sets_up_never_wait_for_it(tmp_path):
     # Far more than a pipe holds: were submit() to write them itself, it would block until the
     # worker's set-up ended, and the set-up ends only once all were submitted (or after 30 s).
@@ -144,7 +160,5 @@ def test_a_worker_whose_parent_died_exits_even_while_another_process_holds_its_p
         assert not _running(worker_pid) and _running(holder_pid)
     finally:
         for pid in (worker_pid, holder_pid):
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass

@@ -5,11 +5,11 @@ from __future__ import annotations
 import os
 import stat
 
-from runner_trees import BASE, IMPL, IMPL_MIGRATED, UNRELATED, write_tree
-
 from vllm_attn_compat.codemods import safety, worker
 from vllm_attn_compat.codemods.findings import Status
 from vllm_attn_compat.codemods.runner import Options, run_paths
+
+from runner_trees import BASE, IMPL, IMPL_MIGRATED, UNRELATED, write_tree
 
 
 def test_the_funnel_parses_only_files_with_tokens(tmp_path, plugin):
@@ -25,7 +25,9 @@ def test_a_hierarchy_spread_over_three_files_is_found_in_rounds(tmp_path):
     leaf = IMPL.replace("from plugin.base import PluginImplBase", "from plugin.middle import Middle").replace(
         "MyImpl(PluginImplBase)", "MyImpl(Middle)"
     )
-    write_tree(tmp_path, {"plugin/__init__.py": "", "plugin/base.py": BASE, "plugin/middle.py": middle, "plugin/leaf.py": leaf})
+    write_tree(
+        tmp_path, {"plugin/__init__.py": "", "plugin/base.py": BASE, "plugin/middle.py": middle, "plugin/leaf.py": leaf}
+    )
     report = run_paths([str(tmp_path)], Options(jobs=1))
     assert report.errors == [] and report.exit_code() == 0
     assert "assert output is not None" not in (tmp_path / "plugin/leaf.py").read_text()
@@ -51,9 +53,9 @@ def test_a_fork_of_vllm_is_indexed_by_its_package_even_where_no_line_says_vllm(t
 
 
 def test_an_unrelated_hierarchy_is_left_alone(tmp_path):
-    unrelated = IMPL.replace("from plugin.base import PluginImplBase", "from mylib.attention import AttentionImpl").replace(
-        "MyImpl(PluginImplBase)", "MyImpl(AttentionImpl)"
-    )
+    unrelated = IMPL.replace(
+        "from plugin.base import PluginImplBase", "from mylib.attention import AttentionImpl"
+    ).replace("MyImpl(PluginImplBase)", "MyImpl(AttentionImpl)")
     write_tree(tmp_path, {"other.py": unrelated})
     report = run_paths([str(tmp_path)], Options(jobs=1))
     assert report.findings == [] and (tmp_path / "other.py").read_text() == unrelated
@@ -96,7 +98,9 @@ def test_a_rewrite_failing_a_safety_check_is_not_written(plugin, monkeypatch):
     report = run_paths([str(plugin)], Options(jobs=1))
     assert report.exit_code() == 2 and report.changed == []
     [error] = report.errors
-    assert error.path.endswith("impl.py") and "failed a safety check (line 3 ends with LF, expected CRLF)" in error.message
+    assert (
+        error.path.endswith("impl.py") and "failed a safety check (line 3 ends with LF, expected CRLF)" in error.message
+    )
     assert (plugin / "plugin/impl.py").read_text() == IMPL
 
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from runner_trees import IMPL, IMPL_MIGRATED, write_tree
-
-from vllm_attn_compat.codemods import parallel, prefork
+from vllm_attn_compat.codemods import prefork
 from vllm_attn_compat.codemods.runner import Options, run_paths
+
+from runner_trees import IMPL, IMPL_MIGRATED, write_tree
 
 DIRECT = IMPL.replace("from plugin.base import PluginImplBase", "from vllm.v1.attention.backend import AttentionImpl")
 DIRECT = DIRECT.replace("MyImpl(PluginImplBase)", "MyImpl(AttentionImpl)")
@@ -14,7 +14,9 @@ DIRECT_MIGRATED = IMPL_MIGRATED.replace(
 ).replace("MyImpl(PluginImplBase)", "MyImpl(AttentionImpl)")
 
 # torch's case: a class named Attention that is no vLLM class, and a scoped rule's token.
-TORCH_LIKE = "import torch.nn as nn\n\n\nclass Attention(nn.Module):\n    def forward(self, x, output: int):\n        return x\n"
+TORCH_LIKE = (
+    "import torch.nn as nn\n\n\nclass Attention(nn.Module):\n    def forward(self, x, output: int):\n        return x\n"
+)
 
 
 def _record_warm_pools(monkeypatch) -> list:
@@ -57,40 +59,36 @@ def test_no_workers_start_for_a_class_that_is_merely_named_attention(tmp_path, m
     assert started == [] and report.findings == [] and report.parsed == 0
 
 
-def test_more_files_than_the_early_workers_can_take_go_to_a_full_pool(tmp_path, monkeypatch):
+def test_more_files_than_the_early_workers_can_take_are_shared_with_the_other_jobs(tmp_path, monkeypatch):
     from runner_trees import BASE
 
     started = _record_warm_pools(monkeypatch)
     # Three files are probable before the hierarchy pass (they import vLLM); twelve more turn out
-    # to derive from the plugin's base: one early worker would be too few for fifteen files, so it
-    # takes the first few that are settled and a full pool the rest.
+    # to derive from the plugin's base: past the first few settled files, the early worker takes its
+    # share of the rest and the other job (here, this process) the others.
     layout = {f"direct{n}.py": DIRECT for n in range(3)} | {"plugin/__init__.py": "", "plugin/base.py": BASE}
     layout |= {f"plugin/impl{n}.py": IMPL for n in range(12)}
     write_tree(tmp_path, layout)
     report = run_paths([str(tmp_path)], Options(jobs=2))
-    assert len(started) == 1 and started[0].workers == 1
-    assert 0 < len(started[0].submitted) <= parallel.IN_PROCESS_BELOW
+    assert len(started) == 1 and started[0].workers == 1 and started[0].submitted
     assert report.errors == [] and len(report.changed) == 15
     assert all((tmp_path / f"plugin/impl{n}.py").read_text() == IMPL_MIGRATED for n in range(12))
 
 
-def test_the_cli_forks_its_worker_before_reading_when_given_a_folder(tmp_path, monkeypatch):
-    from vllm_attn_compat.codemods import cli, sources
+def test_the_early_workers_share_goes_by_size_largest_first():
+    from vllm_attn_compat.codemods.runner import _IMPORT_IN_BYTES, _early_share
 
-    started = _record_warm_pools(monkeypatch)
-    workers_when_read: list[int] = []
-    real_read = sources.read_source
+    class Item:
+        def __init__(self, size: int) -> None:
+            self.source = b"x" * size
 
-    def read_source(path):
-        workers_when_read.append(len(started))
-        return real_read(path)
-
-    monkeypatch.setattr(sources, "read_source", read_source)
-    write_tree(tmp_path, {"impl.py": DIRECT, "model.py": TORCH_LIKE})
-    assert cli.main(["migrate", "--check", "--quiet", "-j", "2", str(tmp_path)]) == 1
-    assert len(started) == 1 and started[0].submitted == [str(tmp_path / "impl.py")]
-    assert workers_when_read == [1, 1]  # forked before the first file was read
-    # One job, or files named one by one: no worker before a file shows it needs one (this one does not).
-    assert cli.main(["migrate", "--check", "--quiet", "-j", "1", str(tmp_path)]) == 1
-    assert cli.main(["migrate", "--check", "--quiet", "-j", "2", str(tmp_path / "model.py")]) == 0
-    assert len(started) == 1
+    items = [Item(size) for size in (200_000, 500_000, 300_000, 400_000)]
+    mine, theirs = _early_share(items, 0, jobs=2)
+    # 500k to the early worker (it has imported libcst), 400k to the other (which has not), 300k to the
+    # other (480k against 500k), 200k to the early worker.
+    assert [len(i.source) for i in mine] == [500_000, 200_000]
+    assert [len(i.source) for i in theirs] == [400_000, 300_000]
+    assert _IMPORT_IN_BYTES < 200_000
+    # Work already sent counts; three jobs share the rest two to one.
+    mine, theirs = _early_share(items, 10**6, jobs=3)
+    assert mine == [] and len(theirs) == 4

@@ -24,7 +24,9 @@ def test_short_tokens_are_their_own_anchor():
 
 
 # Sources built from pieces of the real tokens, so near-misses (a token cut short) are common.
-pieces = st.sampled_from([t[: len(t) // 2] for t in RULE_TOKENS] + [t[len(t) // 2 :] for t in RULE_TOKENS] + list(RULE_TOKENS))
+pieces = st.sampled_from(
+    [t[: len(t) // 2] for t in RULE_TOKENS] + [t[len(t) // 2 :] for t in RULE_TOKENS] + list(RULE_TOKENS)
+)
 sources = st.lists(st.one_of(pieces, st.binary(max_size=6)), max_size=8).map(b"".join)
 
 

@@ -10,7 +10,9 @@ TOKENS = (b"vllm.v1.attention", b"unified_attention", b"class Attention(")
 PADDING = b"x = scaled_dot_product_attention(q, k, v)\n"
 
 
-@pytest.mark.parametrize("occurrences", [0, 1, _OCCURRENCES_CHECKED - 1, _OCCURRENCES_CHECKED, 5 * _OCCURRENCES_CHECKED])
+@pytest.mark.parametrize(
+    "occurrences", [0, 1, _OCCURRENCES_CHECKED - 1, _OCCURRENCES_CHECKED, 5 * _OCCURRENCES_CHECKED]
+)
 @pytest.mark.parametrize("token", TOKENS)
 def test_a_token_after_many_occurrences_of_its_anchor_is_found(occurrences, token):
     scan = TokenScan(TOKENS)

@@ -90,6 +90,9 @@ def build_parser() -> argparse.ArgumentParser:
     migrate.add_argument("--jobs", "-j", type=_jobs, default=None, help="worker processes (default: all cores)")
     migrate.add_argument("--format", choices=("text", "json", "github"), default="text", help="report format")
     migrate.add_argument(
+        "--cache-dir", metavar="DIR", help="keep results in DIR and reuse them while nothing they depend on changed"
+    )
+    migrate.add_argument(
         "--quiet", "-q", action="store_true", help="print findings and errors only: no summary, no progress"
     )
     migrate.add_argument("--stdin-filename", metavar="NAME", help="the name to report for '-' (standard input)")
@@ -120,6 +123,8 @@ def _options(args: argparse.Namespace) -> Options:
     )
     if args.jobs is not None:
         options = dataclasses.replace(options, jobs=args.jobs)
+    if args.cache_dir is not None:
+        options = dataclasses.replace(options, cache_dir=args.cache_dir)
     configured = (("select", args.select is None), ("ignore", args.ignore is None and args.select is None))
     for key, from_config in configured:
         codes = getattr(config, key)

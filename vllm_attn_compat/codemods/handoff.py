@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from vllm_attn_compat.codemods import engine, worker
+from vllm_attn_compat.codemods.classscan import ScannedIndex
 from vllm_attn_compat.codemods.hierarchy import ClassHierarchy, ModuleIndex
 from vllm_attn_compat.codemods.prefork import PreforkedWorker
 
@@ -27,6 +28,8 @@ def settles(index: ModuleIndex, hierarchy: ClassHierarchy) -> bool:
     calls in other files can withhold (`callsites`) waits for them: later rounds may find more."""
     from vllm_attn_compat.codemods import callsites
 
+    if isinstance(index, ScannedIndex):  # its classes were not indexed: a later round may parse it
+        return False
     if callsites.has_methods(index):
         return False
     return hierarchy.patches_decided(index) and all(
@@ -66,9 +69,7 @@ class Handoff:
         self.warm.submit(path, worker.migrate_file_with, (pickled, source, path))
         self.sent.add(path)
 
-    def after_round(
-        self, hierarchy: ClassHierarchy, indexes: Mapping[str, Any], sources: Mapping[str, bytes]
-    ) -> None:
+    def after_round(self, hierarchy: ClassHierarchy, indexes: Mapping[str, Any], sources: Mapping[str, bytes]) -> None:
         names = hierarchy.attention_class_names()
         pickled: bytes | None = None
         for path, index in indexes.items():

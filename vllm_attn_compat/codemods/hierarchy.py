@@ -252,6 +252,7 @@ class _Indexer:
         """The patches found, those without a resolved target only where the module uses vLLM."""
         entries: list[PatchEntry] = []
         for node, qualname, local_scopes in self.pending_patches:
+
             def resolve(expr: ast.expr, scopes=local_scopes) -> str | None:
                 return self.resolve_bound(expr, scopes)
 
@@ -386,7 +387,9 @@ class ClassHierarchy:
         return result
 
     def _is_attention_reference(self, reference: str) -> bool:
-        return is_vllm_base(reference) or any(self.is_attention_class(other) for other in self._classes_named(reference))
+        return is_vllm_base(reference) or any(
+            self.is_attention_class(other) for other in self._classes_named(reference)
+        )
 
     def patch_scope(self, full_name: str, kind: str) -> str | None:
         """``"attention"`` when the function (``kind`` ATTRIBUTE) or class (MEMBERS) ``full_name`` is copied

@@ -13,6 +13,7 @@ the one that kills a worker and runs the others, as for any pool.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import sys
@@ -85,7 +86,8 @@ class PreforkedWorker:
             import threading
 
             self._outbox = queue.SimpleQueue()
-            threading.Thread(target=_write_frames, args=(self._tasks, self._outbox), daemon=True).start()
+            self._writer = threading.Thread(target=_write_frames, args=(self._tasks, self._outbox), daemon=True)
+            self._writer.start()
         self.used = True
         self._pending.append((key, function, arguments))
         self._outbox.put(pickle.dumps((function, arguments), pickle.HIGHEST_PROTOCOL))
@@ -120,10 +122,8 @@ class PreforkedWorker:
         import signal
 
         if kill:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(self.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
         os.waitpid(self.pid, 0)
         self.pid = None
         self._results.close()
@@ -158,7 +158,9 @@ def _write_frames(stream, outbox) -> None:
     except OSError:  # BrokenPipeError: the worker is gone, and `results` retries what it left
         pass
     finally:
-        stream.close()
+        # Closing flushes what is still buffered, into the same closed pipe (and closes it anyway).
+        with contextlib.suppress(OSError):
+            stream.close()
 
 
 class _OrphanReader:

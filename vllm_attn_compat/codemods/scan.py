@@ -37,7 +37,9 @@ def _preference(gram: bytes) -> tuple[int, int, bytes, bytes]:
     return -len(gram), -sum(not (97 <= byte <= 122) for byte in gram), bytes(255 - byte for byte in gram), gram
 
 
-def choose_anchors(tokens: Iterable[bytes], length: int = ANCHOR_LENGTH, shortest: int | None = None) -> tuple[bytes, ...]:
+def choose_anchors(
+    tokens: Iterable[bytes], length: int = ANCHOR_LENGTH, shortest: int | None = None
+) -> tuple[bytes, ...]:
     """Few substrings such that each token contains at least one (greedy set cover).
 
     Candidates are each token's substrings of ``shortest`` (default: ``length``) to ``length`` bytes,
@@ -119,13 +121,17 @@ class TokenScan:
         # confirms it (any token found there is a token of the file), instead of a test per token. A
         # token found at ``p`` first holds the anchor at ``p + token.index(anchor)``, and every
         # occurrence of the anchor is visited, so that window is all there is to search.
-        self._windows = () if whole_words else tuple(
-            (
-                re.compile(b"|".join(re.escape(token) for token in sorted(group))),
-                max(token.index(anchor) for token in group),
-                max(len(token) - token.index(anchor) for token in group),
+        self._windows = (
+            ()
+            if whole_words
+            else tuple(
+                (
+                    re.compile(b"|".join(re.escape(token) for token in sorted(group))),
+                    max(token.index(anchor) for token in group),
+                    max(len(token) - token.index(anchor) for token in group),
+                )
+                for anchor, group in self.groups
             )
-            for anchor, group in self.groups
         )
 
     @property

@@ -75,7 +75,7 @@ def source_encoding(source: bytes) -> str:
         line, column = position_of(source, error.start)
         declared = "UTF-8 (no coding declaration)" if encoding == "utf-8" else encoding
         raise SourceError(
-            f"cannot decode byte {source[error.start:error.start + 1]!r}: expected {declared} text", line, column
+            f"cannot decode byte {source[error.start : error.start + 1]!r}: expected {declared} text", line, column
         ) from None
     return encoding
 

@@ -29,8 +29,19 @@ def index_file(source: bytes, path: str):
     """The file's class index (``hierarchy.ModuleIndex``), or a :class:`FileError` if it does not parse."""
     from vllm_attn_compat.codemods import hierarchy
 
+    return _parsed(hierarchy.index_module, source, path)
+
+
+def check_syntax(source: bytes, path: str):
+    """True, or a :class:`FileError` if the file does not parse (as :func:`index_file` reports it)."""
+    import ast
+
+    return _parsed(lambda text, name: ast.parse(text, filename=name) and True, source, path)
+
+
+def _parsed(parse, source: bytes, path: str):
     try:
-        return hierarchy.index_module(source, path)
+        return parse(source, path)
     except SyntaxError as error:
         return FileError(path, error.lineno or 1, error.offset or 1, f"could not parse: {error.msg}")
     except (RecursionError, MemoryError):

@@ -28,7 +28,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from vllm_attn_compat.backends import (  # noqa: E402
+from vllm_attn_compat.backends import (
     Attention,
     AttentionBackend,
     AttentionImpl,

@@ -139,8 +139,8 @@ def per_file_costs(paths: list[str], loops: int, ignored: list[str]) -> tuple[fl
     """Mean seconds per file: our migration (all rules) and a bare libcst parse + render."""
     import libcst
 
-    from vllm_attn_compat.codemods.engine import migrate_source
-    from vllm_attn_compat.codemods.hierarchy import ClassHierarchy, index_module
+    from vllm_attn_compat.codemods.engine.migrate import migrate_source
+    from vllm_attn_compat.codemods.index.hierarchy import ClassHierarchy, index_module
     from vllm_attn_compat.codemods.registry import select_rules
 
     sources = {path: open(path, "rb").read() for path in paths}
@@ -176,7 +176,7 @@ def main() -> int:
     parser.add_argument("--ignore", default="", help="rule codes to leave out of migrate and grep (what-if runs)")
     args = parser.parse_args()
 
-    from vllm_attn_compat.codemods.engine import prefilter_tokens
+    from vllm_attn_compat.codemods.engine.migrate import prefilter_tokens
     from vllm_attn_compat.codemods.registry import select_rules
 
     ignored = [code for code in args.ignore.split(",") if code]

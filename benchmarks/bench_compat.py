@@ -28,15 +28,20 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "compat")]
 
-from compat_helpers import CopiesInto  # noqa: E402
-
 from vllm_attn_compat import compat  # noqa: E402
-from vllm_attn_compat.backends import Attention, AttentionBackend, AttentionImpl, AttentionMetadata  # noqa: E402
-from vllm_attn_compat.backends import set_forward_context  # noqa: E402
+from vllm_attn_compat.backends import (  # noqa: E402
+    Attention,
+    AttentionBackend,
+    AttentionImpl,
+    AttentionMetadata,
+    set_forward_context,
+)
 from vllm_attn_compat.compat import VllmAttnCompatDeprecationWarning, adapt_legacy_impl  # noqa: E402
 from vllm_attn_compat.compat.adopt import LEGACY_FORWARD, adopt_returned_result  # noqa: E402
 from vllm_attn_compat.compat.deprecation import warn_once  # noqa: E402
 from vllm_attn_compat.compat.forwarders import UNIFIED_ATTENTION_MESSAGE, forward_unified_attention  # noqa: E402
+
+from compat_helpers import CopiesInto  # noqa: E402
 
 T, HEADS, KV_HEADS, HEAD_SIZE = 8, 8, 8, 64
 

@@ -128,7 +128,7 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=len(os.sched_getaffinity(0)), help="migrate's processes")
     args = parser.parse_args()
 
-    from vllm_attn_compat.codemods.engine import prefilter_tokens
+    from vllm_attn_compat.codemods.engine.migrate import prefilter_tokens
     from vllm_attn_compat.codemods.registry import select_rules
 
     os.makedirs(args.cache_dir, exist_ok=True)

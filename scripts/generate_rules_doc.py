@@ -18,7 +18,7 @@ DOC = ROOT / "docs" / "rules.md"
 
 def render() -> str:
     sys.path.insert(0, str(ROOT))
-    from vllm_attn_compat.codemods.docs import render_rules
+    from vllm_attn_compat.codemods.engine.docs import render_rules
     from vllm_attn_compat.codemods.registry import all_rules
 
     return render_rules(all_rules())

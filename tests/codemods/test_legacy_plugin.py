@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from vllm_attn_compat.codemods.engine import migrate_source
+from vllm_attn_compat.codemods.engine.migrate import migrate_source
 from vllm_attn_compat.codemods.findings import Status
-from vllm_attn_compat.codemods.hierarchy import ClassHierarchy, index_module
+from vllm_attn_compat.codemods.index.hierarchy import ClassHierarchy, index_module
 from vllm_attn_compat.codemods.registry import all_rules
 
 PLUGIN = Path(__file__).resolve().parents[2] / "examples" / "legacy_plugin"

@@ -16,13 +16,13 @@ from collections import Counter
 import pytest
 
 engine = pytest.importorskip(
-    "vllm_attn_compat.codemods.engine", reason="the codemod engine (issue 3) is not in the tree yet"
+    "vllm_attn_compat.codemods.engine.migrate", reason="the codemod engine (issue 3) is not in the tree yet"
 )
 registry = pytest.importorskip(
     "vllm_attn_compat.codemods.registry", reason="the rule registry (issue 3) is not in the tree yet"
 )
 hierarchy = pytest.importorskip(
-    "vllm_attn_compat.codemods.hierarchy", reason="the class hierarchy (issue 3) is not in the tree yet"
+    "vllm_attn_compat.codemods.index.hierarchy", reason="the class hierarchy (issue 3) is not in the tree yet"
 )
 
 ALL_RULES = registry.all_rules()

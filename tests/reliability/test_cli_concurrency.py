@@ -15,7 +15,7 @@ from .cli_run import LEGACY, PLAIN, legacy_variant, run_cli, snapshot
 # wraps the engine so that one chosen file kills (or breaks) the process migrating it.
 _SITECUSTOMIZE = textwrap.dedent("""
     import os
-    import vllm_attn_compat.codemods.engine as _engine
+    import vllm_attn_compat.codemods.engine.migrate as _engine
 
     _migrate_source = _engine.migrate_source
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from hypothesis import given, note
 
-from vllm_attn_compat.codemods.runner import Options, run_paths
+from vllm_attn_compat.codemods.run.runner import Options, run_paths
 
 from .legacy_callers import PROBE, STUBS, GeneratedPlugin, plugins_with_callers
 from .profile import reliability_settings

@@ -17,12 +17,13 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, NoReturn
 
 from vllm_attn_compat import __version__
-from vllm_attn_compat.codemods import dependencies, registry
-from vllm_attn_compat.codemods.config import ConfigError
+from vllm_attn_compat.codemods import registry
+from vllm_attn_compat.codemods.run import dependencies
+from vllm_attn_compat.codemods.run.config import ConfigError
 
 if TYPE_CHECKING:
-    from vllm_attn_compat.codemods.prefork import PreforkedWorker
-    from vllm_attn_compat.codemods.runner import Options
+    from vllm_attn_compat.codemods.run.prefork import PreforkedWorker
+    from vllm_attn_compat.codemods.run.runner import Options
 
 EPILOG = (
     "exit codes: 0 nothing left to do; 1 findings remain, or --check/--diff would change a file; "
@@ -102,8 +103,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _options(args: argparse.Namespace) -> Options:
-    from vllm_attn_compat.codemods.config import load_config
-    from vllm_attn_compat.codemods.runner import Options
+    from vllm_attn_compat.codemods.run.config import load_config
+    from vllm_attn_compat.codemods.run.runner import Options
 
     start = (args.stdin_filename or ".") if args.paths == ["-"] else args.paths[0]
     config = load_config(start)
@@ -140,7 +141,7 @@ def _early_worker(args: argparse.Namespace) -> PreforkedWorker | None:
     """A worker forked as soon as the command line is read, when the run is over folders: those very
     likely hold a file that needs libcst, and the worker imports it while this process lists and reads
     the files (the modules imported so far serve both processes; those imported after, only this one)."""
-    from vllm_attn_compat.codemods import parallel, prefork, worker
+    from vllm_attn_compat.codemods.run import parallel, prefork, worker
 
     jobs = args.jobs or parallel.available_cores()
     if prefork.worth_starting(jobs) and "-" not in args.paths and any(os.path.isdir(p) for p in args.paths):
@@ -158,8 +159,8 @@ def _migrate(args: argparse.Namespace) -> int:
 
 
 def _migrate_with(args: argparse.Namespace, warm: PreforkedWorker | None) -> int:
-    from vllm_attn_compat.codemods.report import render
-    from vllm_attn_compat.codemods.runner import run_paths, run_source
+    from vllm_attn_compat.codemods.run.report import render
+    from vllm_attn_compat.codemods.run.runner import run_paths, run_source
 
     options = _options(args)
     for stream in (sys.stdout, sys.stderr):
@@ -195,7 +196,7 @@ def _rules(args: argparse.Namespace) -> int:
         for rule in known:
             print(f"{rule.code}  {rule.name:<{width}}  {rule.fix_safety.value:<12}  {rule.summary}")
         return 0
-    from vllm_attn_compat.codemods.docs import render_rule
+    from vllm_attn_compat.codemods.engine.docs import render_rule
 
     wanted = args.code.strip()
     for rule in known:

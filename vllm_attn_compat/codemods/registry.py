@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from functools import lru_cache
 
 from vllm_attn_compat.codemods import rules as _rules_package
-from vllm_attn_compat.codemods.rule import _REGISTRY, Rule
+from vllm_attn_compat.codemods.engine.rule import _REGISTRY, Rule
 
 
 @lru_cache(maxsize=1)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from vllm_attn_compat.codemods.docs import render_rule, render_rules
+from vllm_attn_compat.codemods.engine.docs import render_rule, render_rules
 from vllm_attn_compat.codemods.registry import all_rules
 
 DOC = Path(__file__).resolve().parents[3] / "docs" / "rules.md"

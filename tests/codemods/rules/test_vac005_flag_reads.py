@@ -164,7 +164,7 @@ def test_comments_closing_the_kept_branch_stay_after_its_statements():
 
 def _safe_rewrite(text: str) -> str:
     """The unsafe migration of ``text``, after the same safety checks the runner makes before writing."""
-    from vllm_attn_compat.codemods import safety
+    from vllm_attn_compat.codemods.engine import safety
 
     result = run(text, ["VAC005"], unsafe=True)
     problems = safety.check_rewrite(

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from vllm_attn_compat.codemods.edits import RemoveStatement
+from vllm_attn_compat.codemods.engine.edits import RemoveStatement
+from vllm_attn_compat.codemods.engine.rule import Example, Rule, class_source
 from vllm_attn_compat.codemods.findings import FixSafety, Status
-from vllm_attn_compat.codemods.rule import Example, Rule, class_source
 
 if TYPE_CHECKING:
     import libcst as cst
@@ -152,7 +152,7 @@ class AssertOutputNotNone(Rule):
     )
 
     def visit_Assert(self, node: cst.Assert) -> None:
-        from vllm_attn_compat.codemods import patterns
+        from vllm_attn_compat.codemods.engine import patterns
 
         method = self.ctx.output_method()
         if method is None or not patterns.contains_none_test(node.test):

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from vllm_attn_compat.codemods.edits import CommentSink, Replace
+from vllm_attn_compat.codemods.engine.edits import CommentSink, Replace
+from vllm_attn_compat.codemods.engine.rule import Example, Rule, class_source
 from vllm_attn_compat.codemods.findings import FixSafety, Status
-from vllm_attn_compat.codemods.rule import Example, Rule, class_source
 
 if TYPE_CHECKING:
     import libcst as cst
@@ -26,8 +26,8 @@ def _optional_inner(annotation: cst.BaseExpression) -> cst.BaseExpression | None
     """The ``X`` of ``Optional[X]``, ``Union[X, None]``, ``X | None`` or ``None | X``; else None."""
     import libcst as cst
 
-    from vllm_attn_compat.codemods.patterns import is_name
-    from vllm_attn_compat.codemods.scope import dotted_name
+    from vllm_attn_compat.codemods.engine.patterns import is_name
+    from vllm_attn_compat.codemods.engine.scope import dotted_name
 
     if isinstance(annotation, cst.BinaryOperation) and isinstance(annotation.operator, cst.BitOr):
         if is_name(annotation.right, "None"):
@@ -359,7 +359,7 @@ class RequiredOutputParameter(Rule):
     )
 
     def visit_Param(self, node: cst.Param) -> None:
-        from vllm_attn_compat.codemods.patterns import is_name
+        from vllm_attn_compat.codemods.engine.patterns import is_name
 
         method = self.ctx.output_method()
         if method is None or node is not method.param("output") or not is_name(node.default, "None"):
@@ -388,7 +388,7 @@ class RequiredOutputParameter(Rule):
                 equal=cst.MaybeSentinel.DEFAULT,
             )
 
-        from vllm_attn_compat.codemods.callsites import withheld_reason
+        from vllm_attn_compat.codemods.index.callsites import withheld_reason
 
         message = "`output` defaults to None, but vLLM >= 0.20 always passes the output buffer: make it required"
         reason = withheld_reason(self.ctx, method, self.code)

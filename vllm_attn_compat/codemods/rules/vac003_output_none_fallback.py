@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from vllm_attn_compat.codemods.edits import RemoveStatement
+from vllm_attn_compat.codemods.engine.edits import RemoveStatement
+from vllm_attn_compat.codemods.engine.rule import Example, Rule, class_source
 from vllm_attn_compat.codemods.findings import FixSafety, Status
-from vllm_attn_compat.codemods.rule import Example, Rule, class_source
 
 if TYPE_CHECKING:
     import libcst as cst
@@ -43,8 +43,8 @@ def _is_allocation_fallback(node: cst.If) -> bool:
     """``if output is None: output = <allocation call>`` with no other statement and no else."""
     import libcst as cst
 
-    from vllm_attn_compat.codemods.patterns import is_name, none_test
-    from vllm_attn_compat.codemods.scope import dotted_name
+    from vllm_attn_compat.codemods.engine.patterns import is_name, none_test
+    from vllm_attn_compat.codemods.engine.scope import dotted_name
 
     if none_test(node.test) != "is" or node.orelse is not None:
         return False
@@ -67,7 +67,7 @@ def _at_method_start(method_body: cst.BaseSuite, node: cst.CSTNode) -> bool:
     """Only a docstring, asserts or ``pass`` come before ``node`` in the method body."""
     import libcst as cst
 
-    from vllm_attn_compat.codemods.patterns import is_docstring
+    from vllm_attn_compat.codemods.engine.patterns import is_docstring
 
     for statement in method_body.body:
         if statement is node:
@@ -185,7 +185,7 @@ class OutputNoneFallback(Rule):
     def visit_Comparison(self, node: cst.Comparison) -> None:
         import libcst as cst
 
-        from vllm_attn_compat.codemods.patterns import (
+        from vllm_attn_compat.codemods.engine.patterns import (
             none_test,
             rebinds_outside_none_guards,
         )
@@ -209,7 +209,7 @@ class OutputNoneFallback(Rule):
             and isinstance(body, cst.BaseSuite)  # always, once it holds the fallback (a lambda's is an expression)
             and _at_method_start(body, fallback)
         ):
-            from vllm_attn_compat.codemods.callsites import withheld_reason
+            from vllm_attn_compat.codemods.index.callsites import withheld_reason
 
             message = "this fallback is dead: vLLM >= 0.20 always passes the output buffer"
             reason = withheld_reason(self.ctx, method, self.code)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from vllm_attn_compat.codemods.edits import RemoveStatement
+from vllm_attn_compat.codemods.engine.edits import RemoveStatement
+from vllm_attn_compat.codemods.engine.rule import Example, Rule, class_source
 from vllm_attn_compat.codemods.findings import FixSafety, Status
-from vllm_attn_compat.codemods.rule import Example, Rule, class_source
 
 if TYPE_CHECKING:
     import libcst as cst
@@ -233,7 +233,7 @@ class AcceptOutputBuffer(Rule):
     def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
         import libcst as cst
 
-        from vllm_attn_compat.codemods.patterns import is_name
+        from vllm_attn_compat.codemods.engine.patterns import is_name
 
         frame = self.ctx.attention_class()
         if frame is None or not self._in_class_body():

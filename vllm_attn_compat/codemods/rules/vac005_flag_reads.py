@@ -6,9 +6,9 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, TypeGuard
 
-from vllm_attn_compat.codemods.edits import CommentSink, Edit, RemoveStatement, Replace
+from vllm_attn_compat.codemods.engine.edits import CommentSink, Edit, RemoveStatement, Replace
+from vllm_attn_compat.codemods.engine.rule import Example, Rule, class_source
 from vllm_attn_compat.codemods.findings import FixSafety, Status
-from vllm_attn_compat.codemods.rule import Example, Rule, class_source
 
 if TYPE_CHECKING:
     import libcst as cst
@@ -27,7 +27,7 @@ def _comments(nodes: Iterable[cst.CSTNode]) -> Counter[str]:
     """The text of every comment in ``nodes`` (``libcst`` nodes or ``EmptyLine``s), their own leading lines included."""
     import libcst as cst
 
-    from vllm_attn_compat.codemods.walk import walk
+    from vllm_attn_compat.codemods.engine.walk import walk
 
     found: Counter[str] = Counter()
 
@@ -45,7 +45,7 @@ def _true_branch(node: cst.If, sink: CommentSink) -> cst.FlattenSentinel[cst.Bas
     """Statements that replace ``if <flag>: A else: B``: A, its comments kept, B's declared removed."""
     import libcst as cst
 
-    from vllm_attn_compat.codemods.apply import comment_line, leading_lines
+    from vllm_attn_compat.codemods.engine.apply import comment_line, leading_lines
 
     body = node.body
     footer: list[cst.EmptyLine] = []
@@ -326,7 +326,7 @@ class FlagReads(Rule):
     def visit_Call(self, node: cst.Call) -> None:
         import libcst as cst
 
-        from vllm_attn_compat.codemods.patterns import is_name
+        from vllm_attn_compat.codemods.engine.patterns import is_name
 
         if not (isinstance(node.func, cst.Name) and node.func.value in ("getattr", "hasattr")):
             return

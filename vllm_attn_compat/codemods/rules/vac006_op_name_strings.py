@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from vllm_attn_compat.codemods.edits import CommentSink, Replace
+from vllm_attn_compat.codemods.engine.edits import CommentSink, Replace
+from vllm_attn_compat.codemods.engine.rule import Example, Rule
 from vllm_attn_compat.codemods.findings import FixSafety, Status
-from vllm_attn_compat.codemods.rule import Example, Rule
 
 if TYPE_CHECKING:
     from typing import TypeAlias
@@ -38,7 +38,7 @@ def _drop_elements(old: str) -> Callable[[_Literal, CommentSink], _Literal]:
     """Drop every element equal to ``old``; every comment around them stays in the literal."""
 
     def build(literal: _Literal, sink: CommentSink) -> _Literal:
-        from vllm_attn_compat.codemods.literal_edits import drop_elements
+        from vllm_attn_compat.codemods.engine.literal_edits import drop_elements
 
         return drop_elements(literal, lambda element: _string_value(element.value) == old)
 

@@ -4,17 +4,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from vllm_attn_compat.codemods.edits import AddImport, DropUnusedImport, Replace
+from vllm_attn_compat.codemods.engine.edits import AddImport, DropUnusedImport, Replace
+from vllm_attn_compat.codemods.engine.rule import Example, Rule
 from vllm_attn_compat.codemods.findings import FixSafety, Status
-from vllm_attn_compat.codemods.rule import Example, Rule
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
     import libcst as cst
 
-    from vllm_attn_compat.codemods.edits import CommentSink, Edit
-    from vllm_attn_compat.codemods.scope import FunctionFrame
+    from vllm_attn_compat.codemods.engine.edits import CommentSink, Edit
+    from vllm_attn_compat.codemods.engine.scope import FunctionFrame
 
     # What _move_import's builder is given and builds: the import line, or it with the compat import.
     _Lines = cst.SimpleStatementLine | cst.FlattenSentinel[cst.BaseStatement]
@@ -215,7 +215,7 @@ class OldOpCalls(Rule):
     def visit_Attribute(self, node: cst.Attribute) -> None:
         import libcst as cst
 
-        from vllm_attn_compat.codemods.scope import dotted_name
+        from vllm_attn_compat.codemods.engine.scope import dotted_name
 
         reference = dotted_name(node) or ""
         op = _OP_REFERENCES.get(reference) or self._module_function(reference)
@@ -260,7 +260,7 @@ class OldOpCalls(Rule):
         """Report ``call`` with the rewrite into the with-output form, if the shape is known here."""
         import libcst as cst
 
-        from vllm_attn_compat.codemods import with_output as form
+        from vllm_attn_compat.codemods.engine import with_output as form
 
         small, line, block = (self.ctx.parent(levels + n) for n in (1, 2, 3))
         if not (
@@ -332,7 +332,7 @@ class OldOpCalls(Rule):
     def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
         import libcst as cst
 
-        from vllm_attn_compat.codemods.scope import as_name, dotted_name
+        from vllm_attn_compat.codemods.engine.scope import as_name, dotted_name
 
         if node.relative or node.module is None or isinstance(node.names, cst.ImportStar):
             return
@@ -380,7 +380,7 @@ def _move_import(op: str) -> Callable[[_Lines, CommentSink], cst.FlattenSentinel
 
         import libcst as cst
 
-        from vllm_attn_compat.codemods.apply import inner_comments, module_name
+        from vllm_attn_compat.codemods.engine.apply import inner_comments, module_name
 
         nodes: list[cst.BaseStatement] = list(line.nodes) if isinstance(line, cst.FlattenSentinel) else [line]
         old = next(index for index, node in enumerate(nodes) if _names(node, op))
@@ -436,7 +436,7 @@ def _names(line: cst.CSTNode, op: str) -> bool:
 def _is_compat_line(line: cst.CSTNode) -> bool:
     import libcst as cst
 
-    from vllm_attn_compat.codemods.scope import dotted_name
+    from vllm_attn_compat.codemods.engine.scope import dotted_name
 
     statement = line.body[0] if isinstance(line, cst.SimpleStatementLine) and line.body else None
     return (

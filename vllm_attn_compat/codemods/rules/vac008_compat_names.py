@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from vllm_attn_compat.codemods.engine.rule import Example, Rule
 from vllm_attn_compat.codemods.findings import FixSafety, Status
-from vllm_attn_compat.codemods.rule import Example, Rule
 
 if TYPE_CHECKING:
     import libcst as cst
 
-    from vllm_attn_compat.codemods.scope import FileContext
+    from vllm_attn_compat.codemods.engine.scope import FileContext
 
 _COMPAT = "vllm_attn_compat.compat"
 _FORWARDERS = ("unified_attention", "unified_mla_attention")
@@ -125,7 +125,7 @@ class CompatNames(Rule):
         self.bindings = dict(ctx.imports)
 
     def _resolve(self, node: cst.BaseExpression) -> str | None:
-        from vllm_attn_compat.codemods.scope import dotted_name
+        from vllm_attn_compat.codemods.engine.scope import dotted_name
 
         dotted = dotted_name(node)
         if dotted is None:
@@ -142,7 +142,7 @@ class CompatNames(Rule):
         self.ctx.report(self, node, template.format(name=name, op=deprecated))
 
     def visit_Import(self, node: cst.Import) -> None:
-        from vllm_attn_compat.codemods.scope import as_name, dotted_name
+        from vllm_attn_compat.codemods.engine.scope import as_name, dotted_name
 
         for alias in node.names:
             target = dotted_name(alias.name) or ""
@@ -156,7 +156,7 @@ class CompatNames(Rule):
     def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
         import libcst as cst
 
-        from vllm_attn_compat.codemods.scope import as_name, dotted_name
+        from vllm_attn_compat.codemods.engine.scope import as_name, dotted_name
 
         if node.relative or node.module is None or isinstance(node.names, cst.ImportStar):
             return

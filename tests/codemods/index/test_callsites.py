@@ -1,0 +1,131 @@
+"""Which uses withhold VAC002/VAC003 (codemods/callsites.py), beyond the rules' examples."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+
+from vllm_attn_compat.codemods.findings import Status
+from vllm_attn_compat.codemods.index.hierarchy import ClassHierarchy, index_module
+
+from rule_testing import run, statuses
+
+IMPL = """
+import torch
+from vllm.v1.attention.backend import AttentionImpl
+
+
+class MyImpl(AttentionImpl):
+    def forward(self, layer, query, key, value, kv_cache, attn_metadata, output=None):
+        return output
+"""
+
+
+@pytest.mark.parametrize(
+    "caller",
+    [
+        # Could not bind to forward's signature: raises TypeError today, so nothing changes for it.
+        "def f(model, x):\n    return model.forward(x)\n",
+        # `self` of a class unrelated to MyImpl.
+        (
+            "import torch\n\nclass Net(torch.nn.Module):\n    def run(self, a, b, c, d, e, f):\n"
+            "        return self.forward(a, b, c, d, e, f)\n"
+        ),
+        # A module's function, not a method.
+        "import helpers\n\ndef f(a):\n    return helpers.forward(a, a, a, a, a, a)\n",
+        # Passes the buffer by keyword or at its place.
+        (
+            "def f(impl, a, out):\n    impl.forward(a, a, a, a, a, a, out)\n"
+            "    return impl.forward(a, a, a, a, a, a, output=out)\n"
+        ),
+        # `output=None` still binds once `output` is required (only deleting a fallback breaks it).
+        "def f(impl, a):\n    return impl.forward(a, a, a, a, a, a, output=None)\n",
+    ],
+)
+def test_uses_that_cannot_break_leave_the_fix_safe(caller):
+    result = run(IMPL, ["VAC002"], others=[("caller.py", caller)])
+    assert statuses(result) == [Status.FIXED]
+
+
+@pytest.mark.parametrize(
+    "caller",
+    [
+        "def f(impl, a):\n    return impl.forward(a, a, a, a, a, a)\n",
+        "def f(impl, args):\n    return impl.forward(*args)\n",
+        "def f(impl, kwargs):\n    return impl.forward(None, **kwargs)\n",
+        "from plugin_mod import MyImpl\n\ndef f(impl, a):\n    return MyImpl.forward(impl, a, a, a, a, a, a)\n",
+        "def f(impl, table):\n    table['attn'] = impl.forward\n",
+        "def f(impl):\n    return getattr(impl, 'forward')\n",
+    ],
+)
+def test_uses_that_may_break_withhold_the_fix(caller):
+    result = run(IMPL, ["VAC002"], others=[("caller.py", caller)])
+    assert statuses(result) == [Status.UNSAFE_FIX_AVAILABLE]
+    assert "caller.py:" in result.findings[0].message
+
+
+def test_a_layer_forward_runs_through_calls_of_the_layer():
+    layer = """
+    from vllm.model_executor.layers.attention import Attention
+
+
+    class MyAttention(Attention):
+        def forward(self, query, key, value, output=None):
+            return output
+    """
+    result = run(layer, ["VAC002"])
+    assert statuses(result) == [Status.UNSAFE_FIX_AVAILABLE]
+    assert "layer(...)" in result.findings[0].message
+
+
+def test_the_analysis_travels_to_the_workers_without_the_call_index():
+    caller = "def f(impl, a):\n    return impl.forward(a, a, a, a, a, a)\n"
+    indexes = [index_module(IMPL.encode(), "plugin_mod.py"), index_module(caller.encode(), "caller.py")]
+    hierarchy = pickle.loads(pickle.dumps(ClassHierarchy.build(indexes)))
+    assert hierarchy.calls.blockers("plugin_mod.MyImpl", "forward", "VAC002")
+    assert b"Use" not in pickle.dumps(hierarchy)  # the per-file uses stay in the main process
+
+
+def test_passing_none_withholds_only_the_fallback_deletion():
+    text = IMPL.replace(
+        "        return output",
+        "        if output is None:\n            output = torch.empty_like(query)\n        return output",
+    )
+    caller = "def f(impl, a):\n    return impl.forward(a, a, a, a, a, a, output=None)\n"
+    result = run(text, ["VAC002", "VAC003"], others=[("caller.py", caller)])
+    assert [(f.code, f.status) for f in result.findings] == [
+        ("VAC002", Status.FIXED),
+        ("VAC003", Status.UNSAFE_FIX_AVAILABLE),
+    ]
+
+
+def test_a_file_outside_the_run_adds_its_own_calls():
+    text = IMPL + "\n    def warm_up(self, q):\n        return self.forward(None, q, q, q, None, None)\n"
+    hierarchy = ClassHierarchy.build([])  # the engine indexes the file itself (`ClassHierarchy.extended`)
+    extended = hierarchy.extended(index_module(text.encode(), "plugin_mod.py"))
+    assert extended.calls.blockers("plugin_mod.MyImpl", "forward", "VAC002")
+
+
+def test_the_collector_finds_every_attribute_call_ast_walk_finds():
+    """On this repository's own sources: the call index misses no call (it walks with its own stack)."""
+    import ast
+    from pathlib import Path
+
+    from vllm_attn_compat.codemods.index import callsites
+
+    root = Path(__file__).resolve().parents[3]
+    files = sorted((root / "vllm_attn_compat").rglob("*.py")) + sorted((root / "tests").rglob("*.py"))
+    assert len(files) > 50
+    for path in files:
+        source = path.read_bytes()
+        uses = index_module(source, str(path)).calls.uses
+        found = {(use.line, use.column) for use in uses if use.kind == "call"}
+        expected = {
+            (node.lineno, node.col_offset + 1)
+            for node in ast.walk(ast.parse(source))
+            if isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and not any(k.arg == "output" and not callsites._is_none(k.value) for k in node.keywords)
+        }
+        assert found == expected, path

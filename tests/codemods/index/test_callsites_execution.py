@@ -1,0 +1,255 @@
+"""A safe fix never breaks a call the run can see: run a small plugin before and after `migrate`.
+
+The plugin's methods default ``output`` to None and allocate a buffer when it is missing; its own
+warm-up path, a subclass (``super()``, ``Base.m(self, ...)``), a callback built with
+``functools.partial``, a ``getattr`` and a smoke test in another file call them without ``output``.
+A stub ``vllm`` package (the base classes only) stands in for vLLM, so the code really runs. Each
+version is imported and called in its own interpreter, so module caches never mix.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from vllm_attn_compat.codemods.findings import Status
+from vllm_attn_compat.codemods.run.runner import Options, run_paths
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
+
+STUB_VLLM = {
+    "vllm/__init__.py": "",
+    "vllm/v1/__init__.py": "",
+    "vllm/v1/attention/__init__.py": "",
+    "vllm/v1/attention/backend.py": "class AttentionBackend:\n    pass\n\n\nclass AttentionImpl:\n    pass\n",
+}
+
+BACKEND = """
+import functools
+
+import torch
+from vllm.v1.attention.backend import AttentionImpl
+
+
+class MyImpl(AttentionImpl):
+    def forward(self, layer, query, key, value, kv_cache, attn_metadata, output=None):
+        if output is None:
+            output = torch.empty_like(query)
+        return self.prefill(query, key, value, output)
+
+    def prefill(self, query, key, value, output=None):
+        if output is None:
+            output = torch.empty_like(query)
+        output.copy_(query + key + value)
+        return output
+
+    def warm_up(self, query):
+        return self.prefill(query, query, query)
+
+    def decode(self, query, output=None):
+        if output is None:
+            output = torch.zeros_like(query)
+        output.copy_(query * 2)
+        return output
+
+    def scaled(self, factor, query, output=None):
+        if output is None:
+            output = torch.empty_like(query)
+        output.copy_(query * factor)
+        return output
+
+    def callbacks(self):
+        return [functools.partial(self.scaled, 3.0)]
+
+    def by_name(self, query):
+        return getattr(self, "decode")(query)
+
+    def fused(self, query, output=None):
+        if output is None:
+            output = torch.empty_like(query)
+        output.copy_(query - 1)
+        return output
+
+    def run_fused(self, query):
+        output = torch.empty_like(query)
+        self.fused(query, output)
+        return self.fused(query, output=output)
+"""
+
+SUBCLASS = """
+from plugin.backend import MyImpl
+
+
+class SubImpl(MyImpl):
+    def decode(self, query, output=None):
+        return super().decode(query=query)
+
+    def warm(self, query):
+        return MyImpl.prefill(self, query, query, query)
+"""
+
+SMOKE_TEST = """
+import torch
+
+from plugin.backend import MyImpl
+
+
+def smoke():
+    q = torch.arange(8.0).view(2, 4)
+    impl = MyImpl()
+    return impl.forward(None, q, q, q, None, None)
+"""
+
+# Outside the migrated tree: calls every entry point and prints what each returned or raised.
+PROBE = """
+import json
+import sys
+
+import torch
+
+sys.path[:0] = [sys.argv[1], sys.argv[2]]
+from plugin.backend import MyImpl
+from plugin.sub import SubImpl
+from tests_plugin.test_smoke import smoke
+
+q = torch.arange(8.0).view(2, 4)
+calls = {
+    "forward with output": lambda: MyImpl().forward(None, q, q, q, None, None, torch.empty_like(q)),
+    "smoke test": smoke,
+    "warm_up": lambda: MyImpl().warm_up(q),
+    "subclass super()": lambda: SubImpl().decode(q),
+    "Base.m(self)": lambda: SubImpl().warm(q),
+    "partial callback": lambda: MyImpl().callbacks()[0](q),
+    "getattr": lambda: MyImpl().by_name(q),
+    "fused": lambda: MyImpl().run_fused(q),
+}
+results = {}
+for name, call in calls.items():
+    try:
+        results[name] = ["returned", call().tolist()]
+    except Exception as error:
+        results[name] = ["raised", type(error).__name__ + ": " + str(error)]
+print(json.dumps(results))
+"""
+
+
+def _write(root: Path, files: dict[str, str]) -> None:
+    for relative, text in files.items():
+        path = root / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text).lstrip("\n"))
+
+
+@pytest.fixture
+def plugin(tmp_path: Path) -> Path:
+    _write(tmp_path / "stubs", STUB_VLLM)
+    _write(
+        tmp_path / "tree",
+        {
+            "plugin/__init__.py": "",
+            "plugin/backend.py": BACKEND,
+            "plugin/sub.py": SUBCLASS,
+            "tests_plugin/__init__.py": "",
+            "tests_plugin/test_smoke.py": SMOKE_TEST,
+        },
+    )
+    (tmp_path / "probe.py").write_text(PROBE)
+    return tmp_path
+
+
+def _probe(root: Path) -> dict[str, list]:
+    environment = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    completed = subprocess.run(
+        [sys.executable, str(root / "probe.py"), str(root / "tree"), str(root / "stubs")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=environment,
+        check=True,
+    )
+    return json.loads(completed.stdout)
+
+
+def _migrate(root: Path, *extra: str) -> subprocess.CompletedProcess:
+    environment = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    return subprocess.run(
+        [sys.executable, "-m", "vllm_attn_compat", "migrate", "--jobs", "1", *extra, "tree"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=environment,
+        check=False,
+    )
+
+
+def test_every_call_that_worked_still_works_after_the_safe_fixes(plugin: Path) -> None:
+    before = _probe(plugin)
+    assert all(outcome == "returned" for outcome, _ in before.values()), before
+
+    completed = _migrate(plugin)
+    assert completed.returncode == 1, completed.stdout + completed.stderr  # the callers are left to a person
+    after = _probe(plugin)
+    assert after == before
+
+    backend = (plugin / "tree/plugin/backend.py").read_text()
+    # Only `fused` is called with `output` everywhere: its fixes are applied, the others' withheld.
+    assert "def fused(self, query, output: torch.Tensor):" in backend
+    assert backend.count("if output is None:") == 4
+    for kept in (
+        "def prefill(self, query, key, value, output=None):",
+        "def decode(self, query, output=None):",
+        "def scaled(self, factor, query, output=None):",
+        "def forward(self, layer, query, key, value, kv_cache, attn_metadata, output=None):",
+    ):
+        assert kept in backend
+
+
+def test_each_withholding_use_is_reported_at_its_own_line(plugin: Path) -> None:
+    completed = _migrate(plugin, "--check")
+    lines = completed.stdout.splitlines()
+    callers = sorted(line.split(" ", 1)[0] for line in lines if line.startswith("tree/") and " [" not in line)
+    assert callers == sorted(
+        [
+            "tree/plugin/backend.py:20:16:",  # self.prefill(query, query, query)
+            "tree/plugin/backend.py:35:35:",  # functools.partial(self.scaled, 3.0)
+            "tree/plugin/backend.py:38:16:",  # getattr(self, "decode")
+            "tree/plugin/sub.py:6:16:",  # super().decode(query=query)
+            "tree/plugin/sub.py:9:16:",  # MyImpl.prefill(self, query, query, query)
+            "tree/tests_plugin/test_smoke.py:9:12:",  # impl.forward(None, q, q, q, None, None)
+        ]
+    ), completed.stdout
+    smoke = next(line for line in lines if line.startswith("tree/tests_plugin/test_smoke.py:9:12:"))
+    assert "VAC002" in smoke and "`output=torch.empty_like(query)`" in smoke
+
+
+def test_the_withheld_fixes_are_what_would_break_those_calls(plugin: Path) -> None:
+    before = _probe(plugin)
+    completed = _migrate(plugin, "--unsafe-fixes")
+    assert completed.returncode == 1, completed.stdout + completed.stderr
+    after = _probe(plugin)
+    broken = {name for name, (outcome, _) in after.items() if outcome == "raised"}
+    assert broken == {"smoke test", "warm_up", "subclass super()", "Base.m(self)", "partial callback", "getattr"}, after
+    assert {name: after[name] for name in after if name not in broken} == {
+        name: before[name] for name in before if name not in broken
+    }
+
+
+def test_noqa_silences_a_caller_finding_but_keeps_the_fix_withheld(plugin: Path) -> None:
+    smoke = plugin / "tree/tests_plugin/test_smoke.py"
+    smoke.write_text(smoke.read_text().replace("None, None)", "None, None)  # noqa: VAC002"))
+    report = run_paths([str(plugin / "tree")], Options(mode="check", jobs=1))
+    at_smoke = [finding for path, finding in report.findings if path.endswith("test_smoke.py")]
+    assert [finding.status for finding in at_smoke] == [Status.SUPPRESSED]
+    forward = [
+        finding
+        for path, finding in report.findings
+        if path.endswith("backend.py") and finding.line == 8 and finding.code == "VAC002"
+    ]
+    assert [finding.status for finding in forward] == [Status.UNSAFE_FIX_AVAILABLE]

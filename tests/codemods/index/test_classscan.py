@@ -1,0 +1,317 @@
+"""The class-header scan: it spares a parse only where the exact index would show no attention class."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import textwrap
+
+import pytest
+
+from vllm_attn_compat.codemods.cli import main
+from vllm_attn_compat.codemods.index.classscan import (
+    ScannedIndex,
+    may_use,
+    quick_index,
+    uses_pattern,
+)
+from vllm_attn_compat.codemods.index.hierarchy import ClassHierarchy, index_module
+
+from runner_trees import write_tree
+
+
+def scan(text: str, known=frozenset(), path: str = "m.py"):
+    return quick_index(textwrap.dedent(text).encode(), path, frozenset(known))
+
+
+def test_classes_with_unrelated_bases_are_spared_and_their_base_names_kept():
+    found = scan(
+        """
+        import torch.nn as nn
+        from vllm.config import VllmConfig
+
+
+        class LlamaMLP(nn.Module):
+            pass
+
+
+        class Config(
+            VllmConfig,
+            metaclass=type,
+        ):
+            '''class Fake(AttentionImpl): a docstring is no class, but only adds names'''
+        """
+    )
+    assert isinstance(found, ScannedIndex) and found.classes == ()
+    assert {"nn", "Module", "VllmConfig", "metaclass", "type"} <= found.base_words
+    assert found.names_any({"VllmConfig"}) and not found.names_any({"Other"})
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "class Impl(AttentionImpl):\n    pass\n",  # a vLLM base name
+        "class Mine(abstract.FlashAttentionBackend):\n    pass\n",  # an in-tree backend's suffix
+        "class Attention(nn.Module):\n    pass\n",  # a fork defining vLLM's own bases
+        "from vllm.attention import AttentionImpl as Base\nclass Mine(Base):\n    pass\n",  # through an alias
+        "from vllm.attention import (\n    AttentionImpl\n    as\n    Base,\n)\nclass Mine(Base):\n    pass\n",
+        "class Mine(Generic[T], AttentionImpl[M]):\n    pass\n",
+        "def f():\n    class Inner(AttentionImpl):\n        pass\n",
+        'class Mine(make(")")):\n    pass\n',  # a string among the bases
+        "class Mine(Base,  # a comment\n    Other):\n    pass\n",
+        "class Mine(a(b(c))):\n    pass\n",  # brackets nested deeper than the scan reads
+        "class \\\n    Mine(Base):\n    pass\n",  # a line continuation
+        "class Ünicode(Base):\n    pass\n",
+        "x = 1\n",  # no class at all: parsing costs little and settles the file
+    ],
+)
+def test_a_class_that_can_be_an_attention_class_or_cannot_be_read_sends_the_file_to_the_parser(text):
+    assert scan(text) is None
+
+
+def test_names_found_in_earlier_rounds_count():
+    text = "from plugin.base import PluginBase as PB\nclass Mine(PB):\n    pass\n"
+    assert scan(text, known={"PluginBase"}) is None
+    spared = scan(text)
+    assert spared is not None and spared.names_any({"PluginBase"})  # a later round has it parsed
+
+
+def _python_files(root: str):
+    for folder, _, names in os.walk(root):
+        for name in sorted(names):
+            if name.endswith(".py"):
+                path = os.path.join(folder, name)
+                with open(path, "rb") as handle:
+                    yield path, handle.read()
+
+
+def _vllm_tree(which: str) -> str:
+    if which == "installed":
+        spec = importlib.util.find_spec("vllm")
+        if spec is None or not spec.submodule_search_locations:
+            pytest.skip("vLLM is not installed")
+        return spec.submodule_search_locations[0]
+    if not os.path.isdir(which):
+        pytest.skip(f"{which} is absent (vLLM's sources, unzipped from its wheel)")
+    return which
+
+
+@pytest.mark.vllm
+@pytest.mark.parametrize("which", ["installed", "/tmp/vllm-src/0.19.1/vllm"])
+def test_on_vllms_own_sources_the_spared_files_change_nothing_the_run_decides(which):
+    """vLLM itself (0.19.1: the old API, with real callers of the impls' methods): the exact index of
+    every file, then the scan as the runner applies it, given the names and methods the exact pass found.
+    A file spared in the first round and never sent to the parser later (no name of its class headers,
+    patches or definitions is an attention class or patched code, and it uses none of the methods whose
+    fix the call-site analysis decides) must leave
+    the run's decisions as they are: the same attention classes and patched code, the same withheld
+    fixes with the same callers, the same files with attention code. Most files with classes are spared."""
+    sources = {}
+    for path, source in _python_files(_vllm_tree(which)):
+        if b"class" in source:
+            try:
+                sources[path] = (source, index_module(source, path))
+            except SyntaxError:
+                continue
+    built = ClassHierarchy.build(index for _, index in sources.values())
+    names = built.attention_class_names()
+    assert len(names) > 20  # vLLM's backends
+    methods = frozenset(name for _, name in built.calls.methods)
+    assert "forward" in methods
+    uses = uses_pattern(methods)
+    fast = []
+    for path, (source, exact) in sources.items():
+        cold = quick_index(source, path, frozenset())
+        spared = cold is not None and not cold.names_any(names) and not may_use(source, methods, uses)
+        fast.append(cold if spared else exact)
+    assert sum(isinstance(index, ScannedIndex) for index in fast) > len(sources) / 3
+    quick = ClassHierarchy.build(fast)
+    assert quick.attention_class_names() == names
+    assert quick.calls.withheld == built.calls.withheld and built.calls.withheld
+    assert quick.duck_typed == built.duck_typed
+    for path in sources:
+        assert quick.has_attention_classes(path) == built.has_attention_classes(path), path
+
+
+def test_a_spared_candidate_with_a_syntax_error_is_reported_and_left_alone(tmp_path, capsys):
+    broken = 'import vllm\n\n\nclass Layer(Module):\n    pass\n\n\nNAME = "unified_attention"\nx = (\n'
+    write_tree(tmp_path, {"pkg/__init__.py": "", "pkg/layer.py": broken})
+    assert quick_index(broken.encode(), str(tmp_path / "pkg/layer.py"), frozenset()) is not None
+    assert main(["migrate", str(tmp_path)]) == 2
+    assert f"{tmp_path / 'pkg/layer.py'}:9:" in capsys.readouterr().out
+    assert (tmp_path / "pkg/layer.py").read_text() == broken
+
+
+# --- the run with the scan against the run parsing every file --------------------------------------------
+
+_IMPL = """\
+import torch
+from vllm.v1.attention.backend import AttentionImpl
+
+
+class MyImpl(AttentionImpl):
+    def prefill(self, query, key, value, output=None):
+        if output is None:
+            output = torch.empty_like(query)
+        output.copy_(query + key + value)
+        return output
+"""
+
+# Files that mention vLLM and define classes none of which can be an attention class by its bases: the
+# scan of `class` headers alone would spare each. Each holds something the run must see.
+_HIDDEN = {
+    "a caller omitting output": "    def go(self, impl, q):\n        return impl.prefill(q, q, q)\n",
+    "a caller through a comment": (
+        "    def go(self, impl, q):\n        return (impl.  # warm-up\n            prefill)(q, q, q)\n"
+    ),
+    "a reference handed on": "    def go(self, impl):\n        return functools.partial(impl.prefill)\n",
+    "a getattr": '    def go(self, impl):\n        return getattr(impl, "prefill")\n',
+}
+_PATCHES = {
+    "an attribute assignment through an alias": "M.forward = _forward\n",
+    "setattr": 'setattr(M, "forward", _forward)\n',
+    "a patch helper with an unresolved target": "patch_method(get_layer_class(), _forward)\n",
+    "a decorator": "",
+}
+_PATCHED = """\
+import functools
+
+import torch
+from vllm.model_executor.layers.attention import MLAAttention as M
+from plugin.helpers import Helper
+
+
+class Runner(Helper):
+    pass
+
+
+{decorator}def _forward(self, q, output=None):
+    if output is None:
+        output = torch.empty_like(q)
+    assert output is not None
+    return output
+
+
+{patch}"""
+
+
+def _tree(tmp_path, hidden: str) -> str:
+    write_tree(
+        tmp_path,
+        {
+            "vllm/__init__.py": "",
+            "vllm/v1/__init__.py": "",
+            "vllm/v1/attention/__init__.py": "",
+            "vllm/v1/attention/backend.py": "class AttentionImpl:\n    pass\n",
+            "plugin/__init__.py": "",
+            "plugin/helpers.py": "class Helper:\n    pass\n",
+            "plugin/backend.py": _IMPL,
+            "plugin/hidden.py": hidden,
+        },
+    )
+    return str(tmp_path / "plugin")
+
+
+def _outcome(root: str, monkeypatch, spare: bool, mode: str):
+    from vllm_attn_compat.codemods.index import classscan
+    from vllm_attn_compat.codemods.run.runner import Options, run_paths
+
+    with monkeypatch.context() as patched:
+        if not spare:
+            patched.setattr(classscan, "quick_index", lambda *args: None)
+        report = run_paths([root], Options(mode=mode, jobs=1))
+    findings = sorted(
+        (os.path.relpath(path, root), f.line, f.column, f.code, f.status, f.message) for path, f in report.findings
+    )
+    return findings, report.errors
+
+
+@pytest.mark.parametrize("case", sorted(_HIDDEN))
+def test_a_file_holding_a_caller_is_indexed_so_the_fix_stays_withheld(tmp_path, monkeypatch, case):
+    # It names the backend (an import), so the run indexes it in its second round, after MyImpl is found.
+    hidden = (
+        "import functools\n\nfrom plugin.backend import MyImpl\nfrom plugin.helpers import Helper\n\n\n"
+        f"class Warm(Helper):\n    impl: MyImpl\n\n{_HIDDEN[case]}"
+    )
+    root = _tree(tmp_path, hidden)
+    assert quick_index(hidden.encode(), str(tmp_path / "plugin/hidden.py"), frozenset()) is not None
+    fast, errors = _outcome(root, monkeypatch, True, "check")
+    assert fast == _outcome(root, monkeypatch, False, "check")[0] and not errors
+    assert [f for f in fast if f[0] == "hidden.py" and f[3] == "VAC002"], fast  # the caller, reported
+    _outcome(root, monkeypatch, True, "write")
+    backend = (tmp_path / "plugin/backend.py").read_text()
+    assert "output=None" in backend and "if output is None" in backend  # the fixes withheld
+
+
+@pytest.mark.parametrize("case", sorted(_PATCHES))
+def test_a_file_patching_code_onto_an_attention_class_is_indexed(tmp_path, monkeypatch, case):
+    decorator = "@merge_into(M)\n" if case == "a decorator" else ""
+    hidden = _PATCHED.format(decorator=decorator, patch=_PATCHES[case])
+    root = _tree(tmp_path, hidden)
+    fast, errors = _outcome(root, monkeypatch, True, "check")
+    assert fast == _outcome(root, monkeypatch, False, "check")[0] and not errors
+    assert [f for f in fast if f[0] == "hidden.py"], fast  # the patched function's findings
+
+
+def test_a_duck_typed_backend_among_unrelated_classes_is_indexed(tmp_path, monkeypatch):
+    hidden = (
+        "import vllm\nfrom plugin.helpers import Helper\n\n\nclass Mine(Helper):\n    accept_output_buffer = False\n\n"
+        "    @staticmethod\n    def get_name():\n        return 'MINE'\n\n"
+        "    @staticmethod\n    def get_impl_cls():\n        return None\n"
+    )
+    root = _tree(tmp_path, hidden)
+    fast, errors = _outcome(root, monkeypatch, True, "check")
+    assert fast == _outcome(root, monkeypatch, False, "check")[0] and not errors
+    assert [f for f in fast if f[0] == "hidden.py"], fast
+
+
+@pytest.mark.parametrize(
+    ("text", "uses"),
+    [
+        ("impl.prefill(q)", True),
+        ("(impl.  # warm-up\n    prefill)(q)", True),
+        ("impl.\\\n    prefill", True),
+        ("f = impl.prefill", True),
+        ('getattr(impl, "prefill")', True),
+        ("getattr(impl, 'prefill', None)", True),
+        ('getattr(impl, """prefill""")', True),
+        ('getattr(impl, "pre" "fill")', True),  # one constant string to the parser
+        ('getattr(impl, ("pre"\n    "fill"))', True),
+        ('getattr(impl, "pre\\x66ill")', True),  # an escape: counted, not decoded
+        ('getattr(impl, "x"', True),  # no end: counted
+        ("def prefill(self, q):\n    return q\n", False),  # a definition is no use
+        ('getattr(impl, "other")\n# prefill\nx = "prefill"', False),  # words elsewhere
+        ("impl.prefill_all(q)", False),
+    ],
+)
+def test_may_use_finds_every_use_the_call_site_index_records(text, uses):
+    names = frozenset({"prefill", "forward"})
+    assert may_use(text.encode(), names, uses_pattern(names)) is uses
+    if not uses:  # and indeed the exact index records none
+        assert not {use.name for use in index_module(text.encode(), "m.py").calls.uses} & names
+
+
+@pytest.mark.parametrize(
+    "patch",
+    [
+        "M.forward = _forward",
+        "M . forward = _forward",
+        "M \\\n    .forward = _forward",
+        "(M).forward = _forward",
+        "(M\n    .forward) = _forward",
+        "(M  # the layer\n    .forward) = _forward",
+        "(M.forward  # the layer\n) = _forward",
+        "x = M.forward = _forward",
+        'setattr(M, "forward", _forward)',
+        "mock.patch.object(M, 'forward', _forward).start()",
+        "@merge_into(Other)\nclass Mixin:\n    pass",  # a helper as decorator: an entry whatever its target
+        "@register(M)\ndef _g(self):\n    pass",
+    ],
+)
+def test_a_patch_that_can_reach_an_attention_class_sends_the_file_to_the_parser(patch):
+    text = (
+        "from vllm.model_executor.layers.attention import MLAAttention as M\nfrom plugin import Helper\n\n\n"
+        "class Runner(Helper):\n    pass\n\n\ndef _forward(self, q, output=None):\n    return output\n\n\n"
+    )
+    assert scan(text + "x = 1\n") is not None  # spared without the patch
+    assert scan(text + patch + "\n") is None

@@ -1,0 +1,222 @@
+"""The opt-in result cache: a warm run reports and writes what a cold one does, without libcst; any change
+a file's result depends on misses; an entry not trusted is ignored with a warning."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from vllm_attn_compat.codemods.cli import main
+from vllm_attn_compat.codemods.run import worker
+from vllm_attn_compat.codemods.run.runner import Options, run_paths
+
+from runner_trees import BASE, IMPL, IMPL_MIGRATED, MANUAL, write_tree
+
+STUB_VLLM = {
+    "vllm/__init__.py": "",
+    "vllm/v1/__init__.py": "",
+    "vllm/v1/attention/__init__.py": "",
+    "vllm/v1/attention/backend.py": "class AttentionImpl:\n    pass\n",
+}
+
+# A method with a fallback VAC002/VAC003 remove as safe fixes, while no call omits `output`.
+PREFILL = """\
+import torch
+from vllm.v1.attention.backend import AttentionImpl
+
+
+class PrefillImpl(AttentionImpl):
+    def prefill(self, query, output=None):
+        if output is None:
+            output = torch.empty_like(query)
+        output.copy_(query)
+        return output
+"""
+
+
+WARM = "from plugin.prefill import PrefillImpl\n\n\ndef run(impl: PrefillImpl, q):\n    return {body}\n"
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    root = tmp_path / "tree"
+    write_tree(
+        root,
+        {
+            **STUB_VLLM,
+            "plugin/__init__.py": "",
+            "plugin/base.py": BASE,
+            "plugin/impl.py": IMPL,
+            "plugin/manual.py": MANUAL,
+            "plugin/prefill.py": PREFILL,
+            "plugin/warm.py": WARM.format(body="q"),
+        },
+    )
+    return root
+
+
+@pytest.fixture
+def indexed(monkeypatch):
+    """The paths the hierarchy pass parsed in this process."""
+    done: list[str] = []
+    real = worker.index_file
+
+    def counted(source: bytes, path: str):
+        done.append(os.path.basename(path))
+        return real(source, path)
+
+    monkeypatch.setattr(worker, "index_file", counted)
+    return done
+
+
+@pytest.fixture
+def migrations(monkeypatch):
+    """The paths libcst migrated in this process (jobs=1 runs everything here)."""
+    done: list[str] = []
+    real = worker.migrate_file
+
+    def counted(source: bytes, path: str):
+        done.append(os.path.basename(path))
+        return real(source, path)
+
+    monkeypatch.setattr(worker, "migrate_file", counted)
+    return done
+
+
+def _run(tree: Path, cache: Path, mode: str = "check", **options):
+    report = run_paths([str(tree / "plugin")], Options(mode=mode, jobs=1, cache_dir=str(cache), **options))
+    findings = sorted((os.path.basename(path), f) for path, f in report.findings)
+    return findings, sorted(report.changed), report.errors
+
+
+def test_a_warm_run_reports_what_the_cold_one_did_without_migrating_again(tree, tmp_path, migrations):
+    cache = tmp_path / "cache"
+    uncached = run_paths([str(tree / "plugin")], Options(mode="check", jobs=1))
+    cold = _run(tree, cache)
+    assert cold[0] == sorted((os.path.basename(p), f) for p, f in uncached.findings)
+    assert cold[1] == sorted(uncached.changed)
+    assert set(migrations) == {"impl.py", "manual.py", "prefill.py"}
+    migrations.clear()
+    assert _run(tree, cache) == cold
+    assert migrations == []
+
+
+def test_write_mode_from_the_cache_writes_the_migrated_file(tree, tmp_path, migrations):
+    cache = tmp_path / "cache"
+    _run(tree, cache)  # check mode fills the cache
+    migrations.clear()
+    _, changed, errors = _run(tree, cache, mode="write")
+    assert migrations == [] and not errors and len(changed) == 2
+    assert (tree / "plugin/impl.py").read_text() == IMPL_MIGRATED
+
+
+def test_a_changed_file_misses(tree, tmp_path, migrations):
+    cache = tmp_path / "cache"
+    cold, _, _ = _run(tree, cache)
+    migrations.clear()
+    (tree / "plugin/impl.py").write_text("# one more line\n" + IMPL)
+    warm, _, _ = _run(tree, cache)
+    assert "impl.py" in migrations
+    lines = sorted(f.line for name, f in cold if name == "impl.py")
+    assert sorted(f.line for name, f in warm if name == "impl.py") == [line + 1 for line in lines] != []
+
+
+def test_a_change_in_another_file_that_withholds_a_fix_misses(tree, tmp_path, migrations):
+    """The call-site analysis: a caller omitting `output` appears in another file; the cached safe fixes
+    of `prefill` must not be replayed."""
+    cache = tmp_path / "cache"
+    cold, _, _ = _run(tree, cache)
+    assert any(name == "prefill.py" and f.status.value == "fixed" for name, f in cold)
+    (tree / "plugin/warm.py").write_text(WARM.format(body="impl.prefill(q)"))
+    migrations.clear()
+    warm, _, _ = _run(tree, cache)
+    assert "prefill.py" in migrations
+    assert not any(name == "prefill.py" and f.status.value == "fixed" for name, f in warm)
+    assert any(name == "warm.py" for name, _ in warm)  # the caller, reported
+
+
+@pytest.mark.parametrize("options", [{"unsafe_fixes": True}, {"ignore": ("VAC003",)}, {"old_op_calls": "forwarder"}])
+def test_other_rules_or_options_miss(tree, tmp_path, migrations, options):
+    cache = tmp_path / "cache"
+    _run(tree, cache)
+    migrations.clear()
+    _run(tree, cache, **options)
+    assert set(migrations) == {"impl.py", "manual.py", "prefill.py"}
+
+
+def _entries(cache: Path) -> list[Path]:
+    return sorted(path for path in cache.rglob("*") if path.is_file())
+
+
+@pytest.mark.parametrize(
+    "spoil",
+    [
+        lambda path: path.write_bytes(b"\x80\x00 not json"),
+        lambda path: path.write_text("[]"),
+        lambda path: path.write_text(json.dumps({**json.loads(path.read_text()), "key": "0" * 64})),  # foreign
+        lambda path: path.write_text(json.dumps({**json.loads(path.read_text()), "findings": [[1, "x"]]})),
+        lambda path: path.write_text(json.dumps({**json.loads(path.read_text()), "format": "other/9"})),
+    ],
+    ids=["not-json", "not-an-entry", "foreign-key", "malformed-finding", "other-format"],
+)
+def test_an_entry_not_trusted_is_ignored_with_a_warning(tree, tmp_path, migrations, capsys, spoil):
+    cache = tmp_path / "cache"
+    cold = _run(tree, cache)
+    entries = _entries(cache)
+    assert len(entries) == 4  # three files, and the run
+    for entry in entries:
+        spoil(entry)
+    capsys.readouterr()
+    migrations.clear()
+    assert _run(tree, cache) == cold
+    assert set(migrations) == {"impl.py", "manual.py", "prefill.py"}
+    assert capsys.readouterr().err.count("warning: ignoring the cache entry") == 4
+    migrations.clear()
+    assert _run(tree, cache) == cold and migrations == []  # rewritten
+
+
+def test_the_command_line_option(tree, tmp_path, capsys):
+    cache = tmp_path / "cache"
+    assert main(["migrate", "--check", "--cache-dir", str(cache), str(tree / "plugin")]) == 1
+    cold = capsys.readouterr().out
+    assert _entries(cache)
+    assert main(["migrate", "--check", "--cache-dir", str(cache), str(tree / "plugin")]) == 1
+    assert capsys.readouterr().out == cold
+
+
+def test_a_rerun_over_the_same_files_replays_the_run_without_any_parse(tree, tmp_path, migrations, indexed):
+    cache = tmp_path / "cache"
+    cold = _run(tree, cache)
+    assert indexed and migrations
+    indexed.clear()
+    migrations.clear()
+    assert _run(tree, cache) == cold
+    assert indexed == [] and migrations == []
+
+
+def test_a_run_given_the_paths_otherwise_or_in_another_mode_is_not_replayed(
+    tree, tmp_path, migrations, indexed, monkeypatch
+):
+    cache = tmp_path / "cache"
+    cold = _run(tree, cache)
+    indexed.clear()
+    monkeypatch.chdir(tree)  # the same files, reported by other paths
+    report = run_paths(["plugin"], Options(mode="check", jobs=1, cache_dir=str(cache)))
+    assert indexed and min(report.findings)[0].startswith("plugin" + os.sep)
+    assert [f for _, f in sorted(report.findings)] == [f for _, f in sorted(cold[0])]
+    indexed.clear()
+    migrations.clear()
+    _run(tree, cache, mode="diff")
+    assert indexed and migrations == []  # the files' own entries serve any mode
+
+
+def test_a_run_with_an_error_is_never_replayed(tree, tmp_path, indexed):
+    cache = tmp_path / "cache"
+    (tree / "plugin/broken.py").write_text("from vllm.v1.attention.backend import AttentionImpl\nx = (\n")
+    for _ in range(2):
+        _, _, errors = _run(tree, cache)
+        assert [os.path.basename(error.path) for error in errors] == ["broken.py"]
+    assert indexed.count("broken.py") == 2

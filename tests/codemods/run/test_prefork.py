@@ -1,0 +1,164 @@
+"""The worker forked before its tasks are known: it runs them after its set-up, in order, and its death,
+a task's exception or an unpicklable result cost only the task concerned."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+
+import pytest
+
+from vllm_attn_compat.codemods.run import prefork
+from vllm_attn_compat.codemods.run.parallel import WorkerCrashed
+from vllm_attn_compat.codemods.run.prefork import PreforkedWorker
+
+from pool_tasks import die_at_once, remember_pid, square_or_die, state
+
+pytestmark = pytest.mark.skipif(not prefork.available(), reason="no safe fork on this platform")
+
+
+def refuse(number: int) -> tuple[int, object]:
+    raise ValueError(f"{number} is not welcome")
+
+
+def unpicklable(_: int):
+    return lambda: None
+
+
+def wait_for_flag(flag: str) -> None:
+    """Set-up that lasts until the test creates ``flag`` (at most 30 s), and remembers whether it came."""
+    remember_pid()
+    deadline = time.monotonic() + 30
+    while not os.path.exists(flag) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    state["flag_seen_during_setup"] = os.path.exists(flag)
+
+
+def flag_seen(payload: bytes) -> tuple[int, object]:
+    return len(payload), state["flag_seen_during_setup"]
+
+
+def slow_setup() -> None:
+    time.sleep(60)  # a worker still importing libcst when the run finds it needs none
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def test_tasks_run_in_the_forked_worker_after_its_set_up_and_come_back_in_order():
+    worker = PreforkedWorker(remember_pid)
+    pid = worker.pid
+    for n in (3, 1, 2):
+        worker.submit(f"file{n}.py", square_or_die, (n,))
+    assert list(worker.results()) == [(f"file{n}.py", (n * n, pid)) for n in (3, 1, 2)]
+    assert pid != os.getpid() and worker.pid is None and _gone(pid)  # stopped and reaped
+
+
+def test_an_exception_comes_back_as_that_task_s_failure_and_the_others_go_on():
+    worker = PreforkedWorker(remember_pid)
+    for n in (6, 7, 8):
+        worker.submit(n, refuse if n == 7 else square_or_die, (n,))
+    worker.submit(9, unpicklable, (9,))
+    results = dict(worker.results())
+    assert isinstance(results[7], WorkerCrashed) and "ValueError: 7 is not welcome" in str(results[7])
+    assert isinstance(results[9], WorkerCrashed)  # a result that cannot travel back
+    assert results[6][0] == 36 and results[8][0] == 64
+
+
+def test_a_task_that_kills_the_worker_costs_only_itself():
+    worker = PreforkedWorker(remember_pid)
+    for n in range(10, 17):
+        worker.submit(n, square_or_die, (n,))
+    results = dict(worker.results())
+    assert set(results) == set(range(10, 17))
+    assert isinstance(results.pop(13), WorkerCrashed)
+    assert {key: value[0] for key, value in results.items()} == {n: n * n for n in range(10, 17) if n != 13}
+
+
+def test_a_worker_dying_with_tasks_still_buffered_leaves_no_traceback(monkeypatch):
+    """The writer thread meets a closed pipe with frames still in its buffer: closing the stream would
+    flush them and raise BrokenPipeError in the thread, printed to stderr by threading's hook."""
+    raised = []
+    monkeypatch.setattr("threading.excepthook", raised.append)
+    worker = PreforkedWorker(remember_pid)
+    for n in range(60):
+        worker.submit(n, die_at_once, (b"x" * 2_000,))  # frames the stream buffers until flushed
+    results = dict(worker.results())
+    assert set(results) == set(range(60)) and all(isinstance(r, WorkerCrashed) for r in results.values())
+    worker._writer.join(10)
+    assert not worker._writer.is_alive() and raised == []
+
+
+def test_tasks_submitted_while_the_worker_sets_up_never_wait_for_it(tmp_path):
+    # Far more than a pipe holds: were submit() to write them itself, it would block until the
+    # worker's set-up ended, and the set-up ends only once all were submitted (or after 30 s).
+    flag = str(tmp_path / "submitted")
+    worker = PreforkedWorker(wait_for_flag, (flag,))
+    for n in range(16):
+        worker.submit(n, flag_seen, (bytes(1 << 20),))
+    open(flag, "w").close()
+    assert dict(worker.results()) == {n: (1 << 20, True) for n in range(16)}
+
+
+def test_results_without_tasks_stop_the_worker():
+    worker = PreforkedWorker(remember_pid)
+    pid = worker.pid
+    assert list(worker.results()) == [] and _gone(pid)
+
+
+def test_closing_stops_a_worker_still_setting_up_at_once():
+    worker = PreforkedWorker(slow_setup)
+    pid = worker.pid
+    assert not _gone(pid)
+    worker.close()  # without a kill, this would wait for the minute-long set-up
+    assert _gone(pid)
+    worker.close()  # and a second close is harmless
+
+
+ORPHAN = """
+import os, sys, time
+from vllm_attn_compat.codemods.run.prefork import PreforkedWorker
+
+worker = PreforkedWorker(time.sleep, (0.2,))
+holder = os.fork()  # like a pool forked later: it holds the task pipe open after this process is gone
+if holder == 0:
+    time.sleep(30)
+    os._exit(0)
+with open(sys.argv[1], "w") as pids:
+    pids.write(f"{worker.pid} {holder}")
+os._exit(0)  # dies without stopping its worker
+"""
+
+
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rpartition(")")[2].split()[0] != "Z"  # a zombie has exited
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="reads process states from /proc")
+def test_a_worker_whose_parent_died_exits_even_while_another_process_holds_its_pipe(tmp_path):
+    import signal
+    import subprocess
+    import sys
+
+    pids = tmp_path / "pids"
+    subprocess.run([sys.executable, "-c", ORPHAN, str(pids)], stdout=subprocess.DEVNULL, check=True)
+    worker_pid, holder_pid = map(int, pids.read_text().split())
+    try:
+        deadline = time.monotonic() + 20
+        while _running(worker_pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _running(worker_pid) and _running(holder_pid)
+    finally:
+        for pid in (worker_pid, holder_pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)

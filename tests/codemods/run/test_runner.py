@@ -1,0 +1,150 @@
+"""The runner on real trees: the funnel, the cross-file hierarchy, the pool, and what it refuses to write."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+from vllm_attn_compat.codemods.engine import safety
+from vllm_attn_compat.codemods.findings import Status
+from vllm_attn_compat.codemods.run import worker
+from vllm_attn_compat.codemods.run.runner import Options, run_paths
+
+from runner_trees import BASE, IMPL, IMPL_MIGRATED, UNRELATED, write_tree
+
+
+def test_the_funnel_parses_only_files_with_tokens(tmp_path, plugin):
+    write_tree(plugin, {f"plugin/plain{n}.py": "def f(x):\n    return x\n" for n in range(6)})
+    report = run_paths([str(plugin)], Options(mode="check", jobs=1))
+    assert report.scanned == 10
+    assert report.parsed == 2  # base.py (hierarchy) and impl.py; helpers.py lacks a scope token
+    assert [os.path.basename(p) for p in report.changed] == ["impl.py"]
+
+
+def test_a_hierarchy_spread_over_three_files_is_found_in_rounds(tmp_path):
+    middle = "from plugin.base import PluginImplBase\n\n\nclass Middle(PluginImplBase):\n    pass\n"
+    leaf = IMPL.replace("from plugin.base import PluginImplBase", "from plugin.middle import Middle").replace(
+        "MyImpl(PluginImplBase)", "MyImpl(Middle)"
+    )
+    write_tree(
+        tmp_path, {"plugin/__init__.py": "", "plugin/base.py": BASE, "plugin/middle.py": middle, "plugin/leaf.py": leaf}
+    )
+    report = run_paths([str(tmp_path)], Options(jobs=1))
+    assert report.errors == [] and report.exit_code() == 0
+    assert "assert output is not None" not in (tmp_path / "plugin/leaf.py").read_text()
+
+
+def test_a_class_named_attention_outside_vllm_joins_the_hierarchy_through_its_base(tmp_path):
+    # Not indexed in the first round (it never mentions vLLM), found in the second by its base's name.
+    named = IMPL.replace("class MyImpl(PluginImplBase):", "class Attention(PluginImplBase):")
+    write_tree(tmp_path, {"plugin/__init__.py": "", "plugin/base.py": BASE, "models/attention.py": named})
+    report = run_paths([str(tmp_path)], Options(mode="check", jobs=1))
+    assert report.errors == [] and report.changed == [str(tmp_path / "models/attention.py")]
+
+
+def test_a_fork_of_vllm_is_indexed_by_its_package_even_where_no_line_says_vllm(tmp_path):
+    layer = (
+        "from .base import AttentionLayerBase\n\n\nclass Attention(AttentionLayerBase):\n"
+        "    def forward(self, query, output=None):\n        assert output is not None\n        return output\n"
+    )
+    layout = {"vllm/__init__.py": "", "vllm/attention/__init__.py": "", "vllm/attention/layer.py": layer}
+    write_tree(tmp_path, layout | {"vllm/attention/base.py": "class AttentionLayerBase:\n    pass\n"})
+    report = run_paths([str(tmp_path)], Options(mode="check", jobs=1))
+    assert report.errors == [] and report.changed == [str(tmp_path / "vllm/attention/layer.py")]
+
+
+def test_an_unrelated_hierarchy_is_left_alone(tmp_path):
+    unrelated = IMPL.replace(
+        "from plugin.base import PluginImplBase", "from mylib.attention import AttentionImpl"
+    ).replace("MyImpl(PluginImplBase)", "MyImpl(AttentionImpl)")
+    write_tree(tmp_path, {"other.py": unrelated})
+    report = run_paths([str(tmp_path)], Options(jobs=1))
+    assert report.findings == [] and (tmp_path / "other.py").read_text() == unrelated
+
+
+def test_pool_and_in_process_runs_agree(tmp_path):
+    layout = {"plugin/__init__.py": "", "plugin/base.py": BASE}
+    layout |= {f"plugin/impl{n}.py": IMPL for n in range(10)}
+    first, second = write_tree(tmp_path / "a", layout), write_tree(tmp_path / "b", layout)
+    pooled = run_paths([str(first)], Options(jobs=2))
+    alone = run_paths([str(second)], Options(jobs=1))
+    assert len(pooled.changed) == len(alone.changed) == 10
+    assert sorted(f for _, f in pooled.findings) == sorted(f for _, f in alone.findings)
+    assert all((first / f"plugin/impl{n}.py").read_text() == IMPL_MIGRATED for n in range(10))
+
+
+_migrate_file = worker.migrate_file
+
+
+def crash_on_impl3(source: bytes, path: str):
+    if path.endswith("impl3.py"):
+        os._exit(9)  # as if the kernel killed the worker for running out of memory
+    return _migrate_file(source, path)
+
+
+def test_a_worker_dying_on_one_file_costs_only_that_file(tmp_path, monkeypatch):
+    layout = {"plugin/__init__.py": "", "plugin/base.py": BASE}
+    layout |= {f"plugin/impl{n}.py": IMPL for n in range(10)}
+    write_tree(tmp_path, layout)
+    monkeypatch.setattr(worker, "migrate_file", crash_on_impl3)
+    report = run_paths([str(tmp_path)], Options(jobs=2))
+    assert [(os.path.basename(e.path), "internal error" in e.message) for e in report.errors] == [("impl3.py", True)]
+    assert report.exit_code() == 2
+    assert (tmp_path / "plugin/impl3.py").read_text() == IMPL
+    assert all((tmp_path / f"plugin/impl{n}.py").read_text() == IMPL_MIGRATED for n in range(10) if n != 3)
+
+
+def test_a_rewrite_failing_a_safety_check_is_not_written(plugin, monkeypatch):
+    monkeypatch.setattr(safety, "layout_problems", lambda old, new: ["line 3 ends with LF, expected CRLF"])
+    report = run_paths([str(plugin)], Options(jobs=1))
+    assert report.exit_code() == 2 and report.changed == []
+    [error] = report.errors
+    assert (
+        error.path.endswith("impl.py") and "failed a safety check (line 3 ends with LF, expected CRLF)" in error.message
+    )
+    assert (plugin / "plugin/impl.py").read_text() == IMPL
+
+
+def test_written_files_keep_permissions_line_endings_and_bom(tmp_path):
+    crlf = ("\ufeff" + IMPL).replace("\n", "\r\n").encode()
+    write_tree(tmp_path, {"plugin/__init__.py": "", "plugin/base.py": BASE, "plugin/impl.py": crlf})
+    (tmp_path / "plugin/impl.py").chmod(0o750)
+    report = run_paths([str(tmp_path)], Options(jobs=1))
+    assert report.exit_code() == 0 and len(report.changed) == 1
+    assert (tmp_path / "plugin/impl.py").read_bytes() == ("\ufeff" + IMPL_MIGRATED).replace("\n", "\r\n").encode()
+    assert stat.S_IMODE(os.stat(tmp_path / "plugin/impl.py").st_mode) == 0o750
+
+
+def test_a_symlink_out_of_the_given_paths_is_neither_read_nor_written(tmp_path):
+    write_tree(tmp_path / "outside", {"plugin/__init__.py": "", "plugin/base.py": BASE, "plugin/impl.py": IMPL})
+    project = write_tree(tmp_path / "project", {"helpers.py": UNRELATED})
+    (project / "impl.py").symlink_to(tmp_path / "outside/plugin/impl.py")
+    (project / "base.py").symlink_to(tmp_path / "outside/plugin/base.py")
+    report = run_paths([str(project)], Options(jobs=1))
+    assert sorted(os.path.basename(path) for path, _ in report.skipped) == ["base.py", "impl.py"]
+    assert (tmp_path / "outside/plugin/impl.py").read_text() == IMPL
+    assert report.exit_code() == 0
+
+
+def test_findings_keep_their_statuses_per_file(plugin):
+    report = run_paths([str(plugin)], Options(mode="diff", jobs=1))
+    assert [(os.path.basename(p), f.code, f.status) for p, f in report.findings] == [
+        ("impl.py", "VAC001", Status.FIXED)
+    ]
+    assert (plugin / "plugin/impl.py").read_text() == IMPL
+
+
+def test_progress_is_drawn_by_tqdm_for_long_stages_only_when_enabled(capsys):
+    import time
+
+    from vllm_attn_compat.codemods.run import runner
+
+    def slow_outcomes():
+        for n in range(8):
+            time.sleep(0.1)  # past tqdm's delay: short runs never show a bar
+            yield f"file{n}.py", n
+
+    assert [n for _, n in runner._with_progress(slow_outcomes(), 8, False, "migrate")] == list(range(8))
+    assert capsys.readouterr().err == ""
+    assert [n for _, n in runner._with_progress(slow_outcomes(), 8, True, "migrate")] == list(range(8))
+    assert "migrate:" in capsys.readouterr().err

@@ -1,0 +1,94 @@
+"""Workers started before the class-hierarchy pass: same results as in-process, and started only when useful."""
+
+from __future__ import annotations
+
+from vllm_attn_compat.codemods.run import prefork
+from vllm_attn_compat.codemods.run.runner import Options, run_paths
+
+from runner_trees import IMPL, IMPL_MIGRATED, write_tree
+
+DIRECT = IMPL.replace("from plugin.base import PluginImplBase", "from vllm.v1.attention.backend import AttentionImpl")
+DIRECT = DIRECT.replace("MyImpl(PluginImplBase)", "MyImpl(AttentionImpl)")
+DIRECT_MIGRATED = IMPL_MIGRATED.replace(
+    "from plugin.base import PluginImplBase", "from vllm.v1.attention.backend import AttentionImpl"
+).replace("MyImpl(PluginImplBase)", "MyImpl(AttentionImpl)")
+
+# torch's case: a class named Attention that is no vLLM class, and a scoped rule's token.
+TORCH_LIKE = (
+    "import torch.nn as nn\n\n\nclass Attention(nn.Module):\n    def forward(self, x, output: int):\n        return x\n"
+)
+
+
+def _record_warm_pools(monkeypatch) -> list:
+    started = []
+
+    class Recorded(prefork.PreforkedWorker):
+        def __init__(self, *args, **kwargs) -> None:
+            super().__init__(*args, **kwargs)
+            self.submitted: list[str] = []
+            started.append(self)
+
+        def submit(self, key, function, arguments) -> None:
+            self.submitted.append(key)
+            super().submit(key, function, arguments)
+
+    monkeypatch.setattr(prefork, "PreforkedWorker", Recorded)
+    return started
+
+
+def test_a_few_files_in_early_started_workers_match_an_in_process_run(tmp_path, monkeypatch):
+    started = _record_warm_pools(monkeypatch)
+    layout = {f"impl{n}.py": DIRECT for n in range(3)} | {"unrelated.py": TORCH_LIKE}
+    pooled, alone = write_tree(tmp_path / "a", layout), write_tree(tmp_path / "b", layout)
+    pooled_report = run_paths([str(pooled)], Options(jobs=2))
+    assert len(started) == 1 and started[0].used
+    alone_report = run_paths([str(alone)], Options(jobs=1))
+    assert len(started) == 1
+    assert pooled_report.errors == alone_report.errors == []
+    assert len(pooled_report.changed) == len(alone_report.changed) == 3
+    assert sorted(f for _, f in pooled_report.findings) == sorted(f for _, f in alone_report.findings)
+    assert all((pooled / f"impl{n}.py").read_text() == DIRECT_MIGRATED for n in range(3))
+    assert (pooled / "unrelated.py").read_text() == TORCH_LIKE
+
+
+def test_no_workers_start_for_a_class_that_is_merely_named_attention(tmp_path, monkeypatch):
+    started = _record_warm_pools(monkeypatch)
+    write_tree(tmp_path, {"model.py": TORCH_LIKE})
+    report = run_paths([str(tmp_path)], Options(mode="check", jobs=2))
+    # Not even indexed: nothing in it mentions vLLM, so its Attention cannot derive from vLLM.
+    assert started == [] and report.findings == [] and report.parsed == 0
+
+
+def test_more_files_than_the_early_workers_can_take_are_shared_with_the_other_jobs(tmp_path, monkeypatch):
+    from runner_trees import BASE
+
+    started = _record_warm_pools(monkeypatch)
+    # Three files are probable before the hierarchy pass (they import vLLM); twelve more turn out
+    # to derive from the plugin's base: past the first few settled files, the early worker takes its
+    # share of the rest and the other job (here, this process) the others.
+    layout = {f"direct{n}.py": DIRECT for n in range(3)} | {"plugin/__init__.py": "", "plugin/base.py": BASE}
+    layout |= {f"plugin/impl{n}.py": IMPL for n in range(12)}
+    write_tree(tmp_path, layout)
+    report = run_paths([str(tmp_path)], Options(jobs=2))
+    assert len(started) == 1 and started[0].workers == 1 and started[0].submitted
+    assert report.errors == [] and len(report.changed) == 15
+    assert all((tmp_path / f"plugin/impl{n}.py").read_text() == IMPL_MIGRATED for n in range(12))
+
+
+def test_the_early_workers_share_goes_by_size_largest_first():
+    from vllm_attn_compat.codemods.run.runner import _IMPORT_IN_BYTES, _early_share
+
+    class Item:
+        def __init__(self, size: int) -> None:
+            self.source = b"x" * size
+
+    items = [Item(size) for size in (200_000, 500_000, 300_000, 400_000)]
+    mine, theirs = _early_share(items, 0, jobs=2)
+    # 500k to the early worker (it has imported libcst), 400k to the other (which has not), 300k to the
+    # other (480k against 500k), 200k to the early worker.
+    assert [len(i.source) for i in mine] == [500_000, 200_000]
+    assert [len(i.source) for i in theirs] == [400_000, 300_000]
+    assert _IMPORT_IN_BYTES < 200_000
+    # Work already sent counts; three jobs share the rest two to one.
+    mine, theirs = _early_share(items, 10**6, jobs=3)
+    assert mine == [] and len(theirs) == 4

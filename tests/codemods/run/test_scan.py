@@ -1,0 +1,86 @@
+"""The anchored literal scan answers exactly what `any(token in source)` answers."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from vllm_attn_compat.codemods.engine.migrate import prefilter_tokens
+from vllm_attn_compat.codemods.registry import all_rules
+from vllm_attn_compat.codemods.run.scan import TokenScan, choose_anchors, contains_word
+
+RULE_TOKENS = prefilter_tokens(all_rules())
+
+
+def test_every_token_contains_an_anchor_and_related_tokens_share_one():
+    anchors = choose_anchors(RULE_TOKENS)
+    assert all(any(anchor in token for anchor in anchors) for token in RULE_TOKENS)
+    assert len(anchors) < len(RULE_TOKENS)
+
+
+def test_short_tokens_are_their_own_anchor():
+    assert choose_anchors([b"abc", b"xabcx", b"zz"]) in ((b"abc", b"zz"), (b"zz", b"abc"))
+
+
+# Sources built from pieces of the real tokens, so near-misses (a token cut short) are common.
+pieces = st.sampled_from(
+    [t[: len(t) // 2] for t in RULE_TOKENS] + [t[len(t) // 2 :] for t in RULE_TOKENS] + list(RULE_TOKENS)
+)
+sources = st.lists(st.one_of(pieces, st.binary(max_size=6)), max_size=8).map(b"".join)
+
+
+@settings(max_examples=150, deadline=None)
+@given(sources)
+def test_the_scan_agrees_with_the_naive_test(source):
+    assert TokenScan(RULE_TOKENS)(source) == any(token in source for token in RULE_TOKENS)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.binary(min_size=1, max_size=12), min_size=1, max_size=6), st.binary(max_size=40))
+def test_the_scan_agrees_for_arbitrary_tokens(tokens, source):
+    source = source + tokens[0] if source[:1] == b"\0" else source
+    assert TokenScan(tokens)(source) == any(token in source for token in tokens)
+
+
+def test_whole_words_match_identifiers_not_parts_of_longer_names():
+    scan = TokenScan([b"SdpaBackend"], whole_words=True)
+    assert scan(b"from plugin.sdpa import SdpaBackend\n")
+    assert scan(b"class X(sdpa.SdpaBackend):\n") and scan(b"SdpaBackend")
+    assert not scan(b"def setSdpaBackendsToDefault(): pass\n")
+    assert not scan(b"x = SdpaBackend2\ny = _SdpaBackend\nz = \xc3\xa9SdpaBackend\n")
+    assert scan(b"x = SdpaBackend2 or SdpaBackend\n")
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.sampled_from([b"Impl", b"Base", b"_", b" ", b"(", b".", b"x", b"\n", b"\xc3\xa9"]), max_size=10))
+def test_whole_words_agree_with_a_tokenizing_definition(parts):
+    import re
+
+    source = b"".join(parts)
+    words = set(re.findall(rb"[A-Za-z0-9_\x80-\xff]+", source))
+    assert TokenScan([b"Impl", b"ImplBase"], whole_words=True)(source) == bool({b"Impl", b"ImplBase"} & words)
+
+
+# Class names made of a few CamelCase words, many sharing a word (so several share one short anchor).
+WORDS = [b"Sdpa", b"Plugin", b"Impl", b"Backend", b"Flash", b"Attention", b"Mla", b"X2"]
+names = st.lists(st.sampled_from(WORDS), min_size=1, max_size=3).map(b"".join)
+texts = st.lists(st.one_of(st.sampled_from([*WORDS, b"_", b" ", b"(", b".", b"\n", b"\xc3\xa9"]), names), max_size=12)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(names, min_size=1, max_size=12), texts.map(b"".join))
+def test_whole_words_sharing_short_anchors_agree_with_the_definition(tokens, source):
+    scan = TokenScan(tokens, whole_words=True)
+    assert scan(source) == any(contains_word(source, token) for token in tokens)
+
+
+def test_whole_words_must_be_identifiers():
+    with pytest.raises(ValueError, match="whole words must be identifiers"):
+        TokenScan([b"class A("], whole_words=True)
+
+
+def test_class_names_share_a_capitalized_word_as_their_anchor():
+    scan = TokenScan([b"PluginBackend", b"PluginImpl", b"LoggingAttention"], whole_words=True)
+    assert len(scan.anchors) == 2 and b"Plugin" in scan.anchors
+    assert all(len(anchor) >= 8 for anchor in TokenScan(RULE_TOKENS).anchors)  # the prefilter's stay long

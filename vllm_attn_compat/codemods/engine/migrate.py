@@ -1,0 +1,218 @@
+"""Apply the selected rules to one file: one libcst parse, one analysis pass for all rules,
+one transform pass for the fixes that apply, rendered back byte for byte.
+
+The runner (`runner.py`) decides which files reach this point and checks the result.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from vllm_attn_compat.codemods.engine.rule import Rule
+from vllm_attn_compat.codemods.findings import Finding, FixSafety, Status
+from vllm_attn_compat.codemods.index.hierarchy import BASE_TOKENS, ClassHierarchy, index_module
+
+
+@dataclass(frozen=True)
+class MigrationResult:
+    source: bytes
+    findings: list[Finding]
+    # Text of every comment a rule removed on purpose (e.g. the comment block documenting a
+    # removed `accept_output_buffer`), so the runner can prove no other comment was lost.
+    removed_comments: tuple[str, ...]
+
+
+class ParseError(Exception):
+    def __init__(self, line: int, column: int, message: str) -> None:
+        super().__init__(f"{line}:{column}: {message}")
+        self.line = line
+        self.column = column
+        self.message = message
+
+
+def prefilter_tokens(rules: Sequence[type[Rule]]) -> tuple[bytes, ...]:
+    """Byte strings of which a file must contain one to be worth parsing for ``rules``.
+
+    A scoped rule contributes the hierarchy's tokens rather than its own: it acts only inside
+    attention classes, and a file holding one mentions a vLLM attention module or defines a
+    vLLM base (``BASE_TOKENS``), or names an attention class of the run (the runner adds those
+    names). Its own tokens are necessary too but far less selective (``output is not None``
+    appears in a dozen of torch's files; vLLM's attention modules in none).
+    """
+    tokens: dict[bytes, None] = {}
+    for rule in rules:
+        for token in BASE_TOKENS if rule.scoped else rule.tokens:
+            tokens[token] = None
+    # A token containing another is redundant: the shorter one already matches.
+    return tuple(t for t in tokens if not any(other != t and other in t for other in tokens))
+
+
+def needs_parsing(source: bytes, rules: Sequence[type[Rule]], class_names: frozenset[str] = frozenset()) -> bool:
+    """Finer test than `prefilter_tokens`: some rule has both its own token and (if scoped)
+    a scope token or attention-class name in ``source``."""
+    in_scope: bool | None = None
+    for rule in rules:
+        if not any(token in source for token in rule.tokens):
+            continue
+        if not rule.scoped:
+            return True
+        if in_scope is None:
+            in_scope = any(token in source for token in BASE_TOKENS) or any(
+                name.encode() in source for name in class_names
+            )
+        if in_scope:
+            return True
+    return False
+
+
+def _may_apply(source: bytes, path: str, rules: Sequence[type[Rule]], hierarchy: ClassHierarchy) -> bool:
+    unscoped = any(token in source for rule in rules if not rule.scoped for token in rule.tokens)
+    return unscoped or (any(rule.scoped for rule in rules) and hierarchy.has_attention_classes(path))
+
+
+def _check_syntax(source: bytes, path: str) -> None:
+    import ast
+
+    try:
+        ast.parse(source, filename=path)
+    except SyntaxError as error:
+        raise ParseError(error.lineno or 1, error.offset or 1, error.msg) from None
+    except ValueError as error:  # null bytes
+        raise ParseError(1, 1, str(error)) from None
+
+
+def _parse_error(source: bytes, path: str, error) -> ParseError:
+    # CPython's parser pinpoints syntax errors better than libcst's; ask it first.
+    import ast
+
+    try:
+        ast.parse(source, filename=path)
+    except SyntaxError as precise:
+        if precise.lineno:
+            return ParseError(precise.lineno, precise.offset or 1, precise.msg)
+    except ValueError:  # e.g. null bytes
+        pass
+    return ParseError(error.raw_line, error.editor_column, error.message)
+
+
+def _status(safety: FixSafety, suppressed: bool, unsafe_fixes: bool) -> Status:
+    if suppressed:
+        return Status.SUPPRESSED
+    if safety is FixSafety.SAFE:
+        return Status.FIXED
+    if safety is FixSafety.UNSAFE:
+        return Status.FIXED if unsafe_fixes else Status.UNSAFE_FIX_AVAILABLE
+    return Status.MANUAL
+
+
+def _fixable(safety: FixSafety, unsafe_fixes: bool) -> bool:
+    return _status(safety, False, unsafe_fixes) is Status.FIXED
+
+
+def migrate_source(
+    source: bytes,
+    *,
+    path: str,
+    rules: Sequence[type[Rule]],
+    hierarchy: ClassHierarchy,
+    unsafe_fixes: bool,
+    with_findings: bool = True,
+    old_op_calls: str = "with-output",
+) -> MigrationResult:
+    """Apply ``rules`` to ``source``. Without ``with_findings`` only the new source is wanted (the
+    runner's idempotence check): findings come back empty and positions are computed only where a
+    ``# noqa`` comment may hold a fix back. ``old_op_calls`` is ``forwarder`` when calls of the
+    removed ops whose layer shape is unknown may go to this package's deprecated forwarders."""
+    if not hierarchy.covers(path):
+        # A caller that built the hierarchy from other files: this file's classes count too.
+        try:
+            hierarchy = hierarchy.extended(index_module(source, path))
+        except SyntaxError:
+            pass  # libcst reports it below, with its position
+    if not _may_apply(source, path, rules, hierarchy):
+        # No attention class here and no token of a rule that works outside them: nothing can
+        # change, so skip libcst's parse and traversal (several times the cost of `ast`).
+        _check_syntax(source, path)
+        return MigrationResult(source, [], ())
+
+    import libcst as cst
+
+    from vllm_attn_compat.codemods.engine.apply import Applier
+    from vllm_attn_compat.codemods.engine.edits import AddImport, DropUnusedImport, RemoveStatement, Replace
+    from vllm_attn_compat.codemods.engine.noqa import noqa_codes, suppresses
+    from vllm_attn_compat.codemods.engine.positions import positions
+    from vllm_attn_compat.codemods.engine.scope import Analyzer, FileContext
+    from vllm_attn_compat.codemods.engine.walk import walk
+
+    try:
+        module = cst.parse_module(source)
+    except cst.ParserSyntaxError as error:
+        raise _parse_error(source, path, error) from None
+
+    ctx = FileContext(path, module, hierarchy, old_op_calls=old_op_calls)
+    analyzer = Analyzer(ctx, [rule(ctx) for rule in rules])
+    walk(module, analyzer.on_visit, analyzer.on_leave)
+    reports = ctx.reports if with_findings else [r for r in ctx.reports if _fixable(r.safety, unsafe_fixes)]
+    if not reports:
+        return MigrationResult(source, [], ())
+    noqa = [(comment, codes) for comment in analyzer.comments if (codes := noqa_codes(comment.value)) is not None]
+    # Positions cost a rendering of the module: paid for findings to show, or for a noqa to consult.
+    wanted = [*(report.node for report in reports), *(comment for comment, _ in noqa)]
+    spans = positions(module, wanted) if with_findings or noqa else {}
+
+    noqa_by_line: dict[int, frozenset[str]] = {}
+    for comment, codes in noqa:
+        line = spans[id(comment)].start_line
+        noqa_by_line[line] = noqa_by_line.get(line, frozenset()) | codes
+
+    findings: list[Finding] = []
+    removals: list[RemoveStatement] = []
+    replacements: list[Replace] = []
+    imports: list = []  # edits.AddImport, edits.DropUnusedImport: decided once the rest is done
+    only_imports: list[tuple[int, list]] = []  # findings whose whole fix is import edits
+    for report in reports:
+        span = spans.get(id(report.node))
+        suppressed = span is not None and any(
+            suppresses(noqa_by_line[line], report.code)
+            for line in range(span.start_line, span.end_line + 1)
+            if line in noqa_by_line
+        )
+        status = _status(report.safety, suppressed, unsafe_fixes)
+        if with_findings:
+            findings.append(Finding(span.start_line, span.start_column + 1, report.code, report.message, status))
+        if status is Status.FIXED:
+            if with_findings and all(isinstance(edit, (AddImport, DropUnusedImport)) for edit in report.edits):
+                only_imports.append((len(findings) - 1, list(report.edits)))
+            for edit in report.edits:
+                if isinstance(edit, RemoveStatement):
+                    removals.append(edit)
+                elif isinstance(edit, Replace):
+                    replacements.append(edit)
+                else:
+                    imports.append(edit)
+    if not (removals or replacements or imports):
+        return MigrationResult(source, sorted(findings), ())
+    edited = analyzer.enclosing([edit.node for edit in (*removals, *replacements)])
+    applier = Applier(removals, replacements, within=edited)
+    new_module = module.visit(applier) if removals or replacements else module
+    removed = list(applier.sink.removed)
+    if imports:
+        from vllm_attn_compat.codemods.engine.imports import finish_imports
+
+        is_package = path.replace("\\", "/").rsplit("/", 1)[-1] == "__init__.py"
+        new_module, dropped_comments, done = finish_imports(new_module, imports, is_package=is_package)
+        removed += dropped_comments
+        for index, edits in only_imports:  # nothing to do after all: the finding stays for a person
+            if not any(id(edit) in done for edit in edits):
+                findings[index] = dataclasses.replace(findings[index], status=Status.MANUAL)
+    return MigrationResult(_keep_final_newline(source, new_module.bytes), sorted(findings), tuple(removed))
+
+
+def _keep_final_newline(original: bytes, new: bytes) -> bytes:
+    """Put back a final newline that libcst lost: it drops the one after a last comment ending in a backslash."""
+    for newline in (b"\r\n", b"\n", b"\r"):
+        if original.endswith(newline):
+            return new if new.endswith((b"\n", b"\r")) else new + newline
+    return new

@@ -1,0 +1,93 @@
+"""The `Rule` base class: what every rule module declares, and how rules register themselves.
+
+A rule is one module in ``vllm_attn_compat.codemods.rules`` defining one `Rule` subclass. It
+declares its code, name, summary, fix safety, prefilter tokens and examples as class attributes,
+and reacts to libcst nodes through ``visit_<NodeType>(self, node)`` methods that the engine
+calls during its single traversal of the file. Findings and fixes go through ``self.ctx``
+(`vllm_attn_compat.codemods.engine.scope.FileContext`). Rule modules import libcst inside their
+methods only, so listing rules (``vllm-attn-compat rules``) and prefiltering stay fast.
+"""
+
+from __future__ import annotations
+
+import re
+import textwrap
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
+from vllm_attn_compat.codemods.findings import FixSafety, Status
+
+if TYPE_CHECKING:
+    from vllm_attn_compat.codemods.engine.scope import FileContext
+
+_REGISTRY: dict[str, type[Rule]] = {}
+_CODE = re.compile(r"VAC\d{3}")
+_NAME = re.compile(r"[a-z]+(-[a-z0-9]+)*")
+
+
+@dataclass(frozen=True)
+class Example:
+    """A source file before the rule runs, and what the rule makes of it.
+
+    ``after`` is the result of `migrate` (safe fixes); ``None`` means the file stays
+    byte-identical. ``unsafe_after`` is the result with ``--unsafe-fixes`` when it differs from
+    ``after``. ``findings`` lists the status of each finding of this rule, in source order.
+    """
+
+    title: str
+    before: str
+    after: str | None = None
+    unsafe_after: str | None = None
+    findings: tuple[Status, ...] = ()
+
+    def source(self) -> str:
+        return textwrap.dedent(self.before).lstrip("\n")
+
+    def expected(self, *, unsafe: bool) -> str:
+        text = self.after if not unsafe or self.unsafe_after is None else self.unsafe_after
+        return self.source() if text is None else textwrap.dedent(text).lstrip("\n")
+
+
+def class_source(header: str, body: str) -> str:
+    """Example text: ``header`` (ending in a ``class`` line) with ``body`` as that class's body."""
+    return textwrap.dedent(header).lstrip("\n") + textwrap.indent(textwrap.dedent(body).lstrip("\n"), "    ")
+
+
+class Rule:
+    code: ClassVar[str]
+    name: ClassVar[str]
+    summary: ClassVar[str]
+    fix_safety: ClassVar[FixSafety]
+    # Literal byte strings: a file containing none of them cannot hold a finding of this rule.
+    tokens: ClassVar[tuple[bytes, ...]]
+    # True when the rule acts only inside vLLM attention classes (see `hierarchy`); such a rule
+    # also needs a hierarchy token or attention-class name in the file to be worth parsing.
+    scoped: ClassVar[bool] = True
+    examples: ClassVar[tuple[Example, ...]] = ()
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        missing = [a for a in ("code", "name", "summary", "fix_safety", "tokens") if not hasattr(cls, a)]
+        if missing:
+            raise TypeError(f"rule {cls.__qualname__} lacks class attribute(s) {', '.join(missing)}")
+        if not _CODE.fullmatch(cls.code):
+            raise TypeError(f"rule {cls.__qualname__}: code must look like 'VAC001', found {cls.code!r}")
+        if not _NAME.fullmatch(cls.name):
+            raise TypeError(f"rule {cls.code}: name must be kebab-case, found {cls.name!r}")
+        if not cls.tokens or not all(isinstance(t, bytes) and len(t) >= 6 for t in cls.tokens):
+            raise TypeError(f"rule {cls.code}: tokens must be selective byte strings, found {cls.tokens!r}")
+        if not cls.__doc__:
+            raise TypeError(f"rule {cls.code}: the docstring must explain why the rule exists")
+        other = _REGISTRY.get(cls.code)
+        if other is not None and other.__qualname__ != cls.__qualname__:
+            raise TypeError(f"rule code {cls.code} is used by both {other.__qualname__} and {cls.__qualname__}")
+        _REGISTRY[cls.code] = cls
+
+    def __init__(self, ctx: FileContext) -> None:
+        self.ctx = ctx
+
+    @classmethod
+    def description(cls) -> str:
+        import inspect  # not at module level: the CLI imports this module on every run
+
+        return inspect.cleandoc(cls.__doc__ or "")

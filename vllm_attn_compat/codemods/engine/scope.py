@@ -1,0 +1,271 @@
+"""What the rules see while the engine walks a file: scopes, imports, and a place to report.
+
+One `FileContext` per file. The engine's single traversal (`Analyzer`, driven by `walk.walk`) keeps the stack of
+enclosing classes and functions up to date and calls the rules' ``visit_<NodeType>`` hooks;
+rules ask the context whether they are inside an attention class or one of its methods that
+takes an ``output`` parameter, and report findings with the edits that would fix them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol, TypeAlias, cast
+
+import libcst as cst
+
+from vllm_attn_compat.codemods.engine.edits import Edit
+from vllm_attn_compat.codemods.findings import FixSafety
+from vllm_attn_compat.codemods.index.hierarchy import ClassHierarchy
+from vllm_attn_compat.codemods.index.runtime_patches import ATTRIBUTE, MEMBERS
+
+
+class Reporting(Protocol):
+    """What the context reads of a rule that reports (`rule.Rule` has it; this module does not import it, since
+    a rule holds its `FileContext`)."""
+
+    @property
+    def code(self) -> str: ...
+
+    @property
+    def fix_safety(self) -> FixSafety: ...
+
+
+@dataclass(frozen=True)
+class Report:
+    code: str
+    message: str
+    node: cst.CSTNode  # where the finding is shown and where a noqa comment is looked for
+    edits: tuple[Edit, ...]
+    safety: FixSafety
+
+
+@dataclass
+class ClassFrame:
+    node: cst.ClassDef
+    qualname: str
+    is_attention: bool
+    # Set for a "methods" class copied onto a class that could not be resolved: findings are only shown.
+    unresolved_patch: bool = False
+
+
+@dataclass
+class FunctionFrame:
+    node: cst.FunctionDef | cst.Lambda
+    qualname: str
+    # Set when the function is a method defined directly in an attention class.
+    attention_class: ClassFrame | None
+    # "attention" when the function is assigned onto an attention class at run time (it is a method of
+    # it), "unresolved" when onto a class that could not be resolved (findings are only shown).
+    patched: str | None = None
+
+    def param(self, name: str) -> cst.Param | None:
+        params = self.node.params
+        for param in (*params.posonly_params, *params.params, *params.kwonly_params):
+            if param.name.value == name:
+                return param
+        return None
+
+
+Frame: TypeAlias = ClassFrame | FunctionFrame
+
+
+def _dotted(node: cst.BaseExpression) -> str | None:
+    parts: list[str] = []
+    while isinstance(node, cst.Attribute):
+        parts.insert(0, node.attr.value)
+        node = node.value
+    if not isinstance(node, cst.Name):
+        return None
+    parts.insert(0, node.value)
+    return ".".join(parts)
+
+
+def dotted_name(node: cst.BaseExpression) -> str | None:
+    """``torch.ops.vllm.x`` for an attribute chain of names, else None."""
+    return _dotted(node)
+
+
+def as_name(alias: cst.ImportAlias) -> str | None:
+    """The name ``import ... as <name>`` binds; None without ``as``."""
+    if alias.asname is None:
+        return None
+    name = alias.asname.name
+    # AsName also serves `with`/`except`, where a tuple or list may follow `as`; an import takes a name only.
+    assert isinstance(name, cst.Name), type(name)
+    return name.value
+
+
+class FileContext:
+    def __init__(
+        self, path: str, module: cst.Module, hierarchy: ClassHierarchy, *, old_op_calls: str = "with-output"
+    ) -> None:
+        self.path = path
+        self.old_op_calls = old_op_calls  # how VAC007 rewrites calls whose layer shape is unknown
+        self.module = module
+        self.hierarchy = hierarchy
+        self.module_name = hierarchy.module_name(path)
+        self.frames: list[Frame] = []
+        self.stack: list[cst.CSTNode] = []  # the node being visited and its ancestors
+        self.reports: list[Report] = []
+        self.imports: dict[str, str] = {}  # bound name -> dotted target, from top-level imports
+        self._collect_imports(module.body)
+
+    def _collect_imports(self, body: Sequence[cst.BaseStatement]) -> None:
+        for statement in body:
+            if not isinstance(statement, cst.SimpleStatementLine):
+                continue
+            for small in statement.body:
+                if isinstance(small, cst.Import):
+                    for alias in small.names:
+                        target = _dotted(alias.name) or ""
+                        bound = as_name(alias) or target.split(".")[0]
+                        self.imports[bound] = target if alias.asname else bound
+                elif isinstance(small, cst.ImportFrom) and not isinstance(small.names, cst.ImportStar):
+                    base = "." * len(small.relative) + (_dotted(small.module) or "" if small.module else "")
+                    for alias in small.names:
+                        name = alias.name.value if isinstance(alias.name, cst.Name) else ""
+                        bound = as_name(alias) or name
+                        self.imports[bound] = f"{base}.{name}"
+
+    # --- facts about the file ---------------------------------------------------------
+    @property
+    def imports_vllm(self) -> bool:
+        return any(target == "vllm" or target.startswith("vllm.") for target in self.imports.values())
+
+    def tensor_annotation(self) -> str | None:
+        """How this module can spell ``torch.Tensor`` at definition time, if it can."""
+        for bound, target in self.imports.items():
+            if target == "torch":
+                return f"{bound}.Tensor"
+        for bound, target in self.imports.items():
+            if target == "torch.Tensor":
+                return bound
+        return None
+
+    # --- scope ------------------------------------------------------------------------
+    def current_function(self) -> FunctionFrame | None:
+        frame = self.frames[-1] if self.frames else None
+        return frame if isinstance(frame, FunctionFrame) else None
+
+    def output_method(self) -> FunctionFrame | None:
+        """The method we are directly inside, if it belongs to an attention class and takes
+        an ``output`` parameter (the only place where ``output`` is the layer's buffer)."""
+        frame = self.current_function()
+        if frame is None or (frame.attention_class is None and frame.patched is None):
+            return None
+        return frame if frame.param("output") is not None else None
+
+    def in_unresolved_patch(self) -> bool:
+        """Whether the code being visited is copied at run time onto a class that could not be resolved."""
+        return any(
+            frame.unresolved_patch if isinstance(frame, ClassFrame) else frame.patched == "unresolved"
+            for frame in self.frames
+        )
+
+    def attention_class(self) -> ClassFrame | None:
+        """The innermost enclosing class, if it is an attention class."""
+        for frame in reversed(self.frames):
+            if isinstance(frame, ClassFrame):
+                return frame if frame.is_attention else None
+        return None
+
+    def parent(self, levels: int = 1) -> cst.CSTNode | None:
+        index = len(self.stack) - 1 - levels
+        return self.stack[index] if index >= 0 else None
+
+    # --- reporting --------------------------------------------------------------------
+    def report(
+        self,
+        rule: Reporting,
+        node: cst.CSTNode,
+        message: str,
+        *edits: Edit,
+        safety: FixSafety | None = None,
+    ) -> None:
+        """Record a finding at ``node``; ``edits`` fix it with ``safety`` (the rule's by default).
+        Without edits the finding is display-only."""
+        chosen = safety if safety is not None else rule.fix_safety
+        if self.in_unresolved_patch():
+            message += (
+                " (this code is copied at run time onto a class this tool cannot resolve: if that is a vLLM "
+                "attention class, make the change by hand)"
+            )
+            edits = ()
+        if not edits:
+            chosen = FixSafety.DISPLAY_ONLY
+        self.reports.append(Report(rule.code, message, node, tuple(edits), chosen))
+
+
+_HOOK_PREFIX = "visit_"
+_SCOPES = (cst.ClassDef, cst.FunctionDef, cst.Lambda)
+
+
+class Analyzer:
+    """The one traversal (:func:`walk.walk`): maintains scopes, records comments, dispatches to the rules."""
+
+    def __init__(self, ctx: FileContext, rules: Sequence[object]) -> None:
+        self.ctx = ctx
+        self.comments: list[cst.Comment] = []
+        self.parents: dict[int, cst.CSTNode] = {}  # id(node) -> the node it was walked under
+        self.hooks: dict[str, list[Callable[[cst.CSTNode], None]]] = {}
+        for rule in rules:
+            for attr in dir(type(rule)):
+                if attr.startswith(_HOOK_PREFIX):
+                    self.hooks.setdefault(attr[len(_HOOK_PREFIX) :], []).append(getattr(rule, attr))
+
+    def _prefix(self) -> str:
+        if not self.ctx.frames:
+            return ""
+        frame = self.ctx.frames[-1]
+        return frame.qualname + (".<locals>." if isinstance(frame, FunctionFrame) else ".")
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        ctx = self.ctx
+        if ctx.stack:
+            self.parents[id(node)] = ctx.stack[-1]
+        ctx.stack.append(node)
+        # Exact types (the parser makes no subclasses): isinstance on libcst's ABC-based classes is slow.
+        kind = type(node)
+        if kind is cst.ClassDef:
+            node = cast(cst.ClassDef, node)  # its exact type, tested above
+            qualname = self._prefix() + node.name.value
+            full = f"{ctx.module_name}.{qualname}"
+            frame = ClassFrame(node, qualname, ctx.hierarchy.is_attention_class(full))
+            if not frame.is_attention and ctx.hierarchy.patch_scope(full, MEMBERS) == "unresolved":
+                frame.is_attention = frame.unresolved_patch = True
+            ctx.frames.append(frame)
+        elif kind is cst.FunctionDef:
+            node = cast(cst.FunctionDef, node)
+            owner = ctx.frames[-1] if ctx.frames else None
+            attention_class = owner if isinstance(owner, ClassFrame) and owner.is_attention else None
+            qualname = self._prefix() + node.name.value
+            patched = None if attention_class else ctx.hierarchy.patch_scope(f"{ctx.module_name}.{qualname}", ATTRIBUTE)
+            ctx.frames.append(FunctionFrame(node, qualname, attention_class, patched))
+        elif kind is cst.Lambda:
+            ctx.frames.append(FunctionFrame(cast(cst.Lambda, node), self._prefix() + "<lambda>", None))
+        elif kind is cst.Comment:
+            self.comments.append(cast(cst.Comment, node))
+        for hook in self.hooks.get(kind.__name__, ()):
+            hook(node)
+        return True
+
+    def on_leave(self, original_node: cst.CSTNode) -> None:
+        if type(original_node) in _SCOPES:
+            self.ctx.frames.pop()
+        self.ctx.stack.pop()
+
+    def enclosing(self, nodes: Sequence[cst.CSTNode]) -> set[int] | None:
+        """The ids of ``nodes`` and of every node above them, or None if one of them was not walked."""
+        found: set[int] = set()
+        for node in nodes:
+            current = node
+            while id(current) not in found:
+                found.add(id(current))
+                if current is self.ctx.module:
+                    break
+                parent = self.parents.get(id(current))
+                if parent is None:
+                    return None
+                current = parent
+        return found

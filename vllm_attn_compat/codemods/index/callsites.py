@@ -1,0 +1,744 @@
+"""Who calls the methods whose ``output`` a fix would make required (VAC002) or whose None fallback a
+fix would delete (VAC003), across the run.
+
+A safe fix preserves the behaviour of every call the run can see. vLLM >= 0.20 passes ``output`` to
+an impl's ``forward``, but a plugin's own warm-up path, test or subclass may call a method without
+it, relying on the default or the fallback; making ``output`` required breaks that call. So both
+fixes are safe only when every call of the method that the run can see passes ``output`` (by
+keyword, or positionally at its index) and the method is never handed on as a value (a callback,
+``functools.partial``, ``getattr``), which would make its callers unknowable. Otherwise the fix is
+withheld (``[unsafe]``) and each call that omits ``output`` is reported where it is.
+
+"The run can see" means the files the class-hierarchy pass indexes: those mentioning vLLM or naming
+an attention class of the run. Their call sites are recorded while that pass parses them (stdlib
+``ast``), so no other file is parsed. A call whose receiver cannot be proven to be something else
+(``impl.prefill(...)``) counts, unless it could not bind to the method's signature anyway (it raises
+``TypeError`` today, so no working call changes).
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import NamedTuple, Protocol
+
+from vllm_attn_compat.codemods.findings import Finding, Status
+from vllm_attn_compat.codemods.index.names import is_vllm_base, normalize_path
+
+
+# What the analysis reads of `hierarchy.ClassHierarchy` and `hierarchy.ModuleIndex`: protocols, since the
+# hierarchy module imports this one to index calls and to decide which fixes they withhold.
+class ClassHierarchy(Protocol):
+    bases: dict[str, tuple[str, ...]]
+    _by_last: dict[str, list[str]]
+
+    def _classes_named(self, reference: str) -> list[str]: ...
+
+    def is_attention_class(self, full_name: str) -> bool: ...
+
+
+class ModuleIndex(Protocol):
+    @property
+    def path(self) -> str: ...
+
+    @property
+    def module(self) -> str: ...
+
+    @property
+    def calls(self) -> CallIndex: ...
+
+
+# The rules whose fixes a call omitting ``output`` can block, in the order a caller finding picks its code.
+REQUIRED_OUTPUT = "VAC002"
+NONE_FALLBACK = "VAC003"
+# Allocation calls VAC003 removes as a fallback (kept equal to its own list).
+_ALLOCATORS = frozenset(
+    {
+        "empty",
+        "zeros",
+        "ones",
+        "full",
+        "empty_like",
+        "zeros_like",
+        "ones_like",
+        "full_like",
+        "empty_strided",
+        "new_empty",
+        "new_zeros",
+        "new_ones",
+        "new_full",
+    }
+)
+# nn.Module layers run ``forward`` through ``layer(...)``: calls the run cannot attribute to them.
+_MODULE_BASES = frozenset({"Attention", "MLAAttention", "AttentionLayerBase", "Module"})
+
+
+@dataclass(frozen=True)
+class OutputMethod:
+    """A method taking an ``output`` parameter, as its class defines it."""
+
+    owner: str  # the class's qualname
+    name: str
+    line: int
+    kind: str  # "method", "static" or "class"
+    positional: tuple[str, ...]  # positional parameters after the implicit self/cls
+    required: frozenset[str]  # parameters without a default (after the implicit one)
+    keywords: frozenset[str]  # parameters that may be passed by keyword
+    varargs: bool
+    varkw: bool
+    output_default_none: bool
+    fallback: str | None  # the allocation of an ``if output is None: output = ...`` opening the method
+
+
+class Use(NamedTuple):  # a tuple: tens of thousands are made and pickled on a fork
+    """An attribute call (``x.m(...)``), an attribute handed on as a value, or ``getattr(x, "m")``."""
+
+    name: str
+    line: int
+    column: int  # 1-based
+    end_line: int
+    kind: str  # "call", "reference" or "getattr"
+    receiver: str  # "self", "super", "class" (a name bound by an import or a class) or "other"
+    scope: str | None  # qualname of the class whose method holds it (self and super receivers)
+    target: str | None  # dotted name of a "class" receiver
+    text: str  # how the receiver reads, for messages
+    positional: int = 0
+    none_at: tuple[int, ...] = ()  # positional arguments that are a literal None
+    keywords: frozenset[str] = frozenset()
+    output_none: bool = False  # ``output=None`` by keyword
+    starred: bool = False  # ``*args`` or ``**kwargs``: what they hold cannot be seen
+
+
+@dataclass(frozen=True)
+class CallIndex:
+    methods: tuple[OutputMethod, ...] = ()
+    uses: tuple[Use, ...] = ()
+
+
+EMPTY = CallIndex()
+
+
+# --- indexing (runs where hierarchy.index_module runs, on the tree it parsed) ------------------------
+
+
+def _is_none(node: ast.expr | None) -> bool:
+    return isinstance(node, ast.Constant) and node.value is None
+
+
+def _dotted(node: ast.expr) -> str | None:
+    parts: list[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return None
+    parts.append(node.id)
+    return ".".join(reversed(parts))
+
+
+def _fallback(body: list[ast.stmt]) -> str | None:
+    """The allocation of an ``if output is None: output = <alloc>(...)`` that opens ``body`` (after a
+    docstring, asserts or ``pass``): the fallback VAC003 deletes."""
+    for statement in body:
+        if isinstance(statement, (ast.Assert, ast.Pass)) or (
+            isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant)
+        ):
+            continue
+        if not (isinstance(statement, ast.If) and not statement.orelse and len(statement.body) == 1):
+            return None
+        test, assign = statement.test, statement.body[0]
+        if not (
+            isinstance(test, ast.Compare)
+            and isinstance(test.left, ast.Name)
+            and test.left.id == "output"
+            and len(test.ops) == 1
+            and isinstance(test.ops[0], ast.Is)
+            and _is_none(test.comparators[0])
+        ):
+            return None
+        if not (
+            isinstance(assign, ast.Assign)
+            and len(assign.targets) == 1
+            and isinstance(assign.targets[0], ast.Name)
+            and assign.targets[0].id == "output"
+            and isinstance(assign.value, ast.Call)
+        ):
+            return None
+        func = _dotted(assign.value.func) or ""
+        return ast.unparse(assign.value) if func.rpartition(".")[2] in _ALLOCATORS else None
+    return None
+
+
+def _method_kind(node: ast.FunctionDef | ast.AsyncFunctionDef) -> str:
+    for decorator in node.decorator_list:
+        name = (_dotted(decorator) or "").rpartition(".")[2]
+        if name == "staticmethod":
+            return "static"
+        if name == "classmethod":
+            return "class"
+    return "method"
+
+
+def _output_method(owner: str, node: ast.FunctionDef | ast.AsyncFunctionDef) -> OutputMethod | None:
+    args = node.args
+    everything = [*args.posonlyargs, *args.args, *args.kwonlyargs]
+    output = next((a for a in everything if a.arg == "output"), None)
+    if output is None:
+        return None
+    kind = _method_kind(node)
+    positional = [*args.posonlyargs, *args.args]
+    defaults = [None] * (len(positional) - len(args.defaults)) + list(args.defaults)
+    pairs = list(zip(positional, defaults))
+    if kind != "static" and pairs:
+        pairs = pairs[1:]  # self / cls, bound by the call
+    kw_pairs = list(zip(args.kwonlyargs, args.kw_defaults))
+    default = {a.arg: d for a, d in [*pairs, *kw_pairs]}
+    return OutputMethod(
+        owner=owner,
+        name=node.name,
+        line=node.lineno,
+        kind=kind,
+        positional=tuple(a.arg for a, _ in pairs),
+        required=frozenset(name for name, d in default.items() if d is None),
+        keywords=frozenset(a.arg for a, _ in [*pairs, *kw_pairs] if a not in args.posonlyargs),
+        varargs=args.vararg is not None,
+        varkw=args.kwarg is not None,
+        output_default_none="output" in default and _is_none(default["output"]),
+        fallback=_fallback(node.body),
+    )
+
+
+@dataclass
+class _Scope:
+    prefix: str  # qualname prefix of what is defined here
+    owner: str | None  # qualname of the class whose method this is (self/super resolve to it)
+    self_name: str | None
+    local_classes: dict[str, str] = field(default_factory=dict)
+
+
+_DEFS = (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+# Fields that can hold child nodes, per node type. Python's grammar types the others as identifiers,
+# numbers or constants; by name, not by a value seen once (an absent optional child is None too).
+_CHILDREN: dict[type, tuple[str, ...]] = {ast.Name: (), ast.Constant: ()}
+_LEAF_FIELDS = frozenset(
+    {
+        "ctx",
+        "id",
+        "attr",
+        "name",
+        "names",
+        "arg",
+        "asname",
+        "module",
+        "level",
+        "kind",
+        "type_comment",
+        "conversion",
+        "is_async",
+        "simple",
+        "tag",
+        "n",
+        "s",
+    }
+)
+# Where an attribute is not handed on: it is the object of another attribute, subscript or operator.
+_NOT_ESCAPING = (ast.Attribute, ast.Subscript, ast.Compare, ast.BinOp, ast.UnaryOp, ast.BoolOp)
+
+
+def _children(kind: type[ast.AST]) -> tuple[str, ...]:
+    fields = _CHILDREN.get(kind)
+    if fields is None:
+        fields = _CHILDREN[kind] = tuple(name for name in kind._fields if name not in _LEAF_FIELDS)
+    return fields
+
+
+class _Collector:
+    def __init__(self, indexer) -> None:  # hierarchy._Indexer, after its pass
+        self.indexer = indexer
+        self.methods: list[OutputMethod] = []
+        self.uses: list[Use] = []
+        self.bound = set(indexer.imports) | indexer.module_classes
+
+    def _receiver(self, node: ast.expr, scope: _Scope, scopes: list[_Scope]) -> tuple[str, str | None, str]:
+        if type(node) is ast.Name and node.id == scope.self_name and scope.owner is not None:
+            return "self", None, node.id
+        if type(node) is ast.Call and type(node.func) is ast.Name and node.func.id == "super":
+            return "super", None, "super()"
+        dotted = _dotted(node)
+        if dotted is None:
+            return "other", None, "..."
+        head = dotted.partition(".")[0]
+        local = [s.local_classes for s in scopes if s.local_classes]
+        if head in self.bound or any(head in classes for classes in local):
+            return "class", self.indexer.resolve(node, local), dotted
+        return "other", None, dotted
+
+    def collect(self, tree: ast.Module) -> CallIndex:
+        top = _Scope("", None, None)
+        pending: list[tuple[list, ast.AST | None, _Scope, list[_Scope]]] = [(tree.body, None, top, [top])]
+        while pending:
+            nodes, parent, scope, scopes = pending.pop()
+            self._scope(nodes, parent, scope, scopes, pending)
+        self.uses.sort(key=lambda use: (use.line, use.column))
+        return CallIndex(tuple(self.methods), tuple(self.uses))
+
+    def _define(self, node, parent, scope: _Scope, scopes: list[_Scope], pending: list) -> None:
+        """A class, function or lambda: its header belongs to ``scope``, its body to a new one."""
+        kind = type(node)
+        if kind is ast.ClassDef:
+            qualname = scope.prefix + node.name
+            if scope.prefix:
+                scope.local_classes[node.name] = qualname
+            inner = _Scope(qualname + ".", None, None)
+            for child in node.body:
+                if type(child) in (ast.FunctionDef, ast.AsyncFunctionDef):
+                    method = _output_method(qualname, child)
+                    if method is not None:
+                        self.methods.append(method)
+            pending.append((node.body, node, inner, scopes + [inner]))
+            pending.append(([*node.bases, *node.keywords, *node.decorator_list], node, scope, scopes))
+            return
+        if kind is not ast.Lambda and type(parent) is ast.ClassDef:
+            args = [*node.args.posonlyargs, *node.args.args]
+            first = args[0].arg if args and _method_kind(node) != "static" else None
+            inner = _Scope(scope.prefix + node.name + ".<locals>.", scope.prefix[:-1], first)
+        else:
+            name = "<lambda>" if kind is ast.Lambda else node.name
+            inner = _Scope(scope.prefix + name + ".<locals>.", scope.owner, scope.self_name)
+        if kind is ast.Lambda:
+            pending.append(([node.body], node, inner, scopes + [inner]))
+            pending.append(([node.args], node, scope, scopes))
+        else:
+            pending.append((node.body, node, inner, scopes + [inner]))
+            header = [node.args, *node.decorator_list, *([node.returns] if node.returns else [])]
+            pending.append((header, node, scope, scopes))
+
+    def _scope(self, nodes: list, parent, scope: _Scope, scopes: list[_Scope], pending: list) -> None:
+        # An explicit stack: a deep expression the parser accepted must not exhaust Python's recursion.
+        stack = [(node, parent) for node in nodes]
+        called: set[int] = set()  # the Attribute nodes that are a call's function
+        uses = self.uses
+        while stack:
+            node, parent = stack.pop()
+            kind = type(node)
+            if kind in _DEFS:
+                self._define(node, parent, scope, scopes, pending)
+                continue
+            if kind is ast.Call:
+                if type(node.func) is ast.Attribute:
+                    called.add(id(node.func))
+                self._call(node, scope, scopes)
+            elif (
+                kind is ast.Attribute
+                and id(node) not in called
+                and type(node.ctx) is ast.Load
+                and not isinstance(parent, _NOT_ESCAPING)
+            ):
+                receiver, target, text = self._receiver(node.value, scope, scopes)
+                end = node.end_lineno or node.lineno
+                uses.append(
+                    Use(
+                        node.attr,
+                        node.lineno,
+                        node.col_offset + 1,
+                        end,
+                        "reference",
+                        receiver,
+                        scope.owner,
+                        target,
+                        text,
+                    )
+                )
+            for name in _children(kind):
+                value = getattr(node, name, None)
+                if type(value) is list:
+                    for item in value:
+                        if isinstance(item, ast.AST):
+                            stack.append((item, node))
+                elif isinstance(value, ast.AST):
+                    stack.append((value, node))
+
+    def _call(self, node: ast.Call, scope: _Scope, scopes: list[_Scope]) -> None:
+        func = node.func
+        if type(func) is ast.Name and func.id == "getattr" and len(node.args) >= 2:
+            name = node.args[1]
+            if type(name) is ast.Constant and isinstance(name.value, str):
+                receiver, target, text = self._receiver(node.args[0], scope, scopes)
+                end = node.end_lineno or node.lineno
+                self.uses.append(
+                    Use(
+                        name.value,
+                        node.lineno,
+                        node.col_offset + 1,
+                        end,
+                        "getattr",
+                        receiver,
+                        scope.owner,
+                        target,
+                        text,
+                    )
+                )
+            return
+        if type(func) is not ast.Attribute:
+            return
+        keywords = [k for k in node.keywords if k.arg is not None]
+        output = next((k for k in keywords if k.arg == "output"), None)
+        if output is not None and not _is_none(output.value):
+            return  # passes a buffer: never withholds a fix
+        receiver, target, text = self._receiver(func.value, scope, scopes)
+        positional = [a for a in node.args if type(a) is not ast.Starred]
+        self.uses.append(
+            Use(
+                func.attr,
+                node.lineno,
+                node.col_offset + 1,
+                node.end_lineno or node.lineno,
+                "call",
+                receiver,
+                scope.owner,
+                target,
+                text,
+                positional=len(positional),
+                none_at=tuple(i for i, a in enumerate(positional) if _is_none(a)),
+                keywords=frozenset(k.arg for k in keywords if k.arg is not None),
+                output_none=output is not None,
+                starred=len(positional) != len(node.args) or len(keywords) != len(node.keywords),
+            )
+        )
+
+
+def index_calls(tree: ast.Module, indexer) -> CallIndex:
+    """Output methods and attribute uses of one module (``indexer``: hierarchy's, after its pass)."""
+    return _Collector(indexer).collect(tree)
+
+
+# --- analysis over the run (main process, after each hierarchy round) ----------------------------------
+
+
+@dataclass(frozen=True)
+class Blocker:
+    """A use of a method that a fix would break, or that hides its callers."""
+
+    path: str  # normalized path of the file holding it ("" for a layer's ``forward``: no site)
+    line: int
+    column: int
+    end_line: int
+    how: str  # "omits", "none", "starred", "reference", "getattr" or "layer"
+    text: str  # the receiver as written
+
+    def describe(self, name: str, here: str) -> str:
+        where = f"line {self.line}" if self.path == here else f"{_shown(self.path)}:{self.line}"
+        call = f"`{self.text}.{name}(...)`" if self.how not in ("getattr", "reference") else f"`{self.text}.{name}`"
+        if self.how == "omits":
+            return f"{call} at {where} calls it without `output`"
+        if self.how == "none":
+            return f"{call} at {where} passes `output=None`"
+        if self.how == "starred":
+            return f"{call} at {where} passes `*args`/`**kwargs` that may lack `output`"
+        if self.how == "getattr":
+            return f'`getattr({self.text}, "{name}")` at {where} hands it on, so its callers cannot be checked'
+        if self.how == "reference":
+            return f"{call} at {where} hands it on as a value, so its callers cannot be checked"
+        return "a layer's `forward` runs through `layer(...)` calls, which cannot be attributed to it"
+
+
+def _shown(path: str) -> str:
+    try:
+        relative = os.path.relpath(path)
+    except ValueError:  # another drive on Windows
+        return path
+    return path if relative.startswith("..") else relative
+
+
+# (class full name, method name) -> rule code -> what withholds that rule's fix there
+Withheld = dict[tuple[str, str], dict[str, tuple[Blocker, ...]]]
+
+
+@dataclass
+class CallAnalysis:
+    """Which fixes the run's calls withhold; small and picklable (it travels to the workers)."""
+
+    withheld: Withheld = field(default_factory=dict)
+    methods: dict[tuple[str, str], OutputMethod] = field(default_factory=dict)  # every target
+
+    def blockers(self, class_name: str, method: str, code: str) -> tuple[Blocker, ...]:
+        """What withholds ``code``'s fix in ``class_name.method`` (empty: the fix stays safe)."""
+        return self.withheld.get((class_name, method), {}).get(code, ())
+
+    def reason(self, class_name: str, method: str, code: str, path: str) -> str | None:
+        """Why the fix is withheld, for the finding at the method (None when it is not)."""
+        found = self.blockers(class_name, method, code)
+        if not found:
+            return None
+        text = found[0].describe(method, normalize_path(path))
+        more = f" (and {len(found) - 1} more use{'s' if len(found) > 2 else ''})" if len(found) > 1 else ""
+        return f"not safe while the run uses the method otherwise: {text}{more}"
+
+    def merged(self, other: CallAnalysis) -> CallAnalysis:
+        withheld: Withheld = {key: dict(codes) for key, codes in self.withheld.items()}
+        for key, codes in other.withheld.items():
+            mine = withheld.setdefault(key, {})
+            for code, found in codes.items():
+                mine[code] = tuple(sorted(set(mine.get(code, ())) | set(found), key=_order))
+        return CallAnalysis(withheld, {**self.methods, **other.methods})
+
+
+def _order(blocker: Blocker) -> tuple:
+    return (blocker.path, blocker.line, blocker.column, blocker.how)
+
+
+class _Relations:
+    """Subclass relations among the run's classes (through `ClassHierarchy`'s resolution of bases)."""
+
+    def __init__(self, hierarchy: ClassHierarchy) -> None:
+        self.hierarchy = hierarchy
+        self._ancestors: dict[str, frozenset[str]] = {}
+        self._descendants: dict[str, set[str]] | None = None
+
+    def named(self, reference: str) -> list[str]:
+        found = self.hierarchy._classes_named(reference)
+        if found:
+            return found
+        # A class re-exported by a package (``plugin.MyImpl`` for ``plugin.backend.MyImpl``): same name.
+        return list(self.hierarchy._by_last.get(reference.rpartition(".")[2], ()))
+
+    def ancestors(self, full: str) -> frozenset[str]:
+        """The run's classes ``full`` derives from, itself included."""
+        known = self._ancestors.get(full)
+        if known is not None:
+            return known
+        self._ancestors[full] = frozenset({full})  # breaks cycles
+        found = {full}
+        for base in self.hierarchy.bases.get(full, ()):
+            for other in self.hierarchy._classes_named(base):
+                found |= self.ancestors(other)
+        self._ancestors[full] = frozenset(found)
+        return self._ancestors[full]
+
+    def related(self, first: str, second: str) -> bool:
+        """Whether one instance can be of both classes: some class of the run derives from both."""
+        if self._descendants is None:
+            self._descendants = {}
+            for full in self.hierarchy.bases:
+                for ancestor in self.ancestors(full):
+                    self._descendants.setdefault(ancestor, set()).add(full)
+        mine = self._descendants.get(first, {first})
+        return first == second or not mine.isdisjoint(self._descendants.get(second, {second}))
+
+    def is_layer(self, full: str) -> bool:
+        for ancestor in self.ancestors(full):
+            for base in self.hierarchy.bases.get(ancestor, ()):
+                last = base.rpartition(".")[2]
+                if last in _MODULE_BASES and (is_vllm_base(base) or base.endswith("nn.Module")):
+                    return True
+        return False
+
+
+def _how(use: Use, module: str, target: str, method: OutputMethod, relations: _Relations) -> str | None:
+    """How ``use`` (in ``module``) involves ``method`` of class ``target``: None when it cannot be a
+    call of it, or cannot bind to it today, or passes ``output``."""
+    explicit_self = False
+    if use.receiver == "self":
+        if use.scope is None or not relations.related(f"{module}.{use.scope}", target):
+            return None
+    elif use.receiver == "super":
+        scope = f"{module}.{use.scope}" if use.scope else None
+        if scope is None or scope == target or not relations.related(scope, target):
+            return None
+    elif use.receiver == "class":
+        classes = relations.named(use.target or "")
+        if not any(target in relations.ancestors(other) for other in classes):
+            return None  # a module, or a class the method does not belong to
+        explicit_self = method.kind == "method"
+    if use.kind != "call":
+        return use.kind
+    if use.starred:
+        return "starred"
+    parameters = (("<self>",) if explicit_self else ()) + method.positional
+    if use.positional > len(parameters) and not method.varargs:
+        return None  # raises TypeError today
+    if any(name not in method.keywords for name in use.keywords) and not method.varkw:
+        return None
+    bound = set(parameters[: use.positional]) | use.keywords
+    if (explicit_self and use.positional == 0) or not method.required <= bound:
+        return None
+    if "output" in parameters[: use.positional]:
+        return "none" if parameters.index("output") in use.none_at else None
+    return "none" if use.output_none else "omits"
+
+
+def _codes(method: OutputMethod, how: str) -> tuple[str, ...]:
+    codes = []
+    if method.output_default_none and how != "none":
+        codes.append(REQUIRED_OUTPUT)
+    if method.fallback is not None:
+        codes.append(NONE_FALLBACK)
+    return tuple(codes)
+
+
+def _targets(hierarchy: ClassHierarchy, indexes: Iterable[ModuleIndex]) -> dict[tuple[str, str], OutputMethod]:
+    """The methods of attention classes whose ``output`` VAC002 would make required or whose fallback
+    VAC003 would delete."""
+    methods: dict[tuple[str, str], OutputMethod] = {}
+    for index in indexes:
+        for method in index.calls.methods:
+            full = f"{index.module}.{method.owner}"
+            if (method.output_default_none or method.fallback) and hierarchy.is_attention_class(full):
+                methods[(full, method.name)] = method
+    return methods
+
+
+def analyse(hierarchy: ClassHierarchy, indexes: Iterable[ModuleIndex]) -> CallAnalysis:
+    """Which VAC002/VAC003 fixes the uses in ``indexes`` withhold, given the run's ``hierarchy``."""
+    indexes = list(indexes)
+    return _withheld(hierarchy, indexes, _targets(hierarchy, indexes))
+
+
+def _withheld(hierarchy: ClassHierarchy, indexes: list, methods: dict[tuple[str, str], OutputMethod]) -> CallAnalysis:
+    if not methods:
+        return CallAnalysis()
+    relations = _Relations(hierarchy)
+    by_name: dict[str, list[tuple[tuple[str, str], OutputMethod]]] = {}
+    for key, method in methods.items():
+        by_name.setdefault(method.name, []).append((key, method))
+    found: dict[tuple[str, str], dict[str, set[Blocker]]] = {}
+
+    def block(key: tuple[str, str], codes: tuple[str, ...], blocker: Blocker) -> None:
+        for code in codes:
+            found.setdefault(key, {}).setdefault(code, set()).add(blocker)
+
+    for key, method in methods.items():
+        if method.name == "forward" and relations.is_layer(key[0]):
+            block(key, _codes(method, "layer"), Blocker("", 0, 0, 0, "layer", "layer"))
+    for index in indexes:
+        for use in index.calls.uses:
+            for key, method in by_name.get(use.name, ()):
+                how = _how(use, index.module, key[0], method, relations)
+                if how is not None:
+                    blocker = Blocker(index.path, use.line, use.column, use.end_line, how, use.text)
+                    block(key, _codes(method, how), blocker)
+    withheld = {
+        key: {code: tuple(sorted(blockers, key=_order)) for code, blockers in codes.items()}
+        for key, codes in found.items()
+    }
+    return CallAnalysis(withheld, methods)
+
+
+def extend(analysis: CallAnalysis, hierarchy: ClassHierarchy, index: ModuleIndex) -> CallAnalysis:
+    """``analysis`` with the uses and methods of one more module (a file outside the run's index)."""
+    targets = {**analysis.methods, **_targets(hierarchy, [index])}
+    return analysis.merged(_withheld(hierarchy, [index], targets))
+
+
+def has_methods(index: ModuleIndex) -> bool:
+    """Whether a fix in this module could be withheld by calls in other modules (found in later rounds)."""
+    return any(method.output_default_none or method.fallback for method in index.calls.methods)
+
+
+# --- the caller findings ---------------------------------------------------------------------------
+
+
+def _noqa_lines(source: bytes) -> dict[int, frozenset[str]]:
+    import io
+    import tokenize
+
+    from vllm_attn_compat.codemods.engine.noqa import noqa_codes
+
+    lines: dict[int, frozenset[str]] = {}
+    try:
+        for token in tokenize.tokenize(io.BytesIO(source).readline):
+            if token.type == tokenize.COMMENT:
+                codes = noqa_codes(token.string)
+                if codes is not None:
+                    lines[token.start[0]] = lines.get(token.start[0], frozenset()) | codes
+    except (tokenize.TokenError, SyntaxError):
+        pass  # the file parsed with `ast`; a tokenizer disagreeing only costs its suppressions
+    return lines
+
+
+def caller_findings(analysis: CallAnalysis, path: str, source: bytes, codes: Iterable[str]) -> list[Finding]:
+    """The findings at the uses in the file at ``path`` that withhold a fix of a rule in ``codes``: each
+    says what to pass. They carry the code of the fix they withhold (VAC002 first), so ``# noqa: VAC002``
+    on the line silences them (the fix stays withheld)."""
+    from vllm_attn_compat.codemods.engine.noqa import suppresses
+
+    selected = set(codes)
+    here = normalize_path(path)
+    sites: dict[tuple[int, int], list[tuple[str, tuple[str, str], Blocker]]] = {}
+    for key, by_code in analysis.withheld.items():
+        for code, blockers in by_code.items():
+            if code not in selected:
+                continue
+            for blocker in blockers:
+                if blocker.path == here:
+                    sites.setdefault((blocker.line, blocker.column), []).append((code, key, blocker))
+    if not sites:
+        return []
+    noqa = _noqa_lines(source)
+    findings = []
+    for (line, column), entries in sorted(sites.items()):
+        code = min(code for code, _, _ in entries)  # VAC002 before VAC003
+        blocker = entries[0][2]
+        keys = sorted({key for _, key, _ in entries})
+        suppressed = any(
+            suppresses(noqa[number], code) for number in range(line, blocker.end_line + 1) if number in noqa
+        )
+        message = _caller_message(blocker, keys, {c for c, _, _ in entries}, analysis)
+        findings.append(Finding(line, column, code, message, Status.SUPPRESSED if suppressed else Status.MANUAL))
+    return findings
+
+
+def _caller_message(blocker: Blocker, keys: list[tuple[str, str]], codes: set[str], analysis: CallAnalysis) -> str:
+    full, name = keys[0]
+    owner = full.rpartition(".")[2] if "<locals>" not in full else full.rsplit(".", 1)[1]
+    method = f"`{owner}.{name}`" + (f" and {len(keys) - 1} other method(s) of the run" if len(keys) > 1 else "")
+    texts = ((REQUIRED_OUTPUT, "making `output` required"), (NONE_FALLBACK, "deleting the `output is None` fallback"))
+    fixes = " and ".join(text for code, text in texts if code in codes)
+    what = f"so the safe fix{'es' if len(codes) > 1 else ''} {fixes} in {method} {'are' if len(codes) > 1 else 'is'} withheld"
+    fallback = analysis.methods[keys[0]].fallback
+    buffer = f"`output={fallback}`, as the method allocates it" if fallback else "the output buffer as `output=`"
+    call = f"`{blocker.text}.{name}(...)`"
+    if blocker.how == "omits":
+        return f"{call} does not pass `output`, {what}: pass {buffer}"
+    if blocker.how == "none":
+        return f"{call} passes `output=None`, {what}: pass {buffer}"
+    if blocker.how == "starred":
+        return f"{call} passes `*args`/`**kwargs` that may lack `output`, {what}: pass {buffer} explicitly"
+    if blocker.how == "getattr":
+        return (
+            f'`getattr({blocker.text}, "{name}")` hands the method on, so its callers cannot be checked and '
+            f"{what[3:]}: make every call through it pass `output`"
+        )
+    return (
+        f"`{blocker.text}.{name}` hands the method on as a value, so its callers cannot be checked and "
+        f"{what[3:]}: make every call through it pass `output`"
+    )
+
+
+def findings_for_run(
+    analysis: CallAnalysis, files: Mapping[str, bytes], codes: Iterable[str]
+) -> list[tuple[str, Finding]]:
+    """``caller_findings`` for every file of the run that holds a withholding use, by the path it was given as."""
+    codes = tuple(codes)
+    holding = {b.path for by_code in analysis.withheld.values() for bs in by_code.values() for b in bs}
+    found = []
+    for path, source in files.items():
+        if normalize_path(path) in holding:
+            found += [(path, finding) for finding in caller_findings(analysis, path, source, codes)]
+    return found
+
+
+def withheld_reason(ctx, method, code: str) -> str | None:
+    """For a rule at ``method`` (a `scope.FunctionFrame` of an attention class): why the run's uses of
+    the method withhold ``code``'s fix, or None when it stays safe."""
+    if method.attention_class is None:
+        # A module-level function patched onto a class at run time: its calls go through the patched
+        # attribute of any instance, which the index does not tie to the function.
+        return (
+            f"`{method.node.name.value}` is patched onto a class at run time, so the run cannot tell which "
+            "calls reach it: check that every call passes `output`"
+        )
+    owner = f"{ctx.module_name}.{method.attention_class.qualname}"
+    return ctx.hierarchy.calls.reason(owner, method.node.name.value, code, ctx.path)

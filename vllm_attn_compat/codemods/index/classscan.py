@@ -1,0 +1,369 @@
+"""A cheap scan of ``class`` statements that spares the ``ast`` parse of files whose classes cannot matter.
+
+On a fork of vLLM, hundreds of files mention vLLM and define classes (every model has its layers), but
+only a few dozen can define an attention class. A class can be one only if a name in its bases (or an
+alias imported for such a name) is one of vLLM's base names, ends like vLLM's in-tree backends
+(``Backend``, ``Impl``) or is an attention class found so far in the run; or if its own name is one of
+these (a fork defines vLLM's bases itself). The scan reads the ``class`` headers as text and says
+either "no class here can be one" (a :class:`ScannedIndex`) or "parse it" (None): the runner then
+indexes the file with :func:`hierarchy.index_module`, which is exact.
+
+The exact index records more than classes: the code a module patches onto classes at run time
+(`runtime_patches`), duck-typed backends, and the attribute calls and references the call-site
+analysis (`callsites`) checks. A spared file must hold none of them that could matter, so the scan also
+sends to the parser a file that sets ``accept_output_buffer``, calls anything named like a patch helper
+(or ``setattr``), assigns to an attribute of, or decorates with, a name that can be an attention class;
+and the runner has a spared file parsed as soon as it names (as a whole word) an attention class or
+patched function found later, or uses (:func:`may_use`) a method whose fix the call-site analysis checks.
+
+The scan only ever errs towards parsing: a header it cannot read with certainty (nested brackets,
+strings or comments among the bases, a line continuation, non-ASCII names) sends the file to the
+parser, and text that merely looks like a header (inside a docstring) only adds names to check.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from vllm_attn_compat.codemods.index.hierarchy import (
+    _IN_TREE_SUFFIXES,
+    VLLM_BASE_NAMES,
+    ModuleIndex,
+    guess_module_name,
+    normalize_path,
+)
+from vllm_attn_compat.codemods.run.scan import _IDENTIFIER_BYTES
+
+# A class header as one statement: name, optional bases in one level of nested brackets, then the colon.
+_HEADER = re.compile(rb"[ \t\f]*class[ \t]+([A-Za-z_][A-Za-z0-9_]*)[ \t]*(?:\(([^()]*(?:\([^()]*\)[^()]*)*)\))?[ \t]*:")
+_WORD = re.compile(rb"[A-Za-z_][A-Za-z0-9_]*")
+_BLANKS = b" \t\f\r\n\\"
+
+# What may stand between two tokens: blanks, line continuations, and (inside brackets) newlines and comments.
+# (A comment runs to its newline: one way to match it, whatever the number of '#' in it.)
+_SEP = rb"[ \t\f\r\n\\]*(?:#[^\r\n]*[\r\n][ \t\f\r\n\\]*)*"
+_IDENT = rb"[A-Za-z_\x80-\xff][A-Za-z0-9_\x80-\xff]*"
+# Calls of something named like a patch helper (`runtime_patches._is_patch_helper`: a callee whose name
+# holds one of these words, or whose object's name ends with "patch"): `setattr(`, `patch.object(`. Found
+# by the word (in the lower-cased text), then the rest of the identifier and what follows it.
+_PATCH_WORDS = (b"patch", b"merge", b"inject", b"mixin", b"setattr")
+_CALLED = re.compile(rb"[A-Za-z0-9_\x80-\xff]*" + _SEP + rb"[(.]")
+# `.attr = value` (not `==`): a patch of class X in `X.attr = value` when X resolves. Found from the dot
+# (a literal the regex engine looks for quickly); the word before it is read backwards.
+_ATTRIBUTE_ASSIGNMENT = re.compile(rb"\." + _SEP + _IDENT + rb"(?:" + _SEP + rb"\))*" + _SEP + rb"=(?!=)")
+# `import X as Y`, `from m import (X as Y, ...)`: what an import statement binds to its aliases (the only
+# names a patch's target resolves through: `runtime_patches` uses bound names only).
+_IMPORT_ALIAS = re.compile(
+    rb"(" + _IDENT + rb")" + _SEP + rb"(?<![A-Za-z0-9_\x80-\xff])as" + _SEP + rb"(" + _IDENT + rb")"
+)
+_ANY_WORD = re.compile(_IDENT)
+_OPENING = re.compile(_SEP + rb"\(")
+_METHOD_CALL = re.compile(_SEP + _IDENT + _SEP + rb"\(")
+_DEFINED = re.compile(rb"(?:def|class)[ \t\f\\]+(" + _IDENT + rb")")
+# What changes the reading of a call's text: brackets, a comment, a string's opening quote.
+_CALL_SPECIAL = re.compile(rb"[()\[\]{}#'\"]")
+_LINE_END = re.compile(rb"[\r\n]")
+_QUOTED = re.compile(rb"[\"']([A-Za-z_\x80-\xff][A-Za-z0-9_\x80-\xff]*)[\"']")
+_ADJACENT_STRINGS = re.compile(rb"[\"'][ \t\f\r\n]*[rbuRBU]{0,2}[\"']")
+_STRING_BODY = {
+    (triple, quote): re.compile(
+        (rb"(%s)(?:[^\\%s]|\\.|%s(?!%s))*\1" % (bytes([quote]) * 3, bytes([quote]), bytes([quote]), bytes([quote]) * 2))
+        if triple
+        else rb"%s(?:[^\\%s\r\n]|\\.)*%s" % (bytes([quote]), bytes([quote]), bytes([quote])),
+        re.DOTALL,
+    )
+    for triple in (False, True)
+    for quote in b"'\""
+}
+_IDENT_BYTES = _IDENTIFIER_BYTES
+_DEFINITION = re.compile(rb"[\r\n][ \t\f]*(?:async[ \t\f]+def|def|class)[ \t\f\\]")
+
+_SUFFIXES = tuple(suffix.encode() for suffix in _IN_TREE_SUFFIXES)
+_BASE_NAMES = frozenset(name.encode() for name in VLLM_BASE_NAMES)
+
+
+@dataclass(frozen=True)
+class ScannedIndex(ModuleIndex):
+    """The index of a module none of whose classes can be an attention class, as far as the names known
+    when it was scanned go. ``classes`` is empty; ``base_words`` are the names its class headers use,
+    the names its patches could target (and the names aliased to either), and the names it defines
+    (``def``, ``class``: another module may patch them onto an attention class), so that a later round
+    finding one of them an attention class or patched code has the file parsed (:meth:`names_any`)."""
+
+    base_words: frozenset[str] = frozenset()
+
+    def names_any(self, names: frozenset[str] | set[str]) -> bool:
+        return not self.base_words.isdisjoint(names)
+
+
+def _capable(word: bytes, known: frozenset[bytes]) -> bool:
+    return word in _BASE_NAMES or word in known or word.endswith(_SUFFIXES)
+
+
+def _headers(source: bytes) -> list[tuple[bytes, bytes]] | None:
+    """``(name, bases text)`` of every line starting with the ``class`` keyword; None when one of them
+    cannot be read with certainty."""
+    found = []
+    at = source.find(b"class")
+    while at != -1:
+        end = at + 5
+        line_start = max(source.rfind(b"\n", 0, at), source.rfind(b"\r", 0, at)) + 1
+        keyword = end == len(source) or source[end] not in _IDENTIFIER_BYTES
+        if keyword and not source[line_start:at].strip(b" \t\f"):
+            match = _HEADER.match(source, line_start)
+            bases = (match and match.group(2)) or b""
+            # Strings or comments could hide brackets; names beyond ASCII, parts of words.
+            if match is None or not bases.isascii() or any(c in bases for c in (b'"', b"'", b"#", b"\\")):
+                return None
+            found.append((match.group(1), bases))
+        at = source.find(b"class", end)
+    return found
+
+
+def _aliased(source: bytes, alias: bytes) -> list[bytes]:
+    """The names bound to ``alias`` with ``as`` (``import X as alias``; a ``with``/``except`` target
+    too, which only adds a name to check). Blanks, line continuations and (inside brackets) newlines
+    may stand around ``as``."""
+    names = []
+    at = source.find(alias)
+    while at != -1:
+        end = at + len(alias)
+        if end == len(source) or source[end] not in _IDENTIFIER_BYTES:
+            name = _word_before_as(source[max(at - 300, 0) : at])
+            if name:
+                names.append(name)
+        at = source.find(alias, end)
+    return names
+
+
+def _word_before_as(head: bytes) -> bytes | None:
+    """``X`` when ``head`` ends with ``X as`` and blanks."""
+    stripped = head.rstrip(_BLANKS)
+    if len(stripped) == len(head) or not stripped.endswith(b"as"):
+        return None
+    rest = stripped[:-2]
+    word_end = len(rest.rstrip(_BLANKS))
+    if word_end == len(rest):  # ``alias`` after a longer word ending in "as"
+        return None
+    start = word_end
+    while start and rest[start - 1] in _IDENTIFIER_BYTES:
+        start -= 1
+    return rest[start:word_end] or None
+
+
+def _word_before(source: bytes, end: int, skip: bytes) -> bytes | None:
+    """The identifier that ends ``source[:end]`` once the bytes in ``skip`` are stripped from its end."""
+    while end and source[end - 1] in skip:
+        end -= 1
+    start = end
+    while start and source[start - 1] in _IDENT_BYTES:
+        start -= 1
+    return source[start:end] or None
+
+
+def _calls_patch_helper(source: bytes, bound: set[bytes]) -> bool:
+    """Whether the file may call a patch helper with an argument that resolves: `runtime_patches` makes an
+    entry of such a call only where an argument is a name (or attribute of a name) bound by an import or
+    a definition; ``bound`` holds every word that could be one. A call whose extent cannot be read
+    counts."""
+    lowered = source.lower()
+    for word in _PATCH_WORDS:
+        at = lowered.find(word)
+        while at != -1:
+            called = _CALLED.match(lowered, at + len(word))
+            at = lowered.find(word, at + 1)
+            if not called:
+                continue
+            opening = called.end() - 1
+            if lowered[opening] == ord("."):  # `patch.object(`: the object's name must end with "patch"
+                name_end = called.start()
+                while name_end < len(lowered) and lowered[name_end] in _IDENT_BYTES:
+                    name_end += 1
+                method = _METHOD_CALL.match(source, opening + 1)
+                if not lowered[:name_end].endswith(b"patch") or not method:
+                    continue
+                opening = method.end() - 1
+            words = _call_words(source, opening)
+            if words is None or not bound.isdisjoint(words):
+                return True
+    return False
+
+
+def _call_words(source: bytes, opening: int) -> set[bytes] | None:
+    """The words of the call whose ``(`` is at ``opening``, outside its strings and comments; None when
+    its closing bracket cannot be found."""
+    extent = _call_extent(source, opening)
+    if extent is None:
+        return None
+    return {word for start, end in extent[0] for word in _ANY_WORD.findall(source, start, end)}
+
+
+def _call_extent(source: bytes, opening: int) -> tuple[list[tuple[int, int]], int] | None:
+    """The spans of code (outside strings and comments) of the call whose ``(`` is at ``opening``, and
+    the end of its closing bracket; None when that cannot be found."""
+    code: list[tuple[int, int]] = []
+    depth, at = 0, opening
+    while True:
+        special = _CALL_SPECIAL.search(source, at)
+        if special is None:
+            return None
+        code.append((at, special.start()))
+        char, at = source[special.start()], special.end()
+        if char in b"([{":
+            depth += 1
+        elif char in b")]}":
+            depth -= 1
+            if depth == 0:
+                return code, at
+        elif char == ord("#"):
+            newline = _LINE_END.search(source, at)
+            if newline is None:
+                return None
+            at = newline.end()
+        else:  # a quote: the string's end
+            quotes = source[special.start() : special.start() + 3] == bytes([char]) * 3
+            end = _STRING_BODY[quotes, char].match(source, special.start())
+            if end is None:
+                return None
+            at = end.end()
+
+
+def _imports(source: bytes) -> tuple[dict[bytes, list[bytes]], set[bytes]]:
+    """Alias -> the names an import statement binds to it with ``as``; and every word of the import
+    statements after ``import`` (the names they can bind)."""
+    found: dict[bytes, list[bytes]] = {}
+    bound: set[bytes] = set()
+    at = source.find(b"import")
+    while at != -1:
+        before, at = source[at - 1 : at], at + 6
+        if (before and before[0] in _IDENT_BYTES) or (at < len(source) and source[at] in _IDENT_BYTES):
+            at = source.find(b"import", at)
+            continue
+        opening = _OPENING.match(source, at)
+        if opening:  # `from m import (...)`: up to the closing bracket
+            end = source.find(b")", opening.end())
+        else:  # up to the end of the line, past continuations
+            end = at
+            while True:
+                end = source.find(b"\n", end)
+                if end == -1 or (source[end - 1 : end] != b"\\" and source[end - 2 : end] != b"\\\r"):
+                    break
+                end += 1
+        statement = source[at : len(source) if end == -1 else end]
+        bound.update(_ANY_WORD.findall(statement))
+        if b"as" in statement:
+            for name, alias in _IMPORT_ALIAS.findall(statement):
+                found.setdefault(alias, []).append(name)
+        at = source.find(b"import", at)
+    return found, bound
+
+
+def _patch_words(source: bytes) -> tuple[set[bytes], dict[bytes, list[bytes]], set[bytes]] | None:
+    """The words a patch in the file could target: the object of every attribute assignment and every
+    word of a decorator (up to the definition it decorates); None when the file calls a patch helper
+    (whose target may not resolve: its code is reported, so the file must be indexed). With them, the
+    aliases of the file's imports and the names it defines."""
+    aliases, bound = _imports(source)
+    defined = set(_DEFINED.findall(source))
+    bound |= defined
+    if _calls_patch_helper(source, bound):
+        return None
+    words = set()
+    for assignment in _ATTRIBUTE_ASSIGNMENT.finditer(source):
+        dot = assignment.start()
+        before = len(source[:dot].rstrip(b" \t\f\r\n\\)"))
+        if b"\n" in source[before:dot] or b"\r" in source[before:dot]:
+            line_start = max(source.rfind(b"\n", 0, before), source.rfind(b"\r", 0, before)) + 1
+            if b"#" in source[line_start:before]:
+                return None  # a comment may end the line before the dot: what it hides is the parser's to read
+        word = _word_before(source, before, b"")
+        if word:
+            words.add(word)
+    at = source.find(b"@")
+    while at != -1:
+        start, at = at + 1, source.find(b"@", at + 1)
+        line_start = max(source.rfind(b"\n", 0, start), source.rfind(b"\r", 0, start)) + 1
+        if source[line_start : start - 1].strip(b" \t\f"):
+            continue  # `a @ b`, or an address in a string: not a decorator
+        definition = _DEFINITION.search(source, start)
+        decorator = source[start : definition.start() if definition else len(source)]
+        lowered = decorator.lower()
+        if any(word in lowered for word in _PATCH_WORDS):
+            return None  # a patch helper as decorator: an entry for the definition, whatever its target
+        words.update(_ANY_WORD.findall(decorator))
+    return words, aliases, defined
+
+
+def quick_index(source: bytes, path: str, known: frozenset[str]) -> ScannedIndex | None:
+    """A :class:`ScannedIndex` when the file defines classes and none can be an attention class given
+    the attention-class names ``known`` so far, nor be shaped like a backend, nor patch code onto one;
+    None when the file must be parsed (no class at all counts too: parsing it costs little and settles
+    it)."""
+    if b"accept_output_buffer" in source:  # a duck-typed backend or a "methods" class: `ast` decides
+        return None
+    headers = _headers(source)
+    if not headers:
+        return None
+    known_bytes = frozenset(name.encode() for name in known)
+    words: set[bytes] = set()
+    for name, bases in headers:
+        if _capable(name, known_bytes):
+            return None
+        words.update(_WORD.findall(bases))
+    # A base named through an alias is the aliased name: it decides, now and in later rounds.
+    words.update(name for alias in list(words) for name in _aliased(source, alias))
+    if any(_capable(word, known_bytes) for word in words):
+        return None
+    found = _patch_words(source)
+    if found is None:
+        return None
+    patch_words, aliases, defined = found
+    if patch_words:
+        patch_words.update(name for alias in list(patch_words) for name in aliases.get(alias, ()))
+    if any(_capable(word, known_bytes) for word in patch_words):
+        return None
+    try:
+        names = frozenset(word.decode() for word in words | patch_words | defined)
+    except UnicodeDecodeError:  # not UTF-8 (a coding declaration): the parser reads it right
+        return None
+    return ScannedIndex(normalize_path(path), guess_module_name(path), (), base_words=names)
+
+
+def uses_pattern(names: frozenset[str] | set[str]) -> re.Pattern[bytes] | None:
+    """What :func:`may_use` looks for, compiled once per set of method names (None for none)."""
+    if not names:
+        return None
+    alternatives = b"|".join(re.escape(name.encode()) for name in sorted(names))
+    return re.compile(rb"\." + _SEP + rb"(?:" + alternatives + rb")(?![A-Za-z0-9_\x80-\xff])")
+
+
+def may_use(source: bytes, names: frozenset[str] | set[str], pattern: re.Pattern[bytes] | None) -> bool:
+    """Whether the file may call, reference or ``getattr`` one of the methods ``names`` (``pattern`` is
+    ``uses_pattern(names)``), as the call-site analysis records it: an attribute ``.name`` (blanks, line
+    continuations and comments may stand after the dot), or ``getattr(x, "name")``. Never False where the
+    exact index records such a use: a ``getattr`` whose text cannot be read plainly (its end not found,
+    a backslash, strings side by side, a comment) counts as using every name."""
+    if pattern is None:
+        return False
+    if pattern.search(source) is not None:
+        return True
+    at = source.find(b"getattr")
+    while at != -1:
+        opening = _OPENING.match(source, at + 7)
+        at = source.find(b"getattr", at + 7)
+        if opening is None:
+            continue  # `getattr` not called here: handed on, which the index does not follow either
+        text = _call_text(source, opening.end() - 1)
+        if text is None or b"\\" in text or b"#" in text or _ADJACENT_STRINGS.search(text):
+            return True
+        if any(name.encode() in _QUOTED.findall(text) for name in names):
+            return True
+    return False
+
+
+def _call_text(source: bytes, opening: int) -> bytes | None:
+    """The text of the call whose ``(`` is at ``opening``, up to its closing bracket; None when that
+    cannot be found."""
+    extent = _call_extent(source, opening)
+    return None if extent is None else source[opening : extent[1]]

@@ -1,0 +1,407 @@
+"""Which classes are vLLM attention classes, decided by where their bases come from.
+
+A class is an attention class when one of its bases is one of vLLM's attention base classes
+imported from vLLM's attention modules, or another attention class defined anywhere in the
+same run (a plugin's base class in one file, its backends in others; classes nested in
+functions too). Names alone never decide: other projects have their own ``AttentionBackend``.
+
+Stdlib ``ast`` only: this pass runs over every candidate file before libcst is imported, and
+its results travel between processes, so they are plain picklable dataclasses.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from vllm_attn_compat.codemods.index import callsites, runtime_patches
+from vllm_attn_compat.codemods.index.names import (
+    _IN_TREE_SUFFIXES,
+    BASE_TOKENS,
+    VLLM_ATTENTION_MODULES,
+    VLLM_BASE_NAMES,
+    guess_module_name,
+    is_vllm_base,
+    normalize_path,
+)
+from vllm_attn_compat.codemods.index.runtime_patches import PatchEntry
+
+__all__ = [  # the names the rest of the package imports from here, wherever they are defined
+    "BASE_TOKENS",
+    "VLLM_ATTENTION_MODULES",
+    "VLLM_BASE_NAMES",
+    "_IN_TREE_SUFFIXES",
+    "ClassEntry",
+    "ClassHierarchy",
+    "ModuleIndex",
+    "guess_module_name",
+    "index_module",
+    "is_vllm_base",
+    "normalize_path",
+]
+
+
+@dataclass(frozen=True)
+class ClassEntry:
+    qualname: str  # as Python's __qualname__: "Outer.Inner", "factory.<locals>.Impl"
+    bases: tuple[str, ...]  # dotted names resolved through the module's imports
+    line: int
+    # A backend vLLM uses without its base class: `get_name` and `get_impl_cls`, sets
+    # `accept_output_buffer`, in a module that imports vLLM.
+    duck_typed: bool = False
+    declares_flag: bool = False  # `accept_output_buffer` is set in the class body
+
+
+@dataclass(frozen=True)
+class ModuleIndex:
+    path: str
+    module: str  # dotted name guessed from the path
+    classes: tuple[ClassEntry, ...]
+    patches: tuple[PatchEntry, ...] = ()  # code this module copies onto classes at run time
+    calls: callsites.CallIndex = callsites.EMPTY  # methods taking `output`, and attribute calls
+
+
+# Where statements nest, by statement type, in the order ``ast.NodeVisitor`` would reach them.
+# Classes, functions and imports are statements, so walking these bodies finds every one of them
+# (classes nested in functions, imports inside ``try``) without visiting a single expression.
+_NESTED_BODIES: dict[type, tuple[str, ...]] = {
+    ast.If: ("body", "orelse"),
+    ast.For: ("body", "orelse"),
+    ast.AsyncFor: ("body", "orelse"),
+    ast.While: ("body", "orelse"),
+    ast.With: ("body",),
+    ast.AsyncWith: ("body",),
+    ast.Try: ("body", "handlers", "orelse", "finalbody"),
+    ast.ExceptHandler: ("body",),
+}
+if hasattr(ast, "TryStar"):  # Python >= 3.11
+    _NESTED_BODIES[ast.TryStar] = ("body", "handlers", "orelse", "finalbody")
+if hasattr(ast, "Match"):  # Python >= 3.10
+    _NESTED_BODIES[ast.Match] = ("cases",)
+    _NESTED_BODIES[ast.match_case] = ("body",)
+
+
+class _Indexer:
+    def __init__(self, module: str, is_package: bool) -> None:
+        self.module = module
+        self.is_package = is_package
+        self.imports: dict[str, str] = {}  # bound name -> dotted target
+        self.module_classes: set[str] = set()
+        self.scopes: list[tuple[str, dict[str, str]]] = []  # (qualname prefix, local classes)
+        self.pending: list[tuple[str, list[ast.expr], int, list[dict[str, str]]]] = []
+        self.module_functions: set[str] = set()
+        self.duck_classes: set[str] = set()  # qualnames of classes shaped like a backend
+        self.flag_classes: set[str] = set()  # qualnames of classes setting `accept_output_buffer`
+        # Statements and decorated definitions that may patch a class, with the scopes to resolve them in.
+        self.pending_patches: list[tuple[ast.stmt, str | None, list[dict[str, str]]]] = []
+
+    def _prefix(self) -> str:
+        return self.scopes[-1][0] if self.scopes else ""
+
+    def visit_body(self, statements: list) -> None:
+        for node in statements:
+            kind = type(node)
+            if kind is ast.ClassDef:
+                self.visit_ClassDef(node)
+            elif kind is ast.FunctionDef or kind is ast.AsyncFunctionDef:
+                self._visit_function(node)
+            elif kind is ast.ImportFrom:
+                self.visit_ImportFrom(node)
+            elif kind is ast.Import:
+                self.visit_Import(node)
+            else:
+                if kind is ast.Assign or kind is ast.Expr or kind is ast.AnnAssign or kind is ast.For:
+                    self.pending_patches.append((node, None, [scope for _, scope in self.scopes]))
+                fields = _NESTED_BODIES.get(kind)
+                if fields:
+                    for name in fields:
+                        self.visit_body(getattr(node, name))
+
+    def visit_Import(self, node: ast.Import) -> None:
+        for alias in node.names:
+            if alias.asname:
+                self.imports[alias.asname] = alias.name
+            else:
+                head = alias.name.split(".", 1)[0]
+                self.imports[head] = head
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        base = node.module or ""
+        if node.level:
+            parts = self.module.split(".")
+            drop = node.level - 1 if self.is_package else node.level
+            package = ".".join(parts[: len(parts) - drop]) if drop < len(parts) else ""
+            base = ".".join(p for p in (package, base) if p)
+        for alias in node.names:
+            if alias.name != "*":
+                self.imports[alias.asname or alias.name] = f"{base}.{alias.name}" if base else alias.name
+
+    def visit_ClassDef(self, node: ast.ClassDef) -> None:
+        qualname = self._prefix() + node.name
+        if self.scopes:
+            self.scopes[-1][1][node.name] = qualname
+        else:
+            self.module_classes.add(node.name)
+        local_scopes = [scope for _, scope in self.scopes]
+        self.pending.append((qualname, list(node.bases), node.lineno, local_scopes))
+        if node.decorator_list:
+            self.pending_patches.append((node, qualname, local_scopes))
+        defined = _defined_in_body(node)
+        if "accept_output_buffer" in defined:
+            self.flag_classes.add(qualname)
+            if {"get_name", "get_impl_cls"} <= defined:
+                self.duck_classes.add(qualname)
+        self.scopes.append((qualname + ".", {}))
+        self.visit_body(node.body)
+        self.scopes.pop()
+
+    def _visit_function(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+        qualname = self._prefix() + node.name
+        if self.scopes:
+            self.scopes[-1][1].setdefault(node.name, qualname)
+        else:
+            self.module_functions.add(node.name)
+        if node.decorator_list:
+            self.pending_patches.append((node, qualname, [scope for _, scope in self.scopes]))
+        self.scopes.append((self._prefix() + node.name + ".<locals>.", {}))
+        self.visit_body(node.body)
+        self.scopes.pop()
+
+    def resolve(self, expr: ast.expr, local_scopes: list[dict[str, str]]) -> str | None:
+        if isinstance(expr, ast.Subscript):  # AttentionImpl[Metadata]
+            return self.resolve(expr.value, local_scopes)
+        attrs: list[str] = []
+        while isinstance(expr, ast.Attribute):
+            attrs.insert(0, expr.attr)
+            expr = expr.value
+        if not isinstance(expr, ast.Name):
+            return None
+        head = expr.id
+        for scope in reversed(local_scopes):
+            if head in scope:
+                return ".".join([self.module, scope[head], *attrs])
+        if head in self.imports:
+            return ".".join([self.imports[head], *attrs])
+        if head in self.module_classes or head in self.module_functions:
+            return ".".join([self.module, head, *attrs])
+        return ".".join([head, *attrs])
+
+    def resolve_bound(self, expr: ast.expr, local_scopes: list[dict[str, str]]) -> str | None:
+        """Like `resolve`, but None unless the name is bound by an import or a definition of the module
+        (a parameter or a computed value cannot be resolved)."""
+        head = expr
+        while isinstance(head, (ast.Attribute, ast.Subscript)):
+            head = head.value
+        if not isinstance(head, ast.Name):
+            return None
+        name = head.id
+        bound = name in self.imports or name in self.module_classes or name in self.module_functions
+        if not (bound or any(name in scope for scope in local_scopes)):
+            return None
+        return self.resolve(expr, local_scopes)
+
+    def patches(self) -> tuple[PatchEntry, ...]:
+        """The patches found, those without a resolved target only where the module uses vLLM."""
+        entries: list[PatchEntry] = []
+        for node, qualname, local_scopes in self.pending_patches:
+
+            def resolve(expr: ast.expr, scopes=local_scopes) -> str | None:
+                return self.resolve_bound(expr, scopes)
+
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                entries += runtime_patches.from_decorators(node, f"{self.module}.{qualname}", resolve)
+            else:
+                entries += runtime_patches.from_statement(node, resolve)
+        uses_vllm = self.uses_vllm()
+        return tuple(entry for entry in entries if entry.targets or uses_vllm)
+
+    def uses_vllm(self) -> bool:
+        return self.module.partition(".")[0] == "vllm" or any(
+            target == "vllm" or target.startswith("vllm.") for target in self.imports.values()
+        )
+
+
+def _defined_in_body(node: ast.ClassDef) -> set[str]:
+    defined: set[str] = set()
+    for statement in node.body:
+        if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            defined.add(statement.name)
+        elif isinstance(statement, ast.Assign):
+            defined.update(target.id for target in statement.targets if isinstance(target, ast.Name))
+        elif isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name):
+            defined.add(statement.target.id)
+    return defined
+
+
+def index_module(source: bytes, path: str) -> ModuleIndex:
+    """Index the classes of one module. Raises ``SyntaxError`` on unparsable input."""
+    tree = ast.parse(source, filename=path)
+    module = guess_module_name(path)
+    indexer = _Indexer(module, is_package=os.path.basename(path) == "__init__.py")
+    indexer.visit_body(tree.body)
+    classes = []
+    duck = indexer.duck_classes if indexer.uses_vllm() else set()
+    for qualname, bases, line, local_scopes in indexer.pending:
+        resolved = (indexer.resolve(base, local_scopes) for base in bases)
+        bases_found = tuple(name for name in resolved if name)
+        flag = qualname in indexer.flag_classes
+        classes.append(ClassEntry(qualname, bases_found, line, qualname in duck, flag))
+    calls = callsites.index_calls(tree, indexer)
+    return ModuleIndex(normalize_path(path), module, tuple(classes), patches=indexer.patches(), calls=calls)
+
+
+def _names_match(reference: str, defined: str) -> bool:
+    # Module names guessed from paths may lack their package prefix (no __init__.py, src
+    # layouts), so a reference matches a class whose dotted name it ends with, or vice versa.
+    return reference == defined or defined.endswith("." + reference) or reference.endswith("." + defined)
+
+
+@dataclass
+class ClassHierarchy:
+    """Attention-ness of every class of a run; built once, queried per class."""
+
+    modules: dict[str, str] = field(default_factory=dict)  # normalized path -> module name
+    bases: dict[str, tuple[str, ...]] = field(default_factory=dict)  # full class name -> bases
+    _by_last: dict[str, list[str]] = field(default_factory=dict)
+    _by_module: dict[str, list[str]] = field(default_factory=dict)  # module -> full class names
+    _attention: dict[str, bool] = field(default_factory=dict)
+    duck_typed: set[str] = field(default_factory=set)  # full names of backends shaped like one
+    # vLLM's own `AttentionBackend`s of the run that declare `accept_output_buffer` (the run is a fork).
+    flag_bases: set[str] = field(default_factory=set)
+    # Code copied onto classes at run time: the source's last name -> (source, kind, targets, patching module).
+    patches: dict[str, list[tuple[str, str, tuple[str, ...], str]]] = field(default_factory=dict)
+    # Which fixes the run's calls withhold (`callsites`); set by `build` and `extended`.
+    calls: callsites.CallAnalysis = field(default_factory=callsites.CallAnalysis)
+
+    @classmethod
+    def build(cls, indexes: Iterable[ModuleIndex]) -> ClassHierarchy:
+        hierarchy = cls()
+        indexes = list(indexes)
+        for index in indexes:
+            hierarchy.add(index)
+        hierarchy.calls = callsites.analyse(hierarchy, indexes)
+        return hierarchy
+
+    def add(self, index: ModuleIndex) -> None:
+        self.modules[index.path] = index.module
+        for entry in index.classes:
+            full = f"{index.module}.{entry.qualname}"
+            self.bases[full] = self.bases.get(full, ()) + entry.bases
+            self._by_last.setdefault(full.rpartition(".")[2], []).append(full)
+            self._by_module.setdefault(index.module, []).append(full)
+            if entry.duck_typed:
+                self.duck_typed.add(full)
+            if entry.declares_flag and entry.qualname == "AttentionBackend" and is_vllm_base(full):
+                self.flag_bases.add(full)
+        for patch in index.patches:
+            record = (patch.source, patch.kind, patch.targets, index.module)
+            self.patches.setdefault(patch.source.rpartition(".")[2], []).append(record)
+        self._attention.clear()
+
+    def extended(self, index: ModuleIndex) -> ClassHierarchy:
+        """A copy that also holds ``index`` (the hierarchy itself is left alone)."""
+        copy = ClassHierarchy(
+            dict(self.modules),
+            dict(self.bases),
+            {k: list(v) for k, v in self._by_last.items()},
+            {k: list(v) for k, v in self._by_module.items()},
+            duck_typed=set(self.duck_typed),
+            flag_bases=set(self.flag_bases),
+            patches={k: list(v) for k, v in self.patches.items()},
+        )
+        copy.add(index)
+        copy.calls = callsites.extend(self.calls, copy, index)
+        return copy
+
+    def covers(self, path: str) -> bool:
+        return normalize_path(path) in self.modules
+
+    def module_name(self, path: str) -> str:
+        return self.modules.get(normalize_path(path)) or guess_module_name(path)
+
+    def _classes_named(self, reference: str) -> list[str]:
+        candidates = self._by_last.get(reference.rpartition(".")[2], ())
+        return [full for full in candidates if _names_match(reference, full)]
+
+    def is_attention_class(self, full_name: str) -> bool:
+        """``full_name`` is ``module.qualname`` as `module_name` and ``__qualname__`` give it."""
+        known = self._attention.get(full_name)
+        if known is not None:
+            return known
+        self._attention[full_name] = False  # breaks cycles (class A(B), class B(A) across files)
+        result = (
+            is_vllm_base(full_name)
+            or full_name in self.duck_typed
+            or any(self._is_attention_reference(base) for base in self.bases.get(full_name, ()))
+            or self.patch_scope(full_name, runtime_patches.MEMBERS) == "attention"
+        )
+        self._attention[full_name] = result
+        return result
+
+    def _is_attention_reference(self, reference: str) -> bool:
+        return is_vllm_base(reference) or any(
+            self.is_attention_class(other) for other in self._classes_named(reference)
+        )
+
+    def patch_scope(self, full_name: str, kind: str) -> str | None:
+        """``"attention"`` when the function (``kind`` ATTRIBUTE) or class (MEMBERS) ``full_name`` is copied
+        onto an attention class at run time, ``"unresolved"`` when onto a class that cannot be resolved."""
+        scope = None
+        for source, patch_kind, targets, _ in self.patches.get(full_name.rpartition(".")[2], ()):
+            if patch_kind != kind or not _names_match(source, full_name):
+                continue
+            if any(self._is_attention_reference(target) for target in targets):
+                return "attention"
+            if not targets:
+                scope = "unresolved"
+        return scope
+
+    def _patched_in_scope(self) -> list[tuple[str, str]]:
+        """(source, patching module) of every patch that makes its source attention code, or code to report."""
+        return [
+            (source, module)
+            for records in self.patches.values()
+            for source, kind, _, module in records
+            if self.patch_scope(source, kind) is not None
+        ]
+
+    def has_attention_classes(self, path: str) -> bool:
+        """Whether the module at ``path`` defines any attention class, or a function patched onto one."""
+        module = self.module_name(path)
+        if any(self.is_attention_class(full) for full in self._by_module.get(module, ())):
+            return True
+        return any(_in_module(source, module) for source, _ in self._patched_in_scope())
+
+    def attention_class_names(self) -> frozenset[str]:
+        """Plain names (``PluginBase``) of the attention classes of the run, for the prefilter; with them the
+        names of functions patched onto one from another module (their file is attention code too)."""
+        classes = {full.rpartition(".")[2] for full in self.bases if self.is_attention_class(full)}
+        functions = {
+            source.rpartition(".")[2] for source, module in self._patched_in_scope() if not _in_module(source, module)
+        }
+        return frozenset(classes | functions)
+
+    def declares_flag_in_base(self) -> bool:
+        """Whether the run is a fork whose own ``AttentionBackend`` still declares ``accept_output_buffer``:
+        there a backend without the attribute reads the base's False."""
+        return bool(self.flag_bases)
+
+    def is_flag_base(self, full_name: str) -> bool:
+        return full_name in self.flag_bases
+
+    def patches_decided(self, index: ModuleIndex) -> bool:
+        """Whether every patch of ``index`` is known to be attention code or unresolved (later rounds,
+        finding more attention classes, could still turn the others)."""
+        return all(self.patch_scope(patch.source, patch.kind) is not None for patch in index.patches)
+
+
+def _in_module(dotted: str, module: str) -> bool:
+    """Whether ``dotted`` names something defined in ``module`` (see `_names_match` on guessed names)."""
+    owner = dotted.rpartition(".")[0]
+    while owner:
+        if _names_match(owner, module):
+            return True
+        owner = owner.rpartition(".")[0]  # a method or a nested function: its class or function is in it
+    return False

@@ -1,0 +1,75 @@
+"""vLLM's attention modules and base-class names, and how a file's path maps to its dotted module name: what
+the index's modules all go by (a module of its own, so that none of them imports another for it)."""
+
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+
+# Module prefixes (dotted) where vLLM defines its attention base classes, old and new layouts.
+VLLM_ATTENTION_MODULES = (
+    "vllm.v1.attention",
+    "vllm.attention",
+    "vllm.model_executor.layers.attention",
+    "vllm.model_executor.layers.attention_layer_base",
+)
+VLLM_BASE_NAMES = frozenset(
+    {
+        "AttentionBackend",
+        "AttentionImpl",
+        "AttentionImplBase",
+        "MLAAttentionImpl",
+        "AttentionLayer",
+        "AttentionLayerBase",
+        "Attention",
+        "MLAAttention",
+    }
+)
+# vLLM's in-tree backends (FlashAttentionBackend, MLACommonImpl, ...) are attention classes
+# too; a plugin deriving from them is found by these suffixes on names from the modules above.
+_IN_TREE_SUFFIXES = ("Backend", "Impl")
+
+# A file defining an attention class either imports from a vLLM attention module (its text
+# then contains one of these), defines vLLM's own bases (a fork of vLLM), or derives from an
+# attention class of the run, whose names the runner adds as tokens
+# (`ClassHierarchy.attention_class_names`).
+BASE_TOKENS: tuple[bytes, ...] = (
+    b"vllm.v1.attention",
+    b"vllm.attention",
+    b"vllm.model_executor.layers.attention",
+    b"import attention",
+    b"class AttentionBackend",
+    b"class AttentionImpl",
+    b"class MLAAttentionImpl",
+    b"class AttentionLayer",
+    b"class Attention(",
+    b"class MLAAttention(",
+)
+
+
+def normalize_path(path: str) -> str:
+    return path if path == "-" else os.path.normpath(os.path.abspath(path))
+
+
+@lru_cache(maxsize=4096)
+def guess_module_name(path: str) -> str:
+    """``pkg/sub/mod.py`` -> ``pkg.sub.mod``, walking up while folders hold an ``__init__.py``."""
+    if path == "-":
+        return "__stdin__"
+    head, name = os.path.split(normalize_path(path))
+    stem = name.rsplit(".", 1)[0]
+    parts = [] if stem == "__init__" else [stem]
+    while head and os.path.isfile(os.path.join(head, "__init__.py")):
+        head, package = os.path.split(head)
+        parts.insert(0, package)
+        if not package:
+            break
+    return ".".join(parts) or stem
+
+
+def is_vllm_base(dotted: str) -> bool:
+    """True for vLLM's attention base classes (and in-tree backends) by their full dotted name."""
+    module, _, name = dotted.rpartition(".")
+    if not any(module == prefix or module.startswith(prefix + ".") for prefix in VLLM_ATTENTION_MODULES):
+        return False
+    return name in VLLM_BASE_NAMES or name.endswith(_IN_TREE_SUFFIXES)

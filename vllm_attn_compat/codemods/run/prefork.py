@@ -1,0 +1,214 @@
+"""One worker process forked before the run knows its work, so that its start-up overlaps the parent's.
+
+A migration worker spends its first third of a second importing libcst; the parent, meanwhile, lists,
+reads and prefilters the files. The earlier the fork, the sooner the worker is ready, so it is a bare
+``os.fork`` with two pipes rather than a ``concurrent.futures`` pool: importing that (with
+``multiprocessing``) would cost the parent 40 ms before the fork, on the path of both processes.
+
+Tasks and results travel as length-prefixed pickles, in order (one worker runs its tasks one after
+the other). A thread in the parent writes the tasks, so a worker still importing never blocks the
+parent. If the worker dies, the tasks it had not answered go to :func:`parallel.retry`, which finds
+the one that kills a worker and runs the others, as for any pool.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pickle
+import sys
+from collections import deque
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from vllm_attn_compat.codemods.run.parallel import WorkerCrashed, retry
+
+_LENGTH = 8  # bytes of the length prefix of each frame; a frame of length 0 asks the worker to stop
+
+
+def available() -> bool:
+    """Whether this platform can fork a worker safely: not on Windows (no fork), nor on macOS, whose
+    system libraries are not fork-safe (why ``multiprocessing`` spawns there)."""
+    return hasattr(os, "fork") and sys.platform != "darwin"
+
+
+def worth_starting(jobs: int) -> bool:
+    """Whether a run allowed ``jobs`` processes should fork a worker before it knows it needs one."""
+    return jobs > 1 and available()
+
+
+def start(initializer: Callable[..., None], initargs: tuple[Any, ...] = ()) -> PreforkedWorker | None:
+    """A worker, or None when the system refuses another process (the run then goes without)."""
+    try:
+        return PreforkedWorker(initializer, initargs)
+    except OSError:
+        return None
+
+
+class PreforkedWorker:
+    """A worker process running ``initializer(*initargs)`` at once, then each submitted task in turn.
+
+    :meth:`submit` hands a task over as soon as it is known; :meth:`results` yields ``(key, result)``
+    for every task, in the order submitted, then stops the worker. A task raising an exception yields
+    a :class:`WorkerCrashed` holding it, like :func:`parallel.parallel_map`. :meth:`close` stops the
+    worker at once, even in the middle of its start-up.
+    """
+
+    workers = 1
+
+    def __init__(self, initializer: Callable[..., None], initargs: tuple[Any, ...] = ()) -> None:
+        self.initializer, self.initargs = initializer, initargs
+        self.used = False  # set once it has tasks
+        task_read, task_write = os.pipe()
+        result_read, result_write = os.pipe()
+        parent = os.getpid()
+        try:
+            pid = os.fork()
+        except OSError:
+            for descriptor in (task_read, task_write, result_read, result_write):
+                os.close(descriptor)
+            raise
+        if pid == 0:  # the worker: never returns
+            os.close(task_write)
+            os.close(result_read)
+            _serve(task_read, result_write, parent, initializer, initargs)
+        os.close(task_read)
+        os.close(result_write)
+        self.pid: int | None = pid
+        self._tasks = os.fdopen(task_write, "wb")
+        self._results = os.fdopen(result_read, "rb")
+        self._pending: deque[tuple[Any, Callable[..., Any], tuple[Any, ...]]] = deque()
+        self._outbox: Any = None  # a queue.SimpleQueue of frames, with its writer thread, from the first task
+
+    def submit(self, key: Any, function: Callable[..., Any], arguments: tuple[Any, ...]) -> None:
+        if self._outbox is None:
+            import queue
+            import threading
+
+            self._outbox = queue.SimpleQueue()
+            self._writer = threading.Thread(target=_write_frames, args=(self._tasks, self._outbox), daemon=True)
+            self._writer.start()
+        self.used = True
+        self._pending.append((key, function, arguments))
+        self._outbox.put(pickle.dumps((function, arguments), pickle.HIGHEST_PROTOCOL))
+
+    def results(self) -> Iterator[tuple[Any, Any]]:
+        """``(key, result)`` of every submitted task; the worker is stopped once all are answered."""
+        if not self._pending:
+            self.close()
+            return
+        self._outbox.put(b"")  # the stop frame, after the tasks
+        while self._pending:
+            frame = _read_frame(self._results)
+            if frame is None:  # the worker died: the unanswered tasks are retried below
+                break
+            key, _, _ = self._pending.popleft()
+            yield key, pickle.loads(frame)
+        unanswered = list(self._pending)
+        self._pending.clear()
+        self._reap(kill=bool(unanswered))
+        for function in dict.fromkeys(function for _, function, _ in unanswered):
+            tasks = [(key, arguments) for key, task_function, arguments in unanswered if task_function is function]
+            yield from retry(function, tasks, 1, self.initializer, self.initargs)
+
+    def close(self) -> None:
+        """Stop the worker now, whatever it is doing (a no-op once :meth:`results` has finished)."""
+        self._pending.clear()
+        self._reap(kill=True)
+
+    def _reap(self, kill: bool) -> None:
+        if self.pid is None:
+            return
+        import signal
+
+        if kill:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGKILL)
+        os.waitpid(self.pid, 0)
+        self.pid = None
+        self._results.close()
+        if self._outbox is None:
+            self._tasks.close()
+        else:
+            self._outbox.put(None)  # the writer thread ends (at once if the worker was killed) and closes
+
+
+def _write_frame(stream, frame: bytes) -> None:
+    stream.write(len(frame).to_bytes(_LENGTH, "little") + frame)
+
+
+def _read_frame(stream) -> bytes | None:
+    """The next frame; None at the end of the stream (the other side is gone) or on a stop frame."""
+    header = stream.read(_LENGTH)
+    if len(header) < _LENGTH:
+        return None
+    length = int.from_bytes(header, "little")
+    if length == 0:
+        return None
+    frame = stream.read(length)
+    return frame if len(frame) == length else None
+
+
+def _write_frames(stream, outbox) -> None:
+    """The parent's writer thread: frames to the worker until ``None``; stops quietly if it died."""
+    try:
+        while (frame := outbox.get()) is not None:
+            _write_frame(stream, frame)
+            stream.flush()
+    except OSError:  # BrokenPipeError: the worker is gone, and `results` retries what it left
+        pass
+    finally:
+        # Closing flushes what is still buffered, into the same closed pipe (and closes it anyway).
+        with contextlib.suppress(OSError):
+            stream.close()
+
+
+class _OrphanReader:
+    """The worker's end of the task pipe. Waiting for a task, it checks now and then that its parent
+    still runs: processes forked later by the parent (a full pool) hold the pipe's other end too, so
+    the parent's death need not close it."""
+
+    def __init__(self, descriptor: int, parent: int) -> None:
+        self.descriptor = descriptor
+        self.parent = parent
+
+    def read(self, size: int) -> bytes:
+        import select
+
+        chunks = []
+        while size:
+            while not select.select([self.descriptor], [], [], 1.0)[0]:
+                if os.getppid() != self.parent:
+                    return b""
+            chunk = os.read(self.descriptor, size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size -= len(chunk)
+        return b"".join(chunks)
+
+
+def _serve(
+    task_fd: int, result_fd: int, parent: int, initializer: Callable[..., None], initargs: tuple[Any, ...]
+) -> None:
+    """The worker's life: set up, then answer each task in order until told to stop; exits the process."""
+    status = 0
+    try:
+        initializer(*initargs)
+        tasks, results = _OrphanReader(task_fd, parent), os.fdopen(result_fd, "wb")
+        while (frame := _read_frame(tasks)) is not None:
+            function, arguments = pickle.loads(frame)
+            try:
+                result = function(*arguments)
+            except Exception as error:  # noqa: BLE001 - handed back, as a pool would
+                result = WorkerCrashed.of(error)
+            try:
+                answer = pickle.dumps(result, pickle.HIGHEST_PROTOCOL)
+            except Exception as error:  # noqa: BLE001 - a result that cannot travel
+                answer = pickle.dumps(WorkerCrashed.of(error))
+            _write_frame(results, answer)
+            results.flush()
+    except BaseException:  # noqa: BLE001 - interrupted, or the parent is gone: nothing to report to
+        status = 1
+    finally:
+        os._exit(status)  # never the parent's exit handlers or buffered output

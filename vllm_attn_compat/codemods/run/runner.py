@@ -1,0 +1,406 @@
+"""``migrate`` over files and folders: the funnel that keeps whole-repository runs fast, and the writes.
+
+1. Every file is read once, as bytes, and checked to be decodable text.
+2. A literal scan (anchored ``bytes.find``) finds the files worth parsing at all. The first one that will
+   probably need libcst starts a worker process, which imports libcst while the rest goes on.
+3. The class-hierarchy pass (stdlib ``ast``) indexes the kept files that mention vLLM, then, round after
+   round, files naming (as a whole identifier) an attention class found so far, until no new name
+   appears: a plugin's base class in one file makes its backends in other files attention code. After
+   each round, files whose migration can no longer change go to the early worker (:mod:`handoff`).
+4. libcst parses only the files holding a rule's tokens (for rules scoped to attention classes, only
+   files whose class index shows an attention class), in worker processes when there are enough.
+5. A rewritten file is written only if every invariant in :mod:`safety` holds, atomically.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from vllm_attn_compat.codemods import registry
+from vllm_attn_compat.codemods.engine import migrate as engine
+from vllm_attn_compat.codemods.index import classscan
+from vllm_attn_compat.codemods.run import files, parallel, prefork, sources, worker
+from vllm_attn_compat.codemods.run.dependencies import MissingDependency
+from vllm_attn_compat.codemods.run.handoff import Handoff, candidate_rules
+from vllm_attn_compat.codemods.run.report import FileError, RunReport, unified_diff
+from vllm_attn_compat.codemods.run.scan import TokenScan
+
+
+@dataclass(frozen=True)
+class Options:
+    """How to run; ``mode`` is ``write`` (apply fixes), ``check`` or ``diff`` (write nothing)."""
+
+    mode: str = "write"
+    unsafe_fixes: bool = False
+    old_op_calls: str = "with-output"  # or "forwarder": see VAC007
+    select: tuple[str, ...] = ()
+    ignore: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
+    base: str = "."
+    jobs: int = field(default_factory=lambda: parallel.available_cores())
+    progress: bool = False
+    cache_dir: str | None = None  # see cache.py
+
+
+@dataclass(eq=False)
+class _Scanned:
+    source_file: files.SourceFile
+    source: bytes
+    stat: os.stat_result
+    encoding: str
+
+
+def _read_and_filter(
+    source_files: Sequence[files.SourceFile], rules, options: Options, report: RunReport, warm
+) -> tuple[list[_Scanned], list[_Scanned], prefork.PreforkedWorker | None]:
+    """Read every file once; returns them all, those worth parsing, and the worker started early.
+
+    Without one started already (``warm``), the first file that will probably need libcst starts
+    one at once, so that its import of libcst (a third of a second) overlaps the reading and the
+    class-hierarchy pass.
+    """
+    prefilter = TokenScan(engine.prefilter_tokens(rules))
+    unscoped = [rule for rule in rules if not rule.scoped]
+    scanned: list[_Scanned] = []
+    worth: list[_Scanned] = []
+    may_start = warm is None and prefork.worth_starting(options.jobs)
+    try:
+        for source_file in source_files:
+            try:
+                source, stat = sources.read_source(source_file.real_path)
+                encoding = sources.source_encoding(source)
+            except sources.SourceError as error:
+                report.errors.append(FileError(source_file.path, error.line, error.column, error.message))
+                continue
+            item = _Scanned(source_file, source, stat, encoding)
+            scanned.append(item)
+            if prefilter(source):
+                worth.append(item)
+                if may_start and _probably_parsed(source, rules, unscoped):
+                    warm, may_start = prefork.start(worker.preload), False
+    except BaseException:
+        if warm is not None:
+            warm.close()
+        raise
+    report.scanned = len(source_files)
+    return scanned, worth, warm
+
+
+def _index_hierarchy(
+    scanned: Sequence[_Scanned], worth: Sequence[_Scanned], options: Options, report: RunReport, after_round
+):
+    """Build the class hierarchy of the run; returns it with the index of each file that took part.
+
+    The first round indexes the files the prefilter kept that can define a vLLM attention class by
+    themselves: they mention vLLM, or belong to a package named ``vllm`` (a fork). The others (torch has
+    a ``class Attention(nn.Module)``) take part only if they name an attention class. Later rounds index
+    every file naming (as a whole identifier) an attention class found so far. ``after_round(hierarchy,
+    indexes)`` runs after each round.
+    """
+    from vllm_attn_compat.codemods.index import hierarchy as hierarchy_module
+
+    def in_vllm_package(path: str) -> bool:
+        return hierarchy_module.guess_module_name(path).partition(".")[0] == "vllm"
+
+    indexes: dict[str, object] = {}
+    pending = [s for s in worth if b"vllm" in s.source or in_vllm_package(s.source_file.path)]
+    known_names: frozenset[str] = frozenset()
+    must_parse: set[str] = set()  # files the class scan spared once, which later rounds need indexed
+    built = hierarchy_module.ClassHierarchy.build([])
+    while pending:
+        # Files whose class headers show no class that can be an attention class (nor a patch, nor a
+        # backend's shape) skip the parse until a later round needs them (below).
+        parse = []
+        for s in pending:
+            path = s.source_file.path
+            scanned_index = None if path in must_parse else classscan.quick_index(s.source, path, known_names)
+            if scanned_index is None:
+                parse.append(s)
+            else:
+                indexes[path] = scanned_index
+        tasks = [(s.source_file.path, (s.source, s.source_file.path)) for s in parse]
+        outcomes = parallel.parallel_map(worker.index_file, tasks, jobs=options.jobs, initializer=worker.no_setup)
+        for path, outcome in _with_progress(outcomes, len(tasks), options.progress, "index classes"):
+            if isinstance(outcome, FileError):
+                report.errors.append(outcome)
+            elif isinstance(outcome, parallel.WorkerCrashed):
+                report.errors.append(FileError(path, 1, 1, f"internal error: {outcome}"))
+            indexes[path] = outcome
+        built = hierarchy_module.ClassHierarchy.build(
+            index for index in indexes.values() if isinstance(index, hierarchy_module.ModuleIndex)
+        )
+        after_round(built, indexes)
+        new_names = built.attention_class_names() - known_names
+        known_names |= new_names
+        has_name = TokenScan((name.encode() for name in new_names), whole_words=True)
+        pending = [s for s in scanned if s.source_file.path not in indexes and has_name(s.source)]
+        # A spared file is indexed once a name it uses in a class header or a patch, or defines, is an
+        # attention class or patched code found since (`ScannedIndex.names_any`), or once it may use a
+        # method whose fix the call-site analysis decides (`callsites`: its calls would be missed).
+        methods = frozenset(name for _, name in built.calls.methods)
+        uses = classscan.uses_pattern(methods)
+        for s in scanned:
+            spared = indexes.get(s.source_file.path)
+            if isinstance(spared, classscan.ScannedIndex) and (
+                spared.names_any(new_names) or classscan.may_use(s.source, methods, uses)
+            ):
+                must_parse.add(s.source_file.path)
+                pending.append(s)
+    return built, indexes
+
+
+def _parse_scanned(candidates: Sequence[_Scanned], indexes: dict, options: Options, report: RunReport) -> list:
+    """The candidates, less those that do not parse: a file the class scan spared is parsed by ``ast``
+    before libcst sees it, as every indexed file was (CPython's parser rejects input on which libcst's
+    native parser would hang or crash, and points at syntax errors more precisely)."""
+    spared = [c for c in candidates if isinstance(indexes.get(c.source_file.path), classscan.ScannedIndex)]
+    tasks = [(c.source_file.path, (c.source, c.source_file.path)) for c in spared]
+    failed = set()
+    # In this process: a few hundred kilobytes, less than a pool's start-up costs.
+    for path, outcome in parallel.parallel_map(worker.check_syntax, tasks, jobs=1, initializer=worker.no_setup):
+        if isinstance(outcome, FileError):
+            report.errors.append(outcome)
+            failed.add(path)
+        elif isinstance(outcome, parallel.WorkerCrashed):
+            report.errors.append(FileError(path, 1, 1, f"internal error: {outcome}"))
+            failed.add(path)
+    return [c for c in candidates if c.source_file.path not in failed]
+
+
+def run_paths(
+    paths: Sequence[str],
+    options: Options,
+    *,
+    emit_diff: Callable[[str], None] = lambda text: None,
+    warm: prefork.PreforkedWorker | None = None,
+) -> RunReport:
+    """Migrate the given files and folders; ``emit_diff`` receives each file's unified diff (diff mode).
+
+    ``warm`` is a worker the caller started (:func:`worker.preload`) to have it ready sooner; the run
+    stops it when done.
+    """
+    try:
+        report = RunReport(mode=options.mode)
+        rules = registry.select_rules(options.select, options.ignore)
+        source_files, skipped, unreadable = files.discover(paths, options.exclude, options.base)
+        report.skipped = [(s.path, s.reason) for s in skipped]
+        report.errors += [FileError(u.path, 1, 1, u.reason) for u in unreadable]
+        scanned, worth, warm = _read_and_filter(source_files, rules, options, report, warm)
+        if worth:  # on a big tree without any, nothing is parsed and libcst is never imported here
+            cache = _cache(options, rules) if options.cache_dir else None
+            run_key = cache.run_key({s.source_file.path: s.source for s in scanned}, options.mode) if cache else None
+            replayed = cache.load_run(run_key) if cache else None
+            if replayed is not None:
+                findings, changed, report.parsed = replayed
+                report.findings += findings
+                report.changed += changed
+            else:
+                errors = len(report.errors)
+                _migrate_worth(scanned, worth, rules, options, report, emit_diff, warm, cache)
+                if cache and len(report.errors) == errors and (options.mode == "check" or not report.changed):
+                    cache.store_run(run_key, report.findings, report.changed, report.parsed)
+    finally:
+        if warm is not None:
+            warm.close()
+    return report
+
+
+def _probably_parsed(source: bytes, rules, unscoped) -> bool:
+    """Whether libcst will probably parse this file: it holds the token of a rule that acts anywhere,
+    or mentions vLLM and holds a scoped rule's token too. A file naming ``class Attention(`` alone
+    (torch has one) is left to the hierarchy pass: most such classes are no vLLM attention class."""
+    return engine.needs_parsing(source, unscoped) or (b"vllm" in source and engine.needs_parsing(source, rules))
+
+
+def _cache(options: Options, rules):
+    from vllm_attn_compat.codemods.run.cache import Cache
+
+    settings = ([rule.code for rule in rules], options.unsafe_fixes, options.old_op_calls)
+    return Cache(options.cache_dir, settings)
+
+
+def _migrate_worth(scanned, worth, rules, options: Options, report: RunReport, emit_diff, warm, cache=None) -> None:
+    sources = {s.source_file.path: s.source for s in scanned}
+    # With a cache, nothing is sent before the last round: a file's key needs the whole hierarchy.
+    early = (
+        Handoff(warm, rules, options.unsafe_fixes, limit=parallel.IN_PROCESS_BELOW, old_op_calls=options.old_op_calls)
+        if warm and cache is None
+        else None
+    )
+
+    def after_round(built, indexes) -> None:
+        if early is not None:
+            early.after_round(built, indexes, sources)
+
+    hierarchy, indexes = _index_hierarchy(scanned, worth, options, report, after_round)
+    # --- call-site analysis (callsites.py): a finding at each call that withholds a fix ---
+    from vllm_attn_compat.codemods.index import callsites
+
+    report.findings += callsites.findings_for_run(
+        hierarchy.calls, {path: sources[path] for path in indexes}, [rule.code for rule in rules]
+    )
+    # --- end of call-site analysis ---
+    failed = {error.path for error in report.errors}
+    names = hierarchy.attention_class_names()
+    # A file needing libcst holds a prefilter token, or an attention-class name (it was indexed);
+    # rules scoped to attention classes matter only where the index shows such a class.
+    reachable = {s.source_file.path: s for s in scanned if s.source_file.path in indexes}
+    reachable |= {s.source_file.path: s for s in worth}
+    candidates = [
+        s
+        for path, s in sorted(reachable.items())
+        if path not in failed
+        and engine.needs_parsing(s.source, candidate_rules(rules, indexes.get(path), hierarchy, path), names)
+    ]
+    report.parsed = len(set(indexes) | {c.source_file.path for c in candidates})
+    diffs: dict[str, str] = {}
+    candidates = _parse_scanned(candidates, indexes, options, report)
+    by_path = {c.source_file.path: c for c in candidates}
+    keys = {}
+    if cache is not None:
+        from vllm_attn_compat.codemods.run.cache import run_digest
+
+        run = run_digest({path: sources[path] for path in indexes})
+        missed = []
+        for item in candidates:
+            path = item.source_file.path
+            keys[path] = cache.file_key(run, path, item.source)
+            cached = cache.load(keys[path])
+            if cached is None:
+                missed.append(item)
+            else:
+                _record(item, cached, options, report, diffs)
+        candidates = missed
+    rest = [c for c in candidates if early is None or c.source_file.path not in early.sent]
+    pickled = early.settings(hierarchy) if early is not None and rest else None
+    # The early worker takes the rest when it is enough for it; else its share, and the other jobs the rest.
+    jobs = options.jobs
+    if early is not None and pickled is not None:
+        if warm.workers == options.jobs or len(candidates) <= early.limit:
+            share, rest = rest, []
+        else:
+            share, rest = _early_share(rest, sum(len(sources[path]) for path in early.sent), options.jobs)
+            jobs -= 1
+        for item in share:
+            early.send(item.source_file.path, item.source, pickled)
+    settings = (rules, hierarchy, options.unsafe_fixes, options.old_op_calls)
+    tasks = [(c.source_file.path, (c.source, c.source_file.path)) for c in rest]
+    outcomes = parallel.parallel_map(worker.migrate_file, tasks, jobs=jobs, initializer=worker.setup, initargs=settings)
+    if early is not None and early.sent:
+        # The early worker is at its tasks already: start the rest first, so that both run at once.
+        outcomes = itertools.chain(outcomes, warm.results())
+    missing = None  # libcst missing or broken: every file fails alike, and the command names it once (cli.py)
+    for path, outcome in _with_progress(outcomes, len(candidates), options.progress, "migrate"):
+        if isinstance(outcome, MissingDependency):
+            missing = outcome  # raised once all are in: the pools shut down as usual, leaving no process behind
+        else:
+            _record(by_path[path], outcome, options, report, diffs)
+            if cache is not None and isinstance(outcome, tuple):
+                cache.store(keys[path], *outcome)
+    if missing is not None:
+        raise missing
+    for path in sorted(diffs):  # workers finish in any order; the output must not depend on it
+        emit_diff(diffs[path])
+    report.changed.sort()
+
+
+# What the parent (or a pool) spends importing libcst before its first file, in bytes of migrated source
+# (about 0.3 s at 0.3 MB/s); the early worker imported it already.
+_IMPORT_IN_BYTES = 80_000
+
+
+def _early_share(rest: Sequence[_Scanned], sent: int, jobs: int) -> tuple[list[_Scanned], list[_Scanned]]:
+    """The files for the early worker (which has ``sent`` bytes to migrate already), and those for the
+    ``jobs - 1`` others: largest first, each to the side with less work per process. Forking a full
+    pool instead would import libcst once more per process, and leave the early worker idle."""
+    mine, theirs = [], []
+    load, other = sent, _IMPORT_IN_BYTES * (jobs - 1)
+    for item in sorted(rest, key=lambda item: -len(item.source)):
+        if load <= other / (jobs - 1):
+            mine.append(item)
+            load += len(item.source)
+        else:
+            theirs.append(item)
+            other += len(item.source)
+    return mine, theirs
+
+
+def _with_progress(outcomes, total: int, enabled: bool, stage: str):
+    if not enabled:
+        return outcomes
+    from tqdm import tqdm
+
+    # No monitor thread: the worker processes are forked while the bar is alive.
+    tqdm.monitor_interval = 0
+    return tqdm(outcomes, total=total, unit="file", desc=stage, delay=0.5, leave=False)
+
+
+def _record(item: _Scanned, outcome, options: Options, report: RunReport, diffs: dict[str, str]) -> None:
+    path = item.source_file.path
+    if isinstance(outcome, parallel.WorkerCrashed):
+        report.errors.append(FileError(path, 1, 1, f"internal error: {outcome}; the file was not changed"))
+        return
+    if isinstance(outcome, FileError):
+        report.errors.append(outcome)
+        return
+    new_source, findings = outcome
+    report.findings += [(path, finding) for finding in findings]
+    if new_source is None:
+        return
+    if options.mode == "write":
+        try:
+            sources.write_atomic(item.source_file.real_path, new_source, expected_stat=item.stat)
+        except sources.SourceError as error:
+            report.errors.append(FileError(path, 1, 1, error.message))
+            return
+        except OSError as error:
+            report.errors.append(FileError(path, 1, 1, f"could not write the file: {error.strerror or error}"))
+            return
+    elif options.mode == "diff":
+        diffs[path] = unified_diff(path, item.source, new_source, item.encoding)
+    report.changed.append(path)
+
+
+def run_source(source: bytes, path: str, options: Options) -> tuple[RunReport, bytes, str]:
+    """Migrate one source given as bytes (standard input); ``path`` names it in reports.
+
+    Returns the report, the resulting source (the input itself when nothing changed or the file
+    failed, so a pipe never loses code) and the unified diff (empty when unchanged).
+    """
+    report = RunReport(mode=options.mode, scanned=1)
+    rules = registry.select_rules(options.select, options.ignore)
+    try:
+        encoding = sources.source_encoding(source)
+    except sources.SourceError as error:
+        report.errors.append(FileError(path, error.line, error.column, error.message))
+        return report, source, ""
+    if not TokenScan(engine.prefilter_tokens(rules))(source):
+        return report, source, ""
+    from vllm_attn_compat.codemods.index import callsites, hierarchy
+
+    index = worker.index_file(source, path)
+    if isinstance(index, FileError):
+        report.errors.append(index)
+        return report, source, ""
+    report.parsed = 1
+    built = hierarchy.ClassHierarchy.build([index])
+    report.findings += callsites.findings_for_run(built.calls, {path: source}, [rule.code for rule in rules])
+    acting = rules if built.has_attention_classes(path) else [rule for rule in rules if not rule.scoped]
+    if not engine.needs_parsing(source, acting, built.attention_class_names()):
+        return report, source, ""
+    worker.setup(rules, built, options.unsafe_fixes, options.old_op_calls)
+    outcome = worker.migrate_file(source, path)
+    if isinstance(outcome, MissingDependency):
+        raise outcome
+    if isinstance(outcome, FileError):
+        report.errors.append(outcome)
+        return report, source, ""
+    new_source, findings = outcome
+    report.findings += [(path, finding) for finding in findings]
+    if new_source is None:
+        return report, source, ""
+    report.changed.append(path)
+    return report, new_source, unified_diff(path, source, new_source, encoding)

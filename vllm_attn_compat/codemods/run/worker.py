@@ -1,0 +1,139 @@
+"""What runs in a worker process for one file: index its classes, or migrate it and check the result.
+
+Every function here returns its failure as a value (a :class:`FileError`) rather than raising, so one
+bad file never takes the others with it; only the death of the process itself is left to
+:mod:`parallel`. The engine is imported here, inside the functions, so the parent process imports
+libcst only when it migrates files itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from vllm_attn_compat.codemods.findings import Finding
+from vllm_attn_compat.codemods.run import dependencies
+from vllm_attn_compat.codemods.run.report import FileError
+
+# Set once per process by `setup`: the same for every file, so sent once rather than per task.
+_settings: dict[str, Any] = {}
+
+BUG = "this is a bug in vllm-attn-compat, please report it; the file was not changed"
+
+
+def no_setup() -> None:
+    """Initializer for the hierarchy pass, which needs no per-process state."""
+
+
+def index_file(source: bytes, path: str):
+    """The file's class index (``hierarchy.ModuleIndex``), or a :class:`FileError` if it does not parse."""
+    from vllm_attn_compat.codemods.index import hierarchy
+
+    return _parsed(hierarchy.index_module, source, path)
+
+
+def check_syntax(source: bytes, path: str):
+    """True, or a :class:`FileError` if the file does not parse (as :func:`index_file` reports it)."""
+    import ast
+
+    return _parsed(lambda text, name: ast.parse(text, filename=name) and True, source, path)
+
+
+def _parsed(parse, source: bytes, path: str):
+    try:
+        return parse(source, path)
+    except SyntaxError as error:
+        return FileError(path, error.lineno or 1, error.offset or 1, f"could not parse: {error.msg}")
+    except (RecursionError, MemoryError):
+        # CPython's parser raises an empty MemoryError for deep nesting ("too many nested parentheses" is the
+        # tokenizer's own limit); say what is wrong instead of echoing the exception's name.
+        return FileError(path, 1, 1, "could not parse: the code is nested too deeply for the parser")
+    except ValueError as error:  # e.g. null bytes
+        return FileError(path, 1, 1, f"could not parse: {error}")
+    except Exception as error:  # noqa: BLE001 - reported per file, see the module docstring
+        message = f"internal error while indexing classes: {type(error).__name__}: {error}; {BUG}"
+        return FileError(path, 1, 1, message)
+
+
+def setup(rules: Sequence[type], hierarchy: Any, unsafe_fixes: bool, old_op_calls: str = "with-output") -> None:
+    _settings.update(rules=list(rules), hierarchy=hierarchy, unsafe_fixes=unsafe_fixes, old_op_calls=old_op_calls)
+
+
+def preload() -> None:
+    """Initializer of a pool started before the run knows its settings: import what migrating needs."""
+    import gc
+
+    # Importing libcst makes tens of thousands of objects that live as long as the process: the cyclic
+    # collector's passes over them while they are made cost a tenth of the import, and find nothing.
+    gc.disable()
+    try:
+        import libcst  # noqa: F401 - the point is the import itself
+
+        from vllm_attn_compat.codemods import registry
+        from vllm_attn_compat.codemods.engine import apply, safety, scope
+        from vllm_attn_compat.codemods.engine import migrate as engine
+
+        registry.all_rules()
+    except ImportError:
+        pass  # the worker lives on: each task imports it again and hands back what is missing (dependencies.py)
+    finally:
+        gc.freeze()  # and later collections need not walk them again
+        gc.enable()
+
+
+def migrate_file_with(settings: bytes, source: bytes, path: str):
+    """:func:`migrate_file` in a worker started by :func:`preload`: ``settings`` is the pickled
+    ``(rules, hierarchy, unsafe_fixes, old_op_calls)`` of :func:`setup`, the same bytes for every task of a run."""
+    if _settings.get("pickled") != settings:
+        import pickle
+
+        setup(*pickle.loads(settings))
+        _settings["pickled"] = settings
+    return migrate_file(source, path)
+
+
+def _migrate(source: bytes, path: str, *, with_findings: bool = True):
+    from vllm_attn_compat.codemods.engine.migrate import migrate_source
+
+    return migrate_source(
+        source,
+        path=path,
+        rules=_settings["rules"],
+        hierarchy=_settings["hierarchy"],
+        unsafe_fixes=_settings["unsafe_fixes"],
+        with_findings=with_findings,
+        old_op_calls=_settings.get("old_op_calls", "with-output"),
+    )
+
+
+def migrate_file(
+    source: bytes, path: str
+) -> tuple[bytes | None, list[Finding]] | FileError | dependencies.MissingDependency:
+    """``(new source or None when unchanged, findings)``, or the :class:`FileError` that stops this file, or
+    the :class:`dependencies.MissingDependency` (libcst) that stops the run.
+
+    A rewritten source is returned only if it passes every check of :func:`safety.check_rewrite`.
+    """
+    from vllm_attn_compat.codemods.engine import safety
+    from vllm_attn_compat.codemods.engine.migrate import ParseError
+
+    try:
+        result = _migrate(source, path)
+    except ParseError as error:
+        return FileError(path, error.line, error.column, f"could not parse: {error.message}")
+    except RecursionError:
+        return FileError(path, 1, 1, "could not parse: the code is nested too deeply for the parser")
+    except Exception as error:  # noqa: BLE001 - reported per file, see the module docstring
+        # libcst missing or broken stops the run instead (runner.py raises it), named once.
+        return dependencies.missing(error) or FileError(
+            path, 1, 1, f"internal error: {type(error).__name__}: {error}; {BUG}"
+        )
+    if result.source == source:
+        return None, list(result.findings)
+    problems = safety.check_rewrite(
+        source, result.source, result.removed_comments, lambda again: _migrate(again, path, with_findings=False).source
+    )
+    if problems:
+        message = f"internal error: the fixed file failed a safety check ({'; '.join(problems)}); {BUG}"
+        return FileError(path, 1, 1, message)
+    return result.source, list(result.findings)

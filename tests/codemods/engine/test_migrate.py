@@ -189,7 +189,7 @@ def test_registry_select_ignore_and_unknown_codes():
         "VAC008",
     ]
     assert [r.code for r in select_rules(["vac006"])] == ["VAC006"]
-    with pytest.raises(ValueError, match="unknown rule code 'VAC9'.*VAC001"):
+    with pytest.raises(ValueError, match=r"unknown rule code 'VAC9'.*VAC001"):
         select_rules(["VAC9"])
 
 
@@ -229,7 +229,8 @@ def test_listing_rules_and_prefiltering_import_neither_libcst_nor_torch():
     code = (
         "import sys\n"
         "from vllm_attn_compat.codemods.registry import all_rules\n"
-        "from vllm_attn_compat.codemods.engine import migrate as engine; from vllm_attn_compat.codemods.index import hierarchy\n"
+        "from vllm_attn_compat.codemods.engine import migrate as engine; "
+        "from vllm_attn_compat.codemods.index import hierarchy\n"
         "engine.prefilter_tokens(all_rules())\n"
         "print('libcst' in sys.modules, 'torch' in sys.modules)\n"
     )

@@ -6,13 +6,18 @@ The runner (`runner.py`) decides which files reach this point and checks the res
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from vllm_attn_compat.codemods.engine.rule import Rule
 from vllm_attn_compat.codemods.findings import Finding, FixSafety, Status
 from vllm_attn_compat.codemods.index.hierarchy import BASE_TOKENS, ClassHierarchy, index_module
+
+if TYPE_CHECKING:
+    import libcst as cst
 
 
 @dataclass(frozen=True)
@@ -83,7 +88,7 @@ def _check_syntax(source: bytes, path: str) -> None:
         raise ParseError(1, 1, str(error)) from None
 
 
-def _parse_error(source: bytes, path: str, error) -> ParseError:
+def _parse_error(source: bytes, path: str, error: cst.ParserSyntaxError) -> ParseError:
     # CPython's parser pinpoints syntax errors better than libcst's; ask it first.
     import ast
 
@@ -127,10 +132,8 @@ def migrate_source(
     removed ops whose layer shape is unknown may go to this package's deprecated forwarders."""
     if not hierarchy.covers(path):
         # A caller that built the hierarchy from other files: this file's classes count too.
-        try:
+        with contextlib.suppress(SyntaxError):  # libcst reports it below, with its position
             hierarchy = hierarchy.extended(index_module(source, path))
-        except SyntaxError:
-            pass  # libcst reports it below, with its position
     if not _may_apply(source, path, rules, hierarchy):
         # No attention class here and no token of a rule that works outside them: nothing can
         # change, so skip libcst's parse and traversal (several times the cost of `ast`).
@@ -140,7 +143,7 @@ def migrate_source(
     import libcst as cst
 
     from vllm_attn_compat.codemods.engine.apply import Applier
-    from vllm_attn_compat.codemods.engine.edits import AddImport, DropUnusedImport, RemoveStatement, Replace
+    from vllm_attn_compat.codemods.engine.edits import AddImport, DropUnusedImport, Edit, RemoveStatement, Replace
     from vllm_attn_compat.codemods.engine.noqa import noqa_codes, suppresses
     from vllm_attn_compat.codemods.engine.positions import positions
     from vllm_attn_compat.codemods.engine.scope import Analyzer, FileContext
@@ -170,8 +173,8 @@ def migrate_source(
     findings: list[Finding] = []
     removals: list[RemoveStatement] = []
     replacements: list[Replace] = []
-    imports: list = []  # edits.AddImport, edits.DropUnusedImport: decided once the rest is done
-    only_imports: list[tuple[int, list]] = []  # findings whose whole fix is import edits
+    imports: list[AddImport | DropUnusedImport] = []  # decided once the rest is done
+    only_imports: list[tuple[int, list[Edit]]] = []  # findings whose whole fix is import edits
     for report in reports:
         span = spans.get(id(report.node))
         suppressed = span is not None and any(
@@ -181,6 +184,7 @@ def migrate_source(
         )
         status = _status(report.safety, suppressed, unsafe_fixes)
         if with_findings:
+            assert span is not None  # positions were computed for every report's node
             findings.append(Finding(span.start_line, span.start_column + 1, report.code, report.message, status))
         if status is Status.FIXED:
             if with_findings and all(isinstance(edit, (AddImport, DropUnusedImport)) for edit in report.edits):
@@ -194,7 +198,7 @@ def migrate_source(
                     imports.append(edit)
     if not (removals or replacements or imports):
         return MigrationResult(source, sorted(findings), ())
-    edited = analyzer.enclosing([edit.node for edit in (*removals, *replacements)])
+    edited = analyzer.enclosing([*(edit.node for edit in removals), *(edit.node for edit in replacements)])
     applier = Applier(removals, replacements, within=edited)
     new_module = module.visit(applier) if removals or replacements else module
     removed = list(applier.sink.removed)

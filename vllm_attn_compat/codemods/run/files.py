@@ -83,9 +83,11 @@ def _git_listing(folder: str) -> list[str] | None:
         return None
     # A folder the user names is entered even when the enclosing repository ignores it as a whole
     # (site-packages inside a versioned ~/.pyenv); ignore rules then apply below it only.
-    if not listed.stdout:
-        if subprocess.run(["git", "-C", folder, "check-ignore", "-q", "."], check=False).returncode == 0:
-            return None
+    if (
+        not listed.stdout
+        and subprocess.run(["git", "-C", folder, "check-ignore", "-q", "."], check=False).returncode == 0
+    ):
+        return None
     names = listed.stdout.decode("utf-8", "surrogateescape").split("\0")
     return sorted({name for name in names if name})
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import pickle
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from vllm_attn_compat.codemods.engine import migrate as engine
+from vllm_attn_compat.codemods.engine.rule import Rule
 from vllm_attn_compat.codemods.index.classscan import ScannedIndex
 from vllm_attn_compat.codemods.index.hierarchy import ClassHierarchy, ModuleIndex
 from vllm_attn_compat.codemods.run import worker
@@ -38,7 +38,9 @@ def settles(index: ModuleIndex, hierarchy: ClassHierarchy) -> bool:
     )
 
 
-def candidate_rules(rules: Sequence[type], index: object, hierarchy: ClassHierarchy, path: str) -> Sequence[type]:
+def candidate_rules(
+    rules: Sequence[type[Rule]], index: object, hierarchy: ClassHierarchy, path: str
+) -> Sequence[type[Rule]]:
     """The rules that can act in a file: all of them where its index shows an attention class, else
     only those that act anywhere."""
     if isinstance(index, ModuleIndex) and hierarchy.has_attention_classes(path):
@@ -51,7 +53,7 @@ class Handoff:
     should not take on a whole fork's worth of files: past that, a full pool does the rest)."""
 
     def __init__(
-        self, warm: PreforkedWorker, rules: Sequence[type], unsafe_fixes: bool, limit: int,
+        self, warm: PreforkedWorker, rules: Sequence[type[Rule]], unsafe_fixes: bool, limit: int,
         old_op_calls: str = "with-output",
     ) -> None:  # fmt: skip
         self.warm = warm
@@ -70,7 +72,9 @@ class Handoff:
         self.warm.submit(path, worker.migrate_file_with, (pickled, source, path))
         self.sent.add(path)
 
-    def after_round(self, hierarchy: ClassHierarchy, indexes: Mapping[str, Any], sources: Mapping[str, bytes]) -> None:
+    def after_round(
+        self, hierarchy: ClassHierarchy, indexes: Mapping[str, object], sources: Mapping[str, bytes]
+    ) -> None:
         names = hierarchy.attention_class_names()
         pickled: bytes | None = None
         for path, index in indexes.items():

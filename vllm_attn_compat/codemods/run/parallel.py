@@ -11,9 +11,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future
 
 Key = TypeVar("Key")
+Result = TypeVar("Result")
 
 # Below this many tasks, starting processes costs more than it saves (measured in the research notes).
 IN_PROCESS_BELOW = 8
@@ -34,12 +38,12 @@ class WorkerCrashed(Exception):
 
 
 def _run_pool(
-    function: Callable[..., Any],
-    tasks: Sequence[tuple[Key, tuple[Any, ...]]],
+    function: Callable[..., Result],
+    tasks: Sequence[tuple[Key, tuple[object, ...]]],
     jobs: int,
     initializer: Callable[..., None],
-    initargs: tuple[Any, ...],
-) -> Iterator[tuple[Key, Any]]:
+    initargs: tuple[object, ...],
+) -> Iterator[tuple[Key, Result | WorkerCrashed]]:
     """Yield ``(key, result)`` for every task that finished; stop quietly when the pool breaks."""
     # Imported here: most runs never start a pool, and this import is a third of the CLI's start-up.
     from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -48,15 +52,18 @@ def _run_pool(
         futures = {pool.submit(function, *arguments): key for key, arguments in tasks}
         for future in as_completed(futures):
             result = _outcome(future)
-            if result is not _BROKEN:
+            if not isinstance(result, _Broken):
                 yield futures[future], result
 
 
-# What `_outcome` returns for a task whose worker process died (the pool is broken).
-_BROKEN = object()
+class _Broken:
+    """What `_outcome` returns for a task whose worker process died (the pool is broken)."""
 
 
-def _outcome(future) -> Any:
+_BROKEN = _Broken()
+
+
+def _outcome(future: Future[Result]) -> Result | WorkerCrashed | _Broken:
     """A finished task's result; a :class:`WorkerCrashed` for an exception it could not hand back (e.g.
     a result that cannot be pickled), or ``_BROKEN`` when its worker process died."""
     from concurrent.futures.process import BrokenProcessPool
@@ -70,12 +77,12 @@ def _outcome(future) -> Any:
 
 
 def retry(
-    function: Callable[..., Any],
-    tasks: Sequence[tuple[Key, tuple[Any, ...]]],
+    function: Callable[..., Result],
+    tasks: Sequence[tuple[Key, tuple[object, ...]]],
     jobs: int,
     initializer: Callable[..., None],
-    initargs: tuple[Any, ...],
-) -> Iterator[tuple[Key, Any]]:
+    initargs: tuple[object, ...],
+) -> Iterator[tuple[Key, Result | WorkerCrashed]]:
     """The tasks a broken pool left unfinished: in small batches, then alone, to find the one that kills
     its worker without losing the others."""
     pending = list(tasks)
@@ -91,13 +98,13 @@ def retry(
 
 
 def parallel_map(
-    function: Callable[..., Any],
-    tasks: Sequence[tuple[Key, tuple[Any, ...]]],
+    function: Callable[..., Result],
+    tasks: Sequence[tuple[Key, tuple[object, ...]]],
     *,
     jobs: int,
     initializer: Callable[..., None],
-    initargs: tuple[Any, ...] = (),
-) -> Iterator[tuple[Key, Any]]:
+    initargs: tuple[object, ...] = (),
+) -> Iterator[tuple[Key, Result | WorkerCrashed]]:
     """Yield ``(key, function(*arguments))`` for each task, in completion order.
 
     ``initializer(*initargs)`` prepares each worker (or this process, when running in-process). A task

@@ -19,7 +19,10 @@ import pickle
 import sys
 from collections import deque
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import IO, TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    import queue
 
 from vllm_attn_compat.codemods.run.parallel import WorkerCrashed, retry
 
@@ -37,7 +40,7 @@ def worth_starting(jobs: int) -> bool:
     return jobs > 1 and available()
 
 
-def start(initializer: Callable[..., None], initargs: tuple[Any, ...] = ()) -> PreforkedWorker | None:
+def start(initializer: Callable[..., None], initargs: tuple[object, ...] = ()) -> PreforkedWorker | None:
     """A worker, or None when the system refuses another process (the run then goes without)."""
     try:
         return PreforkedWorker(initializer, initargs)
@@ -56,7 +59,7 @@ class PreforkedWorker:
 
     workers = 1
 
-    def __init__(self, initializer: Callable[..., None], initargs: tuple[Any, ...] = ()) -> None:
+    def __init__(self, initializer: Callable[..., None], initargs: tuple[object, ...] = ()) -> None:
         self.initializer, self.initargs = initializer, initargs
         self.used = False  # set once it has tasks
         task_read, task_write = os.pipe()
@@ -77,10 +80,11 @@ class PreforkedWorker:
         self.pid: int | None = pid
         self._tasks = os.fdopen(task_write, "wb")
         self._results = os.fdopen(result_read, "rb")
-        self._pending: deque[tuple[Any, Callable[..., Any], tuple[Any, ...]]] = deque()
-        self._outbox: Any = None  # a queue.SimpleQueue of frames, with its writer thread, from the first task
+        self._pending: deque[tuple[Any, Callable[..., object], tuple[object, ...]]] = deque()
+        # The frames for the worker (None ends its writer thread), with their writer thread, from the first task.
+        self._outbox: queue.SimpleQueue[bytes | None] | None = None
 
-    def submit(self, key: Any, function: Callable[..., Any], arguments: tuple[Any, ...]) -> None:
+    def submit(self, key: Any, function: Callable[..., object], arguments: tuple[object, ...]) -> None:
         if self._outbox is None:
             import queue
             import threading
@@ -97,6 +101,8 @@ class PreforkedWorker:
         if not self._pending:
             self.close()
             return
+        # Tasks are pending, so the first of them made the outbox.
+        assert self._outbox is not None
         self._outbox.put(b"")  # the stop frame, after the tasks
         while self._pending:
             frame = _read_frame(self._results)
@@ -133,11 +139,15 @@ class PreforkedWorker:
             self._outbox.put(None)  # the writer thread ends (at once if the worker was killed) and closes
 
 
-def _write_frame(stream, frame: bytes) -> None:
+class _Reader(Protocol):
+    def read(self, size: int, /) -> bytes: ...
+
+
+def _write_frame(stream: IO[bytes], frame: bytes) -> None:
     stream.write(len(frame).to_bytes(_LENGTH, "little") + frame)
 
 
-def _read_frame(stream) -> bytes | None:
+def _read_frame(stream: _Reader) -> bytes | None:
     """The next frame; None at the end of the stream (the other side is gone) or on a stop frame."""
     header = stream.read(_LENGTH)
     if len(header) < _LENGTH:
@@ -149,7 +159,7 @@ def _read_frame(stream) -> bytes | None:
     return frame if len(frame) == length else None
 
 
-def _write_frames(stream, outbox) -> None:
+def _write_frames(stream: IO[bytes], outbox: queue.SimpleQueue[bytes | None]) -> None:
     """The parent's writer thread: frames to the worker until ``None``; stops quietly if it died."""
     try:
         while (frame := outbox.get()) is not None:
@@ -175,7 +185,7 @@ class _OrphanReader:
     def read(self, size: int) -> bytes:
         import select
 
-        chunks = []
+        chunks: list[bytes] = []
         while size:
             while not select.select([self.descriptor], [], [], 1.0)[0]:
                 if os.getppid() != self.parent:
@@ -189,7 +199,7 @@ class _OrphanReader:
 
 
 def _serve(
-    task_fd: int, result_fd: int, parent: int, initializer: Callable[..., None], initargs: tuple[Any, ...]
+    task_fd: int, result_fd: int, parent: int, initializer: Callable[..., None], initargs: tuple[object, ...]
 ) -> None:
     """The worker's life: set up, then answer each task in order until told to stop; exits the process."""
     status = 0

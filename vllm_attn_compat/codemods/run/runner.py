@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, TypeVar
 
 from vllm_attn_compat.codemods import registry
 from vllm_attn_compat.codemods.engine import migrate as engine
@@ -27,6 +28,22 @@ from vllm_attn_compat.codemods.run.dependencies import MissingDependency
 from vllm_attn_compat.codemods.run.handoff import Handoff, candidate_rules
 from vllm_attn_compat.codemods.run.report import FileError, RunReport, unified_diff
 from vllm_attn_compat.codemods.run.scan import TokenScan
+
+if TYPE_CHECKING:
+    from typing import TypeAlias
+
+    from vllm_attn_compat.codemods.engine.rule import Rule
+    from vllm_attn_compat.codemods.findings import Finding
+    from vllm_attn_compat.codemods.index.hierarchy import ClassHierarchy, ModuleIndex
+    from vllm_attn_compat.codemods.run.cache import Cache
+    from vllm_attn_compat.codemods.run.worker import MigrateOutcome
+
+    # What the hierarchy pass knows of each file it took part in: its index, or why it has none.
+    IndexOutcome: TypeAlias = ModuleIndex | FileError | parallel.WorkerCrashed
+    # A file's migration as `_record` takes it: done (the new source or None, the findings) or failed.
+    Recorded: TypeAlias = tuple[bytes | None, list[Finding]] | FileError | parallel.WorkerCrashed
+
+Item = TypeVar("Item")
 
 
 @dataclass(frozen=True)
@@ -54,7 +71,11 @@ class _Scanned:
 
 
 def _read_and_filter(
-    source_files: Sequence[files.SourceFile], rules, options: Options, report: RunReport, warm
+    source_files: Sequence[files.SourceFile],
+    rules: Sequence[type[Rule]],
+    options: Options,
+    report: RunReport,
+    warm: prefork.PreforkedWorker | None,
 ) -> tuple[list[_Scanned], list[_Scanned], prefork.PreforkedWorker | None]:
     """Read every file once; returns them all, those worth parsing, and the worker started early.
 
@@ -90,8 +111,12 @@ def _read_and_filter(
 
 
 def _index_hierarchy(
-    scanned: Sequence[_Scanned], worth: Sequence[_Scanned], options: Options, report: RunReport, after_round
-):
+    scanned: Sequence[_Scanned],
+    worth: Sequence[_Scanned],
+    options: Options,
+    report: RunReport,
+    after_round: Callable[[ClassHierarchy, Mapping[str, IndexOutcome]], None],
+) -> tuple[ClassHierarchy, dict[str, IndexOutcome]]:
     """Build the class hierarchy of the run; returns it with the index of each file that took part.
 
     The first round indexes the files the prefilter kept that can define a vLLM attention class by
@@ -105,7 +130,7 @@ def _index_hierarchy(
     def in_vllm_package(path: str) -> bool:
         return hierarchy_module.guess_module_name(path).partition(".")[0] == "vllm"
 
-    indexes: dict[str, object] = {}
+    indexes: dict[str, IndexOutcome] = {}
     pending = [s for s in worth if b"vllm" in s.source or in_vllm_package(s.source_file.path)]
     known_names: frozenset[str] = frozenset()
     must_parse: set[str] = set()  # files the class scan spared once, which later rounds need indexed
@@ -113,7 +138,7 @@ def _index_hierarchy(
     while pending:
         # Files whose class headers show no class that can be an attention class (nor a patch, nor a
         # backend's shape) skip the parse until a later round needs them (below).
-        parse = []
+        parse: list[_Scanned] = []
         for s in pending:
             path = s.source_file.path
             scanned_index = None if path in must_parse else classscan.quick_index(s.source, path, known_names)
@@ -152,13 +177,15 @@ def _index_hierarchy(
     return built, indexes
 
 
-def _parse_scanned(candidates: Sequence[_Scanned], indexes: dict, options: Options, report: RunReport) -> list:
+def _parse_scanned(
+    candidates: Sequence[_Scanned], indexes: Mapping[str, IndexOutcome], options: Options, report: RunReport
+) -> list[_Scanned]:
     """The candidates, less those that do not parse: a file the class scan spared is parsed by ``ast``
     before libcst sees it, as every indexed file was (CPython's parser rejects input on which libcst's
     native parser would hang or crash, and points at syntax errors more precisely)."""
     spared = [c for c in candidates if isinstance(indexes.get(c.source_file.path), classscan.ScannedIndex)]
     tasks = [(c.source_file.path, (c.source, c.source_file.path)) for c in spared]
-    failed = set()
+    failed: set[str] = set()
     # In this process: a few hundred kilobytes, less than a pool's start-up costs.
     for path, outcome in parallel.parallel_map(worker.check_syntax, tasks, jobs=1, initializer=worker.no_setup):
         if isinstance(outcome, FileError):
@@ -174,7 +201,7 @@ def run_paths(
     paths: Sequence[str],
     options: Options,
     *,
-    emit_diff: Callable[[str], None] = lambda text: None,
+    emit_diff: Callable[[str], object] = lambda text: None,
     warm: prefork.PreforkedWorker | None = None,
 ) -> RunReport:
     """Migrate the given files and folders; ``emit_diff`` receives each file's unified diff (diff mode).
@@ -190,9 +217,9 @@ def run_paths(
         report.errors += [FileError(u.path, 1, 1, u.reason) for u in unreadable]
         scanned, worth, warm = _read_and_filter(source_files, rules, options, report, warm)
         if worth:  # on a big tree without any, nothing is parsed and libcst is never imported here
-            cache = _cache(options, rules) if options.cache_dir else None
+            cache = _cache(options.cache_dir, options, rules) if options.cache_dir else None
             run_key = cache.run_key({s.source_file.path: s.source for s in scanned}, options.mode) if cache else None
-            replayed = cache.load_run(run_key) if cache else None
+            replayed = cache.load_run(run_key) if cache and run_key is not None else None
             if replayed is not None:
                 findings, changed, report.parsed = replayed
                 report.findings += findings
@@ -200,7 +227,12 @@ def run_paths(
             else:
                 errors = len(report.errors)
                 _migrate_worth(scanned, worth, rules, options, report, emit_diff, warm, cache)
-                if cache and len(report.errors) == errors and (options.mode == "check" or not report.changed):
+                if (
+                    cache
+                    and run_key is not None
+                    and len(report.errors) == errors
+                    and (options.mode == "check" or not report.changed)
+                ):
                     cache.store_run(run_key, report.findings, report.changed, report.parsed)
     finally:
         if warm is not None:
@@ -208,21 +240,30 @@ def run_paths(
     return report
 
 
-def _probably_parsed(source: bytes, rules, unscoped) -> bool:
+def _probably_parsed(source: bytes, rules: Sequence[type[Rule]], unscoped: Sequence[type[Rule]]) -> bool:
     """Whether libcst will probably parse this file: it holds the token of a rule that acts anywhere,
     or mentions vLLM and holds a scoped rule's token too. A file naming ``class Attention(`` alone
     (torch has one) is left to the hierarchy pass: most such classes are no vLLM attention class."""
     return engine.needs_parsing(source, unscoped) or (b"vllm" in source and engine.needs_parsing(source, rules))
 
 
-def _cache(options: Options, rules):
+def _cache(folder: str, options: Options, rules: Sequence[type[Rule]]) -> Cache:
     from vllm_attn_compat.codemods.run.cache import Cache
 
     settings = ([rule.code for rule in rules], options.unsafe_fixes, options.old_op_calls)
-    return Cache(options.cache_dir, settings)
+    return Cache(folder, settings)
 
 
-def _migrate_worth(scanned, worth, rules, options: Options, report: RunReport, emit_diff, warm, cache=None) -> None:
+def _migrate_worth(
+    scanned: Sequence[_Scanned],
+    worth: Sequence[_Scanned],
+    rules: Sequence[type[Rule]],
+    options: Options,
+    report: RunReport,
+    emit_diff: Callable[[str], object],
+    warm: prefork.PreforkedWorker | None,
+    cache: Cache | None = None,
+) -> None:
     sources = {s.source_file.path: s.source for s in scanned}
     # With a cache, nothing is sent before the last round: a file's key needs the whole hierarchy.
     early = (
@@ -231,7 +272,7 @@ def _migrate_worth(scanned, worth, rules, options: Options, report: RunReport, e
         else None
     )
 
-    def after_round(built, indexes) -> None:
+    def after_round(built: ClassHierarchy, indexes: Mapping[str, IndexOutcome]) -> None:
         if early is not None:
             early.after_round(built, indexes, sources)
 
@@ -259,12 +300,12 @@ def _migrate_worth(scanned, worth, rules, options: Options, report: RunReport, e
     diffs: dict[str, str] = {}
     candidates = _parse_scanned(candidates, indexes, options, report)
     by_path = {c.source_file.path: c for c in candidates}
-    keys = {}
+    keys: dict[str, str] = {}
     if cache is not None:
         from vllm_attn_compat.codemods.run.cache import run_digest
 
         run = run_digest({path: sources[path] for path in indexes})
-        missed = []
+        missed: list[_Scanned] = []
         for item in candidates:
             path = item.source_file.path
             keys[path] = cache.file_key(run, path, item.source)
@@ -279,7 +320,7 @@ def _migrate_worth(scanned, worth, rules, options: Options, report: RunReport, e
     # The early worker takes the rest when it is enough for it; else its share, and the other jobs the rest.
     jobs = options.jobs
     if early is not None and pickled is not None:
-        if warm.workers == options.jobs or len(candidates) <= early.limit:
+        if early.warm.workers == options.jobs or len(candidates) <= early.limit:
             share, rest = rest, []
         else:
             share, rest = _early_share(rest, sum(len(sources[path]) for path in early.sent), options.jobs)
@@ -288,11 +329,13 @@ def _migrate_worth(scanned, worth, rules, options: Options, report: RunReport, e
             early.send(item.source_file.path, item.source, pickled)
     settings = (rules, hierarchy, options.unsafe_fixes, options.old_op_calls)
     tasks = [(c.source_file.path, (c.source, c.source_file.path)) for c in rest]
+    outcomes: Iterable[tuple[str, MigrateOutcome | parallel.WorkerCrashed]]
     outcomes = parallel.parallel_map(worker.migrate_file, tasks, jobs=jobs, initializer=worker.setup, initargs=settings)
     if early is not None and early.sent:
         # The early worker is at its tasks already: start the rest first, so that both run at once.
-        outcomes = itertools.chain(outcomes, warm.results())
-    missing = None  # libcst missing or broken: every file fails alike, and the command names it once (cli.py)
+        outcomes = itertools.chain(outcomes, early.warm.results())
+    # libcst missing or broken: every file fails alike, and the command names it once (cli.py)
+    missing: MissingDependency | None = None
     for path, outcome in _with_progress(outcomes, len(candidates), options.progress, "migrate"):
         if isinstance(outcome, MissingDependency):
             missing = outcome  # raised once all are in: the pools shut down as usual, leaving no process behind
@@ -316,7 +359,8 @@ def _early_share(rest: Sequence[_Scanned], sent: int, jobs: int) -> tuple[list[_
     """The files for the early worker (which has ``sent`` bytes to migrate already), and those for the
     ``jobs - 1`` others: largest first, each to the side with less work per process. Forking a full
     pool instead would import libcst once more per process, and leave the early worker idle."""
-    mine, theirs = [], []
+    mine: list[_Scanned] = []
+    theirs: list[_Scanned] = []
     load, other = sent, _IMPORT_IN_BYTES * (jobs - 1)
     for item in sorted(rest, key=lambda item: -len(item.source)):
         if load <= other / (jobs - 1):
@@ -328,17 +372,18 @@ def _early_share(rest: Sequence[_Scanned], sent: int, jobs: int) -> tuple[list[_
     return mine, theirs
 
 
-def _with_progress(outcomes, total: int, enabled: bool, stage: str):
+def _with_progress(outcomes: Iterable[Item], total: int, enabled: bool, stage: str) -> Iterable[Item]:
     if not enabled:
         return outcomes
     from tqdm import tqdm
 
     # No monitor thread: the worker processes are forked while the bar is alive.
     tqdm.monitor_interval = 0
-    return tqdm(outcomes, total=total, unit="file", desc=stage, delay=0.5, leave=False)
+    bar: Iterable[Item] = tqdm(outcomes, total=total, unit="file", desc=stage, delay=0.5, leave=False)
+    return bar
 
 
-def _record(item: _Scanned, outcome, options: Options, report: RunReport, diffs: dict[str, str]) -> None:
+def _record(item: _Scanned, outcome: Recorded, options: Options, report: RunReport, diffs: dict[str, str]) -> None:
     path = item.source_file.path
     if isinstance(outcome, parallel.WorkerCrashed):
         report.errors.append(FileError(path, 1, 1, f"internal error: {outcome}; the file was not changed"))

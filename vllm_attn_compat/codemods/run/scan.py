@@ -64,14 +64,13 @@ def choose_anchors(
     heapq.heapify(queue)
     anchors: list[bytes] = []
     while uncovered:
-        stale, *rest = heapq.heappop(queue)
-        gram = rest[-1]
+        stale, length, rarity, order, gram = heapq.heappop(queue)
         count = len(holders[gram] & uncovered)
         if count == -stale:
             anchors.append(gram)
             uncovered -= holders[gram]
         elif count:
-            heapq.heappush(queue, (-count, *rest))
+            heapq.heappush(queue, (-count, length, rarity, order, gram))
     return tuple(anchors)
 
 
@@ -141,7 +140,7 @@ class TokenScan:
     def __call__(self, source: bytes) -> bool:
         if self.whole_words:
             return any(_holds_word(source, anchor, words) for anchor, words in self.groups)
-        for (anchor, tokens), (window, before, after) in zip(self.groups, self._windows):
+        for (anchor, tokens), (window, before, after) in zip(self.groups, self._windows, strict=True):
             at = source.find(anchor)
             if at == -1:
                 continue
@@ -165,7 +164,9 @@ def _holds_word(source: bytes, anchor: bytes, words: frozenset[bytes]) -> bool:
         start = at
         while start and source[start - 1] in _IDENTIFIER_BYTES:
             start -= 1
-        end = _IDENTIFIER_TAIL.match(source, at + len(anchor)).end()
+        tail = _IDENTIFIER_TAIL.match(source, at + len(anchor))
+        assert tail is not None  # the pattern matches the empty string too
+        end = tail.end()
         if source[start:end] in words:
             return True
         at = source.find(anchor, end)

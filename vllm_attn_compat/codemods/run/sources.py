@@ -8,6 +8,7 @@ with the position of the first bad byte instead of failing somewhere deeper.
 from __future__ import annotations
 
 import codecs
+import contextlib
 import os
 import stat
 
@@ -120,10 +121,8 @@ def _fill(descriptor: int, data: bytes, like: os.stat_result, path: str | None =
         handle.write(data)
         handle.flush()
         if hasattr(os, "fchown"):  # keep the owner when allowed (root running over a user's tree)
-            try:
+            with contextlib.suppress(OSError):
                 os.fchown(handle.fileno(), like.st_uid, like.st_gid)
-            except OSError:
-                pass
         if hasattr(os, "fchmod"):
             os.fchmod(handle.fileno(), mode)
         os.fsync(handle.fileno())
@@ -185,7 +184,5 @@ def _written_named(folder: str, name: str, data: bytes, like: os.stat_result) ->
 
 
 def _remove(path: str) -> None:
-    try:
+    with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
-    except FileNotFoundError:
-        pass

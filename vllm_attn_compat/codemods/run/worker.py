@@ -8,12 +8,24 @@ libcst only when it migrates files itself.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from vllm_attn_compat.codemods.findings import Finding
 from vllm_attn_compat.codemods.run import dependencies
 from vllm_attn_compat.codemods.run.report import FileError
+
+if TYPE_CHECKING:
+    from typing import TypeAlias
+
+    from vllm_attn_compat.codemods.engine.migrate import MigrationResult
+    from vllm_attn_compat.codemods.engine.rule import Rule
+    from vllm_attn_compat.codemods.index.hierarchy import ClassHierarchy, ModuleIndex
+
+    # What `migrate_file` hands back for one file.
+    MigrateOutcome: TypeAlias = tuple[bytes | None, list[Finding]] | FileError | dependencies.MissingDependency
+
+Parsed = TypeVar("Parsed")
 
 # Set once per process by `setup`: the same for every file, so sent once rather than per task.
 _settings: dict[str, Any] = {}
@@ -25,21 +37,25 @@ def no_setup() -> None:
     """Initializer for the hierarchy pass, which needs no per-process state."""
 
 
-def index_file(source: bytes, path: str):
+def index_file(source: bytes, path: str) -> ModuleIndex | FileError:
     """The file's class index (``hierarchy.ModuleIndex``), or a :class:`FileError` if it does not parse."""
     from vllm_attn_compat.codemods.index import hierarchy
 
     return _parsed(hierarchy.index_module, source, path)
 
 
-def check_syntax(source: bytes, path: str):
+def check_syntax(source: bytes, path: str) -> bool | FileError:
     """True, or a :class:`FileError` if the file does not parse (as :func:`index_file` reports it)."""
     import ast
 
-    return _parsed(lambda text, name: ast.parse(text, filename=name) and True, source, path)
+    def parses(text: bytes, name: str) -> bool:
+        ast.parse(text, filename=name)
+        return True
+
+    return _parsed(parses, source, path)
 
 
-def _parsed(parse, source: bytes, path: str):
+def _parsed(parse: Callable[[bytes, str], Parsed], source: bytes, path: str) -> Parsed | FileError:
     try:
         return parse(source, path)
     except SyntaxError as error:
@@ -55,7 +71,9 @@ def _parsed(parse, source: bytes, path: str):
         return FileError(path, 1, 1, message)
 
 
-def setup(rules: Sequence[type], hierarchy: Any, unsafe_fixes: bool, old_op_calls: str = "with-output") -> None:
+def setup(
+    rules: Sequence[type[Rule]], hierarchy: ClassHierarchy, unsafe_fixes: bool, old_op_calls: str = "with-output"
+) -> None:
     _settings.update(rules=list(rules), hierarchy=hierarchy, unsafe_fixes=unsafe_fixes, old_op_calls=old_op_calls)
 
 
@@ -70,8 +88,8 @@ def preload() -> None:
         import libcst  # noqa: F401 - the point is the import itself
 
         from vllm_attn_compat.codemods import registry
-        from vllm_attn_compat.codemods.engine import apply, safety, scope
-        from vllm_attn_compat.codemods.engine import migrate as engine
+        from vllm_attn_compat.codemods.engine import apply, safety, scope  # noqa: F401 - imported to have them loaded
+        from vllm_attn_compat.codemods.engine import migrate as engine  # noqa: F401 - likewise
 
         registry.all_rules()
     except ImportError:
@@ -81,7 +99,7 @@ def preload() -> None:
         gc.enable()
 
 
-def migrate_file_with(settings: bytes, source: bytes, path: str):
+def migrate_file_with(settings: bytes, source: bytes, path: str) -> MigrateOutcome:
     """:func:`migrate_file` in a worker started by :func:`preload`: ``settings`` is the pickled
     ``(rules, hierarchy, unsafe_fixes, old_op_calls)`` of :func:`setup`, the same bytes for every task of a run."""
     if _settings.get("pickled") != settings:
@@ -92,7 +110,7 @@ def migrate_file_with(settings: bytes, source: bytes, path: str):
     return migrate_file(source, path)
 
 
-def _migrate(source: bytes, path: str, *, with_findings: bool = True):
+def _migrate(source: bytes, path: str, *, with_findings: bool = True) -> MigrationResult:
     from vllm_attn_compat.codemods.engine.migrate import migrate_source
 
     return migrate_source(
@@ -106,9 +124,7 @@ def _migrate(source: bytes, path: str, *, with_findings: bool = True):
     )
 
 
-def migrate_file(
-    source: bytes, path: str
-) -> tuple[bytes | None, list[Finding]] | FileError | dependencies.MissingDependency:
+def migrate_file(source: bytes, path: str) -> MigrateOutcome:
     """``(new source or None when unchanged, findings)``, or the :class:`FileError` that stops this file, or
     the :class:`dependencies.MissingDependency` (libcst) that stops the run.
 

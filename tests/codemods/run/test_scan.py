@@ -8,7 +8,9 @@ from hypothesis import strategies as st
 
 from vllm_attn_compat.codemods.engine.migrate import prefilter_tokens
 from vllm_attn_compat.codemods.registry import all_rules
-from vllm_attn_compat.codemods.run.scan import TokenScan, choose_anchors, contains_word
+from vllm_attn_compat.codemods.run.scan import TokenScan, choose_anchors
+
+from whole_words import contains_word
 
 RULE_TOKENS = prefilter_tokens(all_rules())
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from vllm_attn_compat.codemods.run.scan import _OCCURRENCES_CHECKED, TokenScan, contains_word
+from vllm_attn_compat.codemods.run.scan import _OCCURRENCES_CHECKED, TokenScan
+
+from whole_words import contains_word
 
 TOKENS = (b"vllm.v1.attention", b"unified_attention", b"class Attention(")
 PADDING = b"x = scaled_dot_product_attention(q, k, v)\n"

@@ -57,8 +57,6 @@ class PreforkedWorker:
     worker at once, even in the middle of its start-up.
     """
 
-    workers = 1
-
     def __init__(self, initializer: Callable[..., None], initargs: tuple[object, ...] = ()) -> None:
         self.initializer, self.initargs = initializer, initargs
         self.used = False  # set once it has tasks

@@ -320,7 +320,7 @@ def _migrate_worth(
     # The early worker takes the rest when it is enough for it; else its share, and the other jobs the rest.
     jobs = options.jobs
     if early is not None and pickled is not None:
-        if early.warm.workers == options.jobs or len(candidates) <= early.limit:
+        if options.jobs == 1 or len(candidates) <= early.limit:  # with one job, the early worker is it
             share, rest = rest, []
         else:
             share, rest = _early_share(rest, sum(len(sources[path]) for path in early.sent), options.jobs)

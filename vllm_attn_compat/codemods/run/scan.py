@@ -81,21 +81,6 @@ _IDENTIFIER_BYTES = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUV
 _IDENTIFIER_TAIL = re.compile(rb"[A-Za-z0-9_\x80-\xff]*")
 
 
-def contains_word(source: bytes, word: bytes) -> bool:
-    """Whether ``word`` occurs in ``source`` as a whole identifier: ``SdpaBackend``, not ``setSdpaBackends``.
-
-    The definition :class:`TokenScan` answers faster with ``whole_words`` (and is tested against)."""
-    start = source.find(word)
-    while start != -1:
-        end = start + len(word)
-        if (start == 0 or source[start - 1] not in _IDENTIFIER_BYTES) and (
-            end == len(source) or source[end] not in _IDENTIFIER_BYTES
-        ):
-            return True
-        start = source.find(word, start + 1)
-    return False
-
-
 # Past this many occurrences of an anchor in one file, confirming each occurrence costs more than
 # looking for each of the anchor's tokens in the whole file.
 _OCCURRENCES_CHECKED = 32
@@ -105,7 +90,7 @@ class TokenScan:
     """A callable answering exactly ``any(token in source for token in tokens)``, faster.
 
     With ``whole_words``, the tokens are identifiers and count only as whole ones (see
-    :func:`contains_word`): a class name found inside a longer name is no reference to that class.
+    the tests' ``contains_word``): a class name found inside a longer name is no reference to that class.
     """
 
     def __init__(self, tokens: Iterable[bytes], *, whole_words: bool = False) -> None:

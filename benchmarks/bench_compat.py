@@ -145,7 +145,9 @@ def main():
 
     with set_forward_context(metadata, registry):
         print(f"1. per call, {T} tokens x {HEADS} heads x {HEAD_SIZE}, 1 thread (us; ratio to the layer's forward)")
-        for label, attn in layers.items():
+
+        # A function per layer: the lambdas it times close over that layer's variables, not the loop's.
+        def per_call(label, attn):
             name = attn.layer_name
             out = attn.allocate_output(q3)
             us = bench_us(
@@ -160,6 +162,9 @@ def main():
                 f"layer forward {layer_forward:7.2f} (1.00x) | forwarder function {function:7.2f} "
                 f"({function / layer_forward:.2f}x) | forwarder op {op:7.2f} ({op / layer_forward:.2f}x)"
             )
+
+        for label, attn in layers.items():
+            per_call(label, attn)
 
         # The warning alone, in functions that do nothing else (the forwarder body's cost would drown it), under
         # the filters a user gets by default: the package's "default" filter, output discarded.
@@ -189,7 +194,9 @@ def main():
         )
         reference = layers["sdpa backend"](q, k, v)
         legacy_impls = (("returns a new tensor", ReturnsNewImpl), ("writes the given output", WritesGivenOutputImpl))
-        for label, impl_cls in legacy_impls:
+
+        # A function per impl, as in 1.: the lambdas close over its layer and buffer, not the loop's.
+        def legacy_adapter(label, impl_cls):
             attn = layer(impl_cls.__name__, _backend(impl_cls.__name__, impl_cls, accept_output_buffer=False))
             torch.testing.assert_close(attn(q, k, v), reference, atol=1e-5, rtol=1e-5)
             out = attn.allocate_output(q3)
@@ -204,6 +211,9 @@ def main():
                 f"   {label:24s} copies {counter.writes['copies']} | adapted call (3-D, output) {adapted:7.2f} | "
                 f"old call (2-D, no output) {old_way:7.2f} ({adapted / old_way:.2f}x)"
             )
+
+        for label, impl_cls in legacy_impls:
+            legacy_adapter(label, impl_cls)
 
         impl = NoOpLegacyImpl(HEADS, HEAD_SIZE, 1 / math.sqrt(HEAD_SIZE), KV_HEADS, HEAD_SIZE)
         adapt_legacy_impl(NoOpLegacyImpl)

@@ -77,9 +77,9 @@ def test_hierarchy_over_three_files_in_a_package(tmp_path):
     (package / "attn").mkdir(parents=True)
     (package / "__init__.py").write_text("")
     (package / "attn" / "__init__.py").write_text("")
+    base = "from vllm.attention.backends.abstract import AttentionImpl\nclass PluginBase(AttentionImpl): ...\n"
     files = {
-        package
-        / "base.py": "from vllm.attention.backends.abstract import AttentionImpl\nclass PluginBase(AttentionImpl): ...\n",
+        package / "base.py": base,
         package / "attn" / "tiled.py": "from ..base import PluginBase\nclass Tiled(PluginBase): ...\n",
         package / "attn" / "fast.py": "from plugin.attn.tiled import Tiled\nclass Fast(Tiled): ...\n",
     }

@@ -20,12 +20,15 @@ from __future__ import annotations
 
 import ast
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
-from typing import NamedTuple, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol, TypeAlias
 
 from vllm_attn_compat.codemods.findings import Finding, Status
 from vllm_attn_compat.codemods.index.names import is_vllm_base, normalize_path
+
+if TYPE_CHECKING:
+    import libcst as cst
 
 
 # What the analysis reads of `hierarchy.ClassHierarchy` and `hierarchy.ModuleIndex`: protocols, since the
@@ -48,6 +51,48 @@ class ModuleIndex(Protocol):
 
     @property
     def calls(self) -> CallIndex: ...
+
+
+# What the indexing reads of `hierarchy._Indexer` after its pass over a module (the names it binds).
+class ModuleNames(Protocol):
+    @property
+    def imports(self) -> Mapping[str, str]: ...
+
+    @property
+    def module_classes(self) -> Set[str]: ...
+
+    def resolve(self, expr: ast.expr, local_scopes: list[dict[str, str]]) -> str | None: ...
+
+
+# What `withheld_reason` reads of `engine.scope.FileContext` and `FunctionFrame`: protocols, since scope
+# imports the hierarchy, which imports this module.
+class RunCalls(Protocol):
+    @property
+    def calls(self) -> CallAnalysis: ...
+
+
+class RuleContext(Protocol):
+    @property
+    def path(self) -> str: ...
+
+    @property
+    def module_name(self) -> str: ...
+
+    @property
+    def hierarchy(self) -> RunCalls: ...
+
+
+class ClassFrame(Protocol):
+    @property
+    def qualname(self) -> str: ...
+
+
+class MethodFrame(Protocol):
+    @property
+    def node(self) -> cst.FunctionDef | cst.Lambda: ...
+
+    @property
+    def attention_class(self) -> ClassFrame | None: ...
 
 
 # The rules whose fixes a call omitting ``output`` can block, in the order a caller finding picks its code.
@@ -190,10 +235,10 @@ def _output_method(owner: str, node: ast.FunctionDef | ast.AsyncFunctionDef) -> 
     kind = _method_kind(node)
     positional = [*args.posonlyargs, *args.args]
     defaults = [None] * (len(positional) - len(args.defaults)) + list(args.defaults)
-    pairs = list(zip(positional, defaults))
+    pairs = list(zip(positional, defaults, strict=True))
     if kind != "static" and pairs:
         pairs = pairs[1:]  # self / cls, bound by the call
-    kw_pairs = list(zip(args.kwonlyargs, args.kw_defaults))
+    kw_pairs = list(zip(args.kwonlyargs, args.kw_defaults, strict=True))  # None where one has no default
     default = {a.arg: d for a, d in [*pairs, *kw_pairs]}
     return OutputMethod(
         owner=owner,
@@ -219,6 +264,9 @@ class _Scope:
 
 
 _DEFS = (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+_Def: TypeAlias = ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda
+# Nodes still to walk, each list with its parent and the scope (and enclosing scopes) it belongs to.
+_Pending: TypeAlias = list[tuple[Sequence[ast.AST], ast.AST | None, _Scope, list[_Scope]]]
 # Fields that can hold child nodes, per node type. Python's grammar types the others as identifiers,
 # numbers or constants; by name, not by a value seen once (an absent optional child is None too).
 _CHILDREN: dict[type, tuple[str, ...]] = {ast.Name: (), ast.Constant: ()}
@@ -255,7 +303,7 @@ def _children(kind: type[ast.AST]) -> tuple[str, ...]:
 
 
 class _Collector:
-    def __init__(self, indexer) -> None:  # hierarchy._Indexer, after its pass
+    def __init__(self, indexer: ModuleNames) -> None:
         self.indexer = indexer
         self.methods: list[OutputMethod] = []
         self.uses: list[Use] = []
@@ -277,61 +325,67 @@ class _Collector:
 
     def collect(self, tree: ast.Module) -> CallIndex:
         top = _Scope("", None, None)
-        pending: list[tuple[list, ast.AST | None, _Scope, list[_Scope]]] = [(tree.body, None, top, [top])]
+        pending: _Pending = [(tree.body, None, top, [top])]
         while pending:
             nodes, parent, scope, scopes = pending.pop()
             self._scope(nodes, parent, scope, scopes, pending)
         self.uses.sort(key=lambda use: (use.line, use.column))
         return CallIndex(tuple(self.methods), tuple(self.uses))
 
-    def _define(self, node, parent, scope: _Scope, scopes: list[_Scope], pending: list) -> None:
+    def _define(
+        self, node: _Def, parent: ast.AST | None, scope: _Scope, scopes: list[_Scope], pending: _Pending
+    ) -> None:
         """A class, function or lambda: its header belongs to ``scope``, its body to a new one."""
-        kind = type(node)
-        if kind is ast.ClassDef:
+        if isinstance(node, ast.ClassDef):
             qualname = scope.prefix + node.name
             if scope.prefix:
                 scope.local_classes[node.name] = qualname
             inner = _Scope(qualname + ".", None, None)
             for child in node.body:
-                if type(child) in (ast.FunctionDef, ast.AsyncFunctionDef):
+                if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
                     method = _output_method(qualname, child)
                     if method is not None:
                         self.methods.append(method)
-            pending.append((node.body, node, inner, scopes + [inner]))
+            pending.append((node.body, node, inner, [*scopes, inner]))
             pending.append(([*node.bases, *node.keywords, *node.decorator_list], node, scope, scopes))
             return
-        if kind is not ast.Lambda and type(parent) is ast.ClassDef:
+        if not isinstance(node, ast.Lambda) and isinstance(parent, ast.ClassDef):
             args = [*node.args.posonlyargs, *node.args.args]
             first = args[0].arg if args and _method_kind(node) != "static" else None
             inner = _Scope(scope.prefix + node.name + ".<locals>.", scope.prefix[:-1], first)
         else:
-            name = "<lambda>" if kind is ast.Lambda else node.name
+            name = "<lambda>" if isinstance(node, ast.Lambda) else node.name
             inner = _Scope(scope.prefix + name + ".<locals>.", scope.owner, scope.self_name)
-        if kind is ast.Lambda:
-            pending.append(([node.body], node, inner, scopes + [inner]))
+        if isinstance(node, ast.Lambda):
+            pending.append(([node.body], node, inner, [*scopes, inner]))
             pending.append(([node.args], node, scope, scopes))
         else:
-            pending.append((node.body, node, inner, scopes + [inner]))
+            pending.append((node.body, node, inner, [*scopes, inner]))
             header = [node.args, *node.decorator_list, *([node.returns] if node.returns else [])]
             pending.append((header, node, scope, scopes))
 
-    def _scope(self, nodes: list, parent, scope: _Scope, scopes: list[_Scope], pending: list) -> None:
+    def _scope(
+        self, nodes: Sequence[ast.AST], parent: ast.AST | None, scope: _Scope, scopes: list[_Scope], pending: _Pending
+    ) -> None:
         # An explicit stack: a deep expression the parser accepted must not exhaust Python's recursion.
         stack = [(node, parent) for node in nodes]
         called: set[int] = set()  # the Attribute nodes that are a call's function
         uses = self.uses
         while stack:
             node, parent = stack.pop()
+            # The exact type first (the parser makes no subclasses): most nodes fail it cheaper than
+            # isinstance, which then only narrows the type, on its fast path.
             kind = type(node)
-            if kind in _DEFS:
+            if kind in _DEFS and isinstance(node, _DEFS):
                 self._define(node, parent, scope, scopes, pending)
                 continue
-            if kind is ast.Call:
+            if kind is ast.Call and isinstance(node, ast.Call):
                 if type(node.func) is ast.Attribute:
                     called.add(id(node.func))
                 self._call(node, scope, scopes)
             elif (
                 kind is ast.Attribute
+                and isinstance(node, ast.Attribute)
                 and id(node) not in called
                 and type(node.ctx) is ast.Load
                 and not isinstance(parent, _NOT_ESCAPING)
@@ -409,7 +463,7 @@ class _Collector:
         )
 
 
-def index_calls(tree: ast.Module, indexer) -> CallIndex:
+def index_calls(tree: ast.Module, indexer: ModuleNames) -> CallIndex:
     """Output methods and attribute uses of one module (``indexer``: hierarchy's, after its pass)."""
     return _Collector(indexer).collect(tree)
 
@@ -485,7 +539,7 @@ class CallAnalysis:
         return CallAnalysis(withheld, {**self.methods, **other.methods})
 
 
-def _order(blocker: Blocker) -> tuple:
+def _order(blocker: Blocker) -> tuple[str, int, int, str]:
     return (blocker.path, blocker.line, blocker.column, blocker.how)
 
 
@@ -596,7 +650,9 @@ def analyse(hierarchy: ClassHierarchy, indexes: Iterable[ModuleIndex]) -> CallAn
     return _withheld(hierarchy, indexes, _targets(hierarchy, indexes))
 
 
-def _withheld(hierarchy: ClassHierarchy, indexes: list, methods: dict[tuple[str, str], OutputMethod]) -> CallAnalysis:
+def _withheld(
+    hierarchy: ClassHierarchy, indexes: Sequence[ModuleIndex], methods: dict[tuple[str, str], OutputMethod]
+) -> CallAnalysis:
     if not methods:
         return CallAnalysis()
     relations = _Relations(hierarchy)
@@ -696,7 +752,8 @@ def _caller_message(blocker: Blocker, keys: list[tuple[str, str]], codes: set[st
     method = f"`{owner}.{name}`" + (f" and {len(keys) - 1} other method(s) of the run" if len(keys) > 1 else "")
     texts = ((REQUIRED_OUTPUT, "making `output` required"), (NONE_FALLBACK, "deleting the `output is None` fallback"))
     fixes = " and ".join(text for code, text in texts if code in codes)
-    what = f"so the safe fix{'es' if len(codes) > 1 else ''} {fixes} in {method} {'are' if len(codes) > 1 else 'is'} withheld"
+    plural = len(codes) > 1
+    what = f"so the safe fix{'es' if plural else ''} {fixes} in {method} {'are' if plural else 'is'} withheld"
     fallback = analysis.methods[keys[0]].fallback
     buffer = f"`output={fallback}`, as the method allocates it" if fallback else "the output buffer as `output=`"
     call = f"`{blocker.text}.{name}(...)`"
@@ -730,15 +787,20 @@ def findings_for_run(
     return found
 
 
-def withheld_reason(ctx, method, code: str) -> str | None:
+def withheld_reason(ctx: RuleContext, method: MethodFrame, code: str) -> str | None:
     """For a rule at ``method`` (a `scope.FunctionFrame` of an attention class): why the run's uses of
     the method withhold ``code``'s fix, or None when it stays safe."""
+    import libcst as cst
+
+    # A method of a class, or a function patched onto one (`FileContext.output_method`): never a lambda.
+    assert isinstance(method.node, cst.FunctionDef), type(method.node)
+    name = method.node.name.value
     if method.attention_class is None:
         # A module-level function patched onto a class at run time: its calls go through the patched
         # attribute of any instance, which the index does not tie to the function.
         return (
-            f"`{method.node.name.value}` is patched onto a class at run time, so the run cannot tell which "
+            f"`{name}` is patched onto a class at run time, so the run cannot tell which "
             "calls reach it: check that every call passes `output`"
         )
     owner = f"{ctx.module_name}.{method.attention_class.qualname}"
-    return ctx.hierarchy.calls.reason(owner, method.node.name.value, code, ctx.path)
+    return ctx.hierarchy.calls.reason(owner, name, code, ctx.path)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import ast
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from vllm_attn_compat.codemods.index import callsites, runtime_patches
@@ -82,6 +82,10 @@ if hasattr(ast, "Match"):  # Python >= 3.10
     _NESTED_BODIES[ast.Match] = ("cases",)
     _NESTED_BODIES[ast.match_case] = ("body",)
 
+_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
+# The statements that can copy code onto a class (`runtime_patches.from_statement` reads them).
+_MAY_PATCH = (ast.Assign, ast.Expr, ast.AnnAssign, ast.For)
+
 
 class _Indexer:
     def __init__(self, module: str, is_package: bool) -> None:
@@ -100,19 +104,21 @@ class _Indexer:
     def _prefix(self) -> str:
         return self.scopes[-1][0] if self.scopes else ""
 
-    def visit_body(self, statements: list) -> None:
+    def visit_body(self, statements: Sequence[ast.AST]) -> None:  # statements, handlers or match cases
         for node in statements:
+            # The exact type first (the parser makes no subclasses): most nodes fail it cheaper than
+            # isinstance, which then only narrows the type, on its fast path.
             kind = type(node)
-            if kind is ast.ClassDef:
+            if kind is ast.ClassDef and isinstance(node, ast.ClassDef):
                 self.visit_ClassDef(node)
-            elif kind is ast.FunctionDef or kind is ast.AsyncFunctionDef:
+            elif kind in _FUNCTIONS and isinstance(node, _FUNCTIONS):
                 self._visit_function(node)
-            elif kind is ast.ImportFrom:
+            elif kind is ast.ImportFrom and isinstance(node, ast.ImportFrom):
                 self.visit_ImportFrom(node)
-            elif kind is ast.Import:
+            elif kind is ast.Import and isinstance(node, ast.Import):
                 self.visit_Import(node)
             else:
-                if kind is ast.Assign or kind is ast.Expr or kind is ast.AnnAssign or kind is ast.For:
+                if kind in _MAY_PATCH and isinstance(node, _MAY_PATCH):
                     self.pending_patches.append((node, None, [scope for _, scope in self.scopes]))
                 fields = _NESTED_BODIES.get(kind)
                 if fields:
@@ -207,7 +213,7 @@ class _Indexer:
         entries: list[PatchEntry] = []
         for node, qualname, local_scopes in self.pending_patches:
 
-            def resolve(expr: ast.expr, scopes=local_scopes) -> str | None:
+            def resolve(expr: ast.expr, scopes: list[dict[str, str]] = local_scopes) -> str | None:
                 return self.resolve_bound(expr, scopes)
 
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):

@@ -144,10 +144,10 @@ def migrate_source(
 
     from vllm_attn_compat.codemods.engine.apply import Applier
     from vllm_attn_compat.codemods.engine.edits import AddImport, DropUnusedImport, Edit, RemoveStatement, Replace
-    from vllm_attn_compat.codemods.engine.noqa import noqa_codes, suppresses
     from vllm_attn_compat.codemods.engine.positions import positions
     from vllm_attn_compat.codemods.engine.scope import Analyzer, FileContext
     from vllm_attn_compat.codemods.engine.walk import walk
+    from vllm_attn_compat.codemods.noqa import noqa_codes, suppresses
 
     try:
         module = cst.parse_module(source)

@@ -16,6 +16,7 @@ import libcst as cst
 
 from vllm_attn_compat.codemods.engine.edits import Edit
 from vllm_attn_compat.codemods.findings import FixSafety
+from vllm_attn_compat.codemods.index import callsites
 from vllm_attn_compat.codemods.index.hierarchy import ClassHierarchy
 from vllm_attn_compat.codemods.index.runtime_patches import ATTRIBUTE, MEMBERS
 
@@ -147,6 +148,11 @@ class FileContext:
     def current_function(self) -> FunctionFrame | None:
         frame = self.frames[-1] if self.frames else None
         return frame if isinstance(frame, FunctionFrame) else None
+
+    def withheld_reason(self, method: FunctionFrame, code: str) -> str | None:
+        """Why the run's uses of ``method`` withhold ``code``'s fix (a call omitting ``output``, a callback), or
+        None when the fix stays safe: a safe fix preserves every call the run can see (`index.callsites`)."""
+        return callsites.withheld_reason(self, method, code)
 
     def output_method(self) -> FunctionFrame | None:
         """The method we are directly inside, if it belongs to an attention class and takes

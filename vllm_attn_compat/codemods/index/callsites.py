@@ -700,7 +700,7 @@ def _noqa_lines(source: bytes) -> dict[int, frozenset[str]]:
     import io
     import tokenize
 
-    from vllm_attn_compat.codemods.engine.noqa import noqa_codes
+    from vllm_attn_compat.codemods.noqa import noqa_codes
 
     lines: dict[int, frozenset[str]] = {}
     try:
@@ -718,7 +718,7 @@ def caller_findings(analysis: CallAnalysis, path: str, source: bytes, codes: Ite
     """The findings at the uses in the file at ``path`` that withhold a fix of a rule in ``codes``: each
     says what to pass. They carry the code of the fix they withhold (VAC002 first), so ``# noqa: VAC002``
     on the line silences them (the fix stays withheld)."""
-    from vllm_attn_compat.codemods.engine.noqa import suppresses
+    from vllm_attn_compat.codemods.noqa import suppresses
 
     selected = set(codes)
     here = normalize_path(path)

@@ -33,7 +33,7 @@ from vllm_attn_compat.codemods.index.hierarchy import (
     guess_module_name,
     normalize_path,
 )
-from vllm_attn_compat.codemods.run.scan import _IDENTIFIER_BYTES
+from vllm_attn_compat.codemods.index.names import IDENTIFIER_BYTES
 
 # A class header as one statement: name, optional bases in one level of nested brackets, then the colon.
 _HEADER = re.compile(rb"[ \t\f]*class[ \t]+([A-Za-z_][A-Za-z0-9_]*)[ \t]*(?:\(([^()]*(?:\([^()]*\)[^()]*)*)\))?[ \t]*:")
@@ -76,7 +76,6 @@ _STRING_BODY = {
     for triple in (False, True)
     for quote in b"'\""
 }
-_IDENT_BYTES = _IDENTIFIER_BYTES
 _DEFINITION = re.compile(rb"[\r\n][ \t\f]*(?:async[ \t\f]+def|def|class)[ \t\f\\]")
 
 _SUFFIXES = tuple(suffix.encode() for suffix in _IN_TREE_SUFFIXES)
@@ -109,7 +108,7 @@ def _headers(source: bytes) -> list[tuple[bytes, bytes]] | None:
     while at != -1:
         end = at + 5
         line_start = max(source.rfind(b"\n", 0, at), source.rfind(b"\r", 0, at)) + 1
-        keyword = end == len(source) or source[end] not in _IDENTIFIER_BYTES
+        keyword = end == len(source) or source[end] not in IDENTIFIER_BYTES
         if keyword and not source[line_start:at].strip(b" \t\f"):
             match = _HEADER.match(source, line_start)
             bases = (match and match.group(2)) or b""
@@ -129,7 +128,7 @@ def _aliased(source: bytes, alias: bytes) -> list[bytes]:
     at = source.find(alias)
     while at != -1:
         end = at + len(alias)
-        if end == len(source) or source[end] not in _IDENTIFIER_BYTES:
+        if end == len(source) or source[end] not in IDENTIFIER_BYTES:
             name = _word_before_as(source[max(at - 300, 0) : at])
             if name:
                 names.append(name)
@@ -147,7 +146,7 @@ def _word_before_as(head: bytes) -> bytes | None:
     if word_end == len(rest):  # ``alias`` after a longer word ending in "as"
         return None
     start = word_end
-    while start and rest[start - 1] in _IDENTIFIER_BYTES:
+    while start and rest[start - 1] in IDENTIFIER_BYTES:
         start -= 1
     return rest[start:word_end] or None
 
@@ -157,7 +156,7 @@ def _word_before(source: bytes, end: int, skip: bytes) -> bytes | None:
     while end and source[end - 1] in skip:
         end -= 1
     start = end
-    while start and source[start - 1] in _IDENT_BYTES:
+    while start and source[start - 1] in IDENTIFIER_BYTES:
         start -= 1
     return source[start:end] or None
 
@@ -178,7 +177,7 @@ def _calls_patch_helper(source: bytes, bound: set[bytes]) -> bool:
             opening = called.end() - 1
             if lowered[opening] == ord("."):  # `patch.object(`: the object's name must end with "patch"
                 name_end = called.start()
-                while name_end < len(lowered) and lowered[name_end] in _IDENT_BYTES:
+                while name_end < len(lowered) and lowered[name_end] in IDENTIFIER_BYTES:
                     name_end += 1
                 method = _METHOD_CALL.match(source, opening + 1)
                 if not lowered[:name_end].endswith(b"patch") or not method:
@@ -237,7 +236,7 @@ def _imports(source: bytes) -> tuple[dict[bytes, list[bytes]], set[bytes]]:
     at = source.find(b"import")
     while at != -1:
         before, at = source[at - 1 : at], at + 6
-        if (before and before[0] in _IDENT_BYTES) or (at < len(source) and source[at] in _IDENT_BYTES):
+        if (before and before[0] in IDENTIFIER_BYTES) or (at < len(source) and source[at] in IDENTIFIER_BYTES):
             at = source.find(b"import", at)
             continue
         opening = _OPENING.match(source, at)

@@ -73,3 +73,10 @@ def is_vllm_base(dotted: str) -> bool:
     if not any(module == prefix or module.startswith(prefix + ".") for prefix in VLLM_ATTENTION_MODULES):
         return False
     return name in VLLM_BASE_NAMES or name.endswith(_IN_TREE_SUFFIXES)
+
+
+# Bytes that can continue a Python identifier (non-ASCII too: identifiers may be Unicode): what the text scans
+# check around a name to know it is a whole identifier.
+IDENTIFIER_BYTES = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_") | frozenset(
+    range(128, 256)
+)

@@ -388,10 +388,8 @@ class RequiredOutputParameter(Rule):
                 equal=cst.MaybeSentinel.DEFAULT,
             )
 
-        from vllm_attn_compat.codemods.index.callsites import withheld_reason
-
         message = "`output` defaults to None, but vLLM >= 0.20 always passes the output buffer: make it required"
-        reason = withheld_reason(self.ctx, method, self.code)
+        reason = self.ctx.withheld_reason(method, self.code)
         if reason is None:
             self.ctx.report(self, node, message, Replace(node, build))
         else:

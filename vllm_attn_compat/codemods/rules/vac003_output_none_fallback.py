@@ -209,10 +209,8 @@ class OutputNoneFallback(Rule):
             and isinstance(body, cst.BaseSuite)  # always, once it holds the fallback (a lambda's is an expression)
             and _at_method_start(body, fallback)
         ):
-            from vllm_attn_compat.codemods.index.callsites import withheld_reason
-
             message = "this fallback is dead: vLLM >= 0.20 always passes the output buffer"
-            reason = withheld_reason(self.ctx, method, self.code)
+            reason = self.ctx.withheld_reason(method, self.code)
             if reason is None:
                 self.ctx.report(self, node, message, RemoveStatement(fallback))
             else:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pickle
 from collections.abc import Mapping, Sequence
 
-from vllm_attn_compat.codemods.engine import migrate as engine
+from vllm_attn_compat.codemods.engine import migrate
 from vllm_attn_compat.codemods.engine.rule import Rule
 from vllm_attn_compat.codemods.index.classscan import ScannedIndex
 from vllm_attn_compat.codemods.index.hierarchy import ClassHierarchy, ModuleIndex
@@ -82,7 +82,7 @@ class Handoff:
                 return
             if path in self.sent or not isinstance(index, ModuleIndex) or not settles(index, hierarchy):
                 continue
-            if not engine.needs_parsing(sources[path], candidate_rules(self.rules, index, hierarchy, path), names):
+            if not migrate.needs_parsing(sources[path], candidate_rules(self.rules, index, hierarchy, path), names):
                 continue
             pickled = pickled or self.settings(hierarchy)
             if pickled is None:

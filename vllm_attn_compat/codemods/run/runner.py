@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
 
 from vllm_attn_compat.codemods import registry
-from vllm_attn_compat.codemods.engine import migrate as engine
+from vllm_attn_compat.codemods.engine import migrate
 from vllm_attn_compat.codemods.index import classscan
 from vllm_attn_compat.codemods.run import files, parallel, prefork, sources, worker
 from vllm_attn_compat.codemods.run.dependencies import MissingDependency
@@ -83,7 +83,7 @@ def _read_and_filter(
     one at once, so that its import of libcst (a third of a second) overlaps the reading and the
     class-hierarchy pass.
     """
-    prefilter = TokenScan(engine.prefilter_tokens(rules))
+    prefilter = TokenScan(migrate.prefilter_tokens(rules))
     unscoped = [rule for rule in rules if not rule.scoped]
     scanned: list[_Scanned] = []
     worth: list[_Scanned] = []
@@ -244,7 +244,7 @@ def _probably_parsed(source: bytes, rules: Sequence[type[Rule]], unscoped: Seque
     """Whether libcst will probably parse this file: it holds the token of a rule that acts anywhere,
     or mentions vLLM and holds a scoped rule's token too. A file naming ``class Attention(`` alone
     (torch has one) is left to the hierarchy pass: most such classes are no vLLM attention class."""
-    return engine.needs_parsing(source, unscoped) or (b"vllm" in source and engine.needs_parsing(source, rules))
+    return migrate.needs_parsing(source, unscoped) or (b"vllm" in source and migrate.needs_parsing(source, rules))
 
 
 def _cache(folder: str, options: Options, rules: Sequence[type[Rule]]) -> Cache:
@@ -294,7 +294,7 @@ def _migrate_worth(
         s
         for path, s in sorted(reachable.items())
         if path not in failed
-        and engine.needs_parsing(s.source, candidate_rules(rules, indexes.get(path), hierarchy, path), names)
+        and migrate.needs_parsing(s.source, candidate_rules(rules, indexes.get(path), hierarchy, path), names)
     ]
     report.parsed = len(set(indexes) | {c.source_file.path for c in candidates})
     diffs: dict[str, str] = {}
@@ -422,7 +422,7 @@ def run_source(source: bytes, path: str, options: Options) -> tuple[RunReport, b
     except sources.SourceError as error:
         report.errors.append(FileError(path, error.line, error.column, error.message))
         return report, source, ""
-    if not TokenScan(engine.prefilter_tokens(rules))(source):
+    if not TokenScan(migrate.prefilter_tokens(rules))(source):
         return report, source, ""
     from vllm_attn_compat.codemods.index import callsites, hierarchy
 
@@ -434,7 +434,7 @@ def run_source(source: bytes, path: str, options: Options) -> tuple[RunReport, b
     built = hierarchy.ClassHierarchy.build([index])
     report.findings += callsites.findings_for_run(built.calls, {path: source}, [rule.code for rule in rules])
     acting = rules if built.has_attention_classes(path) else [rule for rule in rules if not rule.scoped]
-    if not engine.needs_parsing(source, acting, built.attention_class_names()):
+    if not migrate.needs_parsing(source, acting, built.attention_class_names()):
         return report, source, ""
     worker.setup(rules, built, options.unsafe_fixes, options.old_op_calls)
     outcome = worker.migrate_file(source, path)

@@ -15,6 +15,8 @@ import heapq
 import re
 from collections.abc import Iterable
 
+from vllm_attn_compat.codemods.index.names import IDENTIFIER_BYTES as _IDENTIFIER_BYTES
+
 # Long enough to be selective in ordinary code, short enough to be shared by related tokens.
 ANCHOR_LENGTH = 8
 # Identifiers (the class names of the hierarchy rounds) may share shorter anchors: a capitalized word
@@ -74,10 +76,6 @@ def choose_anchors(
     return tuple(anchors)
 
 
-# Bytes that can continue a Python identifier (non-ASCII too: identifiers may be Unicode).
-_IDENTIFIER_BYTES = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_") | frozenset(
-    range(128, 256)
-)
 _IDENTIFIER_TAIL = re.compile(rb"[A-Za-z0-9_\x80-\xff]*")
 
 

@@ -88,8 +88,12 @@ def preload() -> None:
         import libcst  # noqa: F401 - the point is the import itself
 
         from vllm_attn_compat.codemods import registry
-        from vllm_attn_compat.codemods.engine import apply, safety, scope  # noqa: F401 - imported to have them loaded
-        from vllm_attn_compat.codemods.engine import migrate as engine  # noqa: F401 - likewise
+        from vllm_attn_compat.codemods.engine import (  # noqa: F401 - imported to have them loaded
+            apply,
+            migrate,
+            safety,
+            scope,
+        )
 
         registry.all_rules()
     except ImportError:

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 import libcst as cst
 
 from vllm_attn_compat.codemods.engine.walk import walk
+from vllm_attn_compat.codemods.index.names import ALLOCATORS as ALLOCATORS  # for the rules, which see the engine
 
 
 def is_name(node: cst.CSTNode | None, value: str) -> bool:

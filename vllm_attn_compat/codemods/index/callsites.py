@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple, Protocol, TypeAlias
 
 from vllm_attn_compat.codemods.findings import Finding, Status
-from vllm_attn_compat.codemods.index.names import is_vllm_base, normalize_path
+from vllm_attn_compat.codemods.index.names import ALLOCATORS, is_vllm_base, normalize_path
 
 if TYPE_CHECKING:
     import libcst as cst
@@ -98,24 +98,6 @@ class MethodFrame(Protocol):
 # The rules whose fixes a call omitting ``output`` can block, in the order a caller finding picks its code.
 REQUIRED_OUTPUT = "VAC002"
 NONE_FALLBACK = "VAC003"
-# Allocation calls VAC003 removes as a fallback (kept equal to its own list).
-_ALLOCATORS = frozenset(
-    {
-        "empty",
-        "zeros",
-        "ones",
-        "full",
-        "empty_like",
-        "zeros_like",
-        "ones_like",
-        "full_like",
-        "empty_strided",
-        "new_empty",
-        "new_zeros",
-        "new_ones",
-        "new_full",
-    }
-)
 # nn.Module layers run ``forward`` through ``layer(...)``: calls the run cannot attribute to them.
 _MODULE_BASES = frozenset({"Attention", "MLAAttention", "AttentionLayerBase", "Module"})
 
@@ -212,7 +194,7 @@ def _fallback(body: list[ast.stmt]) -> str | None:
         ):
             return None
         func = _dotted(assign.value.func) or ""
-        return ast.unparse(assign.value) if func.rpartition(".")[2] in _ALLOCATORS else None
+        return ast.unparse(assign.value) if func.rpartition(".")[2] in ALLOCATORS else None
     return None
 
 

@@ -80,3 +80,23 @@ def is_vllm_base(dotted: str) -> bool:
 IDENTIFIER_BYTES = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_") | frozenset(
     range(128, 256)
 )
+
+# torch's allocation calls: an `if output is None: output = torch.empty(...)` fallback allocates with one of
+# them (VAC003 deletes such a fallback; the call-site analysis names the allocation to pass instead).
+ALLOCATORS = frozenset(
+    {
+        "empty",
+        "zeros",
+        "ones",
+        "full",
+        "empty_like",
+        "zeros_like",
+        "ones_like",
+        "full_like",
+        "empty_strided",
+        "new_empty",
+        "new_zeros",
+        "new_ones",
+        "new_full",
+    }
+)

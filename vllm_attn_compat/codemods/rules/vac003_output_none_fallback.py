@@ -19,31 +19,12 @@ _HEADER = """\
     class MyImpl(AttentionImpl):
 """
 
-# Allocation calls a fallback may use; anything else in the branch may have side effects.
-_ALLOCATORS = frozenset(
-    {
-        "empty",
-        "zeros",
-        "ones",
-        "full",
-        "empty_like",
-        "zeros_like",
-        "ones_like",
-        "full_like",
-        "empty_strided",
-        "new_empty",
-        "new_zeros",
-        "new_ones",
-        "new_full",
-    }
-)
-
 
 def _is_allocation_fallback(node: cst.If) -> bool:
     """``if output is None: output = <allocation call>`` with no other statement and no else."""
     import libcst as cst
 
-    from vllm_attn_compat.codemods.engine.patterns import is_name, none_test
+    from vllm_attn_compat.codemods.engine.patterns import ALLOCATORS, is_name, none_test
     from vllm_attn_compat.codemods.engine.scope import dotted_name
 
     if none_test(node.test) != "is" or node.orelse is not None:
@@ -60,7 +41,7 @@ def _is_allocation_fallback(node: cst.If) -> bool:
     if not is_name(assign.targets[0].target, "output") or not isinstance(assign.value, cst.Call):
         return False
     func = dotted_name(assign.value.func) or ""
-    return func.rpartition(".")[2] in _ALLOCATORS
+    return func.rpartition(".")[2] in ALLOCATORS
 
 
 def _at_method_start(method_body: cst.BaseSuite, node: cst.CSTNode) -> bool:

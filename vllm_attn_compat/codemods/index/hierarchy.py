@@ -16,7 +16,7 @@ import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from vllm_attn_compat.codemods.index import callsites, runtime_patches
+from vllm_attn_compat.codemods.index import calls, callsites, runtime_patches
 from vllm_attn_compat.codemods.index.names import (
     _IN_TREE_SUFFIXES,
     BASE_TOKENS,
@@ -60,7 +60,7 @@ class ModuleIndex:
     module: str  # dotted name guessed from the path
     classes: tuple[ClassEntry, ...]
     patches: tuple[PatchEntry, ...] = ()  # code this module copies onto classes at run time
-    calls: callsites.CallIndex = callsites.EMPTY  # methods taking `output`, and attribute calls
+    calls: calls.CallIndex = calls.EMPTY  # methods taking `output`, and attribute calls
 
 
 # Where statements nest, by statement type, in the order ``ast.NodeVisitor`` would reach them.
@@ -254,8 +254,8 @@ def index_module(source: bytes, path: str) -> ModuleIndex:
         bases_found = tuple(name for name in resolved if name)
         flag = qualname in indexer.flag_classes
         classes.append(ClassEntry(qualname, bases_found, line, qualname in duck, flag))
-    calls = callsites.index_calls(tree, indexer)
-    return ModuleIndex(normalize_path(path), module, tuple(classes), patches=indexer.patches(), calls=calls)
+    found_calls = calls.index_calls(tree, indexer)
+    return ModuleIndex(normalize_path(path), module, tuple(classes), patches=indexer.patches(), calls=found_calls)
 
 
 def _names_match(reference: str, defined: str) -> bool:

@@ -1,0 +1,374 @@
+"""What one module holds for the call-site analysis (`callsites`): its methods taking an ``output`` parameter
+and its attribute calls, references and ``getattr`` uses, collected from the syntax tree the class-hierarchy
+pass parsed (stdlib ``ast``; no other file is parsed for them). Plain picklable data."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Mapping, Sequence, Set
+from dataclasses import dataclass, field
+from typing import NamedTuple, Protocol, TypeAlias
+
+from vllm_attn_compat.codemods.index.names import ALLOCATORS
+
+
+class ModuleNames(Protocol):
+    @property
+    def imports(self) -> Mapping[str, str]: ...
+
+    @property
+    def module_classes(self) -> Set[str]: ...
+
+    def resolve(self, expr: ast.expr, local_scopes: list[dict[str, str]]) -> str | None: ...
+
+
+# What `withheld_reason` reads of `engine.scope.FileContext` and `FunctionFrame`: protocols, since scope
+# imports the hierarchy, which imports this module.
+
+
+@dataclass(frozen=True)
+class OutputMethod:
+    """A method taking an ``output`` parameter, as its class defines it."""
+
+    owner: str  # the class's qualname
+    name: str
+    line: int
+    kind: str  # "method", "static" or "class"
+    positional: tuple[str, ...]  # positional parameters after the implicit self/cls
+    required: frozenset[str]  # parameters without a default (after the implicit one)
+    keywords: frozenset[str]  # parameters that may be passed by keyword
+    varargs: bool
+    varkw: bool
+    output_default_none: bool
+    fallback: str | None  # the allocation of an ``if output is None: output = ...`` opening the method
+
+
+class Use(NamedTuple):  # a tuple: tens of thousands are made and pickled on a fork
+    """An attribute call (``x.m(...)``), an attribute handed on as a value, or ``getattr(x, "m")``."""
+
+    name: str
+    line: int
+    column: int  # 1-based
+    end_line: int
+    kind: str  # "call", "reference" or "getattr"
+    receiver: str  # "self", "super", "class" (a name bound by an import or a class) or "other"
+    scope: str | None  # qualname of the class whose method holds it (self and super receivers)
+    target: str | None  # dotted name of a "class" receiver
+    text: str  # how the receiver reads, for messages
+    positional: int = 0
+    none_at: tuple[int, ...] = ()  # positional arguments that are a literal None
+    keywords: frozenset[str] = frozenset()
+    output_none: bool = False  # ``output=None`` by keyword
+    starred: bool = False  # ``*args`` or ``**kwargs``: what they hold cannot be seen
+
+
+@dataclass(frozen=True)
+class CallIndex:
+    methods: tuple[OutputMethod, ...] = ()
+    uses: tuple[Use, ...] = ()
+
+
+EMPTY = CallIndex()
+
+
+# --- indexing (runs where hierarchy.index_module runs, on the tree it parsed) ------------------------
+
+
+def _is_none(node: ast.expr | None) -> bool:
+    return isinstance(node, ast.Constant) and node.value is None
+
+
+def _dotted(node: ast.expr) -> str | None:
+    parts: list[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return None
+    parts.append(node.id)
+    return ".".join(reversed(parts))
+
+
+def _fallback(body: list[ast.stmt]) -> str | None:
+    """The allocation of an ``if output is None: output = <alloc>(...)`` that opens ``body`` (after a
+    docstring, asserts or ``pass``): the fallback VAC003 deletes."""
+    for statement in body:
+        if isinstance(statement, (ast.Assert, ast.Pass)) or (
+            isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant)
+        ):
+            continue
+        if not (isinstance(statement, ast.If) and not statement.orelse and len(statement.body) == 1):
+            return None
+        test, assign = statement.test, statement.body[0]
+        if not (
+            isinstance(test, ast.Compare)
+            and isinstance(test.left, ast.Name)
+            and test.left.id == "output"
+            and len(test.ops) == 1
+            and isinstance(test.ops[0], ast.Is)
+            and _is_none(test.comparators[0])
+        ):
+            return None
+        if not (
+            isinstance(assign, ast.Assign)
+            and len(assign.targets) == 1
+            and isinstance(assign.targets[0], ast.Name)
+            and assign.targets[0].id == "output"
+            and isinstance(assign.value, ast.Call)
+        ):
+            return None
+        func = _dotted(assign.value.func) or ""
+        return ast.unparse(assign.value) if func.rpartition(".")[2] in ALLOCATORS else None
+    return None
+
+
+def _method_kind(node: ast.FunctionDef | ast.AsyncFunctionDef) -> str:
+    for decorator in node.decorator_list:
+        name = (_dotted(decorator) or "").rpartition(".")[2]
+        if name == "staticmethod":
+            return "static"
+        if name == "classmethod":
+            return "class"
+    return "method"
+
+
+def _output_method(owner: str, node: ast.FunctionDef | ast.AsyncFunctionDef) -> OutputMethod | None:
+    args = node.args
+    everything = [*args.posonlyargs, *args.args, *args.kwonlyargs]
+    output = next((a for a in everything if a.arg == "output"), None)
+    if output is None:
+        return None
+    kind = _method_kind(node)
+    positional = [*args.posonlyargs, *args.args]
+    defaults = [None] * (len(positional) - len(args.defaults)) + list(args.defaults)
+    pairs = list(zip(positional, defaults, strict=True))
+    if kind != "static" and pairs:
+        pairs = pairs[1:]  # self / cls, bound by the call
+    kw_pairs = list(zip(args.kwonlyargs, args.kw_defaults, strict=True))  # None where one has no default
+    default = {a.arg: d for a, d in [*pairs, *kw_pairs]}
+    return OutputMethod(
+        owner=owner,
+        name=node.name,
+        line=node.lineno,
+        kind=kind,
+        positional=tuple(a.arg for a, _ in pairs),
+        required=frozenset(name for name, d in default.items() if d is None),
+        keywords=frozenset(a.arg for a, _ in [*pairs, *kw_pairs] if a not in args.posonlyargs),
+        varargs=args.vararg is not None,
+        varkw=args.kwarg is not None,
+        output_default_none="output" in default and _is_none(default["output"]),
+        fallback=_fallback(node.body),
+    )
+
+
+@dataclass
+class _Scope:
+    prefix: str  # qualname prefix of what is defined here
+    owner: str | None  # qualname of the class whose method this is (self/super resolve to it)
+    self_name: str | None
+    local_classes: dict[str, str] = field(default_factory=dict)
+
+
+_DEFS = (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+_Def: TypeAlias = ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda
+# Nodes still to walk, each list with its parent and the scope (and enclosing scopes) it belongs to.
+_Pending: TypeAlias = list[tuple[Sequence[ast.AST], ast.AST | None, _Scope, list[_Scope]]]
+# Fields that can hold child nodes, per node type. Python's grammar types the others as identifiers,
+# numbers or constants; by name, not by a value seen once (an absent optional child is None too).
+_CHILDREN: dict[type, tuple[str, ...]] = {ast.Name: (), ast.Constant: ()}
+_LEAF_FIELDS = frozenset(
+    {
+        "ctx",
+        "id",
+        "attr",
+        "name",
+        "names",
+        "arg",
+        "asname",
+        "module",
+        "level",
+        "kind",
+        "type_comment",
+        "conversion",
+        "is_async",
+        "simple",
+        "tag",
+        "n",
+        "s",
+    }
+)
+# Where an attribute is not handed on: it is the object of another attribute, subscript or operator.
+_NOT_ESCAPING = (ast.Attribute, ast.Subscript, ast.Compare, ast.BinOp, ast.UnaryOp, ast.BoolOp)
+
+
+def _children(kind: type[ast.AST]) -> tuple[str, ...]:
+    fields = _CHILDREN.get(kind)
+    if fields is None:
+        fields = _CHILDREN[kind] = tuple(name for name in kind._fields if name not in _LEAF_FIELDS)
+    return fields
+
+
+class _Collector:
+    def __init__(self, indexer: ModuleNames) -> None:
+        self.indexer = indexer
+        self.methods: list[OutputMethod] = []
+        self.uses: list[Use] = []
+        self.bound = set(indexer.imports) | indexer.module_classes
+
+    def _receiver(self, node: ast.expr, scope: _Scope, scopes: list[_Scope]) -> tuple[str, str | None, str]:
+        if type(node) is ast.Name and node.id == scope.self_name and scope.owner is not None:
+            return "self", None, node.id
+        if type(node) is ast.Call and type(node.func) is ast.Name and node.func.id == "super":
+            return "super", None, "super()"
+        dotted = _dotted(node)
+        if dotted is None:
+            return "other", None, "..."
+        head = dotted.partition(".")[0]
+        local = [s.local_classes for s in scopes if s.local_classes]
+        if head in self.bound or any(head in classes for classes in local):
+            return "class", self.indexer.resolve(node, local), dotted
+        return "other", None, dotted
+
+    def collect(self, tree: ast.Module) -> CallIndex:
+        top = _Scope("", None, None)
+        pending: _Pending = [(tree.body, None, top, [top])]
+        while pending:
+            nodes, parent, scope, scopes = pending.pop()
+            self._scope(nodes, parent, scope, scopes, pending)
+        self.uses.sort(key=lambda use: (use.line, use.column))
+        return CallIndex(tuple(self.methods), tuple(self.uses))
+
+    def _define(
+        self, node: _Def, parent: ast.AST | None, scope: _Scope, scopes: list[_Scope], pending: _Pending
+    ) -> None:
+        """A class, function or lambda: its header belongs to ``scope``, its body to a new one."""
+        if isinstance(node, ast.ClassDef):
+            qualname = scope.prefix + node.name
+            if scope.prefix:
+                scope.local_classes[node.name] = qualname
+            inner = _Scope(qualname + ".", None, None)
+            for child in node.body:
+                if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    method = _output_method(qualname, child)
+                    if method is not None:
+                        self.methods.append(method)
+            pending.append((node.body, node, inner, [*scopes, inner]))
+            pending.append(([*node.bases, *node.keywords, *node.decorator_list], node, scope, scopes))
+            return
+        if not isinstance(node, ast.Lambda) and isinstance(parent, ast.ClassDef):
+            args = [*node.args.posonlyargs, *node.args.args]
+            first = args[0].arg if args and _method_kind(node) != "static" else None
+            inner = _Scope(scope.prefix + node.name + ".<locals>.", scope.prefix[:-1], first)
+        else:
+            name = "<lambda>" if isinstance(node, ast.Lambda) else node.name
+            inner = _Scope(scope.prefix + name + ".<locals>.", scope.owner, scope.self_name)
+        if isinstance(node, ast.Lambda):
+            pending.append(([node.body], node, inner, [*scopes, inner]))
+            pending.append(([node.args], node, scope, scopes))
+        else:
+            pending.append((node.body, node, inner, [*scopes, inner]))
+            header = [node.args, *node.decorator_list, *([node.returns] if node.returns else [])]
+            pending.append((header, node, scope, scopes))
+
+    def _scope(
+        self, nodes: Sequence[ast.AST], parent: ast.AST | None, scope: _Scope, scopes: list[_Scope], pending: _Pending
+    ) -> None:
+        # An explicit stack: a deep expression the parser accepted must not exhaust Python's recursion.
+        stack = [(node, parent) for node in nodes]
+        called: set[int] = set()  # the Attribute nodes that are a call's function
+        uses = self.uses
+        while stack:
+            node, parent = stack.pop()
+            # The exact type first (the parser makes no subclasses): most nodes fail it cheaper than
+            # isinstance, which then only narrows the type, on its fast path.
+            kind = type(node)
+            if kind in _DEFS and isinstance(node, _DEFS):
+                self._define(node, parent, scope, scopes, pending)
+                continue
+            if kind is ast.Call and isinstance(node, ast.Call):
+                if type(node.func) is ast.Attribute:
+                    called.add(id(node.func))
+                self._call(node, scope, scopes)
+            elif (
+                kind is ast.Attribute
+                and isinstance(node, ast.Attribute)
+                and id(node) not in called
+                and type(node.ctx) is ast.Load
+                and not isinstance(parent, _NOT_ESCAPING)
+            ):
+                receiver, target, text = self._receiver(node.value, scope, scopes)
+                end = node.end_lineno or node.lineno
+                uses.append(
+                    Use(
+                        node.attr,
+                        node.lineno,
+                        node.col_offset + 1,
+                        end,
+                        "reference",
+                        receiver,
+                        scope.owner,
+                        target,
+                        text,
+                    )
+                )
+            for name in _children(kind):
+                value = getattr(node, name, None)
+                if type(value) is list:
+                    for item in value:
+                        if isinstance(item, ast.AST):
+                            stack.append((item, node))
+                elif isinstance(value, ast.AST):
+                    stack.append((value, node))
+
+    def _call(self, node: ast.Call, scope: _Scope, scopes: list[_Scope]) -> None:
+        func = node.func
+        if type(func) is ast.Name and func.id == "getattr" and len(node.args) >= 2:
+            name = node.args[1]
+            if type(name) is ast.Constant and isinstance(name.value, str):
+                receiver, target, text = self._receiver(node.args[0], scope, scopes)
+                end = node.end_lineno or node.lineno
+                self.uses.append(
+                    Use(
+                        name.value,
+                        node.lineno,
+                        node.col_offset + 1,
+                        end,
+                        "getattr",
+                        receiver,
+                        scope.owner,
+                        target,
+                        text,
+                    )
+                )
+            return
+        if type(func) is not ast.Attribute:
+            return
+        keywords = [k for k in node.keywords if k.arg is not None]
+        output = next((k for k in keywords if k.arg == "output"), None)
+        if output is not None and not _is_none(output.value):
+            return  # passes a buffer: never withholds a fix
+        receiver, target, text = self._receiver(func.value, scope, scopes)
+        positional = [a for a in node.args if type(a) is not ast.Starred]
+        self.uses.append(
+            Use(
+                func.attr,
+                node.lineno,
+                node.col_offset + 1,
+                node.end_lineno or node.lineno,
+                "call",
+                receiver,
+                scope.owner,
+                target,
+                text,
+                positional=len(positional),
+                none_at=tuple(i for i, a in enumerate(positional) if _is_none(a)),
+                keywords=frozenset(k.arg for k in keywords if k.arg is not None),
+                output_none=output is not None,
+                starred=len(positional) != len(node.args) or len(keywords) != len(node.keywords),
+            )
+        )
+
+
+def index_calls(tree: ast.Module, indexer: ModuleNames) -> CallIndex:
+    """Output methods and attribute uses of one module (``indexer``: hierarchy's, after its pass)."""
+    return _Collector(indexer).collect(tree)

@@ -85,3 +85,29 @@ def test_noqa_keeps_a_string():
     text = 'ops = ["vllm::unified_attention"]  # noqa: VAC006\n'
     result = run(text, ["VAC006"])
     assert result.source.decode() == text and statuses(result) == [Status.SUPPRESSED]
+
+
+def test_in_a_fork_that_still_declares_the_flag_the_rename_is_unsafe(tmp_path, capsys):
+    """A vLLM <= 0.19 fork still runs the old op for backends without the flag: its op list must keep the name
+    until that path goes, so the rename waits for --unsafe-fixes; without the fork's base it is safe."""
+    from vllm_attn_compat.codemods.cli import main
+
+    base = "from abc import ABC\n\n\nclass AttentionBackend(ABC):\n    accept_output_buffer: bool = False\n"
+    ops = 'OPS = ["vllm::unified_attention", "vllm::mamba_mixer"]\n'
+    for folder in ("vllm", "vllm/v1", "vllm/v1/attention", "vllm/config"):
+        (tmp_path / folder).mkdir(exist_ok=True)
+        (tmp_path / folder / "__init__.py").write_text("")
+    (tmp_path / "vllm/v1/attention/backend.py").write_text(base)
+    compilation = tmp_path / "vllm/config/compilation.py"
+    compilation.write_text(ops)
+    # All rules: the class hierarchy (which finds the fork's base) is built for the rules scoped to it.
+    assert main(["migrate", str(tmp_path / "vllm")]) == 1
+    assert compilation.read_text() == ops
+    assert "VAC006 [unsafe]" in capsys.readouterr().out
+    main(["migrate", "--unsafe-fixes", str(tmp_path / "vllm")])
+    assert compilation.read_text() == 'OPS = ["vllm::unified_attention_with_output", "vllm::mamba_mixer"]\n'
+    # The same list without the fork's base: a plugin's list for vLLM >= 0.20, renamed by the safe fix.
+    (tmp_path / "vllm/v1/attention/backend.py").unlink()
+    compilation.write_text(ops)
+    assert main(["migrate", "--select", "VAC006", str(tmp_path / "vllm")]) == 0
+    assert "unified_attention_with_output" in compilation.read_text()

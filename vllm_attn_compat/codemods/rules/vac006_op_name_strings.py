@@ -61,7 +61,9 @@ class OldOpNameStrings(Rule):
     list, tuple or set literal becomes the ``_with_output`` name, or drops out when that name is
     already in the literal. Anywhere else (a comparison, an argument, a dictionary key) the
     string is only reported: ``if name == "vllm::unified_attention": ...`` would change meaning
-    if renamed. Strings that merely start with an old name are never touched.
+    if renamed. Strings that merely start with an old name are never touched. In a fork of vLLM <= 0.19 (the
+    run holds vLLM's own ``AttentionBackend``, still declaring ``accept_output_buffer``) the old op still runs
+    for backends without the flag, so there the rename is an unsafe fix, made together with that path's removal.
     """
 
     code = "VAC006"
@@ -125,17 +127,25 @@ class OldOpNameStrings(Rule):
             )
             return
         present = {_string_value(e.value) for e in literal.elements}
+        # A fork of vLLM <= 0.19 (its own AttentionBackend still declares the flag) still registers the old op and
+        # runs it for backends without the flag: until that path goes, the list must keep naming it.
+        fork = self.ctx.hierarchy.declares_flag_in_base()
+        safety = FixSafety.UNSAFE if fork else None
+        still = " (this fork still runs the old op for backends without the flag: unsafe until that path goes)"
         if present & _equivalents(new_name):
             self.ctx.report(
                 self,
                 node,
-                f"`{value}` no longer exists in vLLM >= 0.20 and `{new_name}` is already listed: drop it",
+                f"`{value}` no longer exists in vLLM >= 0.20 and `{new_name}` is already listed: drop it"
+                + (still if fork else ""),
                 Replace(literal, _drop_elements(value)),
+                safety=safety,
             )
         else:
             self.ctx.report(
                 self,
                 node,
-                f"`{value}` no longer exists in vLLM >= 0.20: use `{new_name}`",
+                f"`{value}` no longer exists in vLLM >= 0.20: use `{new_name}`" + (still if fork else ""),
                 Replace(node, _rename(new_name)),
+                safety=safety,
             )

@@ -104,6 +104,9 @@ def test_in_a_fork_that_still_declares_the_flag_the_rename_is_unsafe(tmp_path, c
     assert main(["migrate", str(tmp_path / "vllm")]) == 1
     assert compilation.read_text() == ops
     assert "VAC006 [unsafe]" in capsys.readouterr().out
+    # Selected alone, the rule still sees the fork's base: the hierarchy's files take part for it.
+    assert main(["migrate", "--select", "VAC006", str(tmp_path / "vllm")]) == 1
+    assert compilation.read_text() == ops and "VAC006 [unsafe]" in capsys.readouterr().out
     main(["migrate", "--unsafe-fixes", str(tmp_path / "vllm")])
     assert compilation.read_text() == 'OPS = ["vllm::unified_attention_with_output", "vllm::mamba_mixer"]\n'
     # The same list without the fork's base: a plugin's list for vLLM >= 0.20, renamed by the safe fix.

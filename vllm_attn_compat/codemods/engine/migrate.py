@@ -48,7 +48,8 @@ def prefilter_tokens(rules: Sequence[type[Rule]]) -> tuple[bytes, ...]:
     """
     tokens: dict[bytes, None] = {}
     for rule in rules:
-        for token in BASE_TOKENS if rule.scoped else rule.tokens:
+        own = () if rule.scoped else rule.tokens
+        for token in (*own, *(BASE_TOKENS if rule.scoped or rule.reads_hierarchy else ())):
             tokens[token] = None
     # A token containing another is redundant: the shorter one already matches.
     return tuple(t for t in tokens if not any(other != t and other in t for other in tokens))

@@ -63,6 +63,9 @@ class Rule:
     # True when the rule acts only inside vLLM attention classes (see `hierarchy`); such a rule
     # also needs a hierarchy token or attention-class name in the file to be worth parsing.
     scoped: ClassVar[bool] = True
+    # True when a rule that acts anywhere decides its fix safety from the class hierarchy too (a fork's own
+    # base class): the hierarchy's files then take part in the run even when no scoped rule is selected.
+    reads_hierarchy: ClassVar[bool] = False
     examples: ClassVar[tuple[Example, ...]] = ()
 
     def __init_subclass__(cls, **kwargs: object) -> None:

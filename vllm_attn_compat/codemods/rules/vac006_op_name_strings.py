@@ -72,6 +72,7 @@ class OldOpNameStrings(Rule):
     fix_safety = FixSafety.SAFE
     tokens = tuple(name.encode() for name in OLD_NAMES)
     scoped = False
+    reads_hierarchy = True  # a fork's own base class makes the rename unsafe
     examples = (
         Example(
             "splitting_ops in a compilation config",

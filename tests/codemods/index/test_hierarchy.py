@@ -7,13 +7,8 @@ import textwrap
 
 import pytest
 
-from vllm_attn_compat.codemods.index.hierarchy import (
-    BASE_TOKENS,
-    ClassHierarchy,
-    guess_module_name,
-    index_module,
-    is_vllm_base,
-)
+from vllm_attn_compat.codemods.index.hierarchy import ClassHierarchy, index_module
+from vllm_attn_compat.codemods.index.names import BASE_TOKENS, guess_module_name, is_vllm_base
 
 
 def index(path: str, text: str):

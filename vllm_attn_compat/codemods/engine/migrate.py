@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING
 
 from vllm_attn_compat.codemods.engine.rule import Rule
 from vllm_attn_compat.codemods.findings import Finding, FixSafety, Status
-from vllm_attn_compat.codemods.index.hierarchy import BASE_TOKENS, ClassHierarchy, index_module
+from vllm_attn_compat.codemods.index.hierarchy import ClassHierarchy, index_module
+from vllm_attn_compat.codemods.index.names import BASE_TOKENS
 
 if TYPE_CHECKING:
     import libcst as cst

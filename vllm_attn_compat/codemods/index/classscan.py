@@ -26,14 +26,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from vllm_attn_compat.codemods.index.hierarchy import (
+from vllm_attn_compat.codemods.index.hierarchy import ModuleIndex
+from vllm_attn_compat.codemods.index.names import (
     _IN_TREE_SUFFIXES,
+    IDENTIFIER_BYTES,
     VLLM_BASE_NAMES,
-    ModuleIndex,
     guess_module_name,
     normalize_path,
 )
-from vllm_attn_compat.codemods.index.names import IDENTIFIER_BYTES
 
 # A class header as one statement: name, optional bases in one level of nested brackets, then the colon.
 _HEADER = re.compile(rb"[ \t\f]*class[ \t]+([A-Za-z_][A-Za-z0-9_]*)[ \t]*(?:\(([^()]*(?:\([^()]*\)[^()]*)*)\))?[ \t]*:")

@@ -18,29 +18,11 @@ from dataclasses import dataclass, field
 
 from vllm_attn_compat.codemods.index import calls, callsites, runtime_patches
 from vllm_attn_compat.codemods.index.names import (
-    _IN_TREE_SUFFIXES,
-    BASE_TOKENS,
-    VLLM_ATTENTION_MODULES,
-    VLLM_BASE_NAMES,
     guess_module_name,
     is_vllm_base,
     normalize_path,
 )
 from vllm_attn_compat.codemods.index.runtime_patches import PatchEntry
-
-__all__ = [  # the names the rest of the package imports from here, wherever they are defined
-    "BASE_TOKENS",
-    "VLLM_ATTENTION_MODULES",
-    "VLLM_BASE_NAMES",
-    "_IN_TREE_SUFFIXES",
-    "ClassEntry",
-    "ClassHierarchy",
-    "ModuleIndex",
-    "guess_module_name",
-    "index_module",
-    "is_vllm_base",
-    "normalize_path",
-]
 
 
 @dataclass(frozen=True)

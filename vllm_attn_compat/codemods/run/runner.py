@@ -126,9 +126,10 @@ def _index_hierarchy(
     indexes)`` runs after each round.
     """
     from vllm_attn_compat.codemods.index import hierarchy as hierarchy_module
+    from vllm_attn_compat.codemods.index.names import guess_module_name
 
     def in_vllm_package(path: str) -> bool:
-        return hierarchy_module.guess_module_name(path).partition(".")[0] == "vllm"
+        return guess_module_name(path).partition(".")[0] == "vllm"
 
     indexes: dict[str, IndexOutcome] = {}
     pending = [s for s in worth if b"vllm" in s.source or in_vllm_package(s.source_file.path)]
@@ -277,13 +278,12 @@ def _migrate_worth(
             early.after_round(built, indexes, sources)
 
     hierarchy, indexes = _index_hierarchy(scanned, worth, options, report, after_round)
-    # --- call-site analysis (callsites.py): a finding at each call that withholds a fix ---
+    # A finding at each call in the run that withholds a fix (`index.callsites`).
     from vllm_attn_compat.codemods.index import callsites
 
     report.findings += callsites.findings_for_run(
         hierarchy.calls, {path: sources[path] for path in indexes}, [rule.code for rule in rules]
     )
-    # --- end of call-site analysis ---
     failed = {error.path for error in report.errors}
     names = hierarchy.attention_class_names()
     # A file needing libcst holds a prefilter token, or an attention-class name (it was indexed);

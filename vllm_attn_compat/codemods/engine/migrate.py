@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -127,6 +127,7 @@ def migrate_source(
     unsafe_fixes: bool,
     with_findings: bool = True,
     old_op_calls: str = "with-output",
+    reduce_spans: bool = True,
 ) -> MigrationResult:
     """Apply ``rules`` to ``source``. Without ``with_findings`` only the new source is wanted (the
     runner's idempotence check): findings come back empty and positions are computed only where a
@@ -141,7 +142,52 @@ def migrate_source(
         # change, so skip libcst's parse and traversal (several times the cost of `ast`).
         _check_syntax(source, path)
         return MigrationResult(source, [], ())
+    settings = _Settings(path, rules, hierarchy, unsafe_fixes, with_findings, old_op_calls)
+    if reduce_spans:
+        from vllm_attn_compat.codemods.engine import spans
 
+        needs = [spans.Needs(rule.tokens, rule.context_tokens, rule.scoped) for rule in rules]
+        reduction = spans.reduce(source, needs, _scope_test(hierarchy, hierarchy.module_name(path)))
+        if reduction is not None:
+            try:
+                result, edited_imports = _migrate_module(reduction.source, settings)
+            except ParseError:
+                pass  # the whole file's parse reports it, at the right place
+            else:
+                if result.source == reduction.source:
+                    return MigrationResult(source, result.findings, result.removed_comments)
+                restored = None if edited_imports else reduction.restore(result.source)
+                if restored is not None:
+                    return MigrationResult(restored, result.findings, result.removed_comments)
+    return _migrate_module(source, settings)[0]
+
+
+def _scope_test(hierarchy: ClassHierarchy, module: str) -> Callable[[str, bool], bool]:
+    """Whether the class or function ``qualname`` of ``module`` is where the scoped rules act (as the
+    engine's scopes decide it): an attention class, or code copied onto one at run time."""
+    from vllm_attn_compat.codemods.index.runtime_patches import ATTRIBUTE, MEMBERS
+
+    def in_scope(qualname: str, is_class: bool) -> bool:
+        full = f"{module}.{qualname}"
+        if is_class:
+            return hierarchy.is_attention_class(full) or hierarchy.patch_scope(full, MEMBERS) is not None
+        return hierarchy.patch_scope(full, ATTRIBUTE) is not None
+
+    return in_scope
+
+
+@dataclass(frozen=True)
+class _Settings:
+    path: str
+    rules: Sequence[type[Rule]]
+    hierarchy: ClassHierarchy
+    unsafe_fixes: bool
+    with_findings: bool
+    old_op_calls: str
+
+
+def _migrate_module(source: bytes, settings: _Settings) -> tuple[MigrationResult, bool]:
+    """The migration of ``source``, and whether it edited imports (a fix added or dropped one)."""
     import libcst as cst
 
     from vllm_attn_compat.codemods.engine.apply import Applier
@@ -151,17 +197,23 @@ def migrate_source(
     from vllm_attn_compat.codemods.engine.walk import walk
     from vllm_attn_compat.codemods.noqa import noqa_codes, suppresses
 
+    path, hierarchy, unsafe_fixes, with_findings = (
+        settings.path,
+        settings.hierarchy,
+        settings.unsafe_fixes,
+        settings.with_findings,
+    )
     try:
         module = cst.parse_module(source)
     except cst.ParserSyntaxError as error:
         raise _parse_error(source, path, error) from None
 
-    ctx = FileContext(path, module, hierarchy, old_op_calls=old_op_calls)
-    analyzer = Analyzer(ctx, [rule(ctx) for rule in rules])
+    ctx = FileContext(path, module, hierarchy, old_op_calls=settings.old_op_calls)
+    analyzer = Analyzer(ctx, [rule(ctx) for rule in settings.rules])
     walk(module, analyzer.on_visit, analyzer.on_leave)
     reports = ctx.reports if with_findings else [r for r in ctx.reports if _fixable(r.safety, unsafe_fixes)]
     if not reports:
-        return MigrationResult(source, [], ())
+        return MigrationResult(source, [], ()), False
     noqa = [(comment, codes) for comment in analyzer.comments if (codes := noqa_codes(comment.value)) is not None]
     # Positions cost a rendering of the module: paid for findings to show, or for a noqa to consult.
     wanted = [*(report.node for report in reports), *(comment for comment, _ in noqa)]
@@ -199,7 +251,7 @@ def migrate_source(
                 else:
                     imports.append(edit)
     if not (removals or replacements or imports):
-        return MigrationResult(source, sorted(findings), ())
+        return MigrationResult(source, sorted(findings), ()), False
     edited = analyzer.enclosing([*(edit.node for edit in removals), *(edit.node for edit in replacements)])
     applier = Applier(removals, replacements, within=edited)
     new_module = module.visit(applier) if removals or replacements else module
@@ -213,7 +265,8 @@ def migrate_source(
         for index, edits in only_imports:  # nothing to do after all: the finding stays for a person
             if not any(id(edit) in done for edit in edits):
                 findings[index] = dataclasses.replace(findings[index], status=Status.MANUAL)
-    return MigrationResult(_keep_final_newline(source, new_module.bytes), sorted(findings), tuple(removed))
+    new_source = _keep_final_newline(source, new_module.bytes)
+    return MigrationResult(new_source, sorted(findings), tuple(removed)), bool(imports)
 
 
 def _keep_final_newline(original: bytes, new: bytes) -> bytes:

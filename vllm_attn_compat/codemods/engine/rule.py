@@ -66,6 +66,9 @@ class Rule:
     # True when a rule that acts anywhere decides its fix safety from the class hierarchy too (a fork's own
     # base class): the hierarchy's files then take part in the run even when no scoped rule is selected.
     reads_hierarchy: ClassVar[bool] = False
+    # libcst sees only the classes and functions holding some rule's tokens (`spans`): a rule whose findings
+    # also depend on other code names here what marks it (an import it tracks, the attributes another method sets).
+    context_tokens: ClassVar[tuple[bytes, ...]] = ()
     examples: ClassVar[tuple[Example, ...]] = ()
 
     def __init_subclass__(cls, **kwargs: object) -> None:

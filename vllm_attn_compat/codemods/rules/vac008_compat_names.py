@@ -54,6 +54,7 @@ class CompatNames(Rule):
     # Every use names a forwarder (which VAC007's tokens cover too) or the adapter.
     tokens = (b"unified_attention", b"unified_mla_attention", b"adapt_legacy_impl")
     scoped = False
+    context_tokens = (b"vllm_attn_compat",)  # its imports bind the names, wherever the walk meets them
     examples = (
         Example(
             "a call of the forwarder VAC007's unsafe fix wrote",

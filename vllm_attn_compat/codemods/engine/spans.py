@@ -1,0 +1,265 @@
+"""Hand libcst only the statements that can hold a finding: the rest of the file becomes stubs.
+
+libcst's parse and our traversal cost about ten times `ast`'s, and in a backend file most of that goes
+to methods no rule can act on (the metadata builder, the helpers). :func:`reduce` replaces every
+``def`` and ``class`` statement, of the module or of a kept class, that holds none of the rules' tokens
+with a stub of the same shape::
+
+    def build(self, common_prefix_len, ...):        def build():
+        ...                                            '''vac-span-<nonce>:3
+        return metadata                            '''
+
+The stub keeps what the rest of the file can see of the statement: its name (a binding of its block),
+its kind, its lines (every finding keeps its line and column), and whether its body is indented, with
+the same indentation (libcst gives the comments after a block to the block or to the next statement by
+comparing indentation). The rules then run on the reduced source, and :meth:`Reduction.restore` puts
+the original lines back in place of each stub, found by its unique marker. Where that cannot be done
+exactly the caller migrates the whole file instead: a stub that did not come back unchanged, or an
+import edit (whether an import is still used depends on the code the stubs hide).
+
+What a rule needs beyond the statements holding its tokens, it declares (`Rule.context_tokens`); the
+rules that act only in attention code count their tokens only where the class hierarchy puts attention
+code. Tests run every rule's examples and vLLM's own sources both ways and compare.
+"""
+
+from __future__ import annotations
+
+import ast
+import bisect
+import codecs
+import itertools
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+_DEFS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+# Where a compound statement keeps the statements it runs (handlers and match cases hold theirs in `body`).
+_BLOCKS = ("body", "orelse", "finalbody", "handlers", "cases")
+_INDENT = re.compile(rb"[ \t\f]*")
+_IDENTIFIER = re.compile(rb"[A-Za-z_][A-Za-z0-9_]*")
+# Not worth it below this: a stub saves less than the ast parse costs.
+_MIN_SAVED = 2048
+
+
+@dataclass(frozen=True)
+class _Stub:
+    first: int  # 0-based index of its first line
+    lines: tuple[bytes, ...]  # what replaced the original lines, one for one
+    marker: bytes
+    marker_line: int  # index in ``lines`` of the line holding the marker
+
+
+@dataclass(frozen=True)
+class Reduction:
+    source: bytes
+    original_lines: tuple[bytes, ...]
+    stubs: tuple[_Stub, ...]
+    nonce: bytes
+
+    def restore(self, new: bytes) -> bytes | None:
+        """The original file with the edits made to the reduced one, or None where the stubs did not
+        all come back unchanged and in order (the caller then migrates the whole file)."""
+        lines = new.splitlines(keepends=True)
+        found: dict[bytes, int] = {}
+        for index, line in enumerate(lines):
+            if self.nonce in line:
+                for marker in re.findall(re.escape(self.nonce) + rb"[0-9]+\.", line):
+                    if marker in found:
+                        return None
+                    found[marker] = index
+        pieces: list[bytes] = []
+        at = 0
+        for stub in self.stubs:
+            marked = found.get(stub.marker)
+            if marked is None:
+                return None
+            start = marked - stub.marker_line
+            end = start + len(stub.lines)
+            if start < at or tuple(lines[start:end]) != stub.lines:
+                return None
+            pieces += lines[at:start]
+            pieces += self.original_lines[stub.first : stub.first + len(stub.lines)]
+            at = end
+        pieces += lines[at:]
+        return b"".join(pieces)
+
+
+@dataclass(frozen=True)
+class Needs:
+    """What one rule needs libcst to see (see `Rule.tokens`, `Rule.context_tokens`, `Rule.scoped`)."""
+
+    tokens: Sequence[bytes]
+    context_tokens: Sequence[bytes] = ()
+    scoped: bool = False
+
+
+def reduce(
+    source: bytes,
+    needs: Sequence[Needs],
+    in_scope: Callable[[str, bool], bool] = lambda qualname, is_class: True,
+) -> Reduction | None:
+    """``source`` with each ``def``/``class`` that can hold no finding stubbed, or None when nothing is
+    worth stubbing or the file is not one this can do exactly (unparsable, a coding declaration).
+
+    A statement is kept for a rule when it holds one of the rule's tokens, or one of its context tokens
+    while the enclosing class (or the module) holds one of its tokens; for a scoped rule (acting only in
+    attention code) only if ``in_scope(qualname, is_class)`` holds for the statement or for a class or
+    function defined inside it, or for an enclosing class."""
+    head = source[: source.find(b"\n", source.find(b"\n") + 1) + 1 or len(source)]
+    if b"coding" in head:
+        return None  # an encoding other than UTF-8 may be declared: leave the bytes to libcst
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return None  # the whole-file path reports it, with libcst's and CPython's positions
+    lines = source.splitlines(keepends=True)
+    found = [
+        (
+            _hit_lines(source, lines, _with_aliases(source, need.tokens)),
+            _hit_lines(source, lines, need.context_tokens),
+            need.scoped,
+        )
+        for need in needs
+    ]
+    nonce = _nonce(source)
+    stubs: list[_Stub] = []
+    # (statements, qualname prefix, inside attention code, the enclosing range)
+    pending: list[tuple[list[ast.stmt], str, bool, int, int]] = [(tree.body, "", False, 1, len(lines))]
+    while pending:
+        body, prefix, scoped, outer_first, outer_last = pending.pop()
+        context = [
+            (hits, context_hits, is_scoped)
+            for hits, context_hits, is_scoped in found
+            if _any_between(hits, outer_first, outer_last)
+        ]
+        for node in body:
+            if not isinstance(node, _DEFS):
+                continue
+            first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+            last = node.end_lineno or node.lineno
+            qualname = prefix + node.name
+            wanted = [
+                is_scoped
+                for hits, context_hits, is_scoped in context
+                if _any_between(hits, first, last) or _any_between(context_hits, first, last)
+            ]
+            if not all(wanted) or (wanted and (scoped or _defines_scope(node, qualname, in_scope))):
+                if isinstance(node, ast.ClassDef):
+                    pending.append((node.body, qualname + ".", scoped or in_scope(qualname, True), first, last))
+                continue
+            stub = _stub(node, first, last, lines, nonce, len(stubs))
+            if stub is not None:
+                stubs.append(stub)
+    stubs.sort(key=lambda stub: stub.first)
+    saved = sum(len(lines[s.first + i]) - len(line) for s in stubs for i, line in enumerate(s.lines))
+    if not stubs or saved < _MIN_SAVED:
+        return None
+    reduced = list(lines)
+    for stub in stubs:
+        reduced[stub.first : stub.first + len(stub.lines)] = stub.lines
+    return Reduction(b"".join(reduced), tuple(lines), tuple(stubs), nonce)
+
+
+def _defines_scope(node: ast.stmt, qualname: str, in_scope: Callable[[str, bool], bool]) -> bool:
+    """Whether ``node`` (named ``qualname``), or a class or function defined anywhere inside it, is attention
+    code: the names are those the engine's scopes give (``C.m``, ``f.<locals>.g``)."""
+    pending = [(node, qualname)]
+    while pending:
+        current, name = pending.pop()
+        is_class = isinstance(current, ast.ClassDef)
+        if in_scope(name, is_class):
+            return True
+        prefix = name + ("." if is_class else ".<locals>.")
+        statements = list(getattr(current, "body", ()))
+        while statements:
+            statement = statements.pop()
+            if isinstance(statement, _DEFS):
+                pending.append((statement, prefix + statement.name))
+                continue
+            for field in _BLOCKS:
+                for child in getattr(statement, field, ()):
+                    statements += getattr(child, "body", ()) if field in ("handlers", "cases") else [child]
+    return False
+
+
+def _hit_lines(source: bytes, lines: list[bytes], tokens: Sequence[bytes]) -> list[int]:
+    """The 1-based numbers of the lines holding a token, sorted (a token never spans lines)."""
+    starts = []
+    for token in tokens:
+        at = source.find(token)
+        while at != -1:
+            starts.append(at)
+            at = source.find(token, at + 1)
+    if not starts:
+        return []
+    offsets = list(itertools.accumulate(map(len, lines)))  # where each line ends
+    return sorted({bisect.bisect_right(offsets, at) + 1 for at in starts})
+
+
+def _with_aliases(source: bytes, tokens: Sequence[bytes]) -> list[bytes]:
+    """``tokens`` and the names the file binds to them with ``as`` (``import unified_attention as attend``):
+    a rule following imports meets the old name under its alias, in code that never spells it."""
+    names = [token for token in tokens if _IDENTIFIER.fullmatch(token)]
+    if not names or b" as" not in source:
+        return list(tokens)
+    alias = re.compile(rb"[A-Za-z0-9_]*(?:" + b"|".join(map(re.escape, names)) + rb")[A-Za-z0-9_]*\s+as\s+(\w+)")
+    return [*tokens, *{match.group(1) for match in alias.finditer(source)}]
+
+
+def _any_between(sorted_lines: list[int], first: int, last: int) -> bool:
+    at = bisect.bisect_left(sorted_lines, first)
+    return at < len(sorted_lines) and sorted_lines[at] <= last
+
+
+def _nonce(source: bytes) -> bytes:
+    number = 0
+    while b"vac-span-%d:" % number in source:
+        number += 1
+    return b"vac-span-%d:" % number
+
+
+def _ending(line: bytes) -> bytes:
+    if line.endswith(b"\r\n"):
+        return b"\r\n"
+    return line[-1:] if line.endswith((b"\n", b"\r")) else b""
+
+
+def _stub(
+    node: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef,
+    first: int,
+    last: int,
+    lines: list[bytes],
+    nonce: bytes,
+    number: int,
+) -> _Stub | None:
+    """The stub for ``node`` (lines ``first``..``last``, 1-based), or None where its shape cannot be kept
+    exactly: after a byte-order mark, a body after a line continuation."""
+    if (first == 1 and lines[0].startswith(codecs.BOM_UTF8)) or last > len(lines):
+        return None
+    keyword = {ast.ClassDef: b"class", ast.FunctionDef: b"def", ast.AsyncFunctionDef: b"async def"}[type(node)]
+    marker = nonce + b"%d." % number  # the dot: stub 3's marker is no prefix of stub 31's
+    indent = _INDENT.match(lines[first - 1])
+    assert indent is not None  # the pattern matches the empty string
+    header = indent.group() + keyword + b" " + node.name.encode() + (b"" if keyword == b"class" else b"()") + b":"
+    body_line = node.body[0].lineno
+    body_text = lines[body_line - 1][: node.body[0].col_offset]
+    indented = not body_text.strip(b" \t\f")
+    if indented and lines[body_line - 2].rstrip(b"\r\n").endswith(b"\\"):
+        return None  # the body follows a line continuation: a suite that only looks indented
+    ends = [_ending(line) for line in lines[first - 1 : last]]
+    if last == first:
+        if indented:
+            return None
+        stub = (header + b' """' + marker + b'"""' + ends[0],)
+        return _Stub(first - 1, stub, marker, 0)
+    if indented:
+        body_indent = _INDENT.match(lines[body_line - 1])
+        assert body_indent is not None
+        opening = [header + ends[0], body_indent.group() + b'"""' + marker + ends[1]]
+        if last == first + 1:
+            opening[1] = body_indent.group() + b'"""' + marker + b'"""' + ends[1]
+            return _Stub(first - 1, tuple(opening), marker, 1)
+        middle = [ending for ending in ends[2:-1]]
+        return _Stub(first - 1, (*opening, *middle, b'"""' + ends[-1]), marker, 1)
+    opening_line = header + b' """' + marker + ends[0]
+    return _Stub(first - 1, (opening_line, *ends[1:-1], b'"""' + ends[-1]), marker, 0)

@@ -113,10 +113,11 @@ def reduce(
     except (SyntaxError, ValueError):
         return None  # the whole-file path reports it, with libcst's and CPython's positions
     lines = source.splitlines(keepends=True)
+    ends = list(itertools.accumulate(map(len, lines)))
     found = [
         (
-            _hit_lines(source, lines, _with_aliases(source, need.tokens)),
-            _hit_lines(source, lines, need.context_tokens),
+            _hit_lines(source, ends, _with_aliases(source, need.tokens)),
+            _hit_lines(source, ends, need.context_tokens),
             need.scoped,
         )
         for need in needs
@@ -182,18 +183,17 @@ def _defines_scope(node: ast.stmt, qualname: str, in_scope: Callable[[str, bool]
     return False
 
 
-def _hit_lines(source: bytes, lines: list[bytes], tokens: Sequence[bytes]) -> list[int]:
-    """The 1-based numbers of the lines holding a token, sorted (a token never spans lines)."""
-    starts = []
+def _hit_lines(source: bytes, ends: list[int], tokens: Sequence[bytes]) -> list[int]:
+    """The 1-based numbers of the lines holding a token, sorted (a token never spans lines); ``ends[i]``
+    is the offset just past line ``i + 1``."""
+    found: set[int] = set()
     for token in tokens:
         at = source.find(token)
         while at != -1:
-            starts.append(at)
-            at = source.find(token, at + 1)
-    if not starts:
-        return []
-    offsets = list(itertools.accumulate(map(len, lines)))  # where each line ends
-    return sorted({bisect.bisect_right(offsets, at) + 1 for at in starts})
+            line = bisect.bisect_right(ends, at)
+            found.add(line + 1)
+            at = source.find(token, ends[line])  # the rest of this line adds nothing
+    return sorted(found)
 
 
 def _with_aliases(source: bytes, tokens: Sequence[bytes]) -> list[bytes]:
@@ -202,7 +202,7 @@ def _with_aliases(source: bytes, tokens: Sequence[bytes]) -> list[bytes]:
     names = [token for token in tokens if _IDENTIFIER.fullmatch(token)]
     if not names or b" as" not in source:
         return list(tokens)
-    alias = re.compile(rb"[A-Za-z0-9_]*(?:" + b"|".join(map(re.escape, names)) + rb")[A-Za-z0-9_]*\s+as\s+(\w+)")
+    alias = re.compile(rb"(?:" + b"|".join(map(re.escape, names)) + rb")[A-Za-z0-9_]*\s+as\s+(\w+)")
     return [*tokens, *{match.group(1) for match in alias.finditer(source)}]
 
 

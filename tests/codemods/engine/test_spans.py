@@ -170,7 +170,7 @@ def test_scoped_tokens_count_only_in_attention_code(always):
     assert "return 1" not in reduced
 
 
-def test_context_tokens_keep_a_class_s_other_methods_only_where_the_rule_s_token_is(always):
+def test_class_context_tokens_keep_a_class_s_other_methods_only_where_the_rule_s_token_is(always):
     text = source(
         """
         import torch
@@ -189,9 +189,31 @@ def test_context_tokens_keep_a_class_s_other_methods_only_where_the_rule_s_token
                 self.num_heads = 8
         """
     ).encode()
-    reduction = spans.reduce(text, [spans.Needs((b"unified_attention",), (b"num_heads",))])
+    reduction = spans.reduce(text, [spans.Needs((b"unified_attention",), class_context_tokens=(b"num_heads",))])
     assert reduction is not None
     assert reduction.source.count(b"self.num_heads = 8") == 1  # Layer's, not Other's
+
+
+def test_context_tokens_keep_code_anywhere_in_a_file_holding_the_rule_s_token(always):
+    text = source(
+        """
+        def setup():
+            import vllm_attn_compat.compat as shim
+
+
+        def attend(q):
+            return shim.unified_attention(q)
+
+
+        def unrelated():
+            import vllm_attn_compat
+        """
+    ).encode()
+    needs = [spans.Needs((b"unified_attention",), context_tokens=(b"vllm_attn_compat",))]
+    reduction = spans.reduce(text, needs)
+    assert reduction is None or not reduction.stubs  # every function holds a token or a context token
+    without = spans.reduce(text.replace(b"unified_attention", b"other_name"), needs)
+    assert without is not None and len(without.stubs) == 3  # without the rule's token, context counts for nothing
 
 
 VLLM_TREES = [tree for tree in (f"/tmp/vllm-src/{v}/vllm" for v in ("0.19.1", "0.20.0")) if os.path.isdir(tree)]

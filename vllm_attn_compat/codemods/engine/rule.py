@@ -67,8 +67,10 @@ class Rule:
     # base class): the hierarchy's files then take part in the run even when no scoped rule is selected.
     reads_hierarchy: ClassVar[bool] = False
     # libcst sees only the classes and functions holding some rule's tokens (`spans`): a rule whose findings
-    # also depend on other code names here what marks it (an import it tracks, the attributes another method sets).
+    # also depend on other code names here what marks that code, in a file holding one of its tokens
+    # (an import it tracks), or only inside a class holding one (the attributes another method sets).
     context_tokens: ClassVar[tuple[bytes, ...]] = ()
+    class_context_tokens: ClassVar[tuple[bytes, ...]] = ()
     examples: ClassVar[tuple[Example, ...]] = ()
 
     def __init_subclass__(cls, **kwargs: object) -> None:

@@ -17,7 +17,8 @@ the original lines back in place of each stub, found by its unique marker. Where
 exactly the caller migrates the whole file instead: a stub that did not come back unchanged, or an
 import edit (whether an import is still used depends on the code the stubs hide).
 
-What a rule needs beyond the statements holding its tokens, it declares (`Rule.context_tokens`); the
+What a rule needs beyond the statements holding its tokens, it declares (`Rule.context_tokens`,
+`Rule.class_context_tokens`); the
 rules that act only in attention code count their tokens only where the class hierarchy puts attention
 code. Tests run every rule's examples and vLLM's own sources both ways and compare.
 """
@@ -86,10 +87,11 @@ class Reduction:
 
 @dataclass(frozen=True)
 class Needs:
-    """What one rule needs libcst to see (see `Rule.tokens`, `Rule.context_tokens`, `Rule.scoped`)."""
+    """What one rule needs libcst to see (see `Rule.tokens`, `Rule.scoped` and the context tokens there)."""
 
     tokens: Sequence[bytes]
     context_tokens: Sequence[bytes] = ()
+    class_context_tokens: Sequence[bytes] = ()
     scoped: bool = False
 
 
@@ -101,10 +103,11 @@ def reduce(
     """``source`` with each ``def``/``class`` that can hold no finding stubbed, or None when nothing is
     worth stubbing or the file is not one this can do exactly (unparsable, a coding declaration).
 
-    A statement is kept for a rule when it holds one of the rule's tokens, or one of its context tokens
-    while the enclosing class (or the module) holds one of its tokens; for a scoped rule (acting only in
-    attention code) only if ``in_scope(qualname, is_class)`` holds for the statement or for a class or
-    function defined inside it, or for an enclosing class."""
+    A statement is kept for a rule when it holds one of the rule's tokens; one of its context tokens,
+    where the file holds one of its tokens; or one of its class context tokens, inside a class that holds
+    one of its tokens. For a scoped rule (acting only in attention code) only if ``in_scope(qualname,
+    is_class)`` holds for the statement, for a class or function defined inside it or for an enclosing
+    class."""
     head = source[: source.find(b"\n", source.find(b"\n") + 1) + 1 or len(source)]
     if b"coding" in head:
         return None  # an encoding other than UTF-8 may be declared: leave the bytes to libcst
@@ -114,24 +117,25 @@ def reduce(
         return None  # the whole-file path reports it, with libcst's and CPython's positions
     lines = source.splitlines(keepends=True)
     ends = list(itertools.accumulate(map(len, lines)))
-    found = [
-        (
-            _hit_lines(source, ends, _with_aliases(source, need.tokens)),
-            _hit_lines(source, ends, need.context_tokens),
-            need.scoped,
-        )
-        for need in needs
-    ]
+    # Per rule present in the file: its token lines, the lines that count anywhere in a class holding one of
+    # them, the lines that count elsewhere, and whether it is scoped.
+    found = []
+    for need in needs:
+        hits = _hit_lines(source, ends, _with_aliases(source, need.tokens))
+        if hits:
+            anywhere = _hit_lines(source, ends, need.context_tokens)
+            in_class = _merged(anywhere, _hit_lines(source, ends, need.class_context_tokens))
+            found.append((hits, in_class, anywhere, need.scoped))
     nonce = _nonce(source)
     stubs: list[_Stub] = []
-    # (statements, qualname prefix, inside attention code, the enclosing range)
-    pending: list[tuple[list[ast.stmt], str, bool, int, int]] = [(tree.body, "", False, 1, len(lines))]
+    # (statements, qualname prefix, inside attention code, the enclosing class's lines or None)
+    pending: list[tuple[list[ast.stmt], str, bool, tuple[int, int] | None]] = [(tree.body, "", False, None)]
     while pending:
-        body, prefix, scoped, outer_first, outer_last = pending.pop()
-        context = [
-            (hits, context_hits, is_scoped)
-            for hits, context_hits, is_scoped in found
-            if _any_between(hits, outer_first, outer_last)
+        body, prefix, scoped, enclosing = pending.pop()
+        wanted_lines = [
+            (hits, _merged(hits, in_class if enclosing and _any_between(hits, *enclosing) else anywhere), is_scoped)
+            for hits, in_class, anywhere, is_scoped in found
+            if enclosing is None or _any_between(hits, *enclosing) or anywhere
         ]
         for node in body:
             if not isinstance(node, _DEFS):
@@ -140,13 +144,11 @@ def reduce(
             last = node.end_lineno or node.lineno
             qualname = prefix + node.name
             wanted = [
-                is_scoped
-                for hits, context_hits, is_scoped in context
-                if _any_between(hits, first, last) or _any_between(context_hits, first, last)
+                is_scoped for _, lines_wanted, is_scoped in wanted_lines if _any_between(lines_wanted, first, last)
             ]
             if not all(wanted) or (wanted and (scoped or _defines_scope(node, qualname, in_scope))):
                 if isinstance(node, ast.ClassDef):
-                    pending.append((node.body, qualname + ".", scoped or in_scope(qualname, True), first, last))
+                    pending.append((node.body, qualname + ".", scoped or in_scope(qualname, True), (first, last)))
                 continue
             stub = _stub(node, first, last, lines, nonce, len(stubs))
             if stub is not None:
@@ -204,6 +206,10 @@ def _with_aliases(source: bytes, tokens: Sequence[bytes]) -> list[bytes]:
         return list(tokens)
     alias = re.compile(rb"(?:" + b"|".join(map(re.escape, names)) + rb")[A-Za-z0-9_]*\s+as\s+(\w+)")
     return [*tokens, *{match.group(1) for match in alias.finditer(source)}]
+
+
+def _merged(a: list[int], b: list[int]) -> list[int]:
+    return sorted({*a, *b}) if a and b else a or b
 
 
 def _any_between(sorted_lines: list[int], first: int, last: int) -> bool:

@@ -106,10 +106,19 @@ def test_a_warm_run_reports_what_the_cold_one_did_without_migrating_again(tree, 
 
 def test_write_mode_from_the_cache_writes_the_migrated_file(tree, tmp_path, migrations):
     cache = tmp_path / "cache"
-    _run(tree, cache)  # check mode fills the cache
+    _run(tree, cache, mode="diff")  # diff mode fills the cache with rewrites that passed the safety checks
     migrations.clear()
     _, changed, errors = _run(tree, cache, mode="write")
     assert migrations == [] and not errors and len(changed) == 2
+    assert (tree / "plugin/impl.py").read_text() == IMPL_MIGRATED
+
+
+def test_write_mode_does_not_take_check_mode_s_unchecked_rewrites_from_the_cache(tree, tmp_path, migrations):
+    cache = tmp_path / "cache"
+    _run(tree, cache)  # `--check` writes nothing, so it skips the safety checks
+    migrations.clear()
+    _, changed, errors = _run(tree, cache, mode="write")
+    assert set(migrations) == {"impl.py", "manual.py", "prefill.py"} and not errors and len(changed) == 2
     assert (tree / "plugin/impl.py").read_text() == IMPL_MIGRATED
 
 
@@ -210,7 +219,11 @@ def test_a_run_given_the_paths_otherwise_or_in_another_mode_is_not_replayed(
     indexed.clear()
     migrations.clear()
     _run(tree, cache, mode="diff")
-    assert indexed and migrations == []  # the files' own entries serve any mode
+    assert indexed and migrations  # check mode's entries are unchecked rewrites: they serve check runs only
+    indexed.clear()
+    migrations.clear()
+    _run(tree, cache, mode="write")
+    assert indexed and migrations == []  # diff mode's entries passed the safety checks: they serve writes too
 
 
 def test_a_run_with_an_error_is_never_replayed(tree, tmp_path, indexed):

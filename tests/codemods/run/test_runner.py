@@ -103,6 +103,16 @@ def test_a_rewrite_failing_a_safety_check_is_not_written(plugin, monkeypatch):
         error.path.endswith("impl.py") and "failed a safety check (line 3 ends with LF, expected CRLF)" in error.message
     )
     assert (plugin / "plugin/impl.py").read_text() == IMPL
+    diff = run_paths([str(plugin)], Options(mode="diff", jobs=1))
+    assert diff.exit_code() == 2 and diff.changed == [] and len(diff.errors) == 1  # no diff of an unsafe rewrite
+
+
+def test_check_mode_writes_nothing_so_it_skips_the_safety_checks(plugin, monkeypatch):
+    checked = []
+    monkeypatch.setattr(safety, "check_rewrite", lambda *args: checked.append(args) or ["never consulted"])
+    report = run_paths([str(plugin)], Options(mode="check", jobs=1))
+    assert checked == [] and report.errors == [] and [os.path.basename(p) for p in report.changed] == ["impl.py"]
+    assert (plugin / "plugin/impl.py").read_text() == IMPL
 
 
 def test_written_files_keep_permissions_line_endings_and_bom(tmp_path):

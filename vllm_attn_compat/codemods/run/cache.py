@@ -12,7 +12,9 @@ common rerun in CI or pre-commit. Such an entry is kept for runs without errors 
 Entries are JSON (never pickle: a cache folder is not trusted to hold code), one file per key, written
 atomically. An entry that cannot be read, does not parse, holds another key or has the wrong shape is
 ignored with a warning on stderr, and the work is done as if there were none (and the entry
-rewritten). Errors are never cached: a file that failed fails again, with its message.
+rewritten). Errors are never cached: a file that failed fails again, with its message. A rewrite
+``--check`` computed (without the safety checks: it writes nothing) is never replayed by a run that
+may write or show it.
 """
 
 from __future__ import annotations
@@ -73,7 +75,8 @@ class Cache:
 
     def run_key(self, files: Mapping[str, bytes], mode: str) -> str:
         """The key of a run in ``mode`` over ``files`` (path as given -> bytes): all of them, in the same
-        places (a file's own entry does not depend on the mode; a run's report does)."""
+        places (a file's own entry depends only on whether its rewrite passed the safety checks, which
+        ``--check`` skips: the settings say so; a run's report depends on the mode)."""
         digest = hashlib.sha256(self.prefix + b"\0run\0" + mode.encode())
         for path in sorted(files):
             digest.update(path.encode("utf-8", "surrogateescape") + b"\0")

@@ -54,18 +54,19 @@ class Handoff:
 
     def __init__(
         self, warm: PreforkedWorker, rules: Sequence[type[Rule]], unsafe_fixes: bool, limit: int,
-        old_op_calls: str = "with-output",
+        old_op_calls: str = "with-output", verify: bool = True,
     ) -> None:  # fmt: skip
         self.warm = warm
         self.rules = rules
         self.unsafe_fixes = unsafe_fixes
         self.old_op_calls = old_op_calls
+        self.verify = verify
         self.limit = limit
         self.sent: set[str] = set()
 
     def settings(self, hierarchy: ClassHierarchy) -> bytes | None:
         """The pickled settings tasks carry, or None when they are too large to send with each task."""
-        pickled = pickle.dumps((self.rules, hierarchy, self.unsafe_fixes, self.old_op_calls))
+        pickled = pickle.dumps((self.rules, hierarchy, self.unsafe_fixes, self.old_op_calls, self.verify))
         return pickled if len(pickled) <= SETTINGS_SENT_PER_TASK_UP_TO else None
 
     def send(self, path: str, source: bytes, pickled: bytes) -> None:

@@ -61,6 +61,12 @@ class Options:
     progress: bool = False
     cache_dir: str | None = None  # see cache.py
 
+    @property
+    def verifies(self) -> bool:
+        """Whether rewritten sources go through the safety checks: wherever one may be written or shown as a
+        diff; ``--check`` only reports that a file would change (a rewrite failing a check is a bug either way)."""
+        return self.mode != "check"
+
 
 @dataclass(eq=False)
 class _Scanned:
@@ -251,7 +257,7 @@ def _probably_parsed(source: bytes, rules: Sequence[type[Rule]], unscoped: Seque
 def _cache(folder: str, options: Options, rules: Sequence[type[Rule]]) -> Cache:
     from vllm_attn_compat.codemods.run.cache import Cache
 
-    settings = ([rule.code for rule in rules], options.unsafe_fixes, options.old_op_calls)
+    settings = ([rule.code for rule in rules], options.unsafe_fixes, options.old_op_calls, options.verifies)
     return Cache(folder, settings)
 
 
@@ -268,7 +274,14 @@ def _migrate_worth(
     sources = {s.source_file.path: s.source for s in scanned}
     # With a cache, nothing is sent before the last round: a file's key needs the whole hierarchy.
     early = (
-        Handoff(warm, rules, options.unsafe_fixes, limit=parallel.IN_PROCESS_BELOW, old_op_calls=options.old_op_calls)
+        Handoff(
+            warm,
+            rules,
+            options.unsafe_fixes,
+            limit=parallel.IN_PROCESS_BELOW,
+            old_op_calls=options.old_op_calls,
+            verify=options.verifies,
+        )
         if warm and cache is None
         else None
     )
@@ -327,7 +340,7 @@ def _migrate_worth(
             jobs -= 1
         for item in share:
             early.send(item.source_file.path, item.source, pickled)
-    settings = (rules, hierarchy, options.unsafe_fixes, options.old_op_calls)
+    settings = (rules, hierarchy, options.unsafe_fixes, options.old_op_calls, options.verifies)
     tasks = [(c.source_file.path, (c.source, c.source_file.path)) for c in rest]
     outcomes: Iterable[tuple[str, MigrateOutcome | parallel.WorkerCrashed]]
     outcomes = parallel.parallel_map(worker.migrate_file, tasks, jobs=jobs, initializer=worker.setup, initargs=settings)
@@ -436,7 +449,7 @@ def run_source(source: bytes, path: str, options: Options) -> tuple[RunReport, b
     acting = rules if built.has_attention_classes(path) else [rule for rule in rules if not rule.scoped]
     if not migrate.needs_parsing(source, acting, built.attention_class_names()):
         return report, source, ""
-    worker.setup(rules, built, options.unsafe_fixes, options.old_op_calls)
+    worker.setup(rules, built, options.unsafe_fixes, options.old_op_calls, options.verifies)
     outcome = worker.migrate_file(source, path)
     if isinstance(outcome, MissingDependency):
         raise outcome

@@ -72,9 +72,16 @@ def _parsed(parse: Callable[[bytes, str], Parsed], source: bytes, path: str) -> 
 
 
 def setup(
-    rules: Sequence[type[Rule]], hierarchy: ClassHierarchy, unsafe_fixes: bool, old_op_calls: str = "with-output"
+    rules: Sequence[type[Rule]],
+    hierarchy: ClassHierarchy,
+    unsafe_fixes: bool,
+    old_op_calls: str = "with-output",
+    verify: bool = True,
 ) -> None:
-    _settings.update(rules=list(rules), hierarchy=hierarchy, unsafe_fixes=unsafe_fixes, old_op_calls=old_op_calls)
+    """``verify``: run the safety checks on each rewritten source (always, where it may be written)."""
+    _settings.update(
+        rules=list(rules), hierarchy=hierarchy, unsafe_fixes=unsafe_fixes, old_op_calls=old_op_calls, verify=verify
+    )
 
 
 def preload() -> None:
@@ -105,7 +112,8 @@ def preload() -> None:
 
 def migrate_file_with(settings: bytes, source: bytes, path: str) -> MigrateOutcome:
     """:func:`migrate_file` in a worker started by :func:`preload`: ``settings`` is the pickled
-    ``(rules, hierarchy, unsafe_fixes, old_op_calls)`` of :func:`setup`, the same bytes for every task of a run."""
+    ``(rules, hierarchy, unsafe_fixes, old_op_calls, verify)`` of :func:`setup`, the same bytes for every
+    task of a run."""
     if _settings.get("pickled") != settings:
         import pickle
 
@@ -150,6 +158,8 @@ def migrate_file(source: bytes, path: str) -> MigrateOutcome:
         )
     if result.source == source:
         return None, list(result.findings)
+    if not _settings.get("verify", True):
+        return result.source, list(result.findings)  # `--check`: nothing is written
     problems = safety.check_rewrite(
         source, result.source, result.removed_comments, lambda again: _migrate(again, path, with_findings=False).source
     )

@@ -196,7 +196,7 @@ def _migrate_module(source: bytes, settings: _Settings) -> tuple[MigrationResult
     from vllm_attn_compat.codemods.engine.edits import AddImport, DropUnusedImport, Edit, RemoveStatement, Replace
     from vllm_attn_compat.codemods.engine.positions import positions
     from vllm_attn_compat.codemods.engine.scope import Analyzer, FileContext
-    from vllm_attn_compat.codemods.engine.walk import walk
+    from vllm_attn_compat.codemods.engine.walk import TRIVIA, walk
     from vllm_attn_compat.codemods.noqa import noqa_codes, suppresses
 
     path, hierarchy, unsafe_fixes, with_findings = (
@@ -212,7 +212,7 @@ def _migrate_module(source: bytes, settings: _Settings) -> tuple[MigrationResult
 
     ctx = FileContext(path, module, hierarchy, old_op_calls=settings.old_op_calls)
     analyzer = Analyzer(ctx, [rule(ctx) for rule in settings.rules])
-    walk(module, analyzer.on_visit, analyzer.on_leave)
+    walk(module, analyzer.on_visit, analyzer.on_leave, TRIVIA)
     reports = ctx.reports if with_findings else [r for r in ctx.reports if _fixable(r.safety, unsafe_fixes)]
     if not reports:
         return MigrationResult(source, [], ()), False

@@ -70,9 +70,10 @@ _MAY_PATCH = (ast.Assign, ast.Expr, ast.AnnAssign, ast.For)
 
 
 class _Indexer:
-    def __init__(self, module: str, is_package: bool) -> None:
+    def __init__(self, module: str, is_package: bool, helper_lines: runtime_patches.HelperLines) -> None:
         self.module = module
         self.is_package = is_package
+        self.helper_lines = helper_lines
         self.imports: dict[str, str] = {}  # bound name -> dotted target
         self.module_classes: set[str] = set()
         self.scopes: list[tuple[str, dict[str, str]]] = []  # (qualname prefix, local classes)
@@ -100,7 +101,11 @@ class _Indexer:
             elif kind is ast.Import and isinstance(node, ast.Import):
                 self.visit_Import(node)
             else:
-                if kind in _MAY_PATCH and isinstance(node, _MAY_PATCH):
+                if (
+                    kind in _MAY_PATCH
+                    and isinstance(node, _MAY_PATCH)
+                    and runtime_patches.may_patch(node, self.helper_lines)
+                ):
                     self.pending_patches.append((node, None, [scope for _, scope in self.scopes]))
                 fields = _NESTED_BODIES.get(kind)
                 if fields:
@@ -227,7 +232,8 @@ def index_module(source: bytes, path: str) -> ModuleIndex:
     """Index the classes of one module. Raises ``SyntaxError`` on unparsable input."""
     tree = ast.parse(source, filename=path)
     module = guess_module_name(path)
-    indexer = _Indexer(module, is_package=os.path.basename(path) == "__init__.py")
+    helper_lines = runtime_patches.HelperLines(source)
+    indexer = _Indexer(module, os.path.basename(path) == "__init__.py", helper_lines)
     indexer.visit_body(tree.body)
     classes = []
     duck = indexer.duck_classes if indexer.uses_vllm() else set()

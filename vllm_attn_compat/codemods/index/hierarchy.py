@@ -12,6 +12,7 @@ its results travel between processes, so they are plain picklable dataclasses.
 from __future__ import annotations
 
 import ast
+import gc
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -230,6 +231,19 @@ def _defined_in_body(node: ast.ClassDef) -> set[str]:
 
 def index_module(source: bytes, path: str) -> ModuleIndex:
     """Index the classes of one module. Raises ``SyntaxError`` on unparsable input."""
+    # The parse makes an object of every name and operator of the file, none of them in a reference cycle (a
+    # tree frees itself): the cyclic collector, started again and again by those allocations, would scan the
+    # growing tree (and all the run holds) for nothing, a fifth of the time of this function on a fork.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return _index_module(source, path)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _index_module(source: bytes, path: str) -> ModuleIndex:
     tree = ast.parse(source, filename=path)
     module = guess_module_name(path)
     helper_lines = runtime_patches.HelperLines(source)

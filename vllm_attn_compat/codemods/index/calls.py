@@ -5,7 +5,7 @@ pass parsed (stdlib ``ast``; no other file is parsed for them). Plain picklable 
 from __future__ import annotations
 
 import ast
-from collections.abc import Mapping, Sequence, Set
+from collections.abc import Callable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol, TypeAlias
 
@@ -218,6 +218,16 @@ _NOT_ESCAPING = frozenset({ast.Attribute, ast.Subscript, ast.Compare, ast.BinOp,
 _DEF_TYPES = frozenset({ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda})
 
 
+def _push_object(node: ast.Attribute, push: Callable[[tuple[ast.AST, ast.AST | None]], None]) -> None:
+    """Stack what ``node`` is an attribute of, past the attributes between (``a.b.c``: ``a``): an attribute's
+    object is no reference of its own, so those record nothing."""
+    parent, value = node, node.value
+    while type(value) is ast.Attribute and isinstance(value, ast.Attribute):
+        parent, value = value, value.value
+    if _CHILDREN[type(value)]:
+        push((value, parent))
+
+
 class _Collector:
     def __init__(self, indexer: ModuleNames) -> None:
         self.indexer = indexer
@@ -283,19 +293,21 @@ class _Collector:
     def _scope(
         self, nodes: Sequence[ast.AST], parent: ast.AST | None, scope: _Scope, scopes: list[_Scope], pending: _Pending
     ) -> None:
-        # An explicit stack: a deep expression the parser accepted must not exhaust Python's recursion. Node
-        # types are compared exactly (the parser makes no subclasses): cheaper than isinstance on every node.
+        # An explicit stack: a deep expression the parser accepted must not exhaust Python's recursion. Nodes
+        # are taken in the order of a plain depth-first walk (uses on one column of a line keep that order),
+        # but a node that records nothing itself is not stacked: its children are, in its place.
         children = _CHILDREN
         stack = [(node, parent) for node in nodes if children[type(node)]]
-        called: set[int] = set()  # the Attribute nodes that are a call's function
         uses = self.uses
         push, pop = stack.append, stack.pop
+        # Types are compared exactly (the parser makes no subclasses): cheaper than isinstance on every node.
         attribute, call, load = ast.Attribute, ast.Call, ast.Load
         while stack:
             node, parent = pop()
             kind = type(node)
             if kind is attribute and isinstance(node, attribute):
-                if id(node) not in called and type(node.ctx) is load and type(parent) not in _NOT_ESCAPING:
+                # Never a call's function: a call stacks the object of its function, not the function.
+                if type(node.ctx) is load and type(parent) not in _NOT_ESCAPING:
                     receiver, target, text = self._receiver(node.value, scope, scopes)
                     end = node.end_lineno or node.lineno
                     uses.append(
@@ -311,11 +323,23 @@ class _Collector:
                             text,
                         )
                     )
-            elif kind is call and isinstance(node, call):
-                if type(node.func) is attribute:
-                    called.add(id(node.func))
+                _push_object(node, push)
+                continue
+            if kind is call and isinstance(node, call):
                 self._call(node, scope, scopes)
-            elif kind in _DEF_TYPES and isinstance(node, _DEFS):
+                func = node.func
+                if type(func) is attribute:
+                    _push_object(func, push)  # the function is called: no reference of its own
+                elif children[type(func)]:
+                    push((func, node))
+                for argument in node.args:
+                    if children[type(argument)]:
+                        push((argument, node))
+                for keyword in node.keywords:  # a keyword records nothing: its value, in its place
+                    if children[type(keyword.value)]:
+                        push((keyword.value, keyword))
+                continue
+            if kind in _DEF_TYPES and isinstance(node, _DEFS):
                 self._define(node, parent, scope, scopes, pending)
                 continue
             for name in children[kind]:

@@ -159,10 +159,16 @@ def _line_start(source: bytes, at: int) -> int:
     return source.rfind(b"\r", after_lf, at) + 1 or after_lf
 
 
+def _strip_end(source: bytes, end: int, chars: bytes) -> int:
+    """``len(source[:end].rstrip(chars))``, without copying the text before ``end``."""
+    while end and source[end - 1] in chars:
+        end -= 1
+    return end
+
+
 def _word_before(source: bytes, end: int, skip: bytes) -> bytes | None:
     """The identifier that ends ``source[:end]`` once the bytes in ``skip`` are stripped from its end."""
-    while end and source[end - 1] in skip:
-        end -= 1
+    end = _strip_end(source, end, skip)
     start = end
     while start and source[start - 1] in IDENTIFIER_BYTES:
         start -= 1
@@ -279,9 +285,7 @@ def _patch_words(source: bytes) -> tuple[set[bytes], dict[bytes, list[bytes]], s
     words = set()
     for assignment in _ATTRIBUTE_ASSIGNMENT.finditer(source):
         dot = assignment.start()
-        before = dot
-        while before and source[before - 1] in _BEFORE_DOT:
-            before -= 1
+        before = _strip_end(source, dot, _BEFORE_DOT)
         if b"\n" in source[before:dot] or b"\r" in source[before:dot]:
             line_start = _line_start(source, before)
             if b"#" in source[line_start:before]:

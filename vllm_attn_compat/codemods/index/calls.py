@@ -5,9 +5,9 @@ pass parsed (stdlib ``ast``; no other file is parsed for them). Plain picklable 
 from __future__ import annotations
 
 import ast
-from collections.abc import Mapping, Sequence, Set
+from collections.abc import Callable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
-from typing import NamedTuple, Protocol, TypeAlias
+from typing import Any, NamedTuple, Protocol, TypeAlias
 
 from vllm_attn_compat.codemods.index.names import ALLOCATORS
 
@@ -174,11 +174,13 @@ _Def: TypeAlias = ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef | ast.La
 # Nodes still to walk, each list with its parent and the scope (and enclosing scopes) it belongs to.
 _Pending: TypeAlias = list[tuple[Sequence[ast.AST], ast.AST | None, _Scope, list[_Scope]]]
 # Fields that can hold child nodes, per node type. Python's grammar types the others as identifiers,
-# numbers or constants; by name, not by a value seen once (an absent optional child is None too).
-_CHILDREN: dict[type, tuple[str, ...]] = {ast.Name: (), ast.Constant: ()}
+# numbers, constants, contexts or operators; by name, not by a value seen once (an absent optional child
+# is None too).
 _LEAF_FIELDS = frozenset(
     {
         "ctx",
+        "op",
+        "ops",
         "id",
         "attr",
         "name",
@@ -197,15 +199,33 @@ _LEAF_FIELDS = frozenset(
         "s",
     }
 )
+
+
+class _ChildFields(dict[type, tuple[str, ...]]):
+    """Per type, the fields to walk: none for what is no node (a string of a list, None) and for nodes
+    without children (names, constants), which therefore never go on the stack: they hold nothing to find."""
+
+    def __missing__(self, kind: type) -> tuple[str, ...]:
+        fields = self[kind] = (
+            tuple(name for name in kind._fields if name not in _LEAF_FIELDS) if issubclass(kind, ast.AST) else ()
+        )
+        return fields
+
+
+_CHILDREN = _ChildFields()
 # Where an attribute is not handed on: it is the object of another attribute, subscript or operator.
-_NOT_ESCAPING = (ast.Attribute, ast.Subscript, ast.Compare, ast.BinOp, ast.UnaryOp, ast.BoolOp)
+_NOT_ESCAPING = frozenset({ast.Attribute, ast.Subscript, ast.Compare, ast.BinOp, ast.UnaryOp, ast.BoolOp})
+_DEF_TYPES = frozenset({ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda})
 
 
-def _children(kind: type[ast.AST]) -> tuple[str, ...]:
-    fields = _CHILDREN.get(kind)
-    if fields is None:
-        fields = _CHILDREN[kind] = tuple(name for name in kind._fields if name not in _LEAF_FIELDS)
-    return fields
+def _push_object(node: ast.Attribute, push: Callable[[tuple[ast.AST, ast.AST | None]], None]) -> None:
+    """Stack what ``node`` is an attribute of, past the attributes between (``a.b.c``: ``a``): an attribute's
+    object is no reference of its own, so those record nothing."""
+    parent, value = node, node.value
+    while type(value) is ast.Attribute and isinstance(value, ast.Attribute):
+        parent, value = value, value.value
+    if _CHILDREN[type(value)]:
+        push((value, parent))
 
 
 class _Collector:
@@ -273,52 +293,63 @@ class _Collector:
     def _scope(
         self, nodes: Sequence[ast.AST], parent: ast.AST | None, scope: _Scope, scopes: list[_Scope], pending: _Pending
     ) -> None:
-        # An explicit stack: a deep expression the parser accepted must not exhaust Python's recursion.
-        stack = [(node, parent) for node in nodes]
-        called: set[int] = set()  # the Attribute nodes that are a call's function
+        # An explicit stack: a deep expression the parser accepted must not exhaust Python's recursion. Nodes
+        # are taken in the order of a plain depth-first walk (uses on one column of a line keep that order),
+        # but a node that records nothing itself is not stacked: its children are, in its place.
+        children = _CHILDREN
+        stack = [(node, parent) for node in nodes if children[type(node)]]
         uses = self.uses
+        push, pop = stack.append, stack.pop
+        # Types are compared exactly (the parser makes no subclasses): cheaper than isinstance on every node.
+        attribute, call, load = ast.Attribute, ast.Call, ast.Load
         while stack:
-            node, parent = stack.pop()
-            # The exact type first (the parser makes no subclasses): most nodes fail it cheaper than
-            # isinstance, which then only narrows the type, on its fast path.
+            node, parent = pop()
             kind = type(node)
-            if kind in _DEFS and isinstance(node, _DEFS):
+            if kind is attribute and isinstance(node, attribute):
+                # Never a call's function: a call stacks the object of its function, not the function.
+                if type(node.ctx) is load and type(parent) not in _NOT_ESCAPING:
+                    receiver, target, text = self._receiver(node.value, scope, scopes)
+                    end = node.end_lineno or node.lineno
+                    uses.append(
+                        Use(
+                            node.attr,
+                            node.lineno,
+                            node.col_offset + 1,
+                            end,
+                            "reference",
+                            receiver,
+                            scope.owner,
+                            target,
+                            text,
+                        )
+                    )
+                _push_object(node, push)
+                continue
+            if kind is call and isinstance(node, call):
+                self._call(node, scope, scopes)
+                func = node.func
+                if type(func) is attribute:
+                    _push_object(func, push)  # the function is called: no reference of its own
+                elif children[type(func)]:
+                    push((func, node))
+                for argument in node.args:
+                    if children[type(argument)]:
+                        push((argument, node))
+                for keyword in node.keywords:  # a keyword records nothing: its value, in its place
+                    if children[type(keyword.value)]:
+                        push((keyword.value, keyword))
+                continue
+            if kind in _DEF_TYPES and isinstance(node, _DEFS):
                 self._define(node, parent, scope, scopes, pending)
                 continue
-            if kind is ast.Call and isinstance(node, ast.Call):
-                if type(node.func) is ast.Attribute:
-                    called.add(id(node.func))
-                self._call(node, scope, scopes)
-            elif (
-                kind is ast.Attribute
-                and isinstance(node, ast.Attribute)
-                and id(node) not in called
-                and type(node.ctx) is ast.Load
-                and not isinstance(parent, _NOT_ESCAPING)
-            ):
-                receiver, target, text = self._receiver(node.value, scope, scopes)
-                end = node.end_lineno or node.lineno
-                uses.append(
-                    Use(
-                        node.attr,
-                        node.lineno,
-                        node.col_offset + 1,
-                        end,
-                        "reference",
-                        receiver,
-                        scope.owner,
-                        target,
-                        text,
-                    )
-                )
-            for name in _children(kind):
-                value = getattr(node, name, None)
+            for name in children[kind]:
+                value: Any = getattr(node, name, None)
                 if type(value) is list:
                     for item in value:
-                        if isinstance(item, ast.AST):
-                            stack.append((item, node))
-                elif isinstance(value, ast.AST):
-                    stack.append((value, node))
+                        if children[type(item)]:
+                            push((item, node))
+                elif children[type(value)]:
+                    push((value, node))
 
     def _call(self, node: ast.Call, scope: _Scope, scopes: list[_Scope]) -> None:
         func = node.func

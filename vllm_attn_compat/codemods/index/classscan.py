@@ -39,6 +39,7 @@ from vllm_attn_compat.codemods.index.names import (
 _HEADER = re.compile(rb"[ \t\f]*class[ \t]+([A-Za-z_][A-Za-z0-9_]*)[ \t]*(?:\(([^()]*(?:\([^()]*\)[^()]*)*)\))?[ \t]*:")
 _WORD = re.compile(rb"[A-Za-z_][A-Za-z0-9_]*")
 _BLANKS = b" \t\f\r\n\\"
+_BEFORE_DOT = _BLANKS + b")"  # what may stand between the object of an attribute assignment and its dot
 
 # What may stand between two tokens: blanks, line continuations, and (inside brackets) newlines and comments.
 # (A comment runs to its newline: one way to match it, whatever the number of '#' in it.)
@@ -107,7 +108,7 @@ def _headers(source: bytes) -> list[tuple[bytes, bytes]] | None:
     at = source.find(b"class")
     while at != -1:
         end = at + 5
-        line_start = max(source.rfind(b"\n", 0, at), source.rfind(b"\r", 0, at)) + 1
+        line_start = _line_start(source, at)
         keyword = end == len(source) or source[end] not in IDENTIFIER_BYTES
         if keyword and not source[line_start:at].strip(b" \t\f"):
             match = _HEADER.match(source, line_start)
@@ -151,10 +152,23 @@ def _word_before_as(head: bytes) -> bytes | None:
     return rest[start:word_end] or None
 
 
+def _line_start(source: bytes, at: int) -> int:
+    """Where the line holding ``at`` starts (after LF, CR or CRLF). The CR is looked for only after the last
+    LF: a search back to the file's start, for every class or decorator, would make the scan quadratic."""
+    after_lf = source.rfind(b"\n", 0, at) + 1
+    return source.rfind(b"\r", after_lf, at) + 1 or after_lf
+
+
+def _strip_end(source: bytes, end: int, chars: bytes) -> int:
+    """``len(source[:end].rstrip(chars))``, without copying the text before ``end``."""
+    while end and source[end - 1] in chars:
+        end -= 1
+    return end
+
+
 def _word_before(source: bytes, end: int, skip: bytes) -> bytes | None:
     """The identifier that ends ``source[:end]`` once the bytes in ``skip`` are stripped from its end."""
-    while end and source[end - 1] in skip:
-        end -= 1
+    end = _strip_end(source, end, skip)
     start = end
     while start and source[start - 1] in IDENTIFIER_BYTES:
         start -= 1
@@ -271,9 +285,9 @@ def _patch_words(source: bytes) -> tuple[set[bytes], dict[bytes, list[bytes]], s
     words = set()
     for assignment in _ATTRIBUTE_ASSIGNMENT.finditer(source):
         dot = assignment.start()
-        before = len(source[:dot].rstrip(b" \t\f\r\n\\)"))
+        before = _strip_end(source, dot, _BEFORE_DOT)
         if b"\n" in source[before:dot] or b"\r" in source[before:dot]:
-            line_start = max(source.rfind(b"\n", 0, before), source.rfind(b"\r", 0, before)) + 1
+            line_start = _line_start(source, before)
             if b"#" in source[line_start:before]:
                 return None  # a comment may end the line before the dot: what it hides is the parser's to read
         word = _word_before(source, before, b"")
@@ -282,7 +296,7 @@ def _patch_words(source: bytes) -> tuple[set[bytes], dict[bytes, list[bytes]], s
     at = source.find(b"@")
     while at != -1:
         start, at = at + 1, source.find(b"@", at + 1)
-        line_start = max(source.rfind(b"\n", 0, start), source.rfind(b"\r", 0, start)) + 1
+        line_start = _line_start(source, start)
         if source[line_start : start - 1].strip(b" \t\f"):
             continue  # `a @ b`, or an address in a string: not a decorator
         definition = _DEFINITION.search(source, start)

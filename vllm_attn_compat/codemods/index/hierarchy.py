@@ -12,6 +12,7 @@ its results travel between processes, so they are plain picklable dataclasses.
 from __future__ import annotations
 
 import ast
+import gc
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -70,9 +71,10 @@ _MAY_PATCH = (ast.Assign, ast.Expr, ast.AnnAssign, ast.For)
 
 
 class _Indexer:
-    def __init__(self, module: str, is_package: bool) -> None:
+    def __init__(self, module: str, is_package: bool, helper_lines: runtime_patches.HelperLines) -> None:
         self.module = module
         self.is_package = is_package
+        self.helper_lines = helper_lines
         self.imports: dict[str, str] = {}  # bound name -> dotted target
         self.module_classes: set[str] = set()
         self.scopes: list[tuple[str, dict[str, str]]] = []  # (qualname prefix, local classes)
@@ -100,7 +102,11 @@ class _Indexer:
             elif kind is ast.Import and isinstance(node, ast.Import):
                 self.visit_Import(node)
             else:
-                if kind in _MAY_PATCH and isinstance(node, _MAY_PATCH):
+                if (
+                    kind in _MAY_PATCH
+                    and isinstance(node, _MAY_PATCH)
+                    and runtime_patches.may_patch(node, self.helper_lines)
+                ):
                     self.pending_patches.append((node, None, [scope for _, scope in self.scopes]))
                 fields = _NESTED_BODIES.get(kind)
                 if fields:
@@ -225,9 +231,23 @@ def _defined_in_body(node: ast.ClassDef) -> set[str]:
 
 def index_module(source: bytes, path: str) -> ModuleIndex:
     """Index the classes of one module. Raises ``SyntaxError`` on unparsable input."""
+    # The parse makes an object of every name and operator of the file, none of them in a reference cycle (a
+    # tree frees itself): the cyclic collector, started again and again by those allocations, would scan the
+    # growing tree (and all the run holds) for nothing, a fifth of the time of this function on a fork.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return _index_module(source, path)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _index_module(source: bytes, path: str) -> ModuleIndex:
     tree = ast.parse(source, filename=path)
     module = guess_module_name(path)
-    indexer = _Indexer(module, is_package=os.path.basename(path) == "__init__.py")
+    helper_lines = runtime_patches.HelperLines(source)
+    indexer = _Indexer(module, os.path.basename(path) == "__init__.py", helper_lines)
     indexer.visit_body(tree.body)
     classes = []
     duck = indexer.duck_classes if indexer.uses_vllm() else set()

@@ -13,6 +13,8 @@ the entry has no target: its code is reported, never fixed. A plain ``obj.attr =
 from __future__ import annotations
 
 import ast
+import re
+from bisect import bisect_left
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -103,6 +105,68 @@ def from_statement(node: ast.stmt, resolve: Resolve) -> list[PatchEntry]:
             if isinstance(call, ast.Call):
                 entries += _from_call(call, resolve, line)
     return entries
+
+
+# `_is_patch_helper` reads a call's names, which the source spells out (in any case: it lowers them); but a
+# non-ASCII identifier can fold (NFKC) onto one of the words, so a non-ASCII byte counts as a match too.
+_HELPER_WORDS = tuple(word.encode() for word in _PATCH_WORDS)
+_NON_ASCII = re.compile(rb"[\x80-\xff]+")
+_ENCODING_DECLARATION = re.compile(rb"coding[:=][ \t]*([-\w.]+)")
+
+
+class HelperLines:
+    """The lines of a module's text that may name a patch helper (`may_patch` reads them): most statements
+    name none, and their expressions need no walk."""
+
+    def __init__(self, source: bytes) -> None:
+        self.lines: list[int] | None = _helper_lines(source)  # sorted; None where the text cannot tell
+
+    def any_between(self, first: int, last: int) -> bool:
+        if self.lines is None:
+            return True
+        i = bisect_left(self.lines, first)
+        return i < len(self.lines) and self.lines[i] <= last
+
+
+def _helper_lines(source: bytes) -> list[int] | None:
+    # The parser ends lines at a lone CR too, which counting LFs would miss; and it reads the bytes in a
+    # declared encoding, where ASCII bytes may spell other characters (UTF-7): no line is known then.
+    if b"\r" in source and source.count(b"\r") != source.count(b"\r\n"):
+        return None
+    first = source.find(b"\n")
+    second = source.find(b"\n", first + 1) if first >= 0 else -1
+    for name in _ENCODING_DECLARATION.findall(source if second < 0 else source[:second]):
+        name = name.lower().replace(b"_", b"-")
+        if name not in (b"utf-8", b"utf8") and not name.startswith(b"utf-8-"):
+            return None
+    lowered = source.lower()  # ASCII letters only, as the parser spells keywords and ASCII names
+    starts = [] if source.isascii() else [match.start() for match in _NON_ASCII.finditer(source)]
+    for word in _HELPER_WORDS:
+        start = lowered.find(word)
+        while start >= 0:
+            starts.append(start)
+            start = lowered.find(word, start + 1)
+    lines: list[int] = []
+    line, counted = 1, 0
+    for start in sorted(starts):
+        line += source.count(b"\n", counted, start)
+        counted = start
+        lines.append(line)
+    return lines
+
+
+def may_patch(node: ast.stmt, helper_lines: HelperLines) -> bool:
+    """False only where `from_statement` finds no patch in ``node`` (it walks every expression; this reads
+    the node's own fields and the text of its lines)."""
+    if isinstance(node, ast.For):
+        return True
+    if (
+        isinstance(node, ast.Assign)
+        and isinstance(node.value, (ast.Name, ast.Attribute))
+        and any(isinstance(target, ast.Attribute) for target in node.targets)
+    ):
+        return True  # `X.forward = fn`
+    return helper_lines.any_between(node.lineno, node.end_lineno or node.lineno)
 
 
 def from_decorators(

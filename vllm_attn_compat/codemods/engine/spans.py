@@ -38,6 +38,10 @@ _DEFS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 _BLOCKS = ("body", "orelse", "finalbody", "handlers", "cases")
 _INDENT = re.compile(rb"[ \t\f]*")
 _IDENTIFIER = re.compile(rb"[A-Za-z_][A-Za-z0-9_]*")
+# One byte of an identifier (non-ASCII bytes too: a UTF-8 letter continues a name).
+_WORD_BYTES = frozenset(
+    bytes([b]) for b in b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_"
+) | frozenset(bytes([b]) for b in range(0x80, 0x100))
 # Not worth it below this: a stub saves less than the ast parse costs.
 _MIN_SAVED = 2048
 
@@ -187,11 +191,17 @@ def _defines_scope(node: ast.stmt, qualname: str, in_scope: Callable[[str, bool]
 
 def _hit_lines(source: bytes, ends: list[int], tokens: Sequence[bytes]) -> list[int]:
     """The 1-based numbers of the lines holding a token, sorted (a token never spans lines); ``ends[i]``
-    is the offset just past line ``i + 1``."""
+    is the offset just past line ``i + 1``. A token that is an identifier counts only as a whole word:
+    the rules match names exactly (``unified_attention`` is not ``kernel_unified_attention_2d``)."""
     found: set[int] = set()
     for token in tokens:
+        word = _IDENTIFIER.fullmatch(token) is not None
         at = source.find(token)
         while at != -1:
+            end = at + len(token)
+            if word and (source[at - 1 : at] in _WORD_BYTES or source[end : end + 1] in _WORD_BYTES):
+                at = source.find(token, end)
+                continue
             line = bisect.bisect_right(ends, at)
             found.add(line + 1)
             at = source.find(token, ends[line])  # the rest of this line adds nothing

@@ -252,3 +252,27 @@ def test_vllm_s_own_files_migrate_the_same_through_the_reduction(tree, monkeypat
             ), path
         reduced_somewhere += spans.reduce(data, [spans.Needs(rule.tokens) for rule in settings["rules"]]) is not None
     assert reduced_somewhere > len(seen) // 2  # the comparison is not vacuous
+
+
+def test_an_identifier_token_counts_only_as_a_whole_word(always):
+    text = source(
+        """
+        import triton
+
+
+        @triton.jit
+        def kernel_unified_attention_2d(q):
+            use_unified_attention = True
+
+
+        def unified_attention(q):
+            return kernel_unified_attention_2d(q)
+
+
+        OPS = ["vllm::unified_attention"]
+        """
+    ).encode()
+    reduction = spans.reduce(text, [spans.Needs((b"unified_attention",))])
+    assert reduction is not None and len(reduction.stubs) == 1
+    assert b"def kernel_unified_attention_2d():" in reduction.source
+    assert b"def unified_attention(q):" in reduction.source

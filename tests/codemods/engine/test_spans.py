@@ -99,7 +99,7 @@ def test_fillers_are_stubbed_and_kept_statements_are_not(always):
         "def strings():\n    return '''\n    not code: def f(): pass\n    '''\n",
     ],
 )
-@pytest.mark.parametrize("newline", ["\n", "\r\n"], ids=["LF", "CRLF"])
+@pytest.mark.parametrize("newline", ["\n", "\r\n", "\r"], ids=["LF", "CRLF", "CR"])
 def test_a_stub_keeps_the_statement_s_lines_and_shape(always, statement, newline):
     kept = "\n\nclass Impl:\n    def f(self, output):\n        assert output is not None\n"
     text = ("import os\n\n\n" + statement + kept).replace("\n", newline)
@@ -216,7 +216,9 @@ def test_context_tokens_keep_code_anywhere_in_a_file_holding_the_rule_s_token(al
     assert without is not None and len(without.stubs) == 3  # without the rule's token, context counts for nothing
 
 
-VLLM_TREES = [tree for tree in (f"/tmp/vllm-src/{v}/vllm" for v in ("0.19.1", "0.20.0")) if os.path.isdir(tree)]
+VLLM_TREES = [
+    tree for tree in (f"/tmp/vllm-src/{v}/vllm" for v in ("0.19.1", "0.20.0", "0.33.0")) if os.path.isdir(tree)
+]
 
 
 @pytest.mark.slow

@@ -19,7 +19,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 
 # PEP 263: the declaration must be in a comment on line 1 or 2.
-_CODING_LINE = re.compile(rb"^[ \t\f]*#.*?coding[:=][ \t]*[-\w.]+")
+CODING_LINE = re.compile(rb"^[ \t\f]*#.*?coding[:=][ \t]*[-\w.]+")
 
 
 def _ending(line: bytes) -> bytes:
@@ -58,7 +58,7 @@ def comment_problems(old: bytes, new: bytes, removed_comments: Sequence[str]) ->
 
 
 def _coding_lines(source: bytes) -> list[bytes]:
-    return [line.rstrip(b"\r\n") for line in source.splitlines(keepends=True)[:2] if _CODING_LINE.match(line)]
+    return [line.rstrip(b"\r\n") for line in source.splitlines(keepends=True)[:2] if CODING_LINE.match(line)]
 
 
 def _edited_spans(old_lines: list[bytes], new_lines: list[bytes]) -> Iterator[tuple[int, int, int, int]]:

@@ -6,7 +6,7 @@ to methods no rule can act on (the metadata builder, the helpers). :func:`reduce
 with a stub of the same shape::
 
     def build(self, common_prefix_len, ...):        def build():
-        ...                                            '''vac-span-<nonce>:3
+        ...                                            '''vac-span-0:3.
         return metadata                            '''
 
 The stub keeps what the rest of the file can see of the statement: its name (a binding of its block),
@@ -18,9 +18,9 @@ exactly the caller migrates the whole file instead: a stub that did not come bac
 import edit (whether an import is still used depends on the code the stubs hide).
 
 What a rule needs beyond the statements holding its tokens, it declares (`Rule.context_tokens`,
-`Rule.class_context_tokens`); the
-rules that act only in attention code count their tokens only where the class hierarchy puts attention
-code. Tests run every rule's examples and vLLM's own sources both ways and compare.
+`Rule.class_context_tokens`); the rules that act only in attention code count their tokens only where
+the class hierarchy puts attention code. Tests run every rule's examples and vLLM's own sources both
+ways and compare.
 """
 
 from __future__ import annotations
@@ -32,6 +32,8 @@ import itertools
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+
+from vllm_attn_compat.codemods.engine.safety import CODING_LINE
 
 _DEFS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 # Where a compound statement keeps the statements it runs (handlers and match cases hold theirs in `body`).
@@ -112,14 +114,13 @@ def reduce(
     one of its tokens. For a scoped rule (acting only in attention code) only if ``in_scope(qualname,
     is_class)`` holds for the statement, for a class or function defined inside it or for an enclosing
     class."""
-    head = source[: source.find(b"\n", source.find(b"\n") + 1) + 1 or len(source)]
-    if b"coding" in head:
+    lines = source.splitlines(keepends=True)
+    if any(CODING_LINE.match(line) for line in lines[:2]):
         return None  # an encoding other than UTF-8 may be declared: leave the bytes to libcst
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError):
         return None  # the whole-file path reports it, with libcst's and CPython's positions
-    lines = source.splitlines(keepends=True)
     ends = list(itertools.accumulate(map(len, lines)))
     # Per rule present in the file: its token lines, the lines that count anywhere in a class holding one of
     # them, the lines that count elsewhere, and whether it is scoped.
@@ -147,10 +148,11 @@ def reduce(
             first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
             last = node.end_lineno or node.lineno
             qualname = prefix + node.name
+            # Whether each rule that may act here acts only in attention code.
             wanted = [
                 is_scoped for _, lines_wanted, is_scoped in wanted_lines if _any_between(lines_wanted, first, last)
             ]
-            if not all(wanted) or (wanted and (scoped or _defines_scope(node, qualname, in_scope))):
+            if False in wanted or (wanted and (scoped or _defines_scope(node, qualname, in_scope))):
                 if isinstance(node, ast.ClassDef):
                     pending.append((node.body, qualname + ".", scoped or in_scope(qualname, True), (first, last)))
                 continue
@@ -275,7 +277,6 @@ def _stub(
         if last == first + 1:
             opening[1] = body_indent.group() + b'"""' + marker + b'"""' + ends[1]
             return _Stub(first - 1, tuple(opening), marker, 1)
-        middle = [ending for ending in ends[2:-1]]
-        return _Stub(first - 1, (*opening, *middle, b'"""' + ends[-1]), marker, 1)
+        return _Stub(first - 1, (*opening, *ends[2:-1], b'"""' + ends[-1]), marker, 1)
     opening_line = header + b' """' + marker + ends[0]
     return _Stub(first - 1, (opening_line, *ends[1:-1], b'"""' + ends[-1]), marker, 0)

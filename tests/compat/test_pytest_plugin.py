@@ -74,6 +74,10 @@ def downstream(pytester, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
     monkeypatch.delenv("PYTEST_ADDOPTS", raising=False)
     monkeypatch.delenv("VLLM_ATTN_COMPAT_WARNINGS", raising=False)
+    # Run under `pytest -n`, the downstream session must not take itself for an xdist worker (plugins such as
+    # pytest-benchmark then warn at start-up, which `-W error` turns into an internal error).
+    for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
+        monkeypatch.delenv(name, raising=False)
     pytester.makepyfile(old_backend=BACKEND, test_old_backend=TESTS)
     return pytester
 

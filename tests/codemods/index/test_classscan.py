@@ -169,6 +169,11 @@ _HIDDEN = {
 }
 _PATCHES = {
     "an attribute assignment through an alias": "M.forward = _forward\n",
+    "a members copy onto an unresolved class": (
+        "class Methods:\n    def forward(self, q, output=None):\n        assert output is not None\n"
+        "        return output\n\n\ndef install(cls):\n    for name, value in vars(Methods).items():\n"
+        "        setattr(cls, name, value)\n"
+    ),
     "setattr": 'setattr(M, "forward", _forward)\n',
     "a patch helper with an unresolved target": "patch_method(get_layer_class(), _forward)\n",
     "a decorator": "",

@@ -203,6 +203,13 @@ def _calls_patch_helper(source: bytes, bound: set[bytes]) -> bool:
     return False
 
 
+def _copies_members(source: bytes) -> bool:
+    """Whether the file may copy a class's members onto another (``for name, value in vars(X).items():
+    setattr(cls, name, value)``): `runtime_patches` makes an entry of such a loop wherever ``X`` resolves,
+    whatever ``setattr``'s target, so the names in the call say nothing."""
+    return b"setattr" in source and any(word in source for word in (b"__dict__", b"vars", b"getmembers"))
+
+
 def _call_words(source: bytes, opening: int) -> set[bytes] | None:
     """The words of the call whose ``(`` is at ``opening``, outside its strings and comments; None when
     its closing bracket cannot be found."""
@@ -280,7 +287,7 @@ def _patch_words(source: bytes) -> tuple[set[bytes], dict[bytes, list[bytes]], s
     aliases, bound = _imports(source)
     defined = set(_DEFINED.findall(source))
     bound |= defined
-    if _calls_patch_helper(source, bound):
+    if _calls_patch_helper(source, bound) or _copies_members(source):
         return None
     words = set()
     for assignment in _ATTRIBUTE_ASSIGNMENT.finditer(source):

@@ -320,3 +320,41 @@ def test_a_patch_that_can_reach_an_attention_class_sends_the_file_to_the_parser(
     )
     assert scan(text + "x = 1\n") is not None  # spared without the patch
     assert scan(text + patch + "\n") is None
+
+
+_HELPER_FILE = (
+    "import torch\nfrom vllm.model_executor.layers.attention import MLAAttention as M\nfrom plugin import Helper\n\n\n"
+    "class Runner(Helper):\n    pass\n\n\ndef _forward(self, q, output=None):\n    return output\n\n\n"
+)
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        "self.patch_embed(pixel_values)",  # one argument: the target, nothing to copy
+        "merge_multimodal_embeddings(input_ids)",
+        'setattr(self, "cache", 1)',  # the values are a string and a number
+        "merge_into(M)",  # as a call, not a decorator: no value to copy
+        "patch_size(x, (1, 2))",
+    ],
+)
+def test_a_patch_helper_without_a_value_that_resolves_spares_the_file(call):
+    text = _HELPER_FILE + call + "\n"
+    assert index_module(text.encode(), "m.py").patches == ()  # the exact index makes no entry of it
+    assert scan(text) is not None
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        'setattr(M, "forward", _forward)',
+        'setattr(get_layer(), "forward", _forward)',  # an unresolved target: reported
+        'patch("vllm.model_executor.layers.attention.MLAAttention.forward", _forward)',
+        "patch_method(M, new=_forward)",
+        "inject(M, (_forward))",
+        "merge_into(M,\n    # the method\n    _forward)",
+        "setattr(self, name, torch.zeros(3))",  # `torch` is bound: the scan cannot tell
+    ],
+)
+def test_a_patch_helper_with_a_value_that_may_resolve_sends_the_file_to_the_parser(call):
+    assert scan(_HELPER_FILE + call + "\n") is None

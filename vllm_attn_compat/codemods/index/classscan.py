@@ -176,10 +176,10 @@ def _word_before(source: bytes, end: int, skip: bytes) -> bytes | None:
 
 
 def _calls_patch_helper(source: bytes, bound: set[bytes]) -> bool:
-    """Whether the file may call a patch helper with an argument that resolves: `runtime_patches` makes an
-    entry of such a call only where an argument is a name (or attribute of a name) bound by an import or
-    a definition; ``bound`` holds every word that could be one. A call whose extent cannot be read
-    counts."""
+    """Whether the file may call a patch helper with a value to copy that resolves: `runtime_patches` makes
+    an entry of such a call only where an argument after the first (the first is the target) is a name, or
+    attribute of a name, bound by an import or a definition; ``bound`` holds every word that could be one.
+    A call whose extent cannot be read counts."""
     lowered = source.lower()
     for word in _PATCH_WORDS:
         at = lowered.find(word)
@@ -197,7 +197,7 @@ def _calls_patch_helper(source: bytes, bound: set[bytes]) -> bool:
                 if not lowered[:name_end].endswith(b"patch") or not method:
                     continue
                 opening = method.end() - 1
-            words = _call_words(source, opening)
+            words = _value_words(source, opening)
             if words is None or not bound.isdisjoint(words):
                 return True
     return False
@@ -210,13 +210,27 @@ def _copies_members(source: bytes) -> bool:
     return b"setattr" in source and any(word in source for word in (b"__dict__", b"vars", b"getmembers"))
 
 
-def _call_words(source: bytes, opening: int) -> set[bytes] | None:
-    """The words of the call whose ``(`` is at ``opening``, outside its strings and comments; None when
-    its closing bracket cannot be found."""
+def _value_words(source: bytes, opening: int) -> set[bytes] | None:
+    """The words of the call whose ``(`` is at ``opening`` after its first top-level comma (its arguments
+    after the first, keywords included), outside strings and comments; None when its closing bracket
+    cannot be found. ``self.patch_embed(x)`` has none: a helper needs a value to copy besides its target."""
     extent = _call_extent(source, opening)
     if extent is None:
         return None
-    return {word for start, end in extent[0] for word in _ANY_WORD.findall(source, start, end)}
+    words: set[bytes] = set()
+    depth, after_first = 0, False
+    for start, end in extent[0]:
+        if after_first:
+            words.update(_ANY_WORD.findall(source, start, end))
+        elif depth == 1 and (comma := source.find(b",", start, end)) != -1:
+            after_first = True
+            words.update(_ANY_WORD.findall(source, comma + 1, end))
+        # What ends a span of code: a bracket (the depth changes), or a string or comment (it does not).
+        if end < len(source) and source[end] in b"([{":
+            depth += 1
+        elif end < len(source) and source[end] in b")]}":
+            depth -= 1
+    return words
 
 
 def _call_extent(source: bytes, opening: int) -> tuple[list[tuple[int, int]], int] | None:

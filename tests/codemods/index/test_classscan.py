@@ -358,3 +358,10 @@ def test_a_patch_helper_without_a_value_that_resolves_spares_the_file(call):
 )
 def test_a_patch_helper_with_a_value_that_may_resolve_sends_the_file_to_the_parser(call):
     assert scan(_HELPER_FILE + call + "\n") is None
+
+
+def test_a_definition_named_like_a_patch_helper_is_no_call():
+    text = _HELPER_FILE + "def get_patches_grid_size(image: M, size: Helper):\n    return size\n"
+    assert index_module(text.encode(), "m.py").patches == ()
+    assert scan(text) is not None
+    assert scan(text + "get_patches_grid_size(M, _forward)\n") is None  # a call of it, with a value that resolves

@@ -77,6 +77,8 @@ _STRING_BODY = {
     for triple in (False, True)
     for quote in b"'\""
 }
+# `def ` (or `async def `) right before a name: what follows is defined, not called.
+_DEFINES = re.compile(rb"(?<![A-Za-z0-9_\x80-\xff])def[ \t\f]+\Z")
 _DEFINITION = re.compile(rb"[\r\n][ \t\f]*(?:async[ \t\f]+def|def|class)[ \t\f\\]")
 
 _SUFFIXES = tuple(suffix.encode() for suffix in _IN_TREE_SUFFIXES)
@@ -185,10 +187,14 @@ def _calls_patch_helper(source: bytes, bound: set[bytes]) -> bool:
         at = lowered.find(word)
         while at != -1:
             called = _CALLED.match(lowered, at + len(word))
-            at = lowered.find(word, at + 1)
+            name_start, at = at, lowered.find(word, at + 1)
             if not called:
                 continue
             opening = called.end() - 1
+            while name_start and lowered[name_start - 1] in IDENTIFIER_BYTES:
+                name_start -= 1
+            if _DEFINES.search(lowered, max(name_start - 32, 0), name_start):
+                continue  # `def get_patches(...)`: a definition, not a call
             if lowered[opening] == ord("."):  # `patch.object(`: the object's name must end with "patch"
                 name_end = called.start()
                 while name_end < len(lowered) and lowered[name_end] in IDENTIFIER_BYTES:

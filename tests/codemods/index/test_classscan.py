@@ -62,7 +62,6 @@ def test_classes_with_unrelated_bases_are_spared_and_their_base_names_kept():
         "class Mine(a(b(c))):\n    pass\n",  # brackets nested deeper than the scan reads
         "class \\\n    Mine(Base):\n    pass\n",  # a line continuation
         "class Ünicode(Base):\n    pass\n",
-        "x = 1\n",  # no class at all: parsing costs little and settles the file
     ],
 )
 def test_a_class_that_can_be_an_attention_class_or_cannot_be_read_sends_the_file_to_the_parser(text):
@@ -365,3 +364,10 @@ def test_a_definition_named_like_a_patch_helper_is_no_call():
     assert index_module(text.encode(), "m.py").patches == ()
     assert scan(text) is not None
     assert scan(text + "get_patches_grid_size(M, _forward)\n") is None  # a call of it, with a value that resolves
+
+
+def test_a_file_without_classes_is_spared_like_one_whose_classes_cannot_matter():
+    found = scan("import vllm\n\n\ndef helper(x):\n    return x\n")
+    assert found is not None and found.classes == () and found.base_words == {"helper"}
+    patching = "from vllm.model_executor.layers.attention import MLAAttention as M\n\n\nM.forward = helper\n"
+    assert scan(patching) is None

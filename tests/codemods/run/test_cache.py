@@ -228,7 +228,8 @@ def test_a_run_given_the_paths_otherwise_or_in_another_mode_is_not_replayed(
 
 def test_a_run_with_an_error_is_never_replayed(tree, tmp_path, indexed):
     cache = tmp_path / "cache"
-    (tree / "plugin/broken.py").write_text("from vllm.v1.attention.backend import AttentionImpl\nx = (\n")
+    broken = "from vllm.v1.attention.backend import AttentionImpl\n\n\nclass Broken(AttentionImpl):\n    x = (\n"
+    (tree / "plugin/broken.py").write_text(broken)
     for _ in range(2):
         _, _, errors = _run(tree, cache)
         assert [os.path.basename(error.path) for error in errors] == ["broken.py"]

@@ -336,14 +336,13 @@ def _patch_words(source: bytes) -> tuple[set[bytes], dict[bytes, list[bytes]], s
 
 
 def quick_index(source: bytes, path: str, known: frozenset[str]) -> ScannedIndex | None:
-    """A :class:`ScannedIndex` when the file defines classes and none can be an attention class given
-    the attention-class names ``known`` so far, nor be shaped like a backend, nor patch code onto one;
-    None when the file must be parsed (no class at all counts too: parsing it costs little and settles
-    it)."""
+    """A :class:`ScannedIndex` when none of the file's classes (if any) can be an attention class given
+    the attention-class names ``known`` so far, nor be shaped like a backend, and the file patches no
+    code onto one; None when the file must be parsed."""
     if b"accept_output_buffer" in source:  # a duck-typed backend or a "methods" class: `ast` decides
         return None
     headers = _headers(source)
-    if not headers:
+    if headers is None:
         return None
     known_bytes = frozenset(name.encode() for name in known)
     words: set[bytes] = set()

@@ -1,5 +1,6 @@
-"""Apply the selected rules to one file: one libcst parse, one analysis pass for all rules,
-one transform pass for the fixes that apply, rendered back byte for byte.
+"""Apply the selected rules to one file: one libcst parse (of the classes and functions that can hold a
+finding: `spans`), one analysis pass for all rules, one transform pass for the fixes that apply,
+rendered back byte for byte.
 
 The runner (`runner.py`) decides which files reach this point and checks the result.
 """

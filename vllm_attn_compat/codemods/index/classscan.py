@@ -224,31 +224,27 @@ def _value_words(source: bytes, opening: int) -> set[bytes] | None:
     if extent is None:
         return None
     words: set[bytes] = set()
-    depth, after_first = 0, False
-    for start, end in extent[0]:
+    after_first = False
+    for start, end, depth in extent[0]:
         if after_first:
             words.update(_ANY_WORD.findall(source, start, end))
         elif depth == 1 and (comma := source.find(b",", start, end)) != -1:
             after_first = True
             words.update(_ANY_WORD.findall(source, comma + 1, end))
-        # What ends a span of code: a bracket (the depth changes), or a string or comment (it does not).
-        if end < len(source) and source[end] in b"([{":
-            depth += 1
-        elif end < len(source) and source[end] in b")]}":
-            depth -= 1
     return words
 
 
-def _call_extent(source: bytes, opening: int) -> tuple[list[tuple[int, int]], int] | None:
-    """The spans of code (outside strings and comments) of the call whose ``(`` is at ``opening``, and
-    the end of its closing bracket; None when that cannot be found."""
-    code: list[tuple[int, int]] = []
+def _call_extent(source: bytes, opening: int) -> tuple[list[tuple[int, int, int]], int] | None:
+    """The spans of code (outside strings and comments) of the call whose ``(`` is at ``opening``, each with
+    its bracket depth (1: the call's own arguments), and the end of its closing bracket; None when that
+    cannot be found."""
+    code: list[tuple[int, int, int]] = []
     depth, at = 0, opening
     while True:
         special = _CALL_SPECIAL.search(source, at)
         if special is None:
             return None
-        code.append((at, special.start()))
+        code.append((at, special.start(), depth))
         char, at = source[special.start()], special.end()
         if char in b"([{":
             depth += 1

@@ -166,14 +166,16 @@ def migrate_source(
 
 
 def _scope_test(hierarchy: ClassHierarchy, module: str) -> Callable[[str, bool], bool]:
-    """Whether the class or function ``qualname`` of ``module`` is where the scoped rules act (as the
-    engine's scopes decide it): an attention class, or code copied onto one at run time."""
-    from vllm_attn_compat.codemods.index.runtime_patches import ATTRIBUTE, MEMBERS
+    """Whether the class or function ``qualname`` of ``module`` is where the scoped rules act, as the
+    engine's scopes decide it (`scope.Analyzer`): an attention class, or code copied onto a class at run
+    time (a method of an attention class is in its class's scope)."""
+    from vllm_attn_compat.codemods.engine.scope import class_scope
+    from vllm_attn_compat.codemods.index.runtime_patches import ATTRIBUTE
 
     def in_scope(qualname: str, is_class: bool) -> bool:
         full = f"{module}.{qualname}"
         if is_class:
-            return hierarchy.is_attention_class(full) or hierarchy.patch_scope(full, MEMBERS) is not None
+            return class_scope(hierarchy, full)[0]
         return hierarchy.patch_scope(full, ATTRIBUTE) is not None
 
     return in_scope

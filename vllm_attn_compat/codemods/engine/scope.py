@@ -203,6 +203,15 @@ class FileContext:
         self.reports.append(Report(rule.code, message, node, tuple(edits), chosen))
 
 
+def class_scope(hierarchy: ClassHierarchy, full_name: str) -> tuple[bool, bool]:
+    """``(is_attention, unresolved_patch)`` of `ClassFrame` for the class ``full_name``: an attention class,
+    or a "methods" class copied onto a class that could not be resolved (the rules act there, showing only)."""
+    if hierarchy.is_attention_class(full_name):
+        return True, False
+    unresolved = hierarchy.patch_scope(full_name, MEMBERS) == "unresolved"
+    return unresolved, unresolved
+
+
 _HOOK_PREFIX = "visit_"
 _SCOPES = (cst.ClassDef, cst.FunctionDef, cst.Lambda)
 
@@ -237,10 +246,7 @@ class Analyzer:
             node = cast(cst.ClassDef, node)  # its exact type, tested above
             qualname = self._prefix() + node.name.value
             full = f"{ctx.module_name}.{qualname}"
-            frame = ClassFrame(node, qualname, ctx.hierarchy.is_attention_class(full))
-            if not frame.is_attention and ctx.hierarchy.patch_scope(full, MEMBERS) == "unresolved":
-                frame.is_attention = frame.unresolved_patch = True
-            ctx.frames.append(frame)
+            ctx.frames.append(ClassFrame(node, qualname, *class_scope(ctx.hierarchy, full)))
         elif kind is cst.FunctionDef:
             node = cast(cst.FunctionDef, node)
             owner = ctx.frames[-1] if ctx.frames else None

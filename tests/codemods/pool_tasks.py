@@ -25,3 +25,20 @@ def tasks(count: int):
 
 def die_at_once(_: bytes) -> None:
     os._exit(3)
+
+
+def configure(value: object) -> None:
+    state["configured"] = value
+
+
+def configured_or_die(number: int) -> tuple[int, object]:
+    if number == 13:
+        os._exit(3)
+    return number, state.get("configured")
+
+
+def large_answer(size: int, flag: str | None) -> bytes:
+    """``size`` bytes back; creates ``flag`` once done (the answer is then on its way)."""
+    if flag is not None:
+        open(flag, "w").close()
+    return bytes(size)

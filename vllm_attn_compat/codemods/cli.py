@@ -137,28 +137,28 @@ def _options(args: argparse.Namespace) -> Options:
     return options
 
 
-def _early_worker(args: argparse.Namespace) -> PreforkedWorker | None:
-    """A worker forked as soon as the command line is read, when the run is over folders: those very
-    likely hold a file that needs libcst, and the worker imports it while this process lists and reads
-    the files (the modules imported so far serve both processes; those imported after, only this one)."""
+def _early_workers(args: argparse.Namespace) -> list[PreforkedWorker]:
+    """Workers forked as soon as the command line is read, when the run is over folders: those very
+    likely hold a file that needs libcst, and the workers import it while this process lists and reads
+    the files (the modules imported so far serve all processes; those imported after, only this one)."""
     from vllm_attn_compat.codemods.run import parallel, prefork, worker
 
     jobs = args.jobs or parallel.available_cores()
     if prefork.worth_starting(jobs) and "-" not in args.paths and any(os.path.isdir(p) for p in args.paths):
-        return prefork.start(worker.preload)
-    return None
+        return prefork.start(worker.preload, jobs=jobs)
+    return []
 
 
 def _migrate(args: argparse.Namespace) -> int:
-    warm = _early_worker(args)
+    warm = _early_workers(args)
     try:
         return _migrate_with(args, warm)
     finally:
-        if warm is not None:
-            warm.close()
+        for early in warm:
+            early.close()
 
 
-def _migrate_with(args: argparse.Namespace, warm: PreforkedWorker | None) -> int:
+def _migrate_with(args: argparse.Namespace, warm: list[PreforkedWorker]) -> int:
     from vllm_attn_compat.codemods.run.report import render
     from vllm_attn_compat.codemods.run.runner import run_paths, run_source
 

@@ -13,7 +13,15 @@ from vllm_attn_compat.codemods.run import prefork
 from vllm_attn_compat.codemods.run.parallel import WorkerCrashed
 from vllm_attn_compat.codemods.run.prefork import PreforkedWorker
 
-from pool_tasks import die_at_once, remember_pid, square_or_die, state
+from pool_tasks import (
+    configure,
+    configured_or_die,
+    die_at_once,
+    large_answer,
+    remember_pid,
+    square_or_die,
+    state,
+)
 
 pytestmark = pytest.mark.skipif(not prefork.available(), reason="no safe fork on this platform")
 
@@ -104,6 +112,40 @@ def test_tasks_submitted_while_the_worker_sets_up_never_wait_for_it(tmp_path):
         worker.submit(n, flag_seen, (bytes(1 << 20),))
     open(flag, "w").close()
     assert dict(worker.results()) == {n: (1 << 20, True) for n in range(16)}
+
+
+def test_a_set_up_step_runs_before_the_tasks_after_it_and_its_answer_is_not_yielded():
+    worker = PreforkedWorker(remember_pid)
+    worker.submit(1, configured_or_die, (1,))
+    worker.configure(configure, ("first",))
+    worker.submit(2, configured_or_die, (2,))
+    worker.configure(configure, ("second",))
+    worker.submit(3, configured_or_die, (3,))
+    assert list(worker.results()) == [(1, (1, None)), (2, (2, "first")), (3, (3, "second"))]
+
+
+def test_tasks_retried_after_the_worker_died_run_after_their_set_up_step_again():
+    worker = PreforkedWorker(remember_pid)
+    worker.configure(configure, ("settings",))
+    for n in range(10, 17):
+        worker.submit(n, configured_or_die, (n,))
+    results = dict(worker.results())
+    assert isinstance(results.pop(13), WorkerCrashed)
+    assert results == {n: (n, "settings") for n in range(10, 17) if n != 13}
+
+
+def test_a_worker_finishes_its_tasks_while_nobody_asks_for_their_answers_yet(tmp_path):
+    # Answers far larger than a pipe holds: were they read only by results(), the worker would block
+    # on the first one, and never reach the last task (which creates the flag).
+    flag = tmp_path / "done"
+    worker = PreforkedWorker(remember_pid)
+    for n in range(8):
+        worker.submit(n, large_answer, (1 << 20, str(flag) if n == 7 else None))
+    deadline = time.monotonic() + 30
+    while not flag.exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert flag.exists()
+    assert [(key, len(answer)) for key, answer in worker.results()] == [(n, 1 << 20) for n in range(8)]
 
 
 def test_results_without_tasks_stop_the_worker():

@@ -41,9 +41,9 @@ def test_a_few_files_in_early_started_workers_match_an_in_process_run(tmp_path, 
     layout = {f"impl{n}.py": DIRECT for n in range(3)} | {"unrelated.py": TORCH_LIKE}
     pooled, alone = write_tree(tmp_path / "a", layout), write_tree(tmp_path / "b", layout)
     pooled_report = run_paths([str(pooled)], Options(jobs=2))
-    assert len(started) == 1 and started[0].used
+    assert len(started) == 2 and all(early.used for early in started)  # the three files shared by both
     alone_report = run_paths([str(alone)], Options(jobs=1))
-    assert len(started) == 1
+    assert len(started) == 2
     assert pooled_report.errors == alone_report.errors == []
     assert len(pooled_report.changed) == len(alone_report.changed) == 3
     assert sorted(f for _, f in pooled_report.findings) == sorted(f for _, f in alone_report.findings)
@@ -64,15 +64,17 @@ def test_more_files_than_the_early_workers_can_take_are_shared_with_the_other_jo
 
     started = _record_warm_pools(monkeypatch)
     # Three files are probable before the hierarchy pass (they import vLLM); twelve more turn out
-    # to derive from the plugin's base: past the first few settled files, the early worker takes its
-    # share of the rest and the other job (here, this process) the others.
+    # to derive from the plugin's base. With three jobs, the two early workers take their share of the
+    # rest and the third job (here, this process) the others.
     layout = {f"direct{n}.py": DIRECT for n in range(3)} | {"plugin/__init__.py": "", "plugin/base.py": BASE}
-    layout |= {f"plugin/impl{n}.py": IMPL for n in range(12)}
+    filler = "# filler\n" * 5_000  # 45 kB a file: worth a job of its own, past its import of libcst
+    layout |= {f"plugin/impl{n}.py": IMPL + filler for n in range(12)}
     write_tree(tmp_path, layout)
-    report = run_paths([str(tmp_path)], Options(jobs=2))
-    assert len(started) == 1 and started[0].submitted
+    report = run_paths([str(tmp_path)], Options(jobs=3))
+    assert len(started) == 2 and all(early.submitted for early in started)
+    assert sum(len(early.submitted) for early in started) < 15  # the third job migrated some
     assert report.errors == [] and len(report.changed) == 15
-    assert all((tmp_path / f"plugin/impl{n}.py").read_text() == IMPL_MIGRATED for n in range(12))
+    assert all((tmp_path / f"plugin/impl{n}.py").read_text() == IMPL_MIGRATED + filler for n in range(12))
 
 
 def test_the_early_workers_share_goes_by_size_largest_first():
@@ -83,12 +85,19 @@ def test_the_early_workers_share_goes_by_size_largest_first():
             self.source = b"x" * size
 
     items = [Item(size) for size in (200_000, 500_000, 300_000, 400_000)]
-    mine, theirs = _early_share(items, 0, jobs=2)
+
+    def sizes(share):
+        return [(len(item.source), to) for item, to in share]
+
+    mine, theirs = _early_share(items, [0], others=1)
     # 500k to the early worker (it has imported libcst), 400k to the other (which has not), 300k to the
     # other (480k against 500k), 200k to the early worker.
-    assert [len(i.source) for i in mine] == [500_000, 200_000]
+    assert sizes(mine) == [(500_000, 0), (200_000, 0)]
     assert [len(i.source) for i in theirs] == [400_000, 300_000]
     assert _IMPORT_IN_BYTES < 200_000
-    # Work already sent counts; three jobs share the rest two to one.
-    mine, theirs = _early_share(items, 10**6, jobs=3)
+    # Two early workers and no other job: each file to the worker with less work so far.
+    mine, theirs = _early_share(items, [0, 0], others=0)
+    assert sizes(mine) == [(500_000, 0), (400_000, 1), (300_000, 1), (200_000, 0)] and theirs == []
+    # Work already sent counts: two other jobs take everything from a busy early worker.
+    mine, theirs = _early_share(items, [10**6], others=2)
     assert mine == [] and len(theirs) == 4

@@ -1,16 +1,17 @@
-"""Handing files to the worker started early as soon as their migration is settled.
+"""Handing files to the workers started early as soon as their migration is settled.
 
 The class hierarchy grows round after round (see :mod:`runner`), and a file's migration depends on it
 only through whether the file's own classes are attention classes. That answer only ever turns from
 no to yes as rounds add classes, so a file whose classes are all attention classes already, or which
-defines none, migrates now exactly as it would after the last round: it goes to the early worker at once,
+defines none, migrates now exactly as it would after the last round: it goes to an early worker at once,
 and its migration overlaps the rounds still to come instead of waiting for them.
 """
 
 from __future__ import annotations
 
 import pickle
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
 
 from vllm_attn_compat.codemods.engine import migrate
 from vllm_attn_compat.codemods.engine.rule import Rule
@@ -18,10 +19,6 @@ from vllm_attn_compat.codemods.index.classscan import ScannedIndex
 from vllm_attn_compat.codemods.index.hierarchy import ClassHierarchy, ModuleIndex
 from vllm_attn_compat.codemods.run import worker
 from vllm_attn_compat.codemods.run.prefork import PreforkedWorker
-
-# Tasks sent to the early worker carry the run's settings (it started before they were known);
-# past this size (a hierarchy of thousands of classes) a fresh pool that gets them once is cheaper.
-SETTINGS_SENT_PER_TASK_UP_TO = 1 << 16  # bytes
 
 
 def settles(index: ModuleIndex, hierarchy: ClassHierarchy) -> bool:
@@ -49,29 +46,43 @@ def candidate_rules(
 
 
 class Handoff:
-    """Sends settled candidates to ``warm`` after each round, up to ``limit`` files (one early worker
-    should not take on a whole fork's worth of files: past that, a full pool does the rest)."""
+    """Sends settled candidates to the early workers after each round, each file to the worker with the
+    least work so far. Where other jobs will start besides them, they take at most ``limit`` files in all
+    during the rounds (a few early workers should not take on a whole fork's worth of files: a full pool
+    shares the rest); where they are all the jobs there are, ``limit`` is None."""
 
     def __init__(
-        self, warm: PreforkedWorker, rules: Sequence[type[Rule]], unsafe_fixes: bool, limit: int,
+        self, workers: Sequence[PreforkedWorker], rules: Sequence[type[Rule]], unsafe_fixes: bool, limit: int | None,
         old_op_calls: str = "with-output", verify: bool = True,
     ) -> None:  # fmt: skip
-        self.warm = warm
+        self.workers = list(workers)
         self.rules = rules
         self.unsafe_fixes = unsafe_fixes
         self.old_op_calls = old_op_calls
         self.verify = verify
         self.limit = limit
         self.sent: set[str] = set()
+        self.loads = [0] * len(self.workers)  # bytes of source sent to each worker
+        self._configured: list[bytes | None] = [None] * len(self.workers)  # the settings each worker has
 
-    def settings(self, hierarchy: ClassHierarchy) -> bytes | None:
-        """The pickled settings tasks carry, or None when they are too large to send with each task."""
-        pickled = pickle.dumps((self.rules, hierarchy, self.unsafe_fixes, self.old_op_calls, self.verify))
-        return pickled if len(pickled) <= SETTINGS_SENT_PER_TASK_UP_TO else None
+    def settings(self, hierarchy: ClassHierarchy) -> bytes:
+        """The pickled settings of :func:`worker.setup` (sent to each worker once per round that sends it files)."""
+        return pickle.dumps((self.rules, hierarchy, self.unsafe_fixes, self.old_op_calls, self.verify))
 
-    def send(self, path: str, source: bytes, pickled: bytes) -> None:
-        self.warm.submit(path, worker.migrate_file_with, (pickled, source, path))
+    def least_loaded(self) -> int | None:
+        """The worker with the least work, to take another file during the rounds; None past the limit."""
+        if self.limit is not None and len(self.sent) >= self.limit:
+            return None
+        return min(range(len(self.workers)), key=self.loads.__getitem__)
+
+    def send(self, path: str, source: bytes, pickled: bytes, to: int) -> None:
+        """Migrate ``source`` in worker number ``to``, with the settings ``pickled``."""
+        if self._configured[to] != pickled:
+            self.workers[to].configure(worker.setup_pickled, (pickled,))
+            self._configured[to] = pickled
+        self.workers[to].submit(path, worker.migrate_file, (source, path))
         self.sent.add(path)
+        self.loads[to] += len(source)
 
     def after_round(
         self, hierarchy: ClassHierarchy, indexes: Mapping[str, object], sources: Mapping[str, bytes]
@@ -79,13 +90,18 @@ class Handoff:
         names = hierarchy.attention_class_names()
         pickled: bytes | None = None
         for path, index in indexes.items():
-            if len(self.sent) >= self.limit:
-                return
             if path in self.sent or not isinstance(index, ModuleIndex) or not settles(index, hierarchy):
                 continue
             if not migrate.needs_parsing(sources[path], candidate_rules(self.rules, index, hierarchy, path), names):
                 continue
-            pickled = pickled or self.settings(hierarchy)
-            if pickled is None:
+            to = self.least_loaded()
+            if to is None:
                 return
-            self.send(path, sources[path], pickled)
+            pickled = pickled or self.settings(hierarchy)
+            self.send(path, sources[path], pickled, to)
+
+    def results(self) -> Iterator[tuple[Any, Any]]:
+        """The answers of every worker that was sent files, worker after worker (each drains its own pipe
+        meanwhile); the others are stopped."""
+        for early in self.workers:
+            yield from early.results()

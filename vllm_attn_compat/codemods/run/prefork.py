@@ -19,6 +19,7 @@ import pickle
 import sys
 from collections import deque
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
@@ -40,12 +41,24 @@ def worth_starting(jobs: int) -> bool:
     return jobs > 1 and available()
 
 
-def start(initializer: Callable[..., None], initargs: tuple[object, ...] = ()) -> PreforkedWorker | None:
-    """A worker, or None when the system refuses another process (the run then goes without)."""
-    try:
-        return PreforkedWorker(initializer, initargs)
-    except OSError:
-        return None
+# Workers a run forks before it knows its work: on two cores, both import libcst while this process reads
+# and indexes (its start-up overlaps theirs), and both migrate without a pool; where the run may use more
+# processes, a pool started later does the rest (a worker started early costs its import in any case).
+EARLY_WORKERS = 2
+
+
+def start(
+    initializer: Callable[..., None], initargs: tuple[object, ...] = (), *, jobs: int = 1
+) -> list[PreforkedWorker]:
+    """Up to ``min(jobs, EARLY_WORKERS)`` workers; fewer when the system refuses another process (the run
+    then goes with those it has)."""
+    workers: list[PreforkedWorker] = []
+    for _ in range(max(1, min(jobs, EARLY_WORKERS))):
+        try:
+            workers.append(PreforkedWorker(initializer, initargs))
+        except OSError:
+            break
+    return workers
 
 
 class PreforkedWorker:
@@ -53,8 +66,12 @@ class PreforkedWorker:
 
     :meth:`submit` hands a task over as soon as it is known; :meth:`results` yields ``(key, result)``
     for every task, in the order submitted, then stops the worker. A task raising an exception yields
-    a :class:`WorkerCrashed` holding it, like :func:`parallel.parallel_map`. :meth:`close` stops the
-    worker at once, even in the middle of its start-up.
+    a :class:`WorkerCrashed` holding it, like :func:`parallel.parallel_map`. :meth:`configure` runs a
+    set-up step in the worker before the tasks submitted after it (the run's settings, known only later).
+    :meth:`close` stops the worker at once, even in the middle of its start-up.
+
+    A thread reads the answers as they come: a worker whose answers nobody reads yet (the parent is busy
+    with the hierarchy rounds, or with another worker's answers) would otherwise block on a full pipe.
     """
 
     def __init__(self, initializer: Callable[..., None], initargs: tuple[object, ...] = ()) -> None:
@@ -78,42 +95,65 @@ class PreforkedWorker:
         self.pid: int | None = pid
         self._tasks = os.fdopen(task_write, "wb")
         self._results = os.fdopen(result_read, "rb")
-        self._pending: deque[tuple[Any, Callable[..., object], tuple[object, ...]]] = deque()
-        # The frames for the worker (None ends its writer thread), with their writer thread, from the first task.
+        # Each task sent and not yet yielded: key, function, arguments, and the set-up step before it.
+        self._pending: deque[_Task] = deque()
+        self._configuration: tuple[Callable[..., object], tuple[object, ...]] | None = None
+        # Frames for the worker (None ends the writer thread) and answers from it (None: no more), from the
+        # first task on, with the threads that move them.
         self._outbox: queue.SimpleQueue[bytes | None] | None = None
+        self._inbox: queue.SimpleQueue[bytes | None] | None = None
+
+    def configure(self, function: Callable[..., object], arguments: tuple[object, ...]) -> None:
+        """Run ``function(*arguments)`` in the worker before the tasks submitted from now on; its answer
+        is not yielded, and a worker started again to retry those tasks runs it too."""
+        self._configuration = (function, arguments)
+        self._send(_Task(_CONFIGURATION, function, arguments, None))
 
     def submit(self, key: Any, function: Callable[..., object], arguments: tuple[object, ...]) -> None:
+        self.used = True
+        self._send(_Task(key, function, arguments, self._configuration))
+
+    def _send(self, task: _Task) -> None:
         if self._outbox is None:
             import queue
             import threading
 
-            self._outbox = queue.SimpleQueue()
+            self._outbox, self._inbox = queue.SimpleQueue(), queue.SimpleQueue()
             self._writer = threading.Thread(target=_write_frames, args=(self._tasks, self._outbox), daemon=True)
+            self._reader = threading.Thread(target=_read_frames, args=(self._results, self._inbox), daemon=True)
             self._writer.start()
-        self.used = True
-        self._pending.append((key, function, arguments))
-        self._outbox.put(pickle.dumps((function, arguments), pickle.HIGHEST_PROTOCOL))
+            self._reader.start()
+        self._pending.append(task)
+        self._outbox.put(pickle.dumps((task.function, task.arguments), pickle.HIGHEST_PROTOCOL))
 
     def results(self) -> Iterator[tuple[Any, Any]]:
         """``(key, result)`` of every submitted task; the worker is stopped once all are answered."""
-        if not self._pending:
+        if not self.used:
             self.close()
             return
-        # Tasks are pending, so the first of them made the outbox.
-        assert self._outbox is not None
+        # Tasks are pending, so the first of them started the threads.
+        assert self._outbox is not None and self._inbox is not None
         self._outbox.put(b"")  # the stop frame, after the tasks
         while self._pending:
-            frame = _read_frame(self._results)
+            frame = self._inbox.get()
             if frame is None:  # the worker died: the unanswered tasks are retried below
                 break
-            key, _, _ = self._pending.popleft()
-            yield key, pickle.loads(frame)
-        unanswered = list(self._pending)
+            task = self._pending.popleft()
+            if task.key is not _CONFIGURATION:
+                yield task.key, pickle.loads(frame)
+        unanswered = [task for task in self._pending if task.key is not _CONFIGURATION]
         self._pending.clear()
         self._reap(kill=bool(unanswered))
-        for function in dict.fromkeys(function for _, function, _ in unanswered):
-            tasks = [(key, arguments) for key, task_function, arguments in unanswered if task_function is function]
-            yield from retry(function, tasks, 1, self.initializer, self.initargs)
+        for function, configuration in dict.fromkeys((task.function, task.configuration) for task in unanswered):
+            tasks = [
+                (task.key, task.arguments)
+                for task in unanswered
+                if task.function is function and task.configuration == configuration
+            ]
+            initializer, initargs = self.initializer, self.initargs
+            if configuration is not None:
+                initializer, initargs = _set_up_then, (self.initializer, self.initargs, *configuration)
+            yield from retry(function, tasks, 1, initializer, initargs)
 
     def close(self) -> None:
         """Stop the worker now, whatever it is doing (a no-op once :meth:`results` has finished)."""
@@ -130,11 +170,35 @@ class PreforkedWorker:
                 os.kill(self.pid, signal.SIGKILL)
         os.waitpid(self.pid, 0)
         self.pid = None
-        self._results.close()
         if self._outbox is None:
             self._tasks.close()
+            self._results.close()
         else:
-            self._outbox.put(None)  # the writer thread ends (at once if the worker was killed) and closes
+            # The threads end (at once, the worker being gone) and close their pipes.
+            self._outbox.put(None)
+            self._reader.join()
+
+
+_CONFIGURATION = object()  # the key of a set-up step (`PreforkedWorker.configure`), whose answer is dropped
+
+
+@dataclass(frozen=True)
+class _Task:
+    key: Any
+    function: Callable[..., object]
+    arguments: tuple[object, ...]
+    configuration: tuple[Callable[..., object], tuple[object, ...]] | None
+
+
+def _set_up_then(
+    initializer: Callable[..., None],
+    initargs: tuple[object, ...],
+    configure: Callable[..., object],
+    arguments: tuple[object, ...],
+) -> None:
+    """The initializer of a worker retrying tasks that came after a set-up step: the first worker's, then that step."""
+    initializer(*initargs)
+    configure(*arguments)
 
 
 class _Reader(Protocol):
@@ -155,6 +219,20 @@ def _read_frame(stream: _Reader) -> bytes | None:
         return None
     frame = stream.read(length)
     return frame if len(frame) == length else None
+
+
+def _read_frames(stream: IO[bytes], inbox: queue.SimpleQueue[bytes | None]) -> None:
+    """The parent's reader thread: the worker's answers into ``inbox`` as they come, then None once it
+    has stopped or died."""
+    try:
+        while (frame := _read_frame(stream)) is not None:
+            inbox.put(frame)
+    except (OSError, ValueError):  # the worker is gone
+        pass
+    finally:
+        inbox.put(None)
+        with contextlib.suppress(OSError):
+            stream.close()
 
 
 def _write_frames(stream: IO[bytes], outbox: queue.SimpleQueue[bytes | None]) -> None:

@@ -81,19 +81,19 @@ def _read_and_filter(
     rules: Sequence[type[Rule]],
     options: Options,
     report: RunReport,
-    warm: prefork.PreforkedWorker | None,
-) -> tuple[list[_Scanned], list[_Scanned], prefork.PreforkedWorker | None]:
-    """Read every file once; returns them all, those worth parsing, and the worker started early.
+    warm: list[prefork.PreforkedWorker],
+) -> tuple[list[_Scanned], list[_Scanned], list[prefork.PreforkedWorker]]:
+    """Read every file once; returns them all, those worth parsing, and the workers started early.
 
-    Without one started already (``warm``), the first file that will probably need libcst starts
-    one at once, so that its import of libcst (a third of a second) overlaps the reading and the
+    Without any started already (``warm``), the first file that will probably need libcst starts them
+    at once, so that their import of libcst (a quarter of a second) overlaps the reading and the
     class-hierarchy pass.
     """
     prefilter = TokenScan(migrate.prefilter_tokens(rules))
     unscoped = [rule for rule in rules if not rule.scoped]
     scanned: list[_Scanned] = []
     worth: list[_Scanned] = []
-    may_start = warm is None and prefork.worth_starting(options.jobs)
+    may_start = not warm and prefork.worth_starting(options.jobs)
     try:
         for source_file in source_files:
             try:
@@ -107,10 +107,10 @@ def _read_and_filter(
             if prefilter(source):
                 worth.append(item)
                 if may_start and _probably_parsed(source, rules, unscoped):
-                    warm, may_start = prefork.start(worker.preload), False
+                    warm, may_start = prefork.start(worker.preload, jobs=options.jobs), False
     except BaseException:
-        if warm is not None:
-            warm.close()
+        for early in warm:
+            early.close()
         raise
     report.scanned = len(source_files)
     return scanned, worth, warm
@@ -209,13 +209,14 @@ def run_paths(
     options: Options,
     *,
     emit_diff: Callable[[str], object] = lambda text: None,
-    warm: prefork.PreforkedWorker | None = None,
+    warm: Sequence[prefork.PreforkedWorker] = (),
 ) -> RunReport:
     """Migrate the given files and folders; ``emit_diff`` receives each file's unified diff (diff mode).
 
-    ``warm`` is a worker the caller started (:func:`worker.preload`) to have it ready sooner; the run
-    stops it when done.
+    ``warm`` are workers the caller started (:func:`worker.preload`) to have them ready sooner; the run
+    stops them when done.
     """
+    warm = list(warm)
     try:
         report = RunReport(mode=options.mode)
         rules = registry.select_rules(options.select, options.ignore)
@@ -242,8 +243,8 @@ def run_paths(
                 ):
                     cache.store_run(run_key, report.findings, report.changed, report.parsed)
     finally:
-        if warm is not None:
-            warm.close()
+        for early in warm:
+            early.close()
     return report
 
 
@@ -268,26 +269,26 @@ def _migrate_worth(
     options: Options,
     report: RunReport,
     emit_diff: Callable[[str], object],
-    warm: prefork.PreforkedWorker | None,
+    warm: list[prefork.PreforkedWorker],
     cache: Cache | None = None,
 ) -> None:
     sources = {s.source_file.path: s.source for s in scanned}
-    # With a cache, nothing is sent before the last round: a file's key needs the whole hierarchy.
     early = (
         Handoff(
             warm,
             rules,
             options.unsafe_fixes,
-            limit=parallel.IN_PROCESS_BELOW,
+            limit=None if options.jobs <= len(warm) else parallel.IN_PROCESS_BELOW,
             old_op_calls=options.old_op_calls,
             verify=options.verifies,
         )
-        if warm and cache is None
+        if warm
         else None
     )
 
     def after_round(built: ClassHierarchy, indexes: Mapping[str, IndexOutcome]) -> None:
-        if early is not None:
+        # With a cache, nothing is sent before the last round: a file's key needs the whole hierarchy.
+        if early is not None and cache is None:
             early.after_round(built, indexes, sources)
 
     hierarchy, indexes = _index_hierarchy(scanned, worth, options, report, after_round)
@@ -329,24 +330,24 @@ def _migrate_worth(
                 _record(item, cached, options, report, diffs)
         candidates = missed
     rest = [c for c in candidates if early is None or c.source_file.path not in early.sent]
-    pickled = early.settings(hierarchy) if early is not None and rest else None
-    # The early worker takes the rest when it is enough for it; else its share, and the other jobs the rest.
+    # The early workers take the rest when they are all the jobs, or when it is a few files; else their
+    # share, and the other jobs the rest.
     jobs = options.jobs
-    if early is not None and pickled is not None:
-        if options.jobs == 1 or len(candidates) <= early.limit:  # with one job, the early worker is it
-            share, rest = rest, []
-        else:
-            share, rest = _early_share(rest, sum(len(sources[path]) for path in early.sent), options.jobs)
-            jobs -= 1
-        for item in share:
-            early.send(item.source_file.path, item.source, pickled)
+    if early is not None and rest:
+        others = 0 if len(candidates) <= parallel.IN_PROCESS_BELOW else max(jobs - len(early.workers), 0)
+        share, rest = _early_share(rest, early.loads, others)
+        pickled = early.settings(hierarchy)
+        for item, to in share:
+            early.send(item.source_file.path, item.source, pickled, to)
+        jobs = others
     settings = (rules, hierarchy, options.unsafe_fixes, options.old_op_calls, options.verifies)
     tasks = [(c.source_file.path, (c.source, c.source_file.path)) for c in rest]
     outcomes: Iterable[tuple[str, MigrateOutcome | parallel.WorkerCrashed]]
     outcomes = parallel.parallel_map(worker.migrate_file, tasks, jobs=jobs, initializer=worker.setup, initargs=settings)
-    if early is not None and early.sent:
-        # The early worker is at its tasks already: start the rest first, so that both run at once.
-        outcomes = itertools.chain(outcomes, early.warm.results())
+    if early is not None:
+        # The early workers are at their tasks already (their answers wait, read as they come): start the
+        # rest first, so that all run at once.
+        outcomes = itertools.chain(outcomes, early.results())
     # libcst missing or broken: every file fails alike, and the command names it once (cli.py)
     missing: MissingDependency | None = None
     for path, outcome in _with_progress(outcomes, len(candidates), options.progress, "migrate"):
@@ -364,21 +365,26 @@ def _migrate_worth(
 
 
 # What the parent (or a pool) spends importing libcst before its first file, in bytes of migrated source
-# (about 0.3 s at 0.3 MB/s); the early worker imported it already.
+# (about 0.25 s at 0.3 MB/s); the early workers imported it already.
 _IMPORT_IN_BYTES = 80_000
 
 
-def _early_share(rest: Sequence[_Scanned], sent: int, jobs: int) -> tuple[list[_Scanned], list[_Scanned]]:
-    """The files for the early worker (which has ``sent`` bytes to migrate already), and those for the
-    ``jobs - 1`` others: largest first, each to the side with less work per process. Forking a full
-    pool instead would import libcst once more per process, and leave the early worker idle."""
-    mine: list[_Scanned] = []
+def _early_share(
+    rest: Sequence[_Scanned], loads: Sequence[int], others: int
+) -> tuple[list[tuple[_Scanned, int]], list[_Scanned]]:
+    """The files for the early workers, each with the number of the worker to take it (worker ``n`` has
+    ``loads[n]`` bytes to migrate already), and those for the ``others`` processes to start: largest first,
+    each to the process with the least work. Forking a full pool instead would import libcst once more per
+    process, and leave the early workers idle."""
+    early_loads = list(loads)
+    mine: list[tuple[_Scanned, int]] = []
     theirs: list[_Scanned] = []
-    load, other = sent, _IMPORT_IN_BYTES * (jobs - 1)
+    other = _IMPORT_IN_BYTES * others  # the others' work in all, shared among them
     for item in sorted(rest, key=lambda item: -len(item.source)):
-        if load <= other / (jobs - 1):
-            mine.append(item)
-            load += len(item.source)
+        least = min(range(len(early_loads)), key=early_loads.__getitem__)
+        if not others or early_loads[least] <= other / others:
+            mine.append((item, least))
+            early_loads[least] += len(item.source)
         else:
             theirs.append(item)
             other += len(item.source)

@@ -110,16 +110,12 @@ def preload() -> None:
         gc.enable()
 
 
-def migrate_file_with(settings: bytes, source: bytes, path: str) -> MigrateOutcome:
-    """:func:`migrate_file` in a worker started by :func:`preload`: ``settings`` is the pickled
-    ``(rules, hierarchy, unsafe_fixes, old_op_calls, verify)`` of :func:`setup`, the same bytes for every
-    task of a run."""
-    if _settings.get("pickled") != settings:
-        import pickle
+def setup_pickled(settings: bytes) -> None:
+    """:func:`setup` in a worker started by :func:`preload`, before the run knew its settings: ``settings``
+    is the pickled ``(rules, hierarchy, unsafe_fixes, old_op_calls, verify)``."""
+    import pickle
 
-        setup(*pickle.loads(settings))
-        _settings["pickled"] = settings
-    return migrate_file(source, path)
+    setup(*pickle.loads(settings))
 
 
 def _migrate(source: bytes, path: str, *, with_findings: bool = True) -> MigrationResult:

@@ -130,3 +130,24 @@ def test_the_collector_finds_every_attribute_call_ast_walk_finds():
             and not any(k.arg == "output" and not calls._is_none(k.value) for k in node.keywords)
         }
         assert found == expected, path
+
+
+@pytest.mark.parametrize(
+    ("call", "newline", "status"),
+    [
+        ("impl.forward(a, a, a, a, a, a)  # noqa: VAC002", "\n", Status.SUPPRESSED),
+        ("impl.forward(\n        a, a, a, a, a, a,\n    )  # NOQA", "\n", Status.SUPPRESSED),  # any line of the use
+        ("impl.forward(a, a, a, a, a, a)  # noqa: VAC002", "\r", Status.SUPPRESSED),  # lines `ast` counts
+        ("impl.forward(a, a, a, a, a, a)  # noqa: VAC003", "\r\n", Status.MANUAL),  # another rule's
+        ("impl.forward(a, a, a, 'a  # noqa', a, a)", "\n", Status.MANUAL),  # in a string: no comment
+        ("impl.forward(a, a, a, a, a, a)\n    # noqa: VAC002", "\n", Status.MANUAL),  # the line after the use
+    ],
+)
+def test_a_noqa_comment_on_the_use_s_lines_silences_its_caller_finding(call, newline, status):
+    from vllm_attn_compat.codemods.index import callsites
+
+    caller = f"def f(impl, a):\n    return {call}\n".replace("\n", newline).encode()
+    indexes = [index_module(IMPL.encode(), "plugin_mod.py"), index_module(caller, "caller.py")]
+    hierarchy = ClassHierarchy.build(indexes)
+    found = callsites.findings_for_run(hierarchy.calls, {"caller.py": caller}, ["VAC002"])
+    assert [(path, finding.line, finding.status) for path, finding in found] == [("caller.py", 2, status)]

@@ -19,6 +19,7 @@ an attention class of the run. Their call sites are recorded while that pass par
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
@@ -318,6 +319,9 @@ def has_methods(index: ModuleIndex) -> bool:
 # --- the caller findings ---------------------------------------------------------------------------
 
 
+_NOQA_WORD = re.compile(rb"noqa", re.IGNORECASE)
+
+
 def _noqa_lines(source: bytes) -> dict[int, frozenset[str]]:
     import io
     import tokenize
@@ -326,7 +330,9 @@ def _noqa_lines(source: bytes) -> dict[int, frozenset[str]]:
 
     lines: dict[int, frozenset[str]] = {}
     try:
-        for token in tokenize.tokenize(io.BytesIO(source).readline):
+        # CPython reads \r\n and \r as \n (the lines `ast` counts); the tokenize module splits at \n only.
+        universal = source.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        for token in tokenize.tokenize(io.BytesIO(universal).readline):
             if token.type == tokenize.COMMENT:
                 codes = noqa_codes(token.string)
                 if codes is not None:
@@ -354,7 +360,11 @@ def caller_findings(analysis: CallAnalysis, path: str, source: bytes, codes: Ite
                     sites.setdefault((blocker.line, blocker.column), []).append((code, key, blocker))
     if not sites:
         return []
-    noqa = _noqa_lines(source)
+    # The tokenizer finds which `noqa` is a comment; it runs only when a use's lines hold one.
+    lines = source.splitlines()  # the line breaks `ast` counts: \n, \r\n and \r
+    spans = [(line, blocker.end_line) for (line, _), entries in sites.items() for *_, blocker in entries]
+    may_suppress = any(_NOQA_WORD.search(b"\n".join(lines[start - 1 : end])) for start, end in spans)
+    noqa = _noqa_lines(source) if may_suppress else {}
     findings = []
     for (line, column), entries in sorted(sites.items()):
         code = min(code for code, _, _ in entries)  # VAC002 before VAC003

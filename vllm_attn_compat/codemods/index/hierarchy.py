@@ -282,6 +282,7 @@ class ClassHierarchy:
     patches: dict[str, list[tuple[str, str, tuple[str, ...], str]]] = field(default_factory=dict)
     # Which fixes the run's calls withhold (`callsites`); set by `build` and `extended`.
     calls: callsites.CallAnalysis = field(default_factory=callsites.CallAnalysis)
+    _patched: list[tuple[str, str]] | None = None  # `_patched_in_scope`, once asked (asked once per file)
 
     @classmethod
     def build(cls, indexes: Iterable[ModuleIndex]) -> ClassHierarchy:
@@ -307,6 +308,7 @@ class ClassHierarchy:
             record = (patch.source, patch.kind, patch.targets, index.module)
             self.patches.setdefault(patch.source.rpartition(".")[2], []).append(record)
         self._attention.clear()
+        self._patched = None
 
     def extended(self, index: ModuleIndex) -> ClassHierarchy:
         """A copy that also holds ``index`` (the hierarchy itself is left alone)."""
@@ -368,12 +370,14 @@ class ClassHierarchy:
 
     def _patched_in_scope(self) -> list[tuple[str, str]]:
         """(source, patching module) of every patch that makes its source attention code, or code to report."""
-        return [
-            (source, module)
-            for records in self.patches.values()
-            for source, kind, _, module in records
-            if self.patch_scope(source, kind) is not None
-        ]
+        if self._patched is None:
+            self._patched = [
+                (source, module)
+                for records in self.patches.values()
+                for source, kind, _, module in records
+                if self.patch_scope(source, kind) is not None
+            ]
+        return self._patched
 
     def has_attention_classes(self, path: str) -> bool:
         """Whether the module at ``path`` defines any attention class, or a function patched onto one."""

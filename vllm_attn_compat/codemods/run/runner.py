@@ -141,11 +141,13 @@ def _index_hierarchy(
     pending = [s for s in worth if b"vllm" in s.source or in_vllm_package(s.source_file.path)]
     known_names: frozenset[str] = frozenset()
     must_parse: set[str] = set()  # files the class scan spared once, which later rounds need indexed
+    checked_methods: frozenset[str] = frozenset()  # the methods each file spared in earlier rounds was checked for
     built = hierarchy_module.ClassHierarchy.build([])
     while pending:
         # Files whose class headers show no class that can be an attention class (nor a patch, nor a
         # backend's shape) skip the parse until a later round needs them (below).
         parse: list[_Scanned] = []
+        spared_now: set[str] = set()
         for s in pending:
             path = s.source_file.path
             scanned_index = None if path in must_parse else classscan.quick_index(s.source, path, known_names)
@@ -153,6 +155,7 @@ def _index_hierarchy(
                 parse.append(s)
             else:
                 indexes[path] = scanned_index
+                spared_now.add(path)
         tasks = [(s.source_file.path, (s.source, s.source_file.path)) for s in parse]
         outcomes = parallel.parallel_map(worker.index_file, tasks, jobs=options.jobs, initializer=worker.no_setup)
         for path, outcome in _with_progress(outcomes, len(tasks), options.progress, "index classes"):
@@ -172,14 +175,22 @@ def _index_hierarchy(
         # A spared file is indexed once a name it uses in a class header or a patch, or defines, is an
         # attention class or patched code found since (`ScannedIndex.names_any`), or once it may use a
         # method whose fix the call-site analysis decides (`callsites`: its calls would be missed).
+        # (A file spared before this round was checked for the methods known then: only the others count.)
         methods = frozenset(name for _, name in built.calls.methods)
-        uses = classscan.uses_pattern(methods)
+        new_methods = methods - checked_methods
+        checked_methods = methods
+        uses, new_uses = classscan.uses_pattern(methods), classscan.uses_pattern(new_methods)
         for s in scanned:
-            spared = indexes.get(s.source_file.path)
-            if isinstance(spared, classscan.ScannedIndex) and (
-                spared.names_any(new_names) or classscan.may_use(s.source, methods, uses)
+            path = s.source_file.path
+            spared = indexes.get(path)
+            if not isinstance(spared, classscan.ScannedIndex):
+                continue
+            if spared.names_any(new_names) or (
+                classscan.may_use(s.source, methods, uses)
+                if path in spared_now
+                else classscan.may_use(s.source, new_methods, new_uses)
             ):
-                must_parse.add(s.source_file.path)
+                must_parse.add(path)
                 pending.append(s)
     return built, indexes
 

@@ -7,6 +7,8 @@ import os
 import textwrap
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from vllm_attn_compat.codemods.cli import main
 from vllm_attn_compat.codemods.index.classscan import (
@@ -371,3 +373,44 @@ def test_a_file_without_classes_is_spared_like_one_whose_classes_cannot_matter()
     assert found is not None and found.classes == () and found.base_words == {"helper"}
     patching = "from vllm.model_executor.layers.attention import MLAAttention as M\n\n\nM.forward = helper\n"
     assert scan(patching) is None
+
+
+# The attribute-assignment pattern as first written, with backtracking everywhere: the reference the
+# atomic one must match exactly (same matches at the same places).
+_SEP = rb"[ \t\f\r\n\\]*(?:#[^\r\n]*[\r\n][ \t\f\r\n\\]*)*"
+_IDENT = rb"[A-Za-z_\x80-\xff][A-Za-z0-9_\x80-\xff]*"
+REFERENCE_ATTRIBUTE_ASSIGNMENT = rb"\." + _SEP + _IDENT + rb"(?:" + _SEP + rb"\))*" + _SEP + rb"=(?!=)"
+
+
+def _spans(pattern, text: bytes):
+    return [match.span() for match in pattern.finditer(text)]
+
+
+@given(st.lists(st.sampled_from([b".", b" ", b"\t", b"\n", b"\r", b"\\", b"#", b")", b"=", b"x", b"_1", b"\xc3\xa9"])))
+@settings(max_examples=1_000, deadline=None)
+def test_the_atomic_attribute_assignment_pattern_matches_what_the_backtracking_one_does(pieces):
+    import re
+
+    from vllm_attn_compat.codemods.index.classscan import _ATTRIBUTE_ASSIGNMENT
+
+    text = b"".join(pieces)
+    assert _spans(_ATTRIBUTE_ASSIGNMENT, text) == _spans(re.compile(REFERENCE_ATTRIBUTE_ASSIGNMENT), text)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("version", ["0.19.1", "0.20.0"])
+def test_the_atomic_attribute_assignment_pattern_matches_the_backtracking_one_on_vllm(version):
+    import re
+
+    from vllm_attn_compat.codemods.index.classscan import _ATTRIBUTE_ASSIGNMENT
+
+    root = f"/tmp/vllm-src/{version}/vllm"
+    if not os.path.isdir(root):
+        pytest.skip(f"vLLM {version}'s sources are not unzipped at {root} (see benchmarks/bench_fork.py)")
+    reference = re.compile(REFERENCE_ATTRIBUTE_ASSIGNMENT)
+    for folder, _, names in os.walk(root):
+        for name in names:
+            if name.endswith(".py"):
+                with open(os.path.join(folder, name), "rb") as file:
+                    text = file.read()
+                assert _spans(_ATTRIBUTE_ASSIGNMENT, text) == _spans(reference, text), name

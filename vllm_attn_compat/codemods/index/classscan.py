@@ -50,9 +50,26 @@ _IDENT = rb"[A-Za-z_\x80-\xff][A-Za-z0-9_\x80-\xff]*"
 # by the word (in the lower-cased text), then the rest of the identifier and what follows it.
 _PATCH_WORDS = (b"patch", b"merge", b"inject", b"mixin", b"setattr")
 _CALLED = re.compile(rb"[A-Za-z0-9_\x80-\xff]*" + _SEP + rb"[(.]")
+
+
+def _atomic(pattern: bytes, name: str) -> bytes:
+    """``pattern`` matched once and never backtracked into: an atomic group, spelled with a lookahead
+    (Python 3.10 has no ``(?>...)``). For a part whose match cannot end elsewhere, the same matches for
+    far less backtracking."""
+    return rb"(?=(?P<%s>%s))(?P=%s)" % (name.encode(), pattern, name.encode())
+
+
 # `.attr = value` (not `==`): a patch of class X in `X.attr = value` when X resolves. Found from the dot
-# (a literal the regex engine looks for quickly); the word before it is read backwards.
-_ATTRIBUTE_ASSIGNMENT = re.compile(rb"\." + _SEP + _IDENT + rb"(?:" + _SEP + rb"\))*" + _SEP + rb"=(?!=)")
+# (a literal the regex engine looks for quickly); the word before it is read backwards. In full:
+# `\.` _SEP _IDENT (_SEP `\)`)* _SEP `=`; each part ends where the next cannot start (a separator at a
+# non-blank that is no comment, a name at a non-identifier byte), so each is atomic.
+_ATTRIBUTE_ASSIGNMENT = re.compile(
+    rb"\."
+    + _atomic(_SEP, "before")
+    + _atomic(_IDENT, "name")
+    + _atomic(rb"[ \t\f\r\n\\)]*(?:#[^\r\n]*[\r\n][ \t\f\r\n\\)]*)*", "after")  # (_SEP `)`)* _SEP
+    + rb"=(?!=)"
+)
 # `import X as Y`, `from m import (X as Y, ...)`: what an import statement binds to its aliases (the only
 # names a patch's target resolves through: `runtime_patches` uses bound names only).
 _IMPORT_ALIAS = re.compile(
@@ -61,7 +78,9 @@ _IMPORT_ALIAS = re.compile(
 _ANY_WORD = re.compile(_IDENT)
 _OPENING = re.compile(_SEP + rb"\(")
 _METHOD_CALL = re.compile(_SEP + _IDENT + _SEP + rb"\(")
-_DEFINED = re.compile(rb"(?:def|class)[ \t\f\\]+(" + _IDENT + rb")")
+# Two patterns, each with a literal the regex engine looks for quickly (an alternation has none). In text
+# such as `def class X` (a comment), both names count: the scan only adds names to check.
+_DEFINED = tuple(re.compile(keyword + rb"[ \t\f\\]+(" + _IDENT + rb")") for keyword in (rb"def", rb"class"))
 # What changes the reading of a call's text: brackets, a comment, a string's opening quote.
 _CALL_SPECIAL = re.compile(rb"[()\[\]{}#'\"]")
 _LINE_END = re.compile(rb"[\r\n]")
@@ -301,7 +320,7 @@ def _patch_words(source: bytes) -> tuple[set[bytes], dict[bytes, list[bytes]], s
     (whose target may not resolve: its code is reported, so the file must be indexed). With them, the
     aliases of the file's imports and the names it defines."""
     aliases, bound = _imports(source)
-    defined = set(_DEFINED.findall(source))
+    defined = {name for pattern in _DEFINED for name in pattern.findall(source)}
     bound |= defined
     if _calls_patch_helper(source, bound) or _copies_members(source):
         return None

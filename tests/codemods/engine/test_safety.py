@@ -83,3 +83,88 @@ def test_thousands_of_identical_lines_edited_at_both_ends():
     old, new = b"a = 0\n" + filler + b"b = 0\n", b"a = 9\n" + filler + b"b = 9\n"
     assert layout_problems(old, new) == []
     assert layout_problems(old, b"a = 9\r\n" + filler + b"b = 9\n") == ["line 1 ends with CRLF, expected LF"]
+
+
+# --- the comments of the edited statements only -------------------------------------------------------------
+
+CLASS = b"""\
+import torch  # the import
+
+
+class Impl:
+    # before the methods
+    def build(self):
+        return 1  # build
+
+    @staticmethod
+    def forward(output=None):
+        # keep me
+        assert output is not None  # why
+        return output  # the result
+
+    def helper(self):
+        return 2  # helper
+"""
+
+
+def _pieces(old: bytes, new: bytes):
+    import ast
+
+    from vllm_attn_compat.codemods.engine.safety import edited_statements
+
+    return edited_statements(old, new, ast.parse(old))
+
+
+def test_an_edit_inside_a_method_reads_the_statements_it_touched_only():
+    import ast
+
+    new = CLASS.replace(b"        assert output is not None  # why\n", b"")
+    assert _pieces(CLASS, new) == (b"        assert output is not None  # why\n", b"")
+    assert comment_problems(CLASS, new, ["# why"], ast.parse(CLASS)) == []
+    assert comment_problems(CLASS, new, [], ast.parse(CLASS)) == ["comment lost: '# why'"]
+
+
+def test_an_edit_of_a_decorated_header_reads_the_whole_definition_from_its_decorator():
+    new = CLASS.replace(b"def forward(output=None):", b"def forward(output):")
+    old_piece, new_piece = _pieces(CLASS, new)
+    assert old_piece.startswith(b"    @staticmethod\n    def forward(output=None):\n") and b"# build" not in old_piece
+    assert old_piece.endswith(b"return output  # the result\n") and b"# helper" not in old_piece
+    assert new_piece == old_piece.replace(b"output=None", b"output")
+
+
+def test_an_edit_across_methods_reads_those_methods_and_an_insertion_its_two_neighbours():
+    import ast
+
+    new = CLASS.replace(b"return 1  # build", b"return 10  # build").replace(b"return 2  # helper", b"return 20")
+    old_piece, _ = _pieces(CLASS, new)
+    assert old_piece.startswith(b"    def build(self):") and old_piece.endswith(b"return 2  # helper\n")
+    assert comment_problems(CLASS, new, [], ast.parse(CLASS)) == comment_problems(CLASS, new, [])
+    assert comment_problems(CLASS, new, []) == ["comment lost: '# helper'"]
+    inserted = CLASS.replace(b"import torch  # the import\n", b"import torch  # the import\nimport os  # new\n")
+    assert _pieces(CLASS, inserted) == (
+        b"import torch  # the import\n",
+        b"import torch  # the import\nimport os  # new\n",
+    )
+    assert comment_problems(CLASS, inserted, [], ast.parse(CLASS)) == ["comment added: '# new'"]
+
+
+def test_the_whole_files_are_read_where_the_pieces_could_mislead():
+    # A coding declaration (in the file, or in the first two lines of a piece), or an edit past the statements.
+    latin = b"# -*- coding: latin-1 -*-\n" + CLASS
+    assert _pieces(latin, latin.replace(b"  # why", b"")) is None
+    two = b"def f():\n    a = 1  # one\n    # coding: latin-1\n    b = 2  # two\n"
+    assert _pieces(two, two.replace(b"a = 1", b"a = 3").replace(b"b = 2", b"b = 4")) is None
+    assert _pieces(two, two.replace(b"a = 1", b"a = 3")) == (b"    a = 1  # one\n", b"    a = 3  # one\n")
+    assert _pieces(CLASS + b"# a\n", CLASS + b"# b\n") is None  # no statement holds the edited line
+    appended = _pieces(CLASS, CLASS + b"# trailing\n")  # lines added after the last statement: it holds them
+    assert appended == (b"        return 2  # helper\n", b"        return 2  # helper\n# trailing\n")
+    assert _pieces(CLASS, CLASS) == (b"", b"")
+
+
+def test_a_piece_left_unbalanced_falls_back_to_the_whole_files():
+    import ast
+
+    # The edit opens a bracket the piece does not close: the piece does not tokenize, the files are read.
+    new = CLASS.replace(b"        return output  # the result\n", b"        return (output  # the result\n")
+    assert comment_problems(CLASS, new, [], ast.parse(CLASS)) == comment_problems(CLASS, new, [])
+    assert comment_problems(CLASS, new, [])[0].startswith("the rewritten source cannot be tokenized")

@@ -43,18 +43,109 @@ def comments(source: bytes) -> Counter[str]:
     return found
 
 
-def comment_problems(old: bytes, new: bytes, removed_comments: Sequence[str]) -> list[str]:
-    """Comments that vanished without a rule declaring it, or that appeared from nowhere."""
+def comment_problems(
+    old: bytes, new: bytes, removed_comments: Sequence[str], old_tree: ast.Module | None = None
+) -> list[str]:
+    """Comments that vanished without a rule declaring it, or that appeared from nowhere.
+
+    With ``old_tree`` (``old`` parsed by ``ast``), only the statements around the edited lines are tokenized
+    (`edited_statements`): the lines before and after them are the same in both files, comments included.
+    Where those statements do not tokenize alone, both files are read whole.
+    """
+    region = edited_statements(old, new, old_tree) if old_tree is not None else None
     try:
-        before, after = comments(old), comments(new)
-    except (SyntaxError, tokenize.TokenError) as error:
-        return [f"the rewritten source cannot be tokenized: {error}"]
+        if region is None:
+            raise tokenize.TokenError("read the whole files")
+        before, after = comments(region[0]), comments(region[1])
+    except (SyntaxError, tokenize.TokenError):
+        try:
+            before, after = comments(old), comments(new)
+        except (SyntaxError, tokenize.TokenError) as error:
+            return [f"the rewritten source cannot be tokenized: {error}"]
     declared = Counter(text.rstrip() for text in removed_comments)
-    problems = [f"comment lost: {text!r}" for text in (before - after - declared).elements()]
-    problems += [f"comment added: {text!r}" for text in (after - before).elements()]
+    # Sorted: the order must not depend on how much of the files was read.
+    problems = [f"comment lost: {text!r}" for text in sorted((before - after - declared).elements())]
+    problems += [f"comment added: {text!r}" for text in sorted((after - before).elements())]
     still_present = declared - (before - after)
-    problems += [f"comment declared removed but still present: {text!r}" for text in still_present.elements()]
+    problems += [f"comment declared removed but still present: {text!r}" for text in sorted(still_present.elements())]
     return problems
+
+
+# Where a compound statement keeps the statements it runs (handlers and match cases hold theirs in `body`).
+_BLOCKS = ("body", "orelse", "finalbody", "handlers", "cases")
+
+
+def _first_line(statement: ast.stmt) -> int:
+    decorators = getattr(statement, "decorator_list", None)
+    return decorators[0].lineno if decorators else statement.lineno
+
+
+def _last_line(statement: ast.stmt) -> int:
+    return statement.end_lineno or statement.lineno
+
+
+def _sub_blocks(statement: ast.stmt) -> Iterator[list[ast.stmt]]:
+    for name in _BLOCKS:
+        children = getattr(statement, name, None) or []
+        if name in ("handlers", "cases"):
+            yield from (child.body for child in children)
+        elif children:
+            yield children
+
+
+def _enclosing_statements(tree: ast.Module, first: int, last: int) -> tuple[int, int] | None:
+    """Lines ``(start, end)`` (1-based, inclusive) of the innermost run of sibling statements that covers
+    lines ``first`` to ``last``; None when no run does (the lines reach past the module's statements)."""
+    found = None
+    block: list[ast.stmt] = tree.body
+    while block:
+        covering = [st for st in block if _first_line(st) <= last and _last_line(st) >= first]
+        if not covering or _first_line(covering[0]) > first or _last_line(covering[-1]) < last:
+            break
+        found = (_first_line(covering[0]), _last_line(covering[-1]))
+        if len(covering) > 1:
+            break
+        block = next(
+            (b for b in _sub_blocks(covering[0]) if _first_line(b[0]) <= first and _last_line(b[-1]) >= last), []
+        )
+    return found
+
+
+def edited_statements(old: bytes, new: bytes, old_tree: ast.Module) -> tuple[bytes, bytes] | None:
+    """The statements of ``old`` around its edited lines and what became of them in ``new``: two pieces of
+    source that hold every comment the edit could have touched. None where the whole files must be read.
+
+    Outside the edited lines both files are the same bytes. The pieces start at a statement's first line,
+    which the tokenizer meets in either file at no open bracket or string (what comes before it is the
+    same in both), and end after the last statement, of the innermost block holding the edit, that the
+    edit touched; a piece that does not end where a statement may is found by the tokenizer, which then
+    fails (the caller reads the whole files).
+    """
+    old_lines, new_lines = old.splitlines(keepends=True), new.splitlines(keepends=True)
+    head = 0
+    while head < min(len(old_lines), len(new_lines)) and old_lines[head] == new_lines[head]:
+        head += 1
+    tail = 0
+    while tail < min(len(old_lines), len(new_lines)) - head and old_lines[-1 - tail] == new_lines[-1 - tail]:
+        tail += 1
+    if head == len(old_lines) == len(new_lines):
+        return b"", b""
+    first, last = head + 1, len(old_lines) - tail  # 1-based lines of old that the edit replaced
+    if last >= first:
+        found = _enclosing_statements(old_tree, first, last)
+    else:  # lines inserted after line `head`: a run holding the line before them or the line after holds them
+        found = (_enclosing_statements(old_tree, head, head) if head else None) or (
+            _enclosing_statements(old_tree, first, first) if first <= len(old_lines) else None
+        )
+    if found is None:
+        return None
+    start, end = found[0] - 1, found[1]
+    new_end = end - (len(old_lines) - len(new_lines))
+    pieces = old_lines[start:end], new_lines[start:new_end]
+    # A coding declaration in a piece's first two lines would make the tokenizer decode that piece otherwise.
+    if any(CODING_LINE.match(line) for source in (old_lines, new_lines, *pieces) for line in source[:2]):
+        return None
+    return b"".join(pieces[0]), b"".join(pieces[1])
 
 
 def _coding_lines(source: bytes) -> list[bytes]:
@@ -110,16 +201,15 @@ def layout_problems(old: bytes, new: bytes) -> list[str]:
     return problems
 
 
-def _parses(source: bytes) -> SyntaxError | None:
+def _parse(source: bytes) -> ast.Module | SyntaxError:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # e.g. SyntaxWarning for invalid escapes: not ours to report
         try:
-            ast.parse(source)
+            return ast.parse(source)
         except SyntaxError as error:
             return error
         except ValueError as error:  # e.g. NUL bytes
             return SyntaxError(str(error))
-    return None
 
 
 def check_rewrite(
@@ -130,14 +220,14 @@ def check_rewrite(
     ``migrate_again`` applies the same rules with the same settings; its output must equal its input.
     """
     problems = []
-    error = _parses(new)
-    if error is not None and _parses(old) is None:
+    old_tree, error = _parse(old), _parse(new)
+    if isinstance(error, SyntaxError) and isinstance(old_tree, ast.Module):
         return [f"the rewritten source does not parse: {error.msg} (line {error.lineno}, column {error.offset})"]
     try:
         if migrate_again(new) != new:
             problems.append("applying the rules again changes the file (the fixes are not idempotent)")
     except Exception as failure:  # noqa: BLE001 - any failure on our own output is the invariant breaking
         problems.append(f"applying the rules again fails: {type(failure).__name__}: {failure}")
-    problems += comment_problems(old, new, removed_comments)
+    problems += comment_problems(old, new, removed_comments, old_tree if isinstance(old_tree, ast.Module) else None)
     problems += layout_problems(old, new)
     return problems

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import pathlib
+import warnings
 
 from hypothesis import assume, event, given
 from hypothesis import strategies as st
@@ -54,17 +55,23 @@ def edits(draw, source: bytes) -> bytes:
 
 
 def _parsed(source: bytes) -> ast.Module | None:
-    try:
-        return ast.parse(source)
-    except (SyntaxError, ValueError):
-        return None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # an edit may leave an invalid escape sequence
+        try:
+            return ast.parse(source)
+        except (SyntaxError, ValueError):
+            return None
 
 
 def _same_both_ways(old: bytes, new: bytes, removed: list[str]) -> None:
     # The write-time checks read comments only once the rewritten file parses (`check_rewrite`).
     tree = _parsed(old)
     assume(tree is not None and _parsed(new) is not None)
-    assert comment_problems(old, new, removed, tree) == comment_problems(old, new, removed)
+    whole = comment_problems(old, new, removed)
+    # Python's tokenize module refuses some code CPython parses (a backslash alone on a line before an indented
+    # statement): reading whole, such a file cannot be checked at all; the edited statements still can be.
+    assume(not (whole and whole[0].startswith("the rewritten source cannot be tokenized")))
+    assert comment_problems(old, new, removed, tree) == whole
     assert tree is not None
     event("read the edited statements" if edited_statements(old, new, tree) else "read the whole files")
 

@@ -14,9 +14,10 @@ import difflib
 import io
 import re
 import tokenize
-import warnings
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
+
+from vllm_attn_compat.codemods.engine import statements
 
 # PEP 263: the declaration must be in a comment on line 1 or 2.
 CODING_LINE = re.compile(rb"^[ \t\f]*#.*?coding[:=][ \t]*[-\w.]+")
@@ -202,14 +203,12 @@ def layout_problems(old: bytes, new: bytes) -> list[str]:
 
 
 def _parse(source: bytes) -> ast.Module | SyntaxError:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # e.g. SyntaxWarning for invalid escapes: not ours to report
-        try:
-            return ast.parse(source)
-        except SyntaxError as error:
-            return error
-        except ValueError as error:  # e.g. NUL bytes
-            return SyntaxError(str(error))
+    try:
+        return statements.parse(source)
+    except SyntaxError as error:
+        return error
+    except ValueError as error:  # e.g. NUL bytes
+        return SyntaxError(str(error))
 
 
 def check_rewrite(

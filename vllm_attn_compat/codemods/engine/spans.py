@@ -33,6 +33,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from vllm_attn_compat.codemods.engine import statements
 from vllm_attn_compat.codemods.engine.safety import CODING_LINE
 
 _DEFS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
@@ -118,7 +119,7 @@ def reduce(
     if any(CODING_LINE.match(line) for line in lines[:2]):
         return None  # an encoding other than UTF-8 may be declared: leave the bytes to libcst
     try:
-        tree = ast.parse(source)
+        tree = statements.parse(source)
     except (SyntaxError, ValueError):
         return None  # the whole-file path reports it, with libcst's and CPython's positions
     ends = list(itertools.accumulate(map(len, lines)))

@@ -138,14 +138,15 @@ def _options(args: argparse.Namespace) -> Options:
 
 
 def _early_workers(args: argparse.Namespace) -> list[PreforkedWorker]:
-    """Workers forked as soon as the command line is read, when the run is over folders: those very
-    likely hold a file that needs libcst, and the workers import it while this process lists and reads
-    the files (the modules imported so far serve all processes; those imported after, only this one)."""
+    """A worker forked as soon as the command line is read, when the run is over folders: those very
+    likely hold a file that needs libcst, and the worker imports it while this process lists and reads
+    the files (the modules imported so far serve both processes; those imported after, only this one).
+    The run forks a second one once it has read the files, if they are worth it (`runner`)."""
     from vllm_attn_compat.codemods.run import parallel, prefork, worker
 
     jobs = args.jobs or parallel.available_cores()
     if prefork.worth_starting(jobs) and "-" not in args.paths and any(os.path.isdir(p) for p in args.paths):
-        return prefork.start(worker.preload, jobs=jobs)
+        return [early] if (early := prefork.start(worker.preload)) else []
     return []
 
 

@@ -134,7 +134,7 @@ PATHS = textwrap.dedent(
     tasks = [(i, (impl, "plugin/impl.py")) for i in range(parallel.IN_PROCESS_BELOW + 2)]
     settings = (registry.all_rules(), hierarchy, False)
     pool = parallel.parallel_map(worker.migrate_file, tasks, jobs=2, initializer=worker.setup, initargs=settings)
-    [early] = prefork.start(worker.preload)
+    early = prefork.start(worker.preload)
     early.configure(worker.setup_pickled, (__import__("pickle").dumps(settings),))
     for key, arguments in tasks:
         early.submit(key, worker.migrate_file, arguments)

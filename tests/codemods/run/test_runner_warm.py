@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from vllm_attn_compat.codemods.run import prefork
+from vllm_attn_compat.codemods.run import parallel, prefork
 from vllm_attn_compat.codemods.run.runner import Options, run_paths
 
 from runner_trees import IMPL, IMPL_MIGRATED, write_tree
@@ -41,14 +41,25 @@ def test_a_few_files_in_early_started_workers_match_an_in_process_run(tmp_path, 
     layout = {f"impl{n}.py": DIRECT for n in range(3)} | {"unrelated.py": TORCH_LIKE}
     pooled, alone = write_tree(tmp_path / "a", layout), write_tree(tmp_path / "b", layout)
     pooled_report = run_paths([str(pooled)], Options(jobs=2))
-    assert len(started) == 2 and all(early.used for early in started)  # the three files shared by both
+    assert len(started) == 1 and started[0].used  # three files: not worth a second worker
     alone_report = run_paths([str(alone)], Options(jobs=1))
-    assert len(started) == 2
+    assert len(started) == 1
     assert pooled_report.errors == alone_report.errors == []
     assert len(pooled_report.changed) == len(alone_report.changed) == 3
     assert sorted(f for _, f in pooled_report.findings) == sorted(f for _, f in alone_report.findings)
     assert all((pooled / f"impl{n}.py").read_text() == DIRECT_MIGRATED for n in range(3))
     assert (pooled / "unrelated.py").read_text() == TORCH_LIKE
+
+
+def test_a_second_early_worker_starts_once_the_files_read_show_enough_work(tmp_path, monkeypatch):
+    started = _record_warm_pools(monkeypatch)
+    write_tree(tmp_path / "few", {f"impl{n}.py": DIRECT for n in range(parallel.IN_PROCESS_BELOW - 1)})
+    run_paths([str(tmp_path / "few")], Options(mode="check", jobs=2))
+    assert len(started) == 1
+    write_tree(tmp_path / "many", {f"impl{n}.py": DIRECT for n in range(parallel.IN_PROCESS_BELOW)})
+    report = run_paths([str(tmp_path / "many")], Options(mode="check", jobs=2))
+    assert len(started) == 3 and started[1].used and started[2].used  # they share the files
+    assert report.errors == [] and len(report.changed) == parallel.IN_PROCESS_BELOW
 
 
 def test_no_workers_start_for_a_class_that_is_merely_named_attention(tmp_path, monkeypatch):
@@ -63,17 +74,17 @@ def test_more_files_than_the_early_workers_can_take_are_shared_with_the_other_jo
     from runner_trees import BASE
 
     started = _record_warm_pools(monkeypatch)
-    # Three files are probable before the hierarchy pass (they import vLLM); twelve more turn out
-    # to derive from the plugin's base. With three jobs, the two early workers take their share of the
-    # rest and the third job (here, this process) the others.
-    layout = {f"direct{n}.py": DIRECT for n in range(3)} | {"plugin/__init__.py": "", "plugin/base.py": BASE}
+    # Eight files are probable before the hierarchy pass (they import vLLM): two early workers. Twelve
+    # more turn out to derive from the plugin's base. With three jobs, the two early workers take their
+    # share of the rest and the third job (here, this process) the others.
+    layout = {f"direct{n}.py": DIRECT for n in range(8)} | {"plugin/__init__.py": "", "plugin/base.py": BASE}
     filler = "# filler\n" * 5_000  # 45 kB a file: worth a job of its own, past its import of libcst
     layout |= {f"plugin/impl{n}.py": IMPL + filler for n in range(12)}
     write_tree(tmp_path, layout)
     report = run_paths([str(tmp_path)], Options(jobs=3))
     assert len(started) == 2 and all(early.submitted for early in started)
-    assert sum(len(early.submitted) for early in started) < 15  # the third job migrated some
-    assert report.errors == [] and len(report.changed) == 15
+    assert sum(len(early.submitted) for early in started) < 20  # the third job migrated some
+    assert report.errors == [] and len(report.changed) == 20
     assert all((tmp_path / f"plugin/impl{n}.py").read_text() == IMPL_MIGRATED + filler for n in range(12))
 
 

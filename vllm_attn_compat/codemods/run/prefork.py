@@ -41,24 +41,12 @@ def worth_starting(jobs: int) -> bool:
     return jobs > 1 and available()
 
 
-# Workers a run forks before it knows its work: on two cores, both import libcst while this process reads
-# and indexes (its start-up overlaps theirs), and both migrate without a pool; where the run may use more
-# processes, a pool started later does the rest (a worker started early costs its import in any case).
-EARLY_WORKERS = 2
-
-
-def start(
-    initializer: Callable[..., None], initargs: tuple[object, ...] = (), *, jobs: int = 1
-) -> list[PreforkedWorker]:
-    """Up to ``min(jobs, EARLY_WORKERS)`` workers; fewer when the system refuses another process (the run
-    then goes with those it has)."""
-    workers: list[PreforkedWorker] = []
-    for _ in range(max(1, min(jobs, EARLY_WORKERS))):
-        try:
-            workers.append(PreforkedWorker(initializer, initargs))
-        except OSError:
-            break
-    return workers
+def start(initializer: Callable[..., None], initargs: tuple[object, ...] = ()) -> PreforkedWorker | None:
+    """A worker, or None when the system refuses another process (the run then goes without)."""
+    try:
+        return PreforkedWorker(initializer, initargs)
+    except OSError:
+        return None
 
 
 class PreforkedWorker:

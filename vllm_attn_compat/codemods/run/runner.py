@@ -82,11 +82,12 @@ def _read_and_filter(
     options: Options,
     report: RunReport,
     warm: list[prefork.PreforkedWorker],
-) -> tuple[list[_Scanned], list[_Scanned], list[prefork.PreforkedWorker]]:
-    """Read every file once; returns them all, those worth parsing, and the workers started early.
+) -> tuple[list[_Scanned], list[_Scanned], list[prefork.PreforkedWorker], int]:
+    """Read every file once; returns them all, those worth parsing, the workers started early, and how
+    many files will probably need libcst.
 
-    Without any started already (``warm``), the first file that will probably need libcst starts them
-    at once, so that their import of libcst (a quarter of a second) overlaps the reading and the
+    Without a worker started already (``warm``), the first file that will probably need libcst starts one
+    at once, so that its import of libcst (a quarter of a second) overlaps the reading and the
     class-hierarchy pass.
     """
     prefilter = TokenScan(migrate.prefilter_tokens(rules))
@@ -94,6 +95,7 @@ def _read_and_filter(
     scanned: list[_Scanned] = []
     worth: list[_Scanned] = []
     may_start = not warm and prefork.worth_starting(options.jobs)
+    probable = 0
     try:
         for source_file in source_files:
             try:
@@ -106,14 +108,16 @@ def _read_and_filter(
             scanned.append(item)
             if prefilter(source):
                 worth.append(item)
-                if may_start and _probably_parsed(source, rules, unscoped):
-                    warm, may_start = prefork.start(worker.preload, jobs=options.jobs), False
+                if _probably_parsed(source, rules, unscoped):
+                    probable += 1
+                    if may_start:
+                        warm, may_start = [early] if (early := prefork.start(worker.preload)) else [], False
     except BaseException:
         for early in warm:
             early.close()
         raise
     report.scanned = len(source_files)
-    return scanned, worth, warm
+    return scanned, worth, warm, probable
 
 
 def _index_hierarchy(
@@ -234,7 +238,7 @@ def run_paths(
         source_files, skipped, unreadable = files.discover(paths, options.exclude, options.base)
         report.skipped = [(s.path, s.reason) for s in skipped]
         report.errors += [FileError(u.path, 1, 1, u.reason) for u in unreadable]
-        scanned, worth, warm = _read_and_filter(source_files, rules, options, report, warm)
+        scanned, worth, warm, probable = _read_and_filter(source_files, rules, options, report, warm)
         if worth:  # on a big tree without any, nothing is parsed and libcst is never imported here
             cache = _cache(options.cache_dir, options, rules) if options.cache_dir else None
             run_key = cache.run_key({s.source_file.path: s.source for s in scanned}, options.mode) if cache else None
@@ -244,6 +248,10 @@ def run_paths(
                 report.findings += findings
                 report.changed += changed
             else:
+                if len(warm) == 1 and options.jobs > 1 and probable >= parallel.IN_PROCESS_BELOW:
+                    # Enough work for a second early worker: it imports libcst during the hierarchy rounds.
+                    # (Not sooner: a small or cached run would only pay its import.)
+                    warm += [early] if (early := prefork.start(worker.preload)) else []
                 errors = len(report.errors)
                 _migrate_worth(scanned, worth, rules, options, report, emit_diff, warm, cache)
                 if (

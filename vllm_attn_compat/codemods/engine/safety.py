@@ -53,16 +53,13 @@ def comment_problems(
     (`edited_statements`): the lines before and after them are the same in both files, comments included.
     Where those statements do not tokenize alone, both files are read whole.
     """
-    region = edited_statements(old, new, old_tree) if old_tree is not None else None
-    try:
-        if region is None:
-            raise tokenize.TokenError("read the whole files")
-        before, after = comments(region[0]), comments(region[1])
-    except (SyntaxError, tokenize.TokenError):
+    counted = _edited_statements_comments(old, new, old_tree) if old_tree is not None else None
+    if counted is None:
         try:
-            before, after = comments(old), comments(new)
+            counted = comments(old), comments(new)
         except (SyntaxError, tokenize.TokenError) as error:
             return [f"the rewritten source cannot be tokenized: {error}"]
+    before, after = counted
     declared = Counter(text.rstrip() for text in removed_comments)
     # Sorted: the order must not depend on how much of the files was read.
     problems = [f"comment lost: {text!r}" for text in sorted((before - after - declared).elements())]
@@ -70,6 +67,19 @@ def comment_problems(
     still_present = declared - (before - after)
     problems += [f"comment declared removed but still present: {text!r}" for text in sorted(still_present.elements())]
     return problems
+
+
+def _edited_statements_comments(
+    old: bytes, new: bytes, old_tree: ast.Module
+) -> tuple[Counter[str], Counter[str]] | None:
+    """The comments of `edited_statements` in ``old`` and in ``new``; None where they do not tokenize alone."""
+    pieces = edited_statements(old, new, old_tree)
+    if pieces is None:
+        return None
+    try:
+        return comments(pieces[0]), comments(pieces[1])
+    except (SyntaxError, tokenize.TokenError):
+        return None
 
 
 # Where a compound statement keeps the statements it runs (handlers and match cases hold theirs in `body`).
@@ -123,12 +133,7 @@ def edited_statements(old: bytes, new: bytes, old_tree: ast.Module) -> tuple[byt
     fails (the caller reads the whole files).
     """
     old_lines, new_lines = old.splitlines(keepends=True), new.splitlines(keepends=True)
-    head = 0
-    while head < min(len(old_lines), len(new_lines)) and old_lines[head] == new_lines[head]:
-        head += 1
-    tail = 0
-    while tail < min(len(old_lines), len(new_lines)) - head and old_lines[-1 - tail] == new_lines[-1 - tail]:
-        tail += 1
+    head, tail = _common_ends(old_lines, new_lines)
     if head == len(old_lines) == len(new_lines):
         return b"", b""
     first, last = head + 1, len(old_lines) - tail  # 1-based lines of old that the edit replaced
@@ -149,6 +154,17 @@ def edited_statements(old: bytes, new: bytes, old_tree: ast.Module) -> tuple[byt
     return b"".join(pieces[0]), b"".join(pieces[1])
 
 
+def _common_ends(old_lines: list[bytes], new_lines: list[bytes]) -> tuple[int, int]:
+    """How many lines both start with, and how many of the rest both end with."""
+    head = 0
+    while head < min(len(old_lines), len(new_lines)) and old_lines[head] == new_lines[head]:
+        head += 1
+    tail = 0
+    while tail < min(len(old_lines), len(new_lines)) - head and old_lines[-1 - tail] == new_lines[-1 - tail]:
+        tail += 1
+    return head, tail
+
+
 def _coding_lines(source: bytes) -> list[bytes]:
     return [line.rstrip(b"\r\n") for line in source.splitlines(keepends=True)[:2] if CODING_LINE.match(line)]
 
@@ -160,12 +176,7 @@ def _edited_spans(old_lines: list[bytes], new_lines: list[bytes]) -> Iterator[tu
     diff runs on the edited middle only; with difflib's popular-line heuristic on, a file of
     thousands of identical lines costs linear time, not quadratic.
     """
-    head = 0
-    while head < min(len(old_lines), len(new_lines)) and old_lines[head] == new_lines[head]:
-        head += 1
-    tail = 0
-    while tail < min(len(old_lines), len(new_lines)) - head and old_lines[-1 - tail] == new_lines[-1 - tail]:
-        tail += 1
+    head, tail = _common_ends(old_lines, new_lines)
     old_middle = old_lines[head : len(old_lines) - tail]
     new_middle = new_lines[head : len(new_lines) - tail]
     matcher = difflib.SequenceMatcher(None, old_middle, new_middle, autojunk=True)

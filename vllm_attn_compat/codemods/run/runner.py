@@ -84,7 +84,7 @@ def _read_and_filter(
     warm: list[prefork.PreforkedWorker],
 ) -> tuple[list[_Scanned], list[_Scanned], list[prefork.PreforkedWorker], int]:
     """Read every file once; returns them all, those worth parsing, the workers started early, and how
-    many files will probably need libcst.
+    many files will probably need libcst (counted up to ``parallel.IN_PROCESS_BELOW``).
 
     Without a worker started already (``warm``), the first file that will probably need libcst starts one
     at once, so that its import of libcst (a quarter of a second) overlaps the reading and the
@@ -108,7 +108,8 @@ def _read_and_filter(
             scanned.append(item)
             if prefilter(source):
                 worth.append(item)
-                if _probably_parsed(source, rules, unscoped):
+                # Counted up to what decides a second worker (each test reads the whole file for tokens).
+                if probable < parallel.IN_PROCESS_BELOW and _probably_parsed(source, rules, unscoped):
                     probable += 1
                     if may_start:
                         warm, may_start = [early] if (early := prefork.start(worker.preload)) else [], False

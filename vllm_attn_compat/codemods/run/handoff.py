@@ -64,10 +64,15 @@ class Handoff:
         self.sent: set[str] = set()
         self.loads = [0] * len(self.workers)  # bytes of source sent to each worker
         self._configured: list[bytes | None] = [None] * len(self.workers)  # the settings each worker has
+        self._pickled: tuple[ClassHierarchy, bytes] | None = None  # the last hierarchy pickled, and its settings
 
     def settings(self, hierarchy: ClassHierarchy) -> bytes:
-        """The pickled settings of :func:`worker.setup` (sent to each worker once per round that sends it files)."""
-        return pickle.dumps((self.rules, hierarchy, self.unsafe_fixes, self.old_op_calls, self.verify))
+        """The pickled settings of :func:`worker.setup` (sent to each worker once per round that sends it files);
+        pickled once per hierarchy (the last round's serves the files sent after it too)."""
+        if self._pickled is None or self._pickled[0] is not hierarchy:
+            settings = (self.rules, hierarchy, self.unsafe_fixes, self.old_op_calls, self.verify)
+            self._pickled = hierarchy, pickle.dumps(settings)
+        return self._pickled[1]
 
     def least_loaded(self) -> int | None:
         """The worker with the least work, to take another file during the rounds; None past the limit."""
@@ -88,7 +93,6 @@ class Handoff:
         self, hierarchy: ClassHierarchy, indexes: Mapping[str, object], sources: Mapping[str, bytes]
     ) -> None:
         names = hierarchy.attention_class_names()
-        pickled: bytes | None = None
         for path, index in indexes.items():
             if path in self.sent or not isinstance(index, ModuleIndex) or not settles(index, hierarchy):
                 continue
@@ -97,8 +101,7 @@ class Handoff:
             to = self.least_loaded()
             if to is None:
                 return
-            pickled = pickled or self.settings(hierarchy)
-            self.send(path, sources[path], pickled, to)
+            self.send(path, sources[path], self.settings(hierarchy), to)
 
     def results(self) -> Iterator[tuple[Any, Any]]:
         """The answers of every worker that was sent files, worker after worker (each drains its own pipe

@@ -7,6 +7,7 @@ import ast
 import codecs
 import os
 import re
+import textwrap
 
 import pytest
 
@@ -140,6 +141,59 @@ def test_restore_refuses_stubs_that_did_not_come_back_unchanged(always):
 def test_nothing_is_stubbed_where_it_cannot_be_done_exactly(always, text, why):
     reduction = spans.reduce(text, [TOKEN])
     assert reduction is None or not reduction.stubs, why
+
+
+SIGNATURE = spans.Needs((b"output=None",), reads_bodies=False)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "    x = 1\n    return x + 1\n",
+        "    # a comment before the body\n    return output\n",
+        "    @decorator\n    def inner(a):\n        return a\n\n    return inner\n",
+        '    """doc"""\n',
+    ],
+)
+@pytest.mark.parametrize("newline", ["\n", "\r\n"], ids=["LF", "CRLF"])
+def test_a_function_kept_only_for_its_def_lines_reaches_libcst_without_its_body(always, body, newline):
+    header = "class Impl:\n    @property\n    def forward(\n        self, q,\n        output=None,\n    ):\n"
+    text = ("import os\n\n\n" + header + textwrap.indent(body, "    ") + "\n\nx = 1\n").replace("\n", newline)
+    reduction = spans.reduce(text.encode(), [SIGNATURE])
+    assert reduction is not None and len(reduction.stubs) == 1
+    reduced = reduction.source.decode()
+    kept = ("import os\n\n\n" + header).replace("\n", newline)
+    if "comment" in body:
+        kept += "        # a comment before the body" + newline
+    assert reduced.startswith(kept)  # the def lines, as they were
+    assert "return" not in reduced and "doc" not in reduced and "decorator" not in reduced
+    assert reduced.count(newline) == text.count(newline)
+    method = ast.parse(reduced).body[1].body[0]
+    assert isinstance(method, ast.FunctionDef) and [type(node) for node in method.body] == [ast.Expr]
+    assert reduction.restore(reduction.source) == text.encode()
+    edited = reduction.source.replace(b"output=None", b"output")
+    assert reduction.restore(edited) == text.encode().replace(b"output=None", b"output")
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ("def f(q, output=None):\n    g = lambda output=None: output\n    return g\n", "its token in the body too"),
+        ("def f(q, output=None): return q\n", "a body on the def line"),
+        ("def f(q, output=None): \\\n    return q\n", "a body after a line continuation"),
+    ],
+)
+def test_a_function_whose_body_may_matter_is_kept_whole(always, text, why):
+    whole = "import os\n\n\n" + text + "\n\ndef other():\n    return 1\n"
+    reduction = spans.reduce(whole.encode(), [SIGNATURE])
+    assert reduction is not None
+    assert [stub.lines[0].split()[:2] for stub in reduction.stubs] == [[b"def", b"other():"]], why
+
+
+def test_a_rule_reading_bodies_keeps_the_body_of_a_function_another_rule_needs_only_the_def_of(always):
+    text = b"import os\n\n\ndef f(q, output=None):\n    x = 1\n    return x\n\n\ndef g(q):\n    return 2\n"
+    reduction = spans.reduce(text, [SIGNATURE, spans.Needs((b"output=None",))])
+    assert reduction is not None and b"x = 1" in reduction.source and b"return 2" not in reduction.source
 
 
 def test_scoped_tokens_count_only_in_attention_code(always):

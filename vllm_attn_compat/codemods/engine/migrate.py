@@ -148,7 +148,8 @@ def migrate_source(
         from vllm_attn_compat.codemods.engine import spans
 
         needs = [
-            spans.Needs(rule.tokens, rule.context_tokens, rule.class_context_tokens, rule.scoped) for rule in rules
+            spans.Needs(rule.tokens, rule.context_tokens, rule.class_context_tokens, rule.scoped, rule.reads_bodies)
+            for rule in rules
         ]
         reduction = spans.reduce(source, needs, _scope_test(hierarchy, hierarchy.module_name(path)))
         if reduction is not None:

@@ -71,6 +71,9 @@ class Rule:
     # (an import it tracks), or only inside a class holding one (the attributes another method sets).
     context_tokens: ClassVar[tuple[bytes, ...]] = ()
     class_context_tokens: ClassVar[tuple[bytes, ...]] = ()
+    # False for a rule whose findings in a function depend only on its `def` lines (decorators, parameters,
+    # annotations): a function kept for such rules alone reaches libcst with its body stubbed.
+    reads_bodies: ClassVar[bool] = True
     examples: ClassVar[tuple[Example, ...]] = ()
 
     def __init_subclass__(cls, **kwargs: object) -> None:

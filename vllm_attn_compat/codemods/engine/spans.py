@@ -19,7 +19,8 @@ import edit (whether an import is still used depends on the code the stubs hide)
 
 What a rule needs beyond the statements holding its tokens, it declares (`Rule.context_tokens`,
 `Rule.class_context_tokens`); the rules that act only in attention code count their tokens only where
-the class hierarchy puts attention code. Tests run every rule's examples and vLLM's own sources both
+the class hierarchy puts attention code. A function kept only for rules that read nothing but its
+``def`` lines (`Rule.reads_bodies`, VAC002's parameter) keeps those lines and has its body stubbed. Tests run every rule's examples and vLLM's own sources both
 ways and compare.
 """
 
@@ -100,6 +101,7 @@ class Needs:
     context_tokens: Sequence[bytes] = ()
     class_context_tokens: Sequence[bytes] = ()
     scoped: bool = False
+    reads_bodies: bool = True
 
 
 def reduce(
@@ -131,7 +133,7 @@ def reduce(
         if hits:
             anywhere = _hit_lines(source, ends, need.context_tokens)
             in_class = _merged(anywhere, _hit_lines(source, ends, need.class_context_tokens))
-            found.append((hits, in_class, anywhere, need.scoped))
+            found.append((hits, in_class, anywhere, need.scoped, need.reads_bodies))
     nonce = _nonce(source)
     stubs: list[_Stub] = []
     # (statements, qualname prefix, inside attention code, the enclosing class's lines or None)
@@ -139,8 +141,12 @@ def reduce(
     while pending:
         body, prefix, scoped, enclosing = pending.pop()
         wanted_lines = [
-            (hits, _merged(hits, in_class if enclosing and _any_between(hits, *enclosing) else anywhere), is_scoped)
-            for hits, in_class, anywhere, is_scoped in found
+            (
+                _merged(hits, in_class if enclosing and _any_between(hits, *enclosing) else anywhere),
+                is_scoped,
+                reads_bodies,
+            )
+            for hits, in_class, anywhere, is_scoped, reads_bodies in found
             if enclosing is None or _any_between(hits, *enclosing) or anywhere
         ]
         for node in body:
@@ -149,13 +155,22 @@ def reduce(
             first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
             last = node.end_lineno or node.lineno
             qualname = prefix + node.name
-            # Whether each rule that may act here acts only in attention code.
-            wanted = [
-                is_scoped for _, lines_wanted, is_scoped in wanted_lines if _any_between(lines_wanted, first, last)
-            ]
-            if False in wanted or (wanted and (scoped or _defines_scope(node, qualname, in_scope))):
+            # The lines each rule that may act here wants, whether it acts only in attention code, and
+            # whether it reads function bodies.
+            wanted = [(lines_wanted, is_scoped, reads) for lines_wanted, is_scoped, reads in wanted_lines]
+            wanted = [want for want in wanted if _any_between(want[0], first, last)]
+            if any(not is_scoped for _, is_scoped, _ in wanted) or (
+                wanted and (scoped or _defines_scope(node, qualname, in_scope))
+            ):
                 if isinstance(node, ast.ClassDef):
                     pending.append((node.body, qualname + ".", scoped or in_scope(qualname, True), (first, last)))
+                elif not any(
+                    reads or _any_between(lines_wanted, _body_line(node), last) for lines_wanted, _, reads in wanted
+                ):
+                    # Kept only for rules reading its `def` lines, which hold their tokens: the body can go.
+                    stub = _body_stub(node, last, lines, nonce, len(stubs))
+                    if stub is not None:
+                        stubs.append(stub)
                 continue
             stub = _stub(node, first, last, lines, nonce, len(stubs))
             if stub is not None:
@@ -281,3 +296,29 @@ def _stub(
         return _Stub(first - 1, (*opening, *ends[2:-1], b'"""' + ends[-1]), marker, 1)
     opening_line = header + b' """' + marker + ends[0]
     return _Stub(first - 1, (opening_line, *ends[1:-1], b'"""' + ends[-1]), marker, 0)
+
+
+def _body_line(node: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) -> int:
+    """The first line of ``node``'s body (a decorated statement starts at its first decorator)."""
+    head = node.body[0]
+    return min([head.lineno, *(d.lineno for d in getattr(head, "decorator_list", ()))])
+
+
+def _body_stub(
+    node: ast.FunctionDef | ast.AsyncFunctionDef, last: int, lines: list[bytes], nonce: bytes, number: int
+) -> _Stub | None:
+    """A stub for the body of the function ``node`` (ending on line ``last``), its ``def`` lines kept, or
+    None where the body does not start on a line of its own."""
+    head = node.body[0]
+    body_line = _body_line(node)
+    if lines[body_line - 1][: head.col_offset].strip(b" \t\f"):
+        return None  # `def f(x): return x`: the body shares the `def` line
+    if lines[body_line - 2].rstrip(b"\r\n").endswith(b"\\"):
+        return None  # the body follows a line continuation
+    marker = nonce + b"%d." % number
+    indent = _INDENT.match(lines[body_line - 1])
+    assert indent is not None  # the pattern matches the empty string
+    ends = [_ending(line) for line in lines[body_line - 1 : last]]
+    if len(ends) == 1:
+        return _Stub(body_line - 1, (indent.group() + b'"""' + marker + b'"""' + ends[0],), marker, 0)
+    return _Stub(body_line - 1, (indent.group() + b'"""' + marker + ends[0], *ends[1:-1], b'"""' + ends[-1]), marker, 0)

@@ -20,8 +20,8 @@ import edit (whether an import is still used depends on the code the stubs hide)
 What a rule needs beyond the statements holding its tokens, it declares (`Rule.context_tokens`,
 `Rule.class_context_tokens`); the rules that act only in attention code count their tokens only where
 the class hierarchy puts attention code. A function kept only for rules that read nothing but its
-``def`` lines (`Rule.reads_bodies`, VAC002's parameter) keeps those lines and has its body stubbed. Tests run every rule's examples and vLLM's own sources both
-ways and compare.
+``def`` lines (`Rule.reads_bodies`, VAC002's parameter) keeps those lines and has its body stubbed.
+Tests run every rule's examples and vLLM's own sources both ways and compare.
 """
 
 from __future__ import annotations

@@ -42,3 +42,14 @@ def large_answer(size: int, flag: str | None) -> bytes:
     if flag is not None:
         open(flag, "w").close()
     return bytes(size)
+
+
+def whoami(_: int) -> tuple[int, object]:
+    """The process running the task, and the one its set-up ran in."""
+    return os.getpid(), state.get("setup_pid")
+
+
+def write_pid(path: str) -> None:
+    with open(path + ".part", "w") as out:
+        out.write(str(os.getpid()))
+    os.replace(path + ".part", path)

@@ -141,12 +141,12 @@ def _early_workers(args: argparse.Namespace) -> list[PreforkedWorker]:
     """A worker forked as soon as the command line is read, when the run is over folders: those very
     likely hold a file that needs libcst, and the worker imports it while this process lists and reads
     the files (the modules imported so far serve both processes; those imported after, only this one).
-    The run forks a second one once it has read the files, if they are worth it (`runner`)."""
+    Once the run has read the files, this worker forks a second one if they are worth it (`runner`)."""
     from vllm_attn_compat.codemods.run import parallel, prefork, worker
 
     jobs = args.jobs or parallel.available_cores()
     if prefork.worth_starting(jobs) and "-" not in args.paths and any(os.path.isdir(p) for p in args.paths):
-        return [early] if (early := prefork.start(worker.preload)) else []
+        return [early] if (early := prefork.start(worker.preload, sibling=True)) else []
     return []
 
 

@@ -21,6 +21,8 @@ from pool_tasks import (
     remember_pid,
     square_or_die,
     state,
+    whoami,
+    write_pid,
 )
 
 pytestmark = pytest.mark.skipif(not prefork.available(), reason="no safe fork on this platform")
@@ -163,6 +165,88 @@ def test_closing_stops_a_worker_still_setting_up_at_once():
     worker.close()  # and a second close is harmless
 
 
+def test_a_sibling_runs_tasks_with_the_first_worker_s_set_up_made_once():
+    first = PreforkedWorker(remember_pid, sibling=True)
+    second = first.sibling()
+    assert second is not None and first.sibling() is None  # one sibling
+    for n in range(3):
+        first.submit(n, whoami, (n,))
+        second.submit(n, whoami, (n,))
+    ours = dict(first.results())
+    theirs = dict(second.results())
+    first_pid = ours[0][0]
+    assert {pid for pid, _ in ours.values()} == {first_pid} and {setup for _, setup in ours.values()} == {first_pid}
+    sibling_pid = theirs[0][0]
+    assert {pid for pid, _ in theirs.values()} == {sibling_pid} and sibling_pid not in (first_pid, os.getpid())
+    assert {setup for _, setup in theirs.values()} == {first_pid}  # inherited, not run again
+    deadline = time.monotonic() + 10
+    while not (_gone(first_pid) and _gone(sibling_pid)) and time.monotonic() < deadline:
+        time.sleep(0.01)  # the sibling is reaped by the system, not by us
+    assert _gone(first_pid) and _gone(sibling_pid)
+
+
+def test_a_worker_started_without_a_sibling_forks_none():
+    worker = PreforkedWorker(remember_pid)
+    assert worker.sibling() is None
+    assert list(worker.results()) == []
+
+
+def test_a_task_that_kills_the_sibling_costs_only_itself():
+    first = PreforkedWorker(remember_pid, sibling=True)
+    second = first.sibling()
+    assert second is not None
+    for n in range(10, 17):
+        second.submit(n, square_or_die, (n,))
+    results = dict(second.results())
+    assert isinstance(results.pop(13), WorkerCrashed)
+    assert {key: value[0] for key, value in results.items()} == {n: n * n for n in range(10, 17) if n != 13}
+    assert list(first.results()) == []
+
+
+def test_the_sibling_of_a_worker_closed_before_forking_it_has_its_tasks_retried(tmp_path):
+    flag = str(tmp_path / "set-up may end")
+    first = PreforkedWorker(wait_for_flag, (flag,), sibling=True)
+    second = first.sibling()
+    assert second is not None
+    second.submit("a", square_or_die, (4,))
+    first.close()  # still in its set-up: the sibling is never forked
+    open(flag, "w").close()  # a retry's set-up ends at once
+    results = dict(second.results())
+    assert results["a"][0] == 16 and results["a"][1] not in (first.pid, os.getpid())
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="reads process states from /proc")
+def test_closing_a_sibling_stops_it_in_the_middle_of_a_task(tmp_path):
+    first = PreforkedWorker(remember_pid, sibling=True)
+    second = first.sibling()
+    assert second is not None
+    flag = str(tmp_path / "pid")
+    second.submit("pid", write_pid, (flag,))
+    second.submit("slow", slow_setup, ())
+    deadline = time.monotonic() + 20
+    while not os.path.exists(flag) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    with open(flag) as written:
+        sibling_pid = int(written.read())
+    second.close()  # without a kill, this would wait for the minute-long task
+    deadline = time.monotonic() + 10
+    while _running(sibling_pid) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not _running(sibling_pid)  # until the first worker reaps it, it is a zombie
+    assert list(first.results()) == []
+    assert _gone(sibling_pid)  # reaped by the first worker as it stopped
+
+
+def test_a_first_worker_without_tasks_of_its_own_waits_for_its_sibling_s():
+    first = PreforkedWorker(remember_pid, sibling=True)
+    first_pid, second = first.pid, first.sibling()
+    assert second is not None
+    second.submit("a", whoami, (1,))
+    assert list(first.results()) == []  # does not kill it: the sibling is its child
+    [(key, (pid, setup))] = list(second.results())
+    assert key == "a" and setup == first_pid and _gone(pid)
+
+
 ORPHAN = """
 import os, sys, time
 from vllm_attn_compat.codemods.run.prefork import PreforkedWorker
@@ -202,5 +286,47 @@ def test_a_worker_whose_parent_died_exits_even_while_another_process_holds_its_p
         assert not _running(worker_pid) and _running(holder_pid)
     finally:
         for pid in (worker_pid, holder_pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+SIBLING_ORPHAN = """
+import os, sys, time
+from vllm_attn_compat.codemods.run.prefork import PreforkedWorker
+sys.path.insert(0, sys.argv[2])
+from pool_tasks import write_pid
+
+worker = PreforkedWorker(time.sleep, (0.2,), sibling=True)
+sibling = worker.sibling()
+sibling.submit(0, write_pid, (sys.argv[1],))
+holder = os.fork()  # like a pool forked later: it holds the task pipes open after this process is gone
+if holder == 0:
+    time.sleep(30)
+    os._exit(0)
+while not os.path.exists(sys.argv[1]):
+    time.sleep(0.01)
+with open(sys.argv[1] + ".holder", "w") as out:
+    out.write(str(holder))
+os._exit(0)  # dies without stopping its workers
+"""
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="reads process states from /proc")
+def test_a_sibling_whose_run_died_exits_even_while_another_process_holds_its_pipe(tmp_path):
+    import signal
+    import subprocess
+    import sys
+
+    pid_file = tmp_path / "sibling"
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    subprocess.run([sys.executable, "-c", SIBLING_ORPHAN, str(pid_file), here], stdout=subprocess.DEVNULL, check=True)
+    sibling_pid, holder_pid = int(pid_file.read_text()), int((tmp_path / "sibling.holder").read_text())
+    try:
+        deadline = time.monotonic() + 20
+        while _running(sibling_pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _running(sibling_pid) and _running(holder_pid)
+    finally:
+        for pid in (sibling_pid, holder_pid):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)

@@ -23,8 +23,8 @@ def _record_warm_pools(monkeypatch) -> list:
     started = []
 
     class Recorded(prefork.PreforkedWorker):
-        def __init__(self, *args, **kwargs) -> None:
-            super().__init__(*args, **kwargs)
+        def _connect(self, *args, **kwargs) -> None:  # a worker forked by this process, or a sibling
+            super()._connect(*args, **kwargs)
             self.submitted: list[str] = []
             started.append(self)
 
@@ -59,6 +59,7 @@ def test_a_second_early_worker_starts_once_the_files_read_show_enough_work(tmp_p
     write_tree(tmp_path / "many", {f"impl{n}.py": DIRECT for n in range(parallel.IN_PROCESS_BELOW)})
     report = run_paths([str(tmp_path / "many")], Options(mode="check", jobs=2))
     assert len(started) == 3 and started[1].used and started[2].used  # they share the files
+    assert started[2]._is_sibling  # forked by the first, once it had imported libcst
     assert report.errors == [] and len(report.changed) == parallel.IN_PROCESS_BELOW
 
 

@@ -301,7 +301,8 @@ def _stub(
 def _body_line(node: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) -> int:
     """The first line of ``node``'s body (a decorated statement starts at its first decorator)."""
     head = node.body[0]
-    return min([head.lineno, *(d.lineno for d in getattr(head, "decorator_list", ()))])
+    decorators: list[ast.expr] = getattr(head, "decorator_list", [])
+    return min([head.lineno, *(decorator.lineno for decorator in decorators)])
 
 
 def _body_stub(

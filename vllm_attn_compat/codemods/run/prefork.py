@@ -41,10 +41,13 @@ def worth_starting(jobs: int) -> bool:
     return jobs > 1 and available()
 
 
-def start(initializer: Callable[..., None], initargs: tuple[object, ...] = ()) -> PreforkedWorker | None:
-    """A worker, or None when the system refuses another process (the run then goes without)."""
+def start(
+    initializer: Callable[..., None], initargs: tuple[object, ...] = (), *, sibling: bool = False
+) -> PreforkedWorker | None:
+    """A worker, or None when the system refuses another process (the run then goes without). With
+    ``sibling``, it can fork one more worker later (:meth:`PreforkedWorker.sibling`)."""
     try:
-        return PreforkedWorker(initializer, initargs)
+        return PreforkedWorker(initializer, initargs, sibling=sibling)
     except OSError:
         return None
 
@@ -62,25 +65,46 @@ class PreforkedWorker:
     with the hierarchy rounds, or with another worker's answers) would otherwise block on a full pipe.
     """
 
-    def __init__(self, initializer: Callable[..., None], initargs: tuple[object, ...] = ()) -> None:
-        self.initializer, self.initargs = initializer, initargs
-        self.used = False  # set once it has tasks
+    def __init__(
+        self, initializer: Callable[..., None], initargs: tuple[object, ...] = (), *, sibling: bool = False
+    ) -> None:
         task_read, task_write = os.pipe()
         result_read, result_write = os.pipe()
+        # The pipes of the sibling this worker may fork (`sibling`): made now, so that both processes hold their ends.
+        spare = (*os.pipe(), *os.pipe()) if sibling else ()
         parent = os.getpid()
         try:
             pid = os.fork()
         except OSError:
-            for descriptor in (task_read, task_write, result_read, result_write):
+            for descriptor in (task_read, task_write, result_read, result_write, *spare):
                 os.close(descriptor)
             raise
         if pid == 0:  # the worker: never returns
-            os.close(task_write)
-            os.close(result_read)
-            _serve(task_read, result_write, parent, initializer, initargs)
-        os.close(task_read)
-        os.close(result_write)
+            for descriptor in (task_write, result_read, *spare[1:3]):
+                os.close(descriptor)
+            _serve(
+                _Ends(task_read, result_write, parent, (spare[0], spare[3]) if spare else None), initializer, initargs
+            )
+        for descriptor in (task_read, result_write, *spare[0:4:3]):
+            os.close(descriptor)
+        self._spare = (spare[1], spare[2]) if spare else None
+        self._connect(pid, task_write, result_read, initializer, initargs)
+
+    def _connect(
+        self,
+        pid: int | None,
+        task_write: int,
+        result_read: int,
+        initializer: Callable[..., None],
+        initargs: tuple[object, ...],
+    ) -> None:
+        self.initializer, self.initargs = initializer, initargs
+        self.used = False  # set once it has tasks
+        # Our child; None for a sibling (a child of the first worker) until its first frame names it.
         self.pid: int | None = pid
+        self._is_sibling = self._awaiting_pid = pid is None
+        self._sibling: PreforkedWorker | None = None  # the one it forked, if it was asked to
+        self._stop_sent = self._stopped = False
         self._tasks = os.fdopen(task_write, "wb")
         self._results = os.fdopen(result_read, "rb")
         # Each task sent and not yet yielded: key, function, arguments, and the set-up step before it.
@@ -90,6 +114,22 @@ class PreforkedWorker:
         # first task on, with the threads that move them.
         self._outbox: queue.SimpleQueue[bytes | None] | None = None
         self._inbox: queue.SimpleQueue[bytes | None] | None = None
+
+    def sibling(self) -> PreforkedWorker | None:
+        """A second worker, forked by this one once its set-up has run (its imports are made once, and
+        shared), or None if this worker was not started with ``sibling`` or asked for one already. It runs
+        tasks like this one; were its tasks to be retried, a new process would run this worker's set-up."""
+        if self._spare is None or self.pid is None:
+            return None
+        task_write, result_read = self._spare
+        self._spare = None
+        other = type(self).__new__(type(self))
+        other._spare = None
+        other._connect(None, task_write, result_read, self.initializer, self.initargs)
+        other._pending.append(_Task(_HELLO, os.getpid, (), None))  # its first frame: its pid
+        self._send(_Task(_SIBLING, _fork_sibling, (), None))
+        self._sibling = other
+        return other
 
     def configure(self, function: Callable[..., object], arguments: tuple[object, ...]) -> None:
         """Run ``function(*arguments)`` in the worker before the tasks submitted from now on; its answer
@@ -116,21 +156,29 @@ class PreforkedWorker:
 
     def results(self) -> Iterator[tuple[Any, Any]]:
         """``(key, result)`` of every submitted task; the worker is stopped once all are answered."""
-        if not self.used:
+        if not self.used and self._sibling is None:
             self.close()
             return
         # Tasks are pending, so the first of them started the threads.
         assert self._outbox is not None and self._inbox is not None
-        self._outbox.put(b"")  # the stop frame, after the tasks
+        self._send_stop()
         while self._pending:
             frame = self._inbox.get()
             if frame is None:  # the worker died: the unanswered tasks are retried below
+                if self._is_sibling:  # gone, and maybe reaped already: its pid may be another's soon
+                    self.pid, self._awaiting_pid = None, False
                 break
             task = self._pending.popleft()
-            if task.key is not _CONFIGURATION:
+            if task.key is _HELLO:
+                self.pid, self._awaiting_pid = pickle.loads(frame), False
+            elif task.key not in _CONTROL:
                 yield task.key, pickle.loads(frame)
-        unanswered = [task for task in self._pending if task.key is not _CONFIGURATION]
+        unanswered = [task for task in self._pending if task.key not in _CONTROL]
         self._pending.clear()
+        if self._sibling is not None:
+            # This worker waits for its sibling before it exits (so that its own parent reaps nothing
+            # half done): the sibling must have its stop frame, after its tasks, before we wait.
+            self._sibling._send_stop()
         self._reap(kill=bool(unanswered))
         for function, configuration in dict.fromkeys((task.function, task.configuration) for task in unanswered):
             tasks = [
@@ -149,17 +197,58 @@ class PreforkedWorker:
         self._reap(kill=True)
 
     def _reap(self, kill: bool) -> None:
-        if self.pid is None:
-            return
         import signal
 
+        if self._spare is not None:  # no sibling was asked for: it will never be forked
+            for descriptor in self._spare:
+                os.close(descriptor)
+            self._spare = None
+        if self._is_sibling:
+            self._reap_sibling(kill)
+            return
+        if self.pid is None:
+            return
         if kill:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self.pid, signal.SIGKILL)
         os.waitpid(self.pid, 0)
         self.pid = None
+        self._close_pipes()
+
+    def _reap_sibling(self, kill: bool) -> None:
+        """A sibling is not our child (the first worker reaps it): it is stopped, killed if need be, and its
+        pipes closed."""
+        import signal
+
+        if self._stopped:
+            return
+        self._stopped = True
+        if kill and self._awaiting_pid and self._inbox is not None:
+            frame = self._inbox.get()  # its first frame comes at once, or its end (never forked, or gone)
+            self.pid, self._awaiting_pid = None if frame is None else pickle.loads(frame), False
+        if kill and self.pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGKILL)
+        self.pid = None
+        self._send_stop()  # a pipe end held by processes forked since would keep an idle one waiting
+        self._close_pipes()
+
+    def _send_stop(self) -> None:
+        """Tell the worker to stop once it has done the tasks sent so far (once; it may be gone already)."""
+        if self._stop_sent:
+            return
+        self._stop_sent = True
+        if self._outbox is not None:
+            self._outbox.put(b"")
+            return
+        with contextlib.suppress(OSError):
+            _write_frame(self._tasks, b"")
+            self._tasks.flush()
+
+    def _close_pipes(self) -> None:
         if self._outbox is None:
-            self._tasks.close()
+            with contextlib.suppress(OSError):  # a stop frame still buffered, for a worker gone
+                self._tasks.close()
             self._results.close()
         else:
             # The threads end (at once, the worker being gone) and close their pipes.
@@ -168,6 +257,9 @@ class PreforkedWorker:
 
 
 _CONFIGURATION = object()  # the key of a set-up step (`PreforkedWorker.configure`), whose answer is dropped
+_SIBLING = object()  # the key of the request to fork a sibling (`PreforkedWorker.sibling`)
+_HELLO = object()  # the key of a sibling's first frame, its pid
+_CONTROL = (_CONFIGURATION, _SIBLING, _HELLO)  # tasks whose answers are not yielded, nor retried
 
 
 @dataclass(frozen=True)
@@ -237,14 +329,57 @@ def _write_frames(stream: IO[bytes], outbox: queue.SimpleQueue[bytes | None]) ->
             stream.close()
 
 
-class _OrphanReader:
-    """The worker's end of the task pipe. Waiting for a task, it checks now and then that its parent
-    still runs: processes forked later by the parent (a full pool) hold the pipe's other end too, so
-    the parent's death need not close it."""
+@dataclass
+class _Ends:
+    """A worker's ends of its pipes, the pid of the run's process, and the ends for a sibling, if it may fork one."""
 
-    def __init__(self, descriptor: int, parent: int) -> None:
+    tasks: int
+    results: int
+    parent: int
+    sibling: tuple[int, int] | None = None
+    is_sibling: bool = False
+    sibling_pid: int | None = None  # once forked
+
+
+_ends: _Ends | None = None  # in a worker: its own
+
+
+def _fork_sibling() -> None:
+    """In the first worker: fork the sibling on the spare pipes (`PreforkedWorker.sibling`)."""
+    if _ends is None or _ends.sibling is None:
+        return
+    spare, _ends.sibling = _ends.sibling, None
+    pid = os.fork()
+    if pid == 0:  # the sibling: never returns
+        os.close(_ends.tasks)  # the first worker's pipes: their ends must close when it ends
+        os.close(_ends.results)
+        _serve(_Ends(*spare, _ends.parent, is_sibling=True), lambda: None, ())
+    _ends.sibling_pid = pid
+    for descriptor in spare:
+        os.close(descriptor)
+
+
+class _OrphanReader:
+    """The worker's end of the task pipe. Waiting for a task, it checks now and then that the run's
+    process still runs: processes forked later by the parent (a full pool) hold the pipe's other end too,
+    so the parent's death need not close it. (A sibling's parent is the first worker, which may end
+    before it: it asks whether the run's process is there.)"""
+
+    def __init__(self, descriptor: int, parent: int, is_sibling: bool = False) -> None:
         self.descriptor = descriptor
         self.parent = parent
+        self.is_sibling = is_sibling
+
+    def _orphaned(self) -> bool:
+        if not self.is_sibling:
+            return os.getppid() != self.parent
+        try:
+            os.kill(self.parent, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:  # a process of another user took its pid
+            return True
+        return False
 
     def read(self, size: int) -> bytes:
         import select
@@ -252,7 +387,7 @@ class _OrphanReader:
         chunks: list[bytes] = []
         while size:
             while not select.select([self.descriptor], [], [], 1.0)[0]:
-                if os.getppid() != self.parent:
+                if self._orphaned():
                     return b""
             chunk = os.read(self.descriptor, size)
             if not chunk:
@@ -262,14 +397,18 @@ class _OrphanReader:
         return b"".join(chunks)
 
 
-def _serve(
-    task_fd: int, result_fd: int, parent: int, initializer: Callable[..., None], initargs: tuple[object, ...]
-) -> None:
-    """The worker's life: set up, then answer each task in order until told to stop; exits the process."""
+def _serve(ends: _Ends, initializer: Callable[..., None], initargs: tuple[object, ...]) -> None:
+    """The worker's life: set up, then answer each task in order until told to stop; exits the process.
+    A sibling first sends its pid."""
+    global _ends
+    _ends = ends
     status = 0
     try:
         initializer(*initargs)
-        tasks, results = _OrphanReader(task_fd, parent), os.fdopen(result_fd, "wb")
+        tasks, results = _OrphanReader(ends.tasks, ends.parent, ends.is_sibling), os.fdopen(ends.results, "wb")
+        if ends.is_sibling:
+            _write_frame(results, pickle.dumps(os.getpid(), pickle.HIGHEST_PROTOCOL))
+            results.flush()
         while (frame := _read_frame(tasks)) is not None:
             function, arguments = pickle.loads(frame)
             try:
@@ -285,4 +424,9 @@ def _serve(
     except BaseException:  # noqa: BLE001 - interrupted, or the parent is gone: nothing to report to
         status = 1
     finally:
+        if ends.sibling_pid is not None:
+            # Our child: reaped here, once it has stopped (the run sends it its stop frame before it waits for
+            # us), so that no process is left behind and its CPU time counts among the run's.
+            with contextlib.suppress(OSError):
+                os.waitpid(ends.sibling_pid, 0)
         os._exit(status)  # never the parent's exit handlers or buffered output

@@ -112,7 +112,8 @@ def _read_and_filter(
                 if probable < parallel.IN_PROCESS_BELOW and _probably_parsed(source, rules, unscoped):
                     probable += 1
                     if may_start:
-                        warm, may_start = [early] if (early := prefork.start(worker.preload)) else [], False
+                        early = prefork.start(worker.preload, sibling=True)
+                        warm, may_start = [early] if early else [], False
     except BaseException:
         for early in warm:
             early.close()
@@ -250,9 +251,11 @@ def run_paths(
                 report.changed += changed
             else:
                 if len(warm) == 1 and options.jobs > 1 and probable >= parallel.IN_PROCESS_BELOW:
-                    # Enough work for a second early worker: it imports libcst during the hierarchy rounds.
-                    # (Not sooner: a small or cached run would only pay its import.)
-                    warm += [early] if (early := prefork.start(worker.preload)) else []
+                    # Enough work for a second early worker: forked by the first once it has imported libcst
+                    # (else it imports it during the hierarchy rounds). Not sooner: a small or cached run
+                    # would only pay for it.
+                    second = warm[0].sibling() or prefork.start(worker.preload)
+                    warm += [second] if second else []
                 errors = len(report.errors)
                 _migrate_worth(scanned, worth, rules, options, report, emit_diff, warm, cache)
                 if (

@@ -148,7 +148,7 @@ def migrate_source(
         from vllm_attn_compat.codemods.engine import spans
 
         needs = [
-            spans.Needs(rule.tokens, rule.context_tokens, rule.class_context_tokens, rule.scoped, rule.reads_bodies)
+            spans.Needs(rule.tokens, rule.context_tokens, rule.class_context_tokens, rule.scoped, rule.body_tokens)
             for rule in rules
         ]
         reduction = spans.reduce(source, needs, _scope_test(hierarchy, hierarchy.module_name(path)))

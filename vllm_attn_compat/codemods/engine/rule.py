@@ -71,9 +71,10 @@ class Rule:
     # (an import it tracks), or only inside a class holding one (the attributes another method sets).
     context_tokens: ClassVar[tuple[bytes, ...]] = ()
     class_context_tokens: ClassVar[tuple[bytes, ...]] = ()
-    # False for a rule whose findings in a function depend only on its `def` lines (decorators, parameters,
-    # annotations): a function kept for such rules alone reaches libcst with its body stubbed.
-    reads_bodies: ClassVar[bool] = True
+    # What a rule reads of the body of a function it acts in: None, every statement; else only the statements
+    # holding one of its tokens or of these (and asserts, `pass`, docstrings and definitions, never stubbed).
+    # In a function kept for such rules alone, the other statements reach libcst as stubs (`spans`).
+    body_tokens: ClassVar[tuple[bytes, ...] | None] = None
     examples: ClassVar[tuple[Example, ...]] = ()
 
     def __init_subclass__(cls, **kwargs: object) -> None:

@@ -19,9 +19,12 @@ import edit (whether an import is still used depends on the code the stubs hide)
 
 What a rule needs beyond the statements holding its tokens, it declares (`Rule.context_tokens`,
 `Rule.class_context_tokens`); the rules that act only in attention code count their tokens only where
-the class hierarchy puts attention code. A function kept only for rules that read nothing but its
-``def`` lines (`Rule.reads_bodies`, VAC002's parameter) keeps those lines and has its body stubbed.
-Tests run every rule's examples and vLLM's own sources both ways and compare.
+the class hierarchy puts attention code. In a function kept only for rules that read no more of a
+body than the statements holding some token (`Rule.body_tokens`: VAC001 and VAC003 the statements
+naming ``output``, VAC002 none), the other statements become stubs too: runs of them, each a neutral
+expression statement of the same lines (a string holding the marker, ``.strip()`` called), never an assert,
+``pass``, docstring or definition (rules tell those apart). Tests run every rule's examples and vLLM's
+own sources both ways and compare.
 """
 
 from __future__ import annotations
@@ -101,7 +104,7 @@ class Needs:
     context_tokens: Sequence[bytes] = ()
     class_context_tokens: Sequence[bytes] = ()
     scoped: bool = False
-    reads_bodies: bool = True
+    body_tokens: Sequence[bytes] | None = None
 
 
 def reduce(
@@ -133,7 +136,8 @@ def reduce(
         if hits:
             anywhere = _hit_lines(source, ends, need.context_tokens)
             in_class = _merged(anywhere, _hit_lines(source, ends, need.class_context_tokens))
-            found.append((hits, in_class, anywhere, need.scoped, need.reads_bodies))
+            read = None if need.body_tokens is None else _merged(hits, _hit_lines(source, ends, need.body_tokens))
+            found.append((hits, in_class, anywhere, need.scoped, read))
     nonce = _nonce(source)
     stubs: list[_Stub] = []
     # (statements, qualname prefix, inside attention code, the enclosing class's lines or None)
@@ -144,9 +148,9 @@ def reduce(
             (
                 _merged(hits, in_class if enclosing and _any_between(hits, *enclosing) else anywhere),
                 is_scoped,
-                reads_bodies,
+                read,
             )
-            for hits, in_class, anywhere, is_scoped, reads_bodies in found
+            for hits, in_class, anywhere, is_scoped, read in found
             if enclosing is None or _any_between(hits, *enclosing) or anywhere
         ]
         for node in body:
@@ -155,22 +159,18 @@ def reduce(
             first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
             last = node.end_lineno or node.lineno
             qualname = prefix + node.name
-            # The lines each rule that may act here wants, whether it acts only in attention code, and
-            # whether it reads function bodies.
-            wanted = [(lines_wanted, is_scoped, reads) for lines_wanted, is_scoped, reads in wanted_lines]
-            wanted = [want for want in wanted if _any_between(want[0], first, last)]
+            # The lines each rule that may act here wants, whether it acts only in attention code, and the
+            # lines of a function's body it reads (None: all).
+            wanted = [want for want in wanted_lines if _any_between(want[0], first, last)]
             if any(not is_scoped for _, is_scoped, _ in wanted) or (
                 wanted and (scoped or _defines_scope(node, qualname, in_scope))
             ):
                 if isinstance(node, ast.ClassDef):
                     pending.append((node.body, qualname + ".", scoped or in_scope(qualname, True), (first, last)))
-                elif not any(
-                    reads or _any_between(lines_wanted, _body_line(node), last) for lines_wanted, _, reads in wanted
-                ):
-                    # Kept only for rules reading its `def` lines, which hold their tokens: the body can go.
-                    stub = _body_stub(node, last, lines, nonce, len(stubs))
-                    if stub is not None:
-                        stubs.append(stub)
+                elif all(read is not None for _, _, read in wanted):
+                    read_lines = sorted({line for _, _, read in wanted for line in read or ()})
+                    for run in _statement_runs(node.body, read_lines, lines):
+                        stubs.append(_run_stub(*run, lines, nonce, len(stubs)))
                 continue
             stub = _stub(node, first, last, lines, nonce, len(stubs))
             if stub is not None:
@@ -298,28 +298,50 @@ def _stub(
     return _Stub(first - 1, (opening_line, *ends[1:-1], b'"""' + ends[-1]), marker, 0)
 
 
-def _body_line(node: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) -> int:
-    """The first line of ``node``'s body (a decorated statement starts at its first decorator)."""
-    head = node.body[0]
-    decorators: list[ast.expr] = getattr(head, "decorator_list", [])
-    return min([head.lineno, *(decorator.lineno for decorator in decorators)])
+_NEVER_STUBBED = (ast.Assert, ast.Pass, *_DEFS)  # kinds a rule tells apart, and bindings of names
 
 
-def _body_stub(
-    node: ast.FunctionDef | ast.AsyncFunctionDef, last: int, lines: list[bytes], nonce: bytes, number: int
-) -> _Stub | None:
-    """A stub for the body of the function ``node`` (ending on line ``last``), its ``def`` lines kept, or
-    None where the body does not start on a line of its own."""
-    head = node.body[0]
-    body_line = _body_line(node)
-    if lines[body_line - 1][: head.col_offset].strip(b" \t\f"):
-        return None  # `def f(x): return x`: the body shares the `def` line
-    if lines[body_line - 2].rstrip(b"\r\n").endswith(b"\\"):
-        return None  # the body follows a line continuation
+def _first_line(statement: ast.stmt) -> int:
+    decorators: list[ast.expr] = getattr(statement, "decorator_list", [])
+    return min([statement.lineno, *(decorator.lineno for decorator in decorators)])
+
+
+def _statement_runs(body: list[ast.stmt], read: list[int], lines: list[bytes]) -> list[tuple[int, int]]:
+    """The runs of consecutive statements of ``body`` that hold none of the ``read`` lines and can be
+    stubbed exactly, as ``(first line, last line)``, 1-based: not an assert, ``pass``, docstring or
+    definition, each on lines of its own (not ``a = 1; b = 2``, nor after a line continuation)."""
+    runs: list[tuple[int, int]] = []
+    run: tuple[int, int] | None = None
+    for index, statement in enumerate(body):
+        start, end = _first_line(statement), statement.end_lineno or statement.lineno
+        stubbable = (
+            not isinstance(statement, _NEVER_STUBBED)
+            and not (isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant))
+            and not _any_between(read, start, end)
+            and (index == 0 or (body[index - 1].end_lineno or 0) < start)
+            and (index + 1 == len(body) or end < _first_line(body[index + 1]))
+            and not lines[start - 1][: statement.col_offset].strip(b" \t\f")
+            and not lines[start - 2].rstrip(b"\r\n").endswith(b"\\")
+        )
+        if not stubbable:
+            if run is not None:
+                runs.append(run)
+            run = None
+        else:
+            run = (start, end) if run is None else (run[0], end)
+    if run is not None:
+        runs.append(run)
+    return runs
+
+
+def _run_stub(first: int, last: int, lines: list[bytes], nonce: bytes, number: int) -> _Stub:
+    """One expression statement in place of the statements on lines ``first``..``last`` (1-based): a string
+    holding the marker, whose ``.strip()`` makes it no docstring, at the first statement's indentation."""
     marker = nonce + b"%d." % number
-    indent = _INDENT.match(lines[body_line - 1])
+    indent = _INDENT.match(lines[first - 1])
     assert indent is not None  # the pattern matches the empty string
-    ends = [_ending(line) for line in lines[body_line - 1 : last]]
+    ends = [_ending(line) for line in lines[first - 1 : last]]
     if len(ends) == 1:
-        return _Stub(body_line - 1, (indent.group() + b'"""' + marker + b'"""' + ends[0],), marker, 0)
-    return _Stub(body_line - 1, (indent.group() + b'"""' + marker + ends[0], *ends[1:-1], b'"""' + ends[-1]), marker, 0)
+        return _Stub(first - 1, (indent.group() + b'"""' + marker + b'""".strip()' + ends[0],), marker, 0)
+    stub = (indent.group() + b'"""' + marker + ends[0], *ends[1:-1], b'""".strip()' + ends[-1])
+    return _Stub(first - 1, stub, marker, 0)

@@ -213,6 +213,67 @@ def test_a_rule_reading_statements_that_name_output_keeps_those(always):
     assert b"x = 1\n    output" not in reduction.source and b"return x" not in reduction.source
 
 
+NESTED = '''\
+import torch
+from vllm.v1.attention.backend import AttentionImpl
+
+
+class Impl(AttentionImpl):
+    def forward(self, layer, query, key, value, kv_cache, attn_metadata, output=None):
+        """Docs."""
+        if output is None:
+            output = torch.empty_like(query)
+        if attn_metadata is None:
+            x = 1  # a comment
+            assert output is not None
+            y = 2
+        elif query.dim() == 3:
+            z = 3
+        else:
+            w = 4
+            return output.fill_(0)
+        for i in range(3):
+            v = i
+        else:
+            u = 5
+            output[0] = u
+        try:
+            t = 6
+        except ValueError:
+            s = 7
+        finally:
+            r = output
+        with torch.no_grad():
+            if query: p = 8
+            q = output
+        match query:
+            case None:
+                o = 9
+            case _:
+                n = output
+        return output
+'''
+
+
+def test_runs_are_found_in_the_blocks_of_compound_statements_kept_for_what_they_hold(always):
+    needs = [spans.Needs((b"output is not None",), body_tokens=(b"output",))]
+    reduction = spans.reduce(NESTED.encode(), needs)
+    assert reduction is not None
+    reduced = reduction.source.decode()
+    hidden = ["x = 1", "a comment", "y = 2", "z = 3", "w = 4", "v = i", "u = 5", "t = 6", "s = 7", "p = 8", "o = 9"]
+    assert [text for text in hidden if text in reduced] == []
+    shown = ["elif query.dim()", "else:", "return output.fill_(0)", "output[0] = u", "r = output", "q = output"]
+    assert [text for text in shown if text not in reduced] == []
+    assert reduced.count("\n") == NESTED.count("\n")
+    ast.parse(reduced)
+    assert reduction.restore(reduction.source) == NESTED.encode()
+
+
+@pytest.mark.parametrize("unsafe", [False, True], ids=["safe", "unsafe"])
+def test_a_method_with_nested_blocks_migrates_the_same_through_the_reduction(always, unsafe):
+    both_ways(NESTED.encode(), unsafe=unsafe)
+
+
 def test_scoped_tokens_count_only_in_attention_code(always):
     text = source(
         """

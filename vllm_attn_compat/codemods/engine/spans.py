@@ -306,10 +306,19 @@ def _first_line(statement: ast.stmt) -> int:
     return min([statement.lineno, *(decorator.lineno for decorator in decorators)])
 
 
+# Compound statements whose blocks are searched for runs too, when they are kept themselves (`except*`: 3.11+).
+_COMPOUND: tuple[type[ast.stmt], ...] = tuple(
+    getattr(ast, name)
+    for name in ("If", "For", "AsyncFor", "While", "With", "AsyncWith", "Try", "TryStar", "Match")
+    if hasattr(ast, name)
+)
+
+
 def _statement_runs(body: list[ast.stmt], read: list[int], lines: list[bytes]) -> list[tuple[int, int]]:
-    """The runs of consecutive statements of ``body`` that hold none of the ``read`` lines and can be
-    stubbed exactly, as ``(first line, last line)``, 1-based: not an assert, ``pass``, docstring or
-    definition, each on lines of its own (not ``a = 1; b = 2``, nor after a line continuation)."""
+    """The runs of consecutive statements of ``body`` (and of the blocks of its ``if``, ``for``, ``with``,
+    ``try`` ... statements) that hold none of the ``read`` lines and can be stubbed exactly, as ``(first
+    line, last line)``, 1-based: not an assert, ``pass``, docstring or definition, each on lines of its own
+    (not ``a = 1; b = 2``, nor ``if x: a = 1``, nor after a line continuation)."""
     runs: list[tuple[int, int]] = []
     run: tuple[int, int] | None = None
     for index, statement in enumerate(body):
@@ -323,15 +332,36 @@ def _statement_runs(body: list[ast.stmt], read: list[int], lines: list[bytes]) -
             and not lines[start - 1][: statement.col_offset].strip(b" \t\f")
             and not lines[start - 2].rstrip(b"\r\n").endswith(b"\\")
         )
-        if not stubbable:
-            if run is not None:
-                runs.append(run)
-            run = None
-        else:
+        if stubbable:
             run = (start, end) if run is None else (run[0], end)
+            continue
+        if run is not None:
+            runs.append(run)
+        run = None
+        if isinstance(statement, _COMPOUND):
+            for block in _blocks(statement, lines):
+                runs += _statement_runs(block, read, lines)
     if run is not None:
         runs.append(run)
     return runs
+
+
+def _blocks(statement: ast.stmt, lines: list[bytes]) -> list[list[ast.stmt]]:
+    """The blocks of statements of a compound statement; an ``elif``'s own blocks in place of it (it is
+    part of the ``if`` statement, not a statement of the ``else`` block)."""
+    blocks: list[list[ast.stmt]] = []
+    for field in ("body", "orelse", "finalbody"):
+        block: list[ast.stmt] = getattr(statement, field, [])
+        if field == "orelse" and len(block) == 1 and isinstance(block[0], ast.If):
+            elif_line = lines[block[0].lineno - 1][block[0].col_offset :]
+            if elif_line.startswith(b"elif"):
+                blocks += _blocks(block[0], lines)
+                continue
+        if block:
+            blocks.append(block)
+    for part in (*getattr(statement, "handlers", ()), *getattr(statement, "cases", ())):
+        blocks.append(part.body)
+    return blocks
 
 
 def _run_stub(first: int, last: int, lines: list[bytes], nonce: bytes, number: int) -> _Stub:

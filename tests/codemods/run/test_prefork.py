@@ -330,3 +330,24 @@ def test_a_sibling_whose_run_died_exits_even_while_another_process_holds_its_pip
         for pid in (sibling_pid, holder_pid):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+
+
+def test_answers_come_for_the_tasks_asked_while_the_others_wait_for_results():
+    worker = PreforkedWorker(remember_pid)
+    for n in range(6):
+        worker.submit(n, square_or_die, (n,))
+    assert {key: value[0] for key, value in worker.answers([1, 3])} == {1: 1, 3: 9}
+    worker.submit(6, square_or_die, (6,))  # the worker goes on: more tasks, then more answers
+    assert {key: value[0] for key, value in worker.answers([6])} == {6: 36}
+    assert {key: value[0] for key, value in worker.results()} == {0: 0, 2: 4, 4: 16, 5: 25}
+
+
+def test_tasks_asked_for_are_retried_when_the_worker_dies_and_the_others_at_results():
+    worker = PreforkedWorker(remember_pid)
+    for n in (11, 12, 13, 14, 15):
+        worker.submit(n, square_or_die, (n,))  # 13 kills the worker
+    asked = dict(worker.answers([12, 14]))
+    assert {key: value[0] for key, value in asked.items()} == {12: 144, 14: 196}
+    rest = dict(worker.results())
+    assert isinstance(rest.pop(13), WorkerCrashed)
+    assert {key: value[0] for key, value in rest.items()} == {11: 121, 15: 225}

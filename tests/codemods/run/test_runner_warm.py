@@ -26,10 +26,12 @@ def _record_warm_pools(monkeypatch) -> list:
         def _connect(self, *args, **kwargs) -> None:  # a worker forked by this process, or a sibling
             super()._connect(*args, **kwargs)
             self.submitted: list[str] = []
+            self.functions: list[str] = []
             started.append(self)
 
         def submit(self, key, function, arguments) -> None:
             self.submitted.append(key)
+            self.functions.append(function.__name__)
             super().submit(key, function, arguments)
 
     monkeypatch.setattr(prefork, "PreforkedWorker", Recorded)
@@ -87,6 +89,25 @@ def test_more_files_than_the_early_workers_can_take_are_shared_with_the_other_jo
     assert sum(len(early.submitted) for early in started) < 20  # the third job migrated some
     assert report.errors == [] and len(report.changed) == 20
     assert all((tmp_path / f"plugin/impl{n}.py").read_text() == IMPL_MIGRATED + filler for n in range(12))
+
+
+def test_the_early_workers_index_the_files_when_they_are_all_the_jobs(tmp_path, monkeypatch):
+    from runner_trees import BASE
+
+    started = _record_warm_pools(monkeypatch)
+    layout = {f"direct{n}.py": DIRECT for n in range(8)} | {"plugin/__init__.py": "", "plugin/base.py": BASE}
+    layout |= {f"plugin/impl{n}.py": IMPL for n in range(12)}
+    pooled, alone = write_tree(tmp_path / "a", layout), write_tree(tmp_path / "b", layout)
+    report = run_paths([str(pooled)], Options(jobs=2))
+    assert len(started) == 2 and all("index_file" in early.functions for early in started)
+    indexed = [
+        key for early in started for key, f in zip(early.submitted, early.functions, strict=True) if f == "index_file"
+    ]
+    assert len(indexed) == len(set(indexed)) >= 20  # each file once, in one of them
+    alone_report = run_paths([str(alone)], Options(jobs=1))
+    assert report.errors == alone_report.errors == [] and len(report.changed) == len(alone_report.changed) == 20
+    assert sorted(f for _, f in report.findings) == sorted(f for _, f in alone_report.findings)
+    assert all((pooled / f"plugin/impl{n}.py").read_text() == IMPL_MIGRATED for n in range(12))
 
 
 def test_the_early_workers_share_goes_by_size_largest_first():

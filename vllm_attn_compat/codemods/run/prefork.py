@@ -18,7 +18,7 @@ import os
 import pickle
 import sys
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any, Protocol
 
@@ -104,7 +104,8 @@ class PreforkedWorker:
         self.pid: int | None = pid
         self._is_sibling = self._awaiting_pid = pid is None
         self._sibling: PreforkedWorker | None = None  # the one it forked, if it was asked to
-        self._stop_sent = self._stopped = False
+        self._stop_sent = self._stopped = self._gone = False
+        self._read_ahead: list[tuple[Any, bytes]] = []  # answers read by `answers` for `results`
         self._tasks = os.fdopen(task_write, "wb")
         self._results = os.fdopen(result_read, "rb")
         # Each task sent and not yet yielded: key, function, arguments, and the set-up step before it.
@@ -154,6 +155,23 @@ class PreforkedWorker:
         self._pending.append(task)
         self._outbox.put(pickle.dumps((task.function, task.arguments), pickle.HIGHEST_PROTOCOL))
 
+    def answers(self, keys: Collection[Any]) -> Iterator[tuple[Any, Any]]:
+        """``(key, result)`` of the submitted tasks ``keys``, as they come, the worker going on with the
+        others: their answers, read meanwhile, wait for :meth:`results`. Were the worker to die, the tasks
+        of ``keys`` it left are retried (it takes no more tasks; :meth:`results` retries the others)."""
+        wanted = set(keys)
+        while wanted and (answer := self._next_answer()) is not None:
+            key, frame = answer
+            if key in wanted:
+                wanted.discard(key)
+                yield key, pickle.loads(frame)
+            else:
+                self._read_ahead.append((key, frame))
+        if wanted:
+            left = [task for task in self._pending if task.key in wanted]
+            self._pending = deque(task for task in self._pending if task.key not in wanted)
+            yield from self._retry(left)
+
     def results(self) -> Iterator[tuple[Any, Any]]:
         """``(key, result)`` of every submitted task; the worker is stopped once all are answered."""
         if not self.used and self._sibling is None:
@@ -162,17 +180,11 @@ class PreforkedWorker:
         # Tasks are pending, so the first of them started the threads.
         assert self._outbox is not None and self._inbox is not None
         self._send_stop()
-        while self._pending:
-            frame = self._inbox.get()
-            if frame is None:  # the worker died: the unanswered tasks are retried below
-                if self._is_sibling:  # gone, and maybe reaped already: its pid may be another's soon
-                    self.pid, self._awaiting_pid = None, False
-                break
-            task = self._pending.popleft()
-            if task.key is _HELLO:
-                self.pid, self._awaiting_pid = pickle.loads(frame), False
-            elif task.key not in _CONTROL:
-                yield task.key, pickle.loads(frame)
+        for key, frame in self._read_ahead:
+            yield key, pickle.loads(frame)
+        self._read_ahead.clear()
+        while (answer := self._next_answer()) is not None:
+            yield answer[0], pickle.loads(answer[1])
         unanswered = [task for task in self._pending if task.key not in _CONTROL]
         self._pending.clear()
         if self._sibling is not None:
@@ -180,6 +192,28 @@ class PreforkedWorker:
             # half done): the sibling must have its stop frame, after its tasks, before we wait.
             self._sibling._send_stop()
         self._reap(kill=bool(unanswered))
+        yield from self._retry(unanswered)
+
+    def _next_answer(self) -> tuple[Any, bytes] | None:
+        """The key and answer of the next task that is not a control step; None once all are answered, or
+        once the worker is gone (its unanswered tasks stay pending)."""
+        while self._pending and not self._gone:
+            assert self._inbox is not None  # tasks are pending: the first of them started the threads
+            frame = self._inbox.get()
+            if frame is None:
+                self._gone = True
+                if self._is_sibling:  # gone, and maybe reaped already: its pid may be another's soon
+                    self.pid, self._awaiting_pid = None, False
+                return None
+            task = self._pending.popleft()
+            if task.key is _HELLO:
+                self.pid, self._awaiting_pid = pickle.loads(frame), False
+            elif task.key not in _CONTROL:
+                return task.key, frame
+        return None
+
+    def _retry(self, unanswered: Sequence[_Task]) -> Iterator[tuple[Any, Any]]:
+        """Run ``unanswered`` tasks in new processes (set up as this one was), finding one that kills them."""
         for function, configuration in dict.fromkeys((task.function, task.configuration) for task in unanswered):
             tasks = [
                 (task.key, task.arguments)

@@ -128,6 +128,7 @@ def _index_hierarchy(
     options: Options,
     report: RunReport,
     after_round: Callable[[ClassHierarchy, Mapping[str, IndexOutcome]], None],
+    workers: Sequence[prefork.PreforkedWorker] = (),
 ) -> tuple[ClassHierarchy, dict[str, IndexOutcome]]:
     """Build the class hierarchy of the run; returns it with the index of each file that took part.
 
@@ -135,7 +136,8 @@ def _index_hierarchy(
     themselves: they mention vLLM, or belong to a package named ``vllm`` (a fork). The others (torch has
     a ``class Attention(nn.Module)``) take part only if they name an attention class. Later rounds index
     every file naming (as a whole identifier) an attention class found so far. ``after_round(hierarchy,
-    indexes)`` runs after each round.
+    indexes)`` runs for each round, once the next one's files are handed out (the last's, at the end).
+    The files are indexed in the early ``workers`` when they are all the jobs (`_index_files`).
     """
     from vllm_attn_compat.codemods.index import hierarchy as hierarchy_module
     from vllm_attn_compat.codemods.index.names import guess_module_name
@@ -149,6 +151,7 @@ def _index_hierarchy(
     must_parse: set[str] = set()  # files the class scan spared once, which later rounds need indexed
     checked_methods: frozenset[str] = frozenset()  # the methods each file spared in earlier rounds was checked for
     built = hierarchy_module.ClassHierarchy.build([])
+    settled: ClassHierarchy | None = None  # the last round's hierarchy, for `after_round` once the next is under way
     while pending:
         # Files whose class headers show no class that can be an attention class (nor a patch, nor a
         # backend's shape) skip the parse until a later round needs them (below).
@@ -163,7 +166,11 @@ def _index_hierarchy(
                 indexes[path] = scanned_index
                 spared_now.add(path)
         tasks = [(s.source_file.path, (s.source, s.source_file.path)) for s in parse]
-        outcomes = parallel.parallel_map(worker.index_file, tasks, jobs=options.jobs, initializer=worker.no_setup)
+        outcomes = _index_files(tasks, options.jobs, workers)
+        if settled is not None:
+            # The last round's files for the early workers go after this round's, which the run waits for
+            # (were they to index them too). The new entries are the class scan's, which `after_round` skips.
+            after_round(settled, indexes)
         for path, outcome in _with_progress(outcomes, len(tasks), options.progress, "index classes"):
             if isinstance(outcome, FileError):
                 report.errors.append(outcome)
@@ -173,7 +180,7 @@ def _index_hierarchy(
         built = hierarchy_module.ClassHierarchy.build(
             index for index in indexes.values() if isinstance(index, hierarchy_module.ModuleIndex)
         )
-        after_round(built, indexes)
+        settled = built
         new_names = built.attention_class_names() - known_names
         known_names |= new_names
         has_name = TokenScan((name.encode() for name in new_names), whole_words=True)
@@ -198,7 +205,26 @@ def _index_hierarchy(
             ):
                 must_parse.add(path)
                 pending.append(s)
+    if settled is not None:
+        after_round(settled, indexes)
     return built, indexes
+
+
+def _index_files(
+    tasks: Sequence[tuple[str, tuple[bytes, str]]], jobs: int, workers: Sequence[prefork.PreforkedWorker]
+) -> Iterable[tuple[str, IndexOutcome | parallel.WorkerCrashed]]:
+    """``(path, outcome)`` of :func:`worker.index_file` for each task: in the early workers when they are
+    all the jobs there are (they are running already, and would wait for the rounds), else in a pool."""
+    if len(workers) < 2 or jobs > len(workers) or len(tasks) < parallel.IN_PROCESS_BELOW:
+        return parallel.parallel_map(worker.index_file, tasks, jobs=jobs, initializer=worker.no_setup)
+    loads = [0] * len(workers)
+    keys: list[list[str]] = [[] for _ in workers]
+    for path, arguments in sorted(tasks, key=lambda task: -len(task[1][0])):
+        to = min(range(len(workers)), key=loads.__getitem__)
+        workers[to].submit(path, worker.index_file, arguments)
+        keys[to].append(path)
+        loads[to] += len(arguments[0])
+    return itertools.chain.from_iterable(early.answers(mine) for early, mine in zip(workers, keys, strict=True))
 
 
 def _parse_scanned(
@@ -314,7 +340,7 @@ def _migrate_worth(
         if early is not None and cache is None:
             early.after_round(built, indexes, sources)
 
-    hierarchy, indexes = _index_hierarchy(scanned, worth, options, report, after_round)
+    hierarchy, indexes = _index_hierarchy(scanned, worth, options, report, after_round, warm)
     # A finding at each call in the run that withholds a fix (`index.callsites`).
     from vllm_attn_compat.codemods.index import callsites
 

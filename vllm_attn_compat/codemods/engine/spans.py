@@ -350,18 +350,19 @@ def _blocks(statement: ast.stmt, lines: list[bytes]) -> list[list[ast.stmt]]:
     """The blocks of statements of a compound statement; an ``elif``'s own blocks in place of it (it is
     part of the ``if`` statement, not a statement of the ``else`` block)."""
     blocks: list[list[ast.stmt]] = []
-    for field in ("body", "orelse", "finalbody"):
-        block: list[ast.stmt] = getattr(statement, field, [])
-        if field == "orelse" and len(block) == 1 and isinstance(block[0], ast.If):
-            elif_line = lines[block[0].lineno - 1][block[0].col_offset :]
-            if elif_line.startswith(b"elif"):
-                blocks += _blocks(block[0], lines)
-                continue
-        if block:
-            blocks.append(block)
-    for part in (*getattr(statement, "handlers", ()), *getattr(statement, "cases", ())):
-        blocks.append(part.body)
+    for field in _BLOCKS:
+        children = getattr(statement, field, None) or []
+        if field in ("handlers", "cases"):
+            blocks += [child.body for child in children]
+        elif field == "orelse" and len(children) == 1 and _is_elif(children[0], lines):
+            blocks += _blocks(children[0], lines)
+        elif children:
+            blocks.append(children)
     return blocks
+
+
+def _is_elif(statement: ast.stmt, lines: list[bytes]) -> bool:
+    return isinstance(statement, ast.If) and lines[statement.lineno - 1][statement.col_offset :].startswith(b"elif")
 
 
 def _run_stub(first: int, last: int, lines: list[bytes], nonce: bytes, number: int) -> _Stub:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from vllm_attn_compat.codemods.run import parallel, prefork
 from vllm_attn_compat.codemods.run.runner import Options, run_paths
+from vllm_attn_compat.codemods.run.worker import index_file as ORIGINAL_INDEX_FILE
 
 from runner_trees import IMPL, IMPL_MIGRATED, write_tree
 
@@ -134,3 +135,30 @@ def test_the_early_workers_share_goes_by_size_largest_first():
     # Work already sent counts: two other jobs take everything from a busy early worker.
     mine, theirs = _early_share(items, [10**6], others=2)
     assert mine == [] and len(theirs) == 4
+
+
+def _die_on_direct3(source: bytes, path: str):
+    """`worker.index_file` in a process that dies on one file (out of memory, a crash in a parser)."""
+    import os
+
+    if path.endswith("direct3.py"):
+        os._exit(3)
+    return ORIGINAL_INDEX_FILE(source, path)
+
+
+def test_an_early_worker_that_died_takes_no_more_files_and_the_run_goes_on(tmp_path, monkeypatch):
+    from vllm_attn_compat.codemods.run import worker
+
+    from runner_trees import BASE
+
+    started = _record_warm_pools(monkeypatch)
+    monkeypatch.setattr(worker, "index_file", _die_on_direct3)  # forked workers inherit it
+    layout = {f"direct{n}.py": DIRECT for n in range(8)} | {"plugin/__init__.py": "", "plugin/base.py": BASE}
+    layout |= {f"plugin/impl{n}.py": IMPL for n in range(12)}
+    write_tree(tmp_path, layout)
+    report = run_paths([str(tmp_path)], Options(jobs=2))
+    [dead] = [early for early in started if any(key.endswith("direct3.py") for key in early.submitted)]
+    assert "migrate_file" not in dead.functions  # nothing after its death, in this round or later ones
+    assert [error.path for error in report.errors] == [str(tmp_path / "direct3.py")]  # retried alone, died again
+    assert len(report.changed) == 19 and (tmp_path / "direct0.py").read_text() == DIRECT_MIGRATED
+    assert all((tmp_path / f"plugin/impl{n}.py").read_text() == IMPL_MIGRATED for n in range(12))

@@ -75,10 +75,12 @@ class Handoff:
         return self._pickled[1]
 
     def least_loaded(self) -> int | None:
-        """The worker with the least work, to take another file during the rounds; None past the limit."""
+        """The running worker with the least work, to take another file during the rounds; None past the
+        limit, or when none runs."""
         if self.limit is not None and len(self.sent) >= self.limit:
             return None
-        return min(range(len(self.workers)), key=self.loads.__getitem__)
+        running = [number for number, early in enumerate(self.workers) if early.running()]
+        return min(running, key=self.loads.__getitem__) if running else None
 
     def send(self, path: str, source: bytes, pickled: bytes, to: int) -> None:
         """Migrate ``source`` in worker number ``to``, with the settings ``pickled``."""

@@ -116,6 +116,10 @@ class PreforkedWorker:
         self._outbox: queue.SimpleQueue[bytes | None] | None = None
         self._inbox: queue.SimpleQueue[bytes | None] | None = None
 
+    def running(self) -> bool:
+        """Whether it may take more tasks: not stopped, and not found gone (seen as its answers are read)."""
+        return not (self._gone or self._stopped) and (self._is_sibling or self.pid is not None)
+
     def sibling(self) -> PreforkedWorker | None:
         """A second worker, forked by this one once its set-up has run (its imports are made once, and
         shared), or None if this worker was not started with ``sibling`` or asked for one already. It runs

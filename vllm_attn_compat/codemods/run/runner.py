@@ -215,6 +215,7 @@ def _index_files(
 ) -> Iterable[tuple[str, IndexOutcome | parallel.WorkerCrashed]]:
     """``(path, outcome)`` of :func:`worker.index_file` for each task: in the early workers when they are
     all the jobs there are (they are running already, and would wait for the rounds), else in a pool."""
+    workers = [early for early in workers if early.running()]  # one that died takes no more
     if len(workers) < 2 or jobs > len(workers) or len(tasks) < parallel.IN_PROCESS_BELOW:
         return parallel.parallel_map(worker.index_file, tasks, jobs=jobs, initializer=worker.no_setup)
     loads = [0] * len(workers)
@@ -382,12 +383,13 @@ def _migrate_worth(
     # The early workers take the rest when they are all the jobs, or when it is a few files; else their
     # share, and the other jobs the rest.
     jobs = options.jobs
-    if early is not None and rest:
-        others = 0 if len(candidates) <= parallel.IN_PROCESS_BELOW else max(jobs - len(early.workers), 0)
-        share, rest = _early_share(rest, early.loads, others)
+    running = [number for number, worker in enumerate(early.workers) if worker.running()] if early else []
+    if early is not None and rest and running:
+        others = 0 if len(candidates) <= parallel.IN_PROCESS_BELOW else max(jobs - len(running), 0)
+        share, rest = _early_share(rest, [early.loads[number] for number in running], others)
         pickled = early.settings(hierarchy)
         for item, to in share:
-            early.send(item.source_file.path, item.source, pickled, to)
+            early.send(item.source_file.path, item.source, pickled, running[to])
         jobs = others
     settings = (rules, hierarchy, options.unsafe_fixes, options.old_op_calls, options.verifies)
     tasks = [(c.source_file.path, (c.source, c.source_file.path)) for c in rest]

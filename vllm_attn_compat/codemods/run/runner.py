@@ -168,8 +168,8 @@ def _index_hierarchy(
         tasks = [(s.source_file.path, (s.source, s.source_file.path)) for s in parse]
         outcomes = _index_files(tasks, options.jobs, workers)
         if settled is not None:
-            # The last round's files for the early workers go after this round's, which the run waits for
-            # (were they to index them too). The new entries are the class scan's, which `after_round` skips.
+            # The last round's settled files go to the early workers after this round's files, which the run
+            # waits for when they index them. (The entries just added are the class scan's: `after_round` skips them.)
             after_round(settled, indexes)
         for path, outcome in _with_progress(outcomes, len(tasks), options.progress, "index classes"):
             if isinstance(outcome, FileError):

@@ -53,3 +53,13 @@ def write_pid(path: str) -> None:
     with open(path + ".part", "w") as out:
         out.write(str(os.getpid()))
     os.replace(path + ".part", path)
+
+
+def refuse_forks() -> None:
+    """Set-up of a worker whose system refuses it another process (its sibling)."""
+
+    def refused() -> int:
+        raise BlockingIOError(11, "Resource temporarily unavailable")
+
+    remember_pid()
+    os.fork = refused

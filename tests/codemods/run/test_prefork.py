@@ -18,6 +18,7 @@ from pool_tasks import (
     configured_or_die,
     die_at_once,
     large_answer,
+    refuse_forks,
     remember_pid,
     square_or_die,
     state,
@@ -346,3 +347,15 @@ def test_tasks_asked_for_are_retried_when_the_worker_dies_and_the_others_at_resu
     rest = dict(worker.results())
     assert isinstance(rest.pop(13), WorkerCrashed)
     assert {key: value[0] for key, value in rest.items()} == {11: 121, 15: 225}
+
+
+def test_a_sibling_the_system_refuses_has_its_tasks_retried_and_nothing_waits_for_it():
+    first = PreforkedWorker(refuse_forks, sibling=True)
+    second = first.sibling()
+    assert second is not None
+    for n in (2, 3):
+        first.submit(n, square_or_die, (n,))
+        second.submit(n, square_or_die, (n,))
+    # The sibling's answers first: had the first worker kept its pipe open, this would wait for it to stop.
+    assert {key: value[0] for key, value in second.results()} == {2: 4, 3: 9}  # in a new process each
+    assert {key: value[0] for key, value in first.results()} == {2: 4, 3: 9}

@@ -387,7 +387,12 @@ def _fork_sibling() -> None:
     if _ends is None or _ends.sibling is None:
         return
     spare, _ends.sibling = _ends.sibling, None
-    pid = os.fork()
+    try:
+        pid = os.fork()
+    except OSError:
+        for descriptor in spare:  # the run then reads the end of the sibling's answers: its tasks are retried
+            os.close(descriptor)
+        raise
     if pid == 0:  # the sibling: never returns
         os.close(_ends.tasks)  # the first worker's pipes: their ends must close when it ends
         os.close(_ends.results)

@@ -63,3 +63,13 @@ def refuse_forks() -> None:
 
     remember_pid()
     os.fork = refused
+
+
+def slow_by_name(source: bytes, path: str) -> tuple[str, int]:
+    """A migration whose cost is in the file's name (``slow-0.5.py`` takes half a second), not its size."""
+    import time
+
+    name = os.path.basename(path)
+    if name.startswith("slow-"):
+        time.sleep(float(name[len("slow-") : -len(".py")]))
+    return path, os.getpid()

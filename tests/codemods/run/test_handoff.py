@@ -66,3 +66,21 @@ def test_settled_files_are_sent_before_the_later_rounds_and_the_result_is_the_sa
     for relative in layout:
         assert (pooled / relative).read_bytes() == (alone / relative).read_bytes()
     assert (pooled / "plugin/impl.py").read_text() == IMPL_MIGRATED
+
+
+def test_the_last_files_go_to_the_worker_that_is_free_not_by_their_size(monkeypatch):
+    from vllm_attn_compat.codemods.registry import all_rules
+    from vllm_attn_compat.codemods.run.handoff import Handoff
+
+    from pool_tasks import remember_pid, slow_by_name
+
+    monkeypatch.setattr(worker, "migrate_file", slow_by_name)
+    early = Handoff([prefork.PreforkedWorker(remember_pid) for _ in range(2)], all_rules(), False, limit=None)
+    # The largest file costs the most time, whatever its size says: by size, the worker taking it would take
+    # two or three of the others too; handed out as the workers finish, one waits behind it, at most.
+    files = [("slow-1.5.py", bytes(50_000))] + [(f"fast{n}.py", bytes(10_000)) for n in range(8)]
+    answers = dict(early.stream(files, early.settings(ClassHierarchy.build([]))))
+    assert sorted(answers) == sorted(path for path, _ in files) and early.left == []
+    slow_pid = answers["slow-1.5.py"][1]
+    assert sum(pid == slow_pid for _, pid in answers.values()) == 2
+    assert not any(process.running() for process in early.workers)  # stopped

@@ -9,6 +9,7 @@ and its migration overlaps the rounds still to come instead of waiting for them.
 
 from __future__ import annotations
 
+import collections
 import pickle
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -65,6 +66,7 @@ class Handoff:
         self.loads = [0] * len(self.workers)  # bytes of source sent to each worker
         self._configured: list[bytes | None] = [None] * len(self.workers)  # the settings each worker has
         self._pickled: tuple[ClassHierarchy, bytes] | None = None  # the last hierarchy pickled, and its settings
+        self.left: list[tuple[str, bytes]] = []  # files `stream` could not hand out (no worker ran any more)
 
     def settings(self, hierarchy: ClassHierarchy) -> bytes:
         """The pickled settings of :func:`worker.setup` (sent to each worker once per round that sends it files);
@@ -104,6 +106,37 @@ class Handoff:
             if to is None:
                 return
             self.send(path, sources[path], self.settings(hierarchy), to)
+
+    def stream(self, files: Sequence[tuple[str, bytes]], pickled: bytes) -> Iterator[tuple[Any, Any]]:
+        """The answers of every worker, while ``files`` (migrated with the settings ``pickled``) go to them
+        largest first, each to a worker that is down to one unanswered file: the workers end together
+        however the files' costs differ from their sizes. The files left once no worker runs any more
+        are in :attr:`left`; the workers are stopped."""
+        import threading
+
+        answered = threading.Event()
+        for early in self.workers:
+            early.on_frame = answered.set
+        queue = collections.deque(sorted(files, key=lambda file: -len(file[1])))
+        try:
+            while True:
+                # Read what has come (before the wait below, or before this stream began: no event for that).
+                for early in self.workers:
+                    yield from early.ready()
+                running = [number for number, early in enumerate(self.workers) if early.running()]
+                for number in running:
+                    while queue and self.workers[number].unanswered() < 2:  # one at work, one waiting
+                        path, source = queue.popleft()
+                        self.send(path, source, pickled, number)
+                if not any(self.workers[number].unanswered() for number in running):
+                    break
+                answered.wait()
+                answered.clear()  # a frame read after this is read at the top; one coming later sets it again
+        finally:
+            for early in self.workers:
+                early.on_frame = None
+        self.left = list(queue)
+        yield from self.results()
 
     def results(self) -> Iterator[tuple[Any, Any]]:
         """The answers of every worker that was sent files, worker after worker (each drains its own pipe

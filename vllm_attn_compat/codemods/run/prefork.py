@@ -115,6 +115,8 @@ class PreforkedWorker:
         # first task on, with the threads that move them.
         self._outbox: queue.SimpleQueue[bytes | None] | None = None
         self._inbox: queue.SimpleQueue[bytes | None] | None = None
+        # Called by the reader thread after each frame it reads (`Handoff.stream` waits on several workers).
+        self.on_frame: Callable[[], object] | None = None
 
     def running(self) -> bool:
         """Whether it may take more tasks: not stopped, and not found gone (seen as its answers are read)."""
@@ -153,7 +155,7 @@ class PreforkedWorker:
 
             self._outbox, self._inbox = queue.SimpleQueue(), queue.SimpleQueue()
             self._writer = threading.Thread(target=_write_frames, args=(self._tasks, self._outbox), daemon=True)
-            self._reader = threading.Thread(target=_read_frames, args=(self._results, self._inbox), daemon=True)
+            self._reader = threading.Thread(target=_read_frames, args=(self._results, self._inbox, self), daemon=True)
             self._writer.start()
             self._reader.start()
         self._pending.append(task)
@@ -175,6 +177,19 @@ class PreforkedWorker:
             left = [task for task in self._pending if task.key in wanted]
             self._pending = deque(task for task in self._pending if task.key not in wanted)
             yield from self._retry(left)
+
+    def unanswered(self) -> int:
+        """How many submitted tasks it has not answered yet (or whose answers were not read yet)."""
+        return sum(task.key not in _CONTROL for task in self._pending)
+
+    def ready(self) -> list[tuple[Any, Any]]:
+        """``(key, result)`` of the tasks answered so far and not yet yielded, without waiting; once it is
+        found gone, its unanswered tasks wait for :meth:`results`, which retries them."""
+        found = [(key, pickle.loads(frame)) for key, frame in self._read_ahead]
+        self._read_ahead.clear()
+        while (answer := self._next_answer(block=False)) is not None:
+            found.append((answer[0], pickle.loads(answer[1])))
+        return found
 
     def results(self) -> Iterator[tuple[Any, Any]]:
         """``(key, result)`` of every submitted task; the worker is stopped once all are answered."""
@@ -198,11 +213,12 @@ class PreforkedWorker:
         self._reap(kill=bool(unanswered))
         yield from self._retry(unanswered)
 
-    def _next_answer(self) -> tuple[Any, bytes] | None:
-        """The key and answer of the next task that is not a control step; None once all are answered, or
-        once the worker is gone (its unanswered tasks stay pending)."""
-        while self._pending and not self._gone:
-            assert self._inbox is not None  # tasks are pending: the first of them started the threads
+    def _next_answer(self, block: bool = True) -> tuple[Any, bytes] | None:
+        """The key and answer of the next task that is not a control step; None once all are answered, once
+        the worker is gone (its unanswered tasks stay pending), or, not to ``block``, when none has come."""
+        while self._pending and not self._gone and self._inbox is not None:  # no inbox: nothing was sent yet
+            if not block and self._inbox.empty():
+                return None
             frame = self._inbox.get()
             if frame is None:
                 self._gone = True
@@ -339,16 +355,20 @@ def _read_frame(stream: _Reader) -> bytes | None:
     return frame if len(frame) == length else None
 
 
-def _read_frames(stream: IO[bytes], inbox: queue.SimpleQueue[bytes | None]) -> None:
+def _read_frames(stream: IO[bytes], inbox: queue.SimpleQueue[bytes | None], owner: PreforkedWorker) -> None:
     """The parent's reader thread: the worker's answers into ``inbox`` as they come, then None once it
-    has stopped or died."""
+    has stopped or died; ``owner.on_frame``, if set, after each."""
     try:
         while (frame := _read_frame(stream)) is not None:
             inbox.put(frame)
+            if (notify := owner.on_frame) is not None:
+                notify()
     except (OSError, ValueError):  # the worker is gone
         pass
     finally:
         inbox.put(None)
+        if (notify := owner.on_frame) is not None:
+            notify()
         with contextlib.suppress(OSError):
             stream.close()
 

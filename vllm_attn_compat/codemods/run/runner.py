@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
 
@@ -384,21 +384,28 @@ def _migrate_worth(
     # share, and the other jobs the rest.
     jobs = options.jobs
     running = [number for number, worker in enumerate(early.workers) if worker.running()] if early else []
-    if early is not None and rest and running:
-        others = 0 if len(candidates) <= parallel.IN_PROCESS_BELOW else max(jobs - len(running), 0)
-        share, rest = _early_share(rest, [early.loads[number] for number in running], others)
-        pickled = early.settings(hierarchy)
-        for item, to in share:
-            early.send(item.source_file.path, item.source, pickled, running[to])
-        jobs = others
     settings = (rules, hierarchy, options.unsafe_fixes, options.old_op_calls, options.verifies)
-    tasks = [(c.source_file.path, (c.source, c.source_file.path)) for c in rest]
     outcomes: Iterable[tuple[str, MigrateOutcome | parallel.WorkerCrashed]]
-    outcomes = parallel.parallel_map(worker.migrate_file, tasks, jobs=jobs, initializer=worker.setup, initargs=settings)
-    if early is not None:
-        # The early workers are at their tasks already (their answers wait, read as they come): start the
-        # rest first, so that all run at once.
-        outcomes = itertools.chain(outcomes, early.results())
+    others = 0 if len(candidates) <= parallel.IN_PROCESS_BELOW else max(jobs - len(running), 0)
+    if early is not None and rest and running and not others:
+        # The early workers are all the jobs: each takes the next file as it finishes one.
+        files = [(item.source_file.path, item.source) for item in rest]
+        outcomes = _streamed(early, files, early.settings(hierarchy), jobs, settings)
+    else:
+        if early is not None and rest and running:
+            share, rest = _early_share(rest, [early.loads[number] for number in running], others)
+            pickled = early.settings(hierarchy)
+            for item, to in share:
+                early.send(item.source_file.path, item.source, pickled, running[to])
+            jobs = others
+        tasks = [(c.source_file.path, (c.source, c.source_file.path)) for c in rest]
+        outcomes = parallel.parallel_map(
+            worker.migrate_file, tasks, jobs=jobs, initializer=worker.setup, initargs=settings
+        )
+        if early is not None:
+            # The early workers are at their tasks already (their answers wait, read as they come): start the
+            # rest first, so that all run at once.
+            outcomes = itertools.chain(outcomes, early.results())
     # libcst missing or broken: every file fails alike, and the command names it once (cli.py)
     missing: MissingDependency | None = None
     for path, outcome in _with_progress(outcomes, len(candidates), options.progress, "migrate"):
@@ -413,6 +420,20 @@ def _migrate_worth(
     for path in sorted(diffs):  # workers finish in any order; the output must not depend on it
         emit_diff(diffs[path])
     report.changed.sort()
+
+
+def _streamed(
+    early: Handoff,
+    files: Sequence[tuple[str, bytes]],
+    pickled: bytes,
+    jobs: int,
+    settings: tuple[object, ...],
+) -> Iterator[tuple[str, MigrateOutcome | parallel.WorkerCrashed]]:
+    """The early workers' answers as they take ``files`` one by one (`Handoff.stream`), then those of the
+    files they could not take (none of them ran any more), from a pool."""
+    yield from early.stream(files, pickled)
+    tasks = [(path, (source, path)) for path, source in early.left]
+    yield from parallel.parallel_map(worker.migrate_file, tasks, jobs=jobs, initializer=worker.setup, initargs=settings)
 
 
 # What the parent (or a pool) spends importing libcst before its first file, in bytes of migrated source

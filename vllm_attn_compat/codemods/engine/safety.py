@@ -18,6 +18,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 
 from vllm_attn_compat.codemods.engine import statements
+from vllm_attn_compat.codemods.engine.statements import first_line, last_line, sub_blocks
 
 # PEP 263: the declaration must be in a comment on line 1 or 2.
 CODING_LINE = re.compile(rb"^[ \t\f]*#.*?coding[:=][ \t]*[-\w.]+")
@@ -82,43 +83,19 @@ def _edited_statements_comments(
         return None
 
 
-# Where a compound statement keeps the statements it runs (handlers and match cases hold theirs in `body`).
-_BLOCKS = ("body", "orelse", "finalbody", "handlers", "cases")
-
-
-def _first_line(statement: ast.stmt) -> int:
-    decorators = getattr(statement, "decorator_list", None)
-    return decorators[0].lineno if decorators else statement.lineno
-
-
-def _last_line(statement: ast.stmt) -> int:
-    return statement.end_lineno or statement.lineno
-
-
-def _sub_blocks(statement: ast.stmt) -> Iterator[list[ast.stmt]]:
-    for name in _BLOCKS:
-        children = getattr(statement, name, None) or []
-        if name in ("handlers", "cases"):
-            yield from (child.body for child in children)
-        elif children:
-            yield children
-
-
 def _enclosing_statements(tree: ast.Module, first: int, last: int) -> tuple[int, int] | None:
     """Lines ``(start, end)`` (1-based, inclusive) of the innermost run of sibling statements that covers
     lines ``first`` to ``last``; None when no run does (the lines reach past the module's statements)."""
     found = None
     block: list[ast.stmt] = tree.body
     while block:
-        covering = [st for st in block if _first_line(st) <= last and _last_line(st) >= first]
-        if not covering or _first_line(covering[0]) > first or _last_line(covering[-1]) < last:
+        covering = [st for st in block if first_line(st) <= last and last_line(st) >= first]
+        if not covering or first_line(covering[0]) > first or last_line(covering[-1]) < last:
             break
-        found = (_first_line(covering[0]), _last_line(covering[-1]))
+        found = (first_line(covering[0]), last_line(covering[-1]))
         if len(covering) > 1:
             break
-        block = next(
-            (b for b in _sub_blocks(covering[0]) if _first_line(b[0]) <= first and _last_line(b[-1]) >= last), []
-        )
+        block = next((b for b in sub_blocks(covering[0]) if first_line(b[0]) <= first and last_line(b[-1]) >= last), [])
     return found
 
 

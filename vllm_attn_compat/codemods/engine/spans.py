@@ -34,15 +34,13 @@ import bisect
 import codecs
 import itertools
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from vllm_attn_compat.codemods.engine import statements
 from vllm_attn_compat.codemods.engine.safety import CODING_LINE
 
 _DEFS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
-# Where a compound statement keeps the statements it runs (handlers and match cases hold theirs in `body`).
-_BLOCKS = ("body", "orelse", "finalbody", "handlers", "cases")
 _INDENT = re.compile(rb"[ \t\f]*")
 _IDENTIFIER = re.compile(rb"[A-Za-z_][A-Za-z0-9_]*")
 # One byte of an identifier (non-ASCII bytes too: a UTF-8 letter continues a name).
@@ -156,8 +154,7 @@ def reduce(
         for node in body:
             if not isinstance(node, _DEFS):
                 continue
-            first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
-            last = node.end_lineno or node.lineno
+            first, last = statements.first_line(node), statements.last_line(node)
             qualname = prefix + node.name
             # The lines each rule that may act here wants, whether it acts only in attention code, and the
             # lines of a function's body it reads (None: all).
@@ -195,15 +192,14 @@ def _defines_scope(node: ast.stmt, qualname: str, in_scope: Callable[[str, bool]
         if in_scope(name, is_class):
             return True
         prefix = name + ("." if is_class else ".<locals>.")
-        statements = list(getattr(current, "body", ()))
-        while statements:
-            statement = statements.pop()
+        nested = list(getattr(current, "body", ()))
+        while nested:
+            statement = nested.pop()
             if isinstance(statement, _DEFS):
                 pending.append((statement, prefix + statement.name))
                 continue
-            for field in _BLOCKS:
-                for child in getattr(statement, field, ()):
-                    statements += getattr(child, "body", ()) if field in ("handlers", "cases") else [child]
+            for block in statements.sub_blocks(statement):
+                nested += block
     return False
 
 
@@ -301,11 +297,6 @@ def _stub(
 _NEVER_STUBBED = (ast.Assert, ast.Pass, *_DEFS)  # kinds a rule tells apart, and bindings of names
 
 
-def _first_line(statement: ast.stmt) -> int:
-    decorators: list[ast.expr] = getattr(statement, "decorator_list", [])
-    return min([statement.lineno, *(decorator.lineno for decorator in decorators)])
-
-
 # Compound statements whose blocks are searched for runs too, when they are kept themselves (`except*`: 3.11+).
 _COMPOUND: tuple[type[ast.stmt], ...] = tuple(
     getattr(ast, name)
@@ -322,13 +313,13 @@ def _statement_runs(body: list[ast.stmt], read: list[int], lines: list[bytes]) -
     runs: list[tuple[int, int]] = []
     run: tuple[int, int] | None = None
     for index, statement in enumerate(body):
-        start, end = _first_line(statement), statement.end_lineno or statement.lineno
+        start, end = statements.first_line(statement), statements.last_line(statement)
         stubbable = (
             not isinstance(statement, _NEVER_STUBBED)
             and not (isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant))
             and not _any_between(read, start, end)
-            and (index == 0 or (body[index - 1].end_lineno or 0) < start)
-            and (index + 1 == len(body) or end < _first_line(body[index + 1]))
+            and (index == 0 or statements.last_line(body[index - 1]) < start)
+            and (index + 1 == len(body) or end < statements.first_line(body[index + 1]))
             and not lines[start - 1][: statement.col_offset].strip(b" \t\f")
             and not lines[start - 2].rstrip(b"\r\n").endswith(b"\\")
         )
@@ -346,19 +337,14 @@ def _statement_runs(body: list[ast.stmt], read: list[int], lines: list[bytes]) -
     return runs
 
 
-def _blocks(statement: ast.stmt, lines: list[bytes]) -> list[list[ast.stmt]]:
+def _blocks(statement: ast.stmt, lines: list[bytes]) -> Iterator[list[ast.stmt]]:
     """The blocks of statements of a compound statement; an ``elif``'s own blocks in place of it (it is
     part of the ``if`` statement, not a statement of the ``else`` block)."""
-    blocks: list[list[ast.stmt]] = []
-    for field in _BLOCKS:
-        children = getattr(statement, field, None) or []
-        if field in ("handlers", "cases"):
-            blocks += [child.body for child in children]
-        elif field == "orelse" and len(children) == 1 and _is_elif(children[0], lines):
-            blocks += _blocks(children[0], lines)
-        elif children:
-            blocks.append(children)
-    return blocks
+    for block in statements.sub_blocks(statement):
+        if len(block) == 1 and _is_elif(block[0], lines):
+            yield from _blocks(block[0], lines)
+        else:
+            yield block
 
 
 def _is_elif(statement: ast.stmt, lines: list[bytes]) -> bool:

@@ -76,12 +76,16 @@ class Handoff:
             self._pickled = hierarchy, pickle.dumps(settings)
         return self._pickled[1]
 
+    def running(self) -> list[int]:
+        """The numbers of the workers that may take more files (`PreforkedWorker.running`)."""
+        return [number for number, early in enumerate(self.workers) if early.running()]
+
     def least_loaded(self) -> int | None:
         """The running worker with the least work, to take another file during the rounds; None past the
         limit, or when none runs."""
         if self.limit is not None and len(self.sent) >= self.limit:
             return None
-        running = [number for number, early in enumerate(self.workers) if early.running()]
+        running = self.running()
         return min(running, key=self.loads.__getitem__) if running else None
 
     def send(self, path: str, source: bytes, pickled: bytes, to: int) -> None:
@@ -123,7 +127,7 @@ class Handoff:
                 # Read what has come (before the wait below, or before this stream began: no event for that).
                 for early in self.workers:
                     yield from early.ready()
-                running = [number for number, early in enumerate(self.workers) if early.running()]
+                running = self.running()
                 for number in running:
                     while queue and self.workers[number].unanswered() < 2:  # one at work, one waiting
                         path, source = queue.popleft()

@@ -199,9 +199,7 @@ class PreforkedWorker:
         # Tasks are pending, so the first of them started the threads.
         assert self._outbox is not None and self._inbox is not None
         self._send_stop()
-        for key, frame in self._read_ahead:
-            yield key, pickle.loads(frame)
-        self._read_ahead.clear()
+        yield from self.ready()
         while (answer := self._next_answer()) is not None:
             yield answer[0], pickle.loads(answer[1])
         unanswered = [task for task in self._pending if task.key not in _CONTROL]

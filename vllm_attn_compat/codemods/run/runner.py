@@ -383,7 +383,7 @@ def _migrate_worth(
     # The early workers take the rest when they are all the jobs, or when it is a few files; else their
     # share, and the other jobs the rest.
     jobs = options.jobs
-    running = [number for number, worker in enumerate(early.workers) if worker.running()] if early else []
+    running = early.running() if early else []
     settings = (rules, hierarchy, options.unsafe_fixes, options.old_op_calls, options.verifies)
     outcomes: Iterable[tuple[str, MigrateOutcome | parallel.WorkerCrashed]]
     others = 0 if len(candidates) <= parallel.IN_PROCESS_BELOW else max(jobs - len(running), 0)

@@ -337,6 +337,8 @@ _HELPER_FILE = (
         'setattr(self, "cache", 1)',  # the values are a string and a number
         "merge_into(M)",  # as a call, not a decorator: no value to copy
         "patch_size(x, (1, 2))",
+        "self.cudagraph_dispatcher.dispatch(num_tokens, torch.int32)",  # "dispatch" spells "patch"
+        "dispatch.object(M, _forward)",
     ],
 )
 def test_a_patch_helper_without_a_value_that_resolves_spares_the_file(call):
@@ -355,6 +357,8 @@ def test_a_patch_helper_without_a_value_that_resolves_spares_the_file(call):
         "inject(M, (_forward))",
         "merge_into(M,\n    # the method\n    _forward)",
         "setattr(self, name, torch.zeros(3))",  # `torch` is bound: the scan cannot tell
+        "dispatch_patch(M, _forward)",
+        "patched_dispatch(M, _forward)",
     ],
 )
 def test_a_patch_helper_with_a_value_that_may_resolve_sends_the_file_to_the_parser(call):

@@ -113,6 +113,25 @@ def test_unresolved_targets_count_only_in_modules_that_use_vllm():
     assert [(p.source, p.targets) for p in with_vllm.patches] == [("plug._forward", ())]
 
 
+def test_a_dispatcher_is_no_patch_helper_though_it_spells_patch():
+    # vLLM's model runner calls `self.cudagraph_dispatcher.dispatch(...)` with imported names as values: read
+    # as a patch helper with an unresolved target, it would report `_forward`'s code as patched onto a class.
+    text = """
+        import vllm
+        from plugin.ops import _forward
+
+        def run(cls, dispatcher, dispatch):
+            dispatcher.dispatch(cls, _forward)
+            dispatch(cls, _forward)
+            dispatch.object(cls, _forward)
+            DISPATCHER.Dispatch(cls, _forward)
+    """
+    assert _index(text).patches == ()
+    for helper in ("dispatch_patch(cls, _forward)", "patched_dispatch(cls, _forward)", "patch.object(cls, _forward)"):
+        found = _index(textwrap.dedent(text) + f"\n{helper}\n")
+        assert [(p.source, p.targets) for p in found.patches] == [("plugin.ops._forward", ())], helper
+
+
 def test_a_function_patched_from_another_module_is_found_through_the_import():
     patcher = _index(
         """

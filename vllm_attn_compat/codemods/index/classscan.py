@@ -34,6 +34,7 @@ from vllm_attn_compat.codemods.index.names import (
     guess_module_name,
     normalize_path,
 )
+from vllm_attn_compat.codemods.index.runtime_patches import is_patch_object, patch_words
 
 # A class header as one statement: name, optional bases in one level of nested brackets, then the colon.
 _HEADER = re.compile(rb"[ \t\f]*class[ \t]+([A-Za-z_][A-Za-z0-9_]*)[ \t]*(?:\(([^()]*(?:\([^()]*\)[^()]*)*)\))?[ \t]*:")
@@ -46,9 +47,8 @@ _BEFORE_DOT = _BLANKS + b")"  # what may stand between the object of an attribut
 _SEP = rb"[ \t\f\r\n\\]*(?:#[^\r\n]*[\r\n][ \t\f\r\n\\]*)*"
 _IDENT = rb"[A-Za-z_\x80-\xff][A-Za-z0-9_\x80-\xff]*"
 # Calls of something named like a patch helper (`runtime_patches._is_patch_helper`: a callee whose name
-# holds one of these words, or whose object's name ends with "patch"): `setattr(`, `patch.object(`. Found
+# holds one of its words, or whose object's name ends with "patch"): `setattr(`, `patch.object(`. Found
 # by the word (in the lower-cased text), then the rest of the identifier and what follows it.
-_PATCH_WORDS = (b"patch", b"merge", b"inject", b"mixin", b"setattr")
 _CALLED = re.compile(rb"[A-Za-z0-9_\x80-\xff]*" + _SEP + rb"[(.]")
 
 
@@ -202,29 +202,26 @@ def _calls_patch_helper(source: bytes, bound: set[bytes]) -> bool:
     attribute of a name, bound by an import or a definition; ``bound`` holds every word that could be one.
     A call whose extent cannot be read counts."""
     lowered = source.lower()
-    for word in _PATCH_WORDS:
-        at = lowered.find(word)
-        while at != -1:
-            called = _CALLED.match(lowered, at + len(word))
-            name_start, at = at, lowered.find(word, at + 1)
-            if not called:
+    for name_start, end in patch_words(lowered):
+        called = _CALLED.match(lowered, end)
+        if not called:
+            continue
+        opening = called.end() - 1
+        while name_start and lowered[name_start - 1] in IDENTIFIER_BYTES:
+            name_start -= 1
+        if _DEFINES.search(lowered, max(name_start - 32, 0), name_start):
+            continue  # `def get_patches(...)`: a definition, not a call
+        if lowered[opening] == ord("."):  # `patch.object(`: the object's name must end with "patch"
+            name_end = called.start()
+            while name_end < len(lowered) and lowered[name_end] in IDENTIFIER_BYTES:
+                name_end += 1
+            method = _METHOD_CALL.match(source, opening + 1)
+            if not is_patch_object(lowered[:name_end]) or not method:
                 continue
-            opening = called.end() - 1
-            while name_start and lowered[name_start - 1] in IDENTIFIER_BYTES:
-                name_start -= 1
-            if _DEFINES.search(lowered, max(name_start - 32, 0), name_start):
-                continue  # `def get_patches(...)`: a definition, not a call
-            if lowered[opening] == ord("."):  # `patch.object(`: the object's name must end with "patch"
-                name_end = called.start()
-                while name_end < len(lowered) and lowered[name_end] in IDENTIFIER_BYTES:
-                    name_end += 1
-                method = _METHOD_CALL.match(source, opening + 1)
-                if not lowered[:name_end].endswith(b"patch") or not method:
-                    continue
-                opening = method.end() - 1
-            words = _value_words(source, opening)
-            if words is None or not bound.isdisjoint(words):
-                return True
+            opening = method.end() - 1
+        words = _value_words(source, opening)
+        if words is None or not bound.isdisjoint(words):
+            return True
     return False
 
 
@@ -344,7 +341,7 @@ def _patch_words(source: bytes) -> tuple[set[bytes], dict[bytes, list[bytes]], s
         definition = _DEFINITION.search(source, start)
         decorator = source[start : definition.start() if definition else len(source)]
         lowered = decorator.lower()
-        if any(word in lowered for word in _PATCH_WORDS):
+        if next(patch_words(lowered), None):
             return None  # a patch helper as decorator: an entry for the definition, whatever its target
         words.update(_ANY_WORD.findall(decorator))
     return words, aliases, defined
@@ -372,13 +369,13 @@ def quick_index(source: bytes, path: str, known: frozenset[str]) -> ScannedIndex
     found = _patch_words(source)
     if found is None:
         return None
-    patch_words, aliases, defined = found
-    if patch_words:
-        patch_words.update(name for alias in list(patch_words) for name in aliases.get(alias, ()))
-    if any(_capable(word, known_bytes) for word in patch_words):
+    patch_targets, aliases, defined = found
+    if patch_targets:
+        patch_targets.update(name for alias in list(patch_targets) for name in aliases.get(alias, ()))
+    if any(_capable(word, known_bytes) for word in patch_targets):
         return None
     try:
-        names = frozenset(word.decode() for word in words | patch_words | defined)
+        names = frozenset(word.decode() for word in words | patch_targets | defined)
     except UnicodeDecodeError:  # not UTF-8 (a coding declaration): the parser reads it right
         return None
     return ScannedIndex(normalize_path(path), guess_module_name(path), (), base_words=names)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import ast
 import re
 from bisect import bisect_left
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 # What is copied: one attribute (a function becomes a method), or a class's members (a mixin).
@@ -38,15 +38,32 @@ def _callee_name(func: ast.expr) -> str:
 
 
 # Helpers that copy code onto a class name what they do: `patch`, `patch.object`, `monkeypatch.setattr`,
-# `_patch_method`, `merge_into`, `inject_methods`, ...
-_PATCH_WORDS = ("patch", "merge", "inject", "mixin", "setattr")
+# `_patch_method`, `merge_into`, `inject_methods`, ... (in any case). "dispatch" spells "patch" but names no
+# such helper: `self.cudagraph_dispatcher.dispatch(num_tokens, ...)` copies nothing onto a class.
+_HELPER_WORDS = (b"patch", b"merge", b"inject", b"mixin", b"setattr")
+
+
+def patch_words(lowered: bytes) -> Iterator[tuple[int, int]]:
+    """``(start, end)`` of each helper word in ``lowered`` (a lower-cased name or text), word by word (a
+    regular expression, an alternation, costs ten times as much on a long file)."""
+    for word in _HELPER_WORDS:
+        start = lowered.find(word)
+        while start >= 0:
+            if word != b"patch" or lowered[max(start - 3, 0) : start] != b"dis":
+                yield start, start + len(word)
+            start = lowered.find(word, start + 1)
+
+
+def is_patch_object(lowered: bytes) -> bool:
+    """Whether a lower-cased name is that of an object whose methods are patch helpers: ``patch.object(...)``,
+    ``mock_patch.dict(...)``."""
+    return lowered.endswith(b"patch") and not lowered.endswith(b"dispatch")
 
 
 def _is_patch_helper(func: ast.expr) -> bool:
-    name = _callee_name(func).lower()
-    if isinstance(func, ast.Attribute) and _callee_name(func.value).lower().endswith("patch"):
+    if isinstance(func, ast.Attribute) and is_patch_object(_callee_name(func.value).lower().encode()):
         return True
-    return any(word in name for word in _PATCH_WORDS)
+    return next(patch_words(_callee_name(func).lower().encode()), None) is not None
 
 
 def _targets(expr: ast.expr, resolve: Resolve) -> tuple[str, ...]:
@@ -109,7 +126,6 @@ def from_statement(node: ast.stmt, resolve: Resolve) -> list[PatchEntry]:
 
 # `_is_patch_helper` reads a call's names, which the source spells out (in any case: it lowers them); but a
 # non-ASCII identifier can fold (NFKC) onto one of the words, so a non-ASCII byte counts as a match too.
-_HELPER_WORDS = tuple(word.encode() for word in _PATCH_WORDS)
 _NON_ASCII = re.compile(rb"[\x80-\xff]+")
 _ENCODING_DECLARATION = re.compile(rb"coding[:=][ \t]*([-\w.]+)")
 
@@ -141,11 +157,7 @@ def _helper_lines(source: bytes) -> list[int] | None:
             return None
     lowered = source.lower()  # ASCII letters only, as the parser spells keywords and ASCII names
     starts = [] if source.isascii() else [match.start() for match in _NON_ASCII.finditer(source)]
-    for word in _HELPER_WORDS:
-        start = lowered.find(word)
-        while start >= 0:
-            starts.append(start)
-            start = lowered.find(word, start + 1)
+    starts += [start for start, _ in patch_words(lowered)]
     lines: list[int] = []
     line, counted = 1, 0
     for start in sorted(starts):

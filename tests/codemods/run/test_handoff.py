@@ -40,9 +40,9 @@ def test_settled_files_are_sent_before_the_later_rounds_and_the_result_is_the_sa
     events: list[tuple[str, str]] = []
     real_index, real_submit = worker.index_file, prefork.PreforkedWorker.submit
 
-    def index_file(source, path):
+    def index_file(source, path, keep=False):
         events.append(("index", path.rsplit("/", 1)[1]))
-        return real_index(source, path)
+        return real_index(source, path, keep)
 
     def submit(self, key, function, arguments):
         events.append(("send", key.rsplit("/", 1)[1]))
@@ -84,3 +84,56 @@ def test_the_last_files_go_to_the_worker_that_is_free_not_by_their_size(monkeypa
     slow_pid = answers["slow-1.5.py"][1]
     assert sum(pid == slow_pid for _, pid in answers.values()) == 2
     assert not any(process.running() for process in early.workers)  # stopped
+
+
+def test_a_worker_takes_the_files_it_holds_the_tree_of_first_then_nobodys_then_the_others():
+    from collections import deque
+
+    from vllm_attn_compat.codemods.registry import all_rules
+    from vllm_attn_compat.codemods.run.handoff import Handoff
+
+    early = Handoff([], all_rules(), False, limit=None)
+    early.holders = {"a.py": 0, "b.py": 1, "c.py": 0}
+    queue = deque([("b.py", b"333"), ("x.py", b"22"), ("a.py", b"11"), ("c.py", b"0")])  # largest first
+    taken = [early._next(queue, 0, [0, 1])[0] for _ in range(4)]
+    assert taken == ["a.py", "c.py", "x.py", "b.py"] and not queue
+    # A holder that runs no more holds nothing: its files are anybody's, largest first.
+    queue = deque([("b.py", b"1"), ("x.py", b"0")])
+    assert early._next(queue, 0, [0])[0] == "b.py"
+
+
+def test_a_file_is_migrated_where_it_was_indexed_on_the_tree_the_index_parsed(tmp_path, monkeypatch):
+    import os
+
+    from vllm_attn_compat.codemods.engine import statements
+
+    log = tmp_path / "parses.log"
+    real_keep, real_parse = statements.keep, statements.parse
+
+    def write(line: str) -> None:
+        with open(log, "a") as out:  # one short append per line: the processes do not interleave
+            out.write(line + "\n")
+
+    def keep(source, tree):
+        real_keep(source, tree)
+        write(f"keep {os.getpid()} {hash(source)}")  # the forked workers share the parent's hash seed
+
+    def parse(source):
+        kept = source in statements._kept
+        write(f"{'kept' if kept else 'parse'} {os.getpid()} {hash(source)}")
+        return real_parse(source)
+
+    monkeypatch.setattr(statements, "keep", keep)  # the forked workers inherit both
+    monkeypatch.setattr(statements, "parse", parse)
+    # Backends deriving from vLLM's base: all indexed in the first round, by both early workers.
+    direct = IMPL.replace("from plugin.base import", "from vllm.v1.attention.backend import AttentionImpl as")
+    root = write_tree(tmp_path / "tree", {f"impl{n}.py": direct + f"\n# {n}\n" for n in range(10)})
+    report = run_paths([str(root)], Options(mode="check", jobs=2))
+    assert report.errors == [] and len(report.changed) == 10
+    lines = [line.split() for line in log.read_text().splitlines()]
+    kept = {source: pid for event, pid, source in lines if event == "keep"}
+    used = [(pid, source) for event, pid, source in lines if event == "kept"]
+    assert len(kept) == 10 and len({pid for pid in kept.values()}) == 2  # indexed in both early workers
+    # Every file kept was migrated by the worker that kept it, without a second parse.
+    assert sorted(used) == sorted((pid, source) for source, pid in kept.items())
+    assert not [source for event, _, source in lines if event == "parse" and source in kept]

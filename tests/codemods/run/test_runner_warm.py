@@ -137,13 +137,13 @@ def test_the_early_workers_share_goes_by_size_largest_first():
     assert mine == [] and len(theirs) == 4
 
 
-def _die_on_direct3(source: bytes, path: str):
+def _die_on_direct3(source: bytes, path: str, keep: bool = False):
     """`worker.index_file` in a process that dies on one file (out of memory, a crash in a parser)."""
     import os
 
     if path.endswith("direct3.py"):
         os._exit(3)
-    return ORIGINAL_INDEX_FILE(source, path)
+    return ORIGINAL_INDEX_FILE(source, path, keep)
 
 
 def test_an_early_worker_that_died_takes_no_more_files_and_the_run_goes_on(tmp_path, monkeypatch):

@@ -14,7 +14,7 @@ from __future__ import annotations
 import ast
 import gc
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from vllm_attn_compat.codemods.index import calls, callsites, runtime_patches
@@ -229,22 +229,24 @@ def _defined_in_body(node: ast.ClassDef) -> set[str]:
     return defined
 
 
-def index_module(source: bytes, path: str) -> ModuleIndex:
-    """Index the classes of one module. Raises ``SyntaxError`` on unparsable input."""
+def index_module(source: bytes, path: str, parsed: Callable[[ast.Module], object] = lambda tree: None) -> ModuleIndex:
+    """Index the classes of one module. Raises ``SyntaxError`` on unparsable input. ``parsed`` is given the
+    syntax tree (the caller may keep it: it is not changed here)."""
     # The parse makes an object of every name and operator of the file, none of them in a reference cycle (a
     # tree frees itself): the cyclic collector, started again and again by those allocations, would scan the
     # growing tree (and all the run holds) for nothing, a fifth of the time of this function on a fork.
     collecting = gc.isenabled()
     gc.disable()
     try:
-        return _index_module(source, path)
+        return _index_module(source, path, parsed)
     finally:
         if collecting:
             gc.enable()
 
 
-def _index_module(source: bytes, path: str) -> ModuleIndex:
+def _index_module(source: bytes, path: str, parsed: Callable[[ast.Module], object]) -> ModuleIndex:
     tree = ast.parse(source, filename=path)
+    parsed(tree)
     module = guess_module_name(path)
     helper_lines = runtime_patches.HelperLines(source)
     indexer = _Indexer(module, os.path.basename(path) == "__init__.py", helper_lines)

@@ -47,10 +47,11 @@ def candidate_rules(
 
 
 class Handoff:
-    """Sends settled candidates to the early workers after each round, each file to the worker with the
-    least work so far. Where other jobs will start besides them, they take at most ``limit`` files in all
-    during the rounds (a few early workers should not take on a whole fork's worth of files: a full pool
-    shares the rest); where they are all the jobs there are, ``limit`` is None."""
+    """Sends settled candidates to the early workers after each round, each file to the worker that indexed
+    it (and kept its syntax tree: `holders`), else to the one with the least work so far. Where other jobs
+    will start besides them, they take at most ``limit`` files in all during the rounds (a few early workers
+    should not take on a whole fork's worth of files: a full pool shares the rest); where they are all the
+    jobs there are, ``limit`` is None."""
 
     def __init__(
         self, workers: Sequence[PreforkedWorker], rules: Sequence[type[Rule]], unsafe_fixes: bool, limit: int | None,
@@ -67,6 +68,12 @@ class Handoff:
         self._configured: list[bytes | None] = [None] * len(self.workers)  # the settings each worker has
         self._pickled: tuple[ClassHierarchy, bytes] | None = None  # the last hierarchy pickled, and its settings
         self.left: list[tuple[str, bytes]] = []  # files `stream` could not hand out (no worker ran any more)
+        # The worker that indexed a file it will probably migrate, and kept its syntax tree for that.
+        self.holders: dict[str, int] = {}
+
+    def will_migrate(self, source: bytes) -> bool:
+        """Whether a file being indexed will probably be migrated (a rule's tokens: `migrate.needs_parsing`)."""
+        return migrate.needs_parsing(source, self.rules)
 
     def settings(self, hierarchy: ClassHierarchy) -> bytes:
         """The pickled settings of :func:`worker.setup` (sent to each worker once per round that sends it files);
@@ -109,13 +116,17 @@ class Handoff:
             to = self.least_loaded()
             if to is None:
                 return
+            held = self.holders.get(path)
+            if held is not None and self.workers[held].running():
+                to = held
             self.send(path, sources[path], self.settings(hierarchy), to)
 
     def stream(self, files: Sequence[tuple[str, bytes]], pickled: bytes) -> Iterator[tuple[Any, Any]]:
         """The answers of every worker, while ``files`` (migrated with the settings ``pickled``) go to them
         largest first, each to a worker that is down to one unanswered file: the workers end together
-        however the files' costs differ from their sizes. The files left once no worker runs any more
-        are in :attr:`left`; the workers are stopped."""
+        however the files' costs differ from their sizes. A worker takes the files it holds the tree of
+        first, then those nobody holds, then the others'. The files left once no worker runs any more are
+        in :attr:`left`; the workers are stopped."""
         import threading
 
         answered = threading.Event()
@@ -130,7 +141,7 @@ class Handoff:
                 running = self.running()
                 for number in running:
                     while queue and self.workers[number].unanswered() < 2:  # one at work, one waiting
-                        path, source = queue.popleft()
+                        path, source = self._next(queue, number, running)
                         self.send(path, source, pickled, number)
                 if not any(self.workers[number].unanswered() for number in running):
                     break
@@ -141,6 +152,22 @@ class Handoff:
                 early.on_frame = None
         self.left = list(queue)
         yield from self.results()
+
+    def _next(self, queue: collections.deque[tuple[str, bytes]], number: int, running: list[int]) -> tuple[str, bytes]:
+        """The file of ``queue`` (largest first) for worker ``number`` to take: its own, else one no running
+        worker holds the tree of, else the largest."""
+        others = None
+        for at, (path, _) in enumerate(queue):
+            held = self.holders.get(path)
+            if held == number:
+                break
+            if others is None and held not in running:
+                others = at
+        else:
+            at = others if others is not None else 0
+        file = queue[at]
+        del queue[at]
+        return file
 
     def results(self) -> Iterator[tuple[Any, Any]]:
         """The answers of every worker that was sent files, worker after worker (each drains its own pipe

@@ -128,7 +128,7 @@ def _index_hierarchy(
     options: Options,
     report: RunReport,
     after_round: Callable[[ClassHierarchy, Mapping[str, IndexOutcome]], None],
-    workers: Sequence[prefork.PreforkedWorker] = (),
+    early: Handoff | None = None,
 ) -> tuple[ClassHierarchy, dict[str, IndexOutcome]]:
     """Build the class hierarchy of the run; returns it with the index of each file that took part.
 
@@ -137,7 +137,7 @@ def _index_hierarchy(
     a ``class Attention(nn.Module)``) take part only if they name an attention class. Later rounds index
     every file naming (as a whole identifier) an attention class found so far. ``after_round(hierarchy,
     indexes)`` runs for each round, once the next one's files are handed out (the last's, at the end).
-    The files are indexed in the early ``workers`` when they are all the jobs (`_index_files`).
+    The files are indexed in the ``early`` workers when they are all the jobs (`_index_files`).
     """
     from vllm_attn_compat.codemods.index import hierarchy as hierarchy_module
     from vllm_attn_compat.codemods.index.names import guess_module_name
@@ -166,7 +166,7 @@ def _index_hierarchy(
                 indexes[path] = scanned_index
                 spared_now.add(path)
         tasks = [(s.source_file.path, (s.source, s.source_file.path)) for s in parse]
-        outcomes = _index_files(tasks, options.jobs, workers)
+        outcomes = _index_files(tasks, options.jobs, early)
         if settled is not None:
             # The last round's settled files go to the early workers after this round's files, which the run
             # waits for when they index them. (The entries just added are the class scan's: `after_round` skips them.)
@@ -211,21 +211,25 @@ def _index_hierarchy(
 
 
 def _index_files(
-    tasks: Sequence[tuple[str, tuple[bytes, str]]], jobs: int, workers: Sequence[prefork.PreforkedWorker]
+    tasks: Sequence[tuple[str, tuple[bytes, str]]], jobs: int, early: Handoff | None
 ) -> Iterable[tuple[str, IndexOutcome | parallel.WorkerCrashed]]:
     """``(path, outcome)`` of :func:`worker.index_file` for each task: in the early workers when they are
-    all the jobs there are (they are running already, and would wait for the rounds), else in a pool."""
-    workers = [early for early in workers if early.running()]  # one that died takes no more
-    if len(workers) < 2 or jobs > len(workers) or len(tasks) < parallel.IN_PROCESS_BELOW:
+    all the jobs there are (they are running already, and would wait for the rounds), else in a pool. A
+    worker keeps the syntax tree of a file it will probably migrate (`Handoff.holders`)."""
+    running = early.running() if early else []  # one that died takes no more
+    if early is None or len(running) < 2 or jobs > len(running) or len(tasks) < parallel.IN_PROCESS_BELOW:
         return parallel.parallel_map(worker.index_file, tasks, jobs=jobs, initializer=worker.no_setup)
-    loads = [0] * len(workers)
-    keys: list[list[str]] = [[] for _ in workers]
-    for path, arguments in sorted(tasks, key=lambda task: -len(task[1][0])):
-        to = min(range(len(workers)), key=loads.__getitem__)
-        workers[to].submit(path, worker.index_file, arguments)
+    loads = dict.fromkeys(running, 0)
+    keys: dict[int, list[str]] = {number: [] for number in running}
+    for path, (source, _) in sorted(tasks, key=lambda task: -len(task[1][0])):
+        to = min(running, key=loads.__getitem__)
+        keep = early.will_migrate(source)
+        early.workers[to].submit(path, worker.index_file, (source, path, keep))
+        if keep:
+            early.holders[path] = to
         keys[to].append(path)
-        loads[to] += len(arguments[0])
-    return itertools.chain.from_iterable(early.answers(mine) for early, mine in zip(workers, keys, strict=True))
+        loads[to] += len(source)
+    return itertools.chain.from_iterable(early.workers[number].answers(keys[number]) for number in running)
 
 
 def _parse_scanned(
@@ -341,7 +345,7 @@ def _migrate_worth(
         if early is not None and cache is None:
             early.after_round(built, indexes, sources)
 
-    hierarchy, indexes = _index_hierarchy(scanned, worth, options, report, after_round, warm)
+    hierarchy, indexes = _index_hierarchy(scanned, worth, options, report, after_round, early)
     # A finding at each call in the run that withholds a fix (`index.callsites`).
     from vllm_attn_compat.codemods.index import callsites
 

@@ -8,6 +8,7 @@ libcst only when it migrates files itself.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -37,11 +38,20 @@ def no_setup() -> None:
     """Initializer for the hierarchy pass, which needs no per-process state."""
 
 
-def index_file(source: bytes, path: str) -> ModuleIndex | FileError:
-    """The file's class index (``hierarchy.ModuleIndex``), or a :class:`FileError` if it does not parse."""
+def index_file(source: bytes, path: str, keep: bool = False) -> ModuleIndex | FileError:
+    """The file's class index (``hierarchy.ModuleIndex``), or a :class:`FileError` if it does not parse.
+    ``keep``: this process will probably migrate the file, so its syntax tree is kept for that
+    (`statements.keep`: the migration's `spans` read the same parse)."""
     from vllm_attn_compat.codemods.index import hierarchy
 
-    return _parsed(hierarchy.index_module, source, path)
+    if not keep:
+        return _parsed(hierarchy.index_module, source, path)
+    from vllm_attn_compat.codemods.engine import statements
+
+    def index_keeping(text: bytes, name: str) -> ModuleIndex:
+        return hierarchy.index_module(text, name, functools.partial(statements.keep, text))
+
+    return _parsed(index_keeping, source, path)
 
 
 def check_syntax(source: bytes, path: str) -> bool | FileError:

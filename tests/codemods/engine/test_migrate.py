@@ -305,7 +305,9 @@ def test_without_findings_the_same_source_comes_back_and_positions_are_computed_
 
     rendered = []
     real = positions.positions
-    monkeypatch.setattr(positions, "positions", lambda module, nodes: rendered.append(1) or real(module, nodes))
+    monkeypatch.setattr(
+        positions, "positions", lambda module, nodes, **given: rendered.append(1) or real(module, nodes, **given)
+    )
     full = migrate(LEGACY.encode())
     assert rendered == [1]
     source_only = migrate(LEGACY.encode(), with_findings=False)

@@ -19,6 +19,8 @@ from vllm_attn_compat.codemods.index.hierarchy import ClassHierarchy, index_modu
 from vllm_attn_compat.codemods.index.names import BASE_TOKENS
 
 if TYPE_CHECKING:
+    import ast
+
     import libcst as cst
 
 
@@ -144,17 +146,20 @@ def migrate_source(
         _check_syntax(source, path)
         return MigrationResult(source, [], ())
     settings = _Settings(path, rules, hierarchy, unsafe_fixes, with_findings, old_op_calls)
+    tree = None  # the `ast` tree of ``source`` the spans read, for positions (`positions.positions`)
     if reduce_spans:
-        from vllm_attn_compat.codemods.engine import spans
+        from vllm_attn_compat.codemods.engine import spans, statements
 
         needs = [
             spans.Needs(rule.tokens, rule.context_tokens, rule.class_context_tokens, rule.scoped, rule.body_tokens)
             for rule in rules
         ]
         reduction = spans.reduce(source, needs, _scope_test(hierarchy, hierarchy.module_name(path)))
+        tree = statements.cached(source)
         if reduction is not None:
             try:
-                result, edited_imports = _migrate_module(reduction.source, settings)
+                # Its statements at module and class level are the source's (a stub keeps a definition's lines).
+                result, edited_imports = _migrate_module(reduction.source, settings, tree)
             except ParseError:
                 pass  # the whole file's parse reports it, at the right place
             else:
@@ -163,7 +168,7 @@ def migrate_source(
                 restored = None if edited_imports else reduction.restore(result.source)
                 if restored is not None:
                     return MigrationResult(restored, result.findings, result.removed_comments)
-    return _migrate_module(source, settings)[0]
+    return _migrate_module(source, settings, tree)[0]
 
 
 def _scope_test(hierarchy: ClassHierarchy, module: str) -> Callable[[str, bool], bool]:
@@ -192,8 +197,9 @@ class _Settings:
     old_op_calls: str
 
 
-def _migrate_module(source: bytes, settings: _Settings) -> tuple[MigrationResult, bool]:
-    """The migration of ``source``, and whether it edited imports (a fix added or dropped one)."""
+def _migrate_module(source: bytes, settings: _Settings, tree: ast.Module | None) -> tuple[MigrationResult, bool]:
+    """The migration of ``source``, and whether it edited imports (a fix added or dropped one). ``tree``:
+    an `ast` tree with the statements of ``source`` at module and class level, if one was parsed."""
     import libcst as cst
 
     from vllm_attn_compat.codemods.engine.apply import Applier
@@ -221,9 +227,12 @@ def _migrate_module(source: bytes, settings: _Settings) -> tuple[MigrationResult
     if not reports:
         return MigrationResult(source, [], ()), False
     noqa = [(comment, codes) for comment in analyzer.comments if (codes := noqa_codes(comment.value)) is not None]
-    # Positions cost a rendering of the module: paid for findings to show, or for a noqa to consult.
+    # Positions cost a rendering of the statements holding the nodes: paid for findings to show, or for
+    # the noqa comments to consult.
     wanted = [*(report.node for report in reports), *(comment for comment, _ in noqa)]
-    spans = positions(module, wanted) if with_findings or noqa else {}
+    spans = (
+        positions(module, wanted, parents=analyzer.parents, tree=tree, source=source) if with_findings or noqa else {}
+    )
 
     noqa_by_line: dict[int, frozenset[str]] = {}
     for comment, codes in noqa:

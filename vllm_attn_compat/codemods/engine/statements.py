@@ -49,6 +49,11 @@ def parse(source: bytes) -> ast.Module:
     return tree
 
 
+def cached(source: bytes) -> ast.Module | None:
+    """The tree of ``source`` if one of the last few parses was of it (nothing is parsed here)."""
+    return _recent.get(source)
+
+
 # Where a compound statement keeps the statements it runs (handlers and match cases hold theirs in `body`).
 _BLOCKS = ("body", "orelse", "finalbody", "handlers", "cases")
 

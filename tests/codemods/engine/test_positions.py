@@ -140,7 +140,7 @@ def test_a_tree_of_another_source_costs_the_full_rendering_never_a_wrong_positio
 def test_a_decorator_starting_its_statement_on_another_line_than_its_expression(decorator, on_its_line):
     from vllm_attn_compat.codemods.engine.positions import _on_its_line
 
-    source = f"import functools\n\n\nclass A:\n    x = 1\n\n    {decorator}\n    def f(q, output=None):\n        return q\n"
+    source = f"import functools\n\n\nclass A:\n    x = 1\n\n    {decorator}\n    def f(q):\n        return q\n"
     module = cst.parse_module(source.encode())
     method = module.body[1].body.body[1]
     assert _on_its_line(method.decorators[0]) is on_its_line

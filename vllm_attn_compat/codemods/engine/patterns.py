@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import libcst as cst
 
@@ -145,13 +145,39 @@ def rebinds_outside_none_guards(function: cst.FunctionDef | cst.Lambda, name: st
 
 
 def none_guards(function: cst.FunctionDef | cst.Lambda, name: str) -> tuple[cst.If, ...]:
-    """The ``if <name> is None:`` statements of ``function``'s own body."""
-    guards: list[cst.If] = []
+    """The ``if <name> is None:`` statements of ``function``'s own body, in the order they stand."""
+    return tuple(
+        statement
+        for statement in compound_statements(function.body)
+        if isinstance(statement, cst.If) and none_test(statement.test, name) == "is"
+    )
 
-    def visit(node: cst.CSTNode) -> bool:
-        if isinstance(node, cst.If) and none_test(node.test, name) == "is":
-            guards.append(node)
-        return not isinstance(node, (cst.FunctionDef, cst.ClassDef))
 
-    walk(function.body, visit, _nothing)
-    return tuple(guards)
+# Where a compound statement, or a clause of one (`else`, `finally`, `except`, `case`), keeps its statements
+# and clauses, in the order they stand (an `elif` is the `If` in `orelse`).
+_CLAUSES = ("body", "handlers", "orelse", "finalbody", "cases")
+_CLAUSE_TYPES = (cst.Else, cst.Finally, cst.ExceptHandler, cst.ExceptStarHandler, cst.MatchCase)
+
+
+def compound_statements(block: cst.CSTNode) -> Iterator[cst.BaseCompoundStatement]:
+    """The compound statements (``if``, ``for``, ``try`` ...) of ``block`` and of the blocks they hold, in the
+    order they stand; not those of the functions and classes defined in it (other scopes). Only statements
+    are read, never their expressions, which hold none: a fraction of a walk of every node."""
+    pending: list[cst.CSTNode] = [block]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+            continue
+        if isinstance(node, (cst.IndentedBlock, cst.SimpleStatementSuite)):
+            pending.extend(reversed(node.body))
+        elif isinstance(node, (cst.BaseCompoundStatement, *_CLAUSE_TYPES)):
+            if isinstance(node, cst.BaseCompoundStatement):
+                yield node
+            held: list[cst.CSTNode] = []
+            for clause in _CLAUSES:
+                value = getattr(node, clause, None)
+                if isinstance(value, (list, tuple)):
+                    held += value
+                elif value is not None:
+                    held.append(value)
+            pending.extend(reversed(held))

@@ -318,3 +318,24 @@ def test_without_findings_the_same_source_comes_back_and_positions_are_computed_
     source_only = migrate(held_back.encode(), with_findings=False)
     assert "accept_output_buffer: bool = True  # noqa: VAC004" in source_only.source.decode()
     assert source_only.source == migrate(held_back.encode()).source
+
+
+def test_positions_render_the_statements_holding_findings_not_the_module(monkeypatch):
+    # Findings in `Backend`, `Impl.forward` and `SPLITTING_OPS`: the statements of the module and of the
+    # classes holding them are rendered, each alone; the rest of the file is not.
+    from vllm_attn_compat.codemods.engine import positions
+
+    rendered: list[str] = []
+    real = positions._placed
+
+    def placed(module, nodes, statement, indents, start_line):
+        rendered.append(type(statement).__name__ + (f" {statement.name.value}" if hasattr(statement, "name") else ""))
+        return real(module, nodes, statement, indents, start_line)
+
+    monkeypatch.setattr(positions, "_placed", placed)
+    unmigrated = migrate(LEGACY.encode())
+    assert "Module" not in rendered and "FunctionDef get_name" not in rendered, rendered
+    assert {"FunctionDef forward", "SimpleStatementLine"} <= set(rendered), rendered
+    monkeypatch.setattr(positions, "_by_statement", lambda *args: None)  # the whole module rendered instead
+    assert unmigrated.findings == migrate(LEGACY.encode()).findings and len(unmigrated.findings) >= 4
+    assert rendered.count("Module") == 1

@@ -120,6 +120,11 @@ def positions(
     return _placed(module, nodes, module, (), 1)[0]
 
 
+def _line_starts(text: str) -> list[int]:
+    """The offset at which each line of ``text`` starts (the provider's line breaks)."""
+    return [0, *(match.end() for match in _NEWLINE.finditer(text))]
+
+
 def _placed(
     module: cst.Module, nodes: list[cst.CSTNode], rendered: cst.CSTNode, indents: tuple[str, ...], start_line: int
 ) -> tuple[dict[int, Span], str]:
@@ -136,7 +141,7 @@ def _placed(
     tokens = state.tokens
     text = "".join(tokens)
     offsets = [0, *accumulate(map(len, tokens))]  # token count -> characters rendered before it
-    line_starts = [0, *(match.end() for match in _NEWLINE.finditer(text))]
+    line_starts = _line_starts(text)
 
     def place(token_count: int) -> tuple[int, int]:
         offset = offsets[token_count]
@@ -181,7 +186,7 @@ def _by_statement(
             return None
         anchors.setdefault(id(anchor.statement), anchor).nodes.append(node)
     text = source.decode(module.encoding)
-    line_starts = [0, *(match.end() for match in _NEWLINE.finditer(text))]
+    line_starts = _line_starts(text)
     found: dict[int, Span] = {}
     for anchor in anchors.values():
         if not 0 < anchor.start_line <= len(line_starts):

@@ -1,5 +1,5 @@
 """The opt-in result cache: a warm run reports and writes what a cold one does, without libcst; any change
-a file's result depends on misses; an entry not trusted is ignored with a warning."""
+a file's result depends on misses, and only that; an entry not trusted is ignored with a warning."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from vllm_attn_compat.codemods.cli import main
+from vllm_attn_compat.codemods.index import names
 from vllm_attn_compat.codemods.run import worker
 from vllm_attn_compat.codemods.run.runner import Options, run_paths
 
@@ -160,31 +161,95 @@ def _entries(cache: Path) -> list[Path]:
     return sorted(path for path in cache.rglob("*") if path.is_file())
 
 
+def _spoil_shape(path: Path) -> None:
+    """A well-formed entry of its kind with one value of the wrong shape."""
+    entry = json.loads(path.read_text())
+    if entry["kind"] == "index":
+        entry["index"]["uses"] = [[1, "x"]]
+    elif entry["kind"] == "scan":
+        entry["spared"] = {"path": 1}
+    elif entry["kind"] == "file":
+        entry["answers"] = [["is_attention_class", "plugin.impl.MyImpl", True]]  # arguments not a list
+    else:
+        entry["findings"] = [[1, "x"]]
+    path.write_text(json.dumps(entry))
+
+
 @pytest.mark.parametrize(
     "spoil",
     [
         lambda path: path.write_bytes(b"\x80\x00 not json"),
         lambda path: path.write_text("[]"),
         lambda path: path.write_text(json.dumps({**json.loads(path.read_text()), "key": "0" * 64})),  # foreign
-        lambda path: path.write_text(json.dumps({**json.loads(path.read_text()), "findings": [[1, "x"]]})),
+        _spoil_shape,
         lambda path: path.write_text(json.dumps({**json.loads(path.read_text()), "format": "other/9"})),
     ],
-    ids=["not-json", "not-an-entry", "foreign-key", "malformed-finding", "other-format"],
+    ids=["not-json", "not-an-entry", "foreign-key", "malformed", "other-format"],
 )
-def test_an_entry_not_trusted_is_ignored_with_a_warning(tree, tmp_path, migrations, capsys, spoil):
+def test_an_entry_not_trusted_is_ignored_with_a_warning(tree, tmp_path, migrations, indexed, capsys, spoil):
     cache = tmp_path / "cache"
     cold = _run(tree, cache)
     entries = _entries(cache)
-    assert len(entries) == 4  # three files, and the run
+    kinds = sorted(json.loads(entry.read_text())["kind"] for entry in entries)
+    # The files migrated, indexed and scanned (three mentioning vLLM, then two naming an attention class), the run.
+    assert kinds == ["file"] * 3 + ["index"] * 5 + ["run"] + ["scan"] * 5
     for entry in entries:
         spoil(entry)
     capsys.readouterr()
     migrations.clear()
+    indexed.clear()
     assert _run(tree, cache) == cold
-    assert set(migrations) == {"impl.py", "manual.py", "prefill.py"}
-    assert capsys.readouterr().err.count("warning: ignoring the cache entry") == 4
+    assert set(migrations) == {"impl.py", "manual.py", "prefill.py"} and len(indexed) == 5
+    assert capsys.readouterr().err.count("warning: ignoring the cache entry") == len(entries)
     migrations.clear()
-    assert _run(tree, cache) == cold and migrations == []  # rewritten
+    indexed.clear()
+    assert _run(tree, cache) == cold and migrations == indexed == []  # rewritten
+
+
+def _uncached(tree: Path):
+    report = run_paths([str(tree / "plugin")], Options(mode="check", jobs=1))
+    return sorted((os.path.basename(path), f) for path, f in report.findings), sorted(report.changed), report.errors
+
+
+# Edits of one file, each with the files indexed again after it and those libcst migrates again (the
+# others' entries serve).
+EDITS = {
+    # Lines shift in a file whose classes and calls no other file's migration asks about.
+    "manual-moved": ("plugin/manual.py", "# moved down\n" + MANUAL, ["manual.py"], {"manual.py"}),
+    # A caller omitting `output` appears: `prefill`'s safe fixes are withheld from now on.
+    "caller-added": ("plugin/warm.py", WARM.format(body="impl.prefill(q)"), ["warm.py"], {"prefill.py"}),
+    # The base class no longer derives from vLLM's (nor mentions it: no index): `MyImpl` is no attention class.
+    "base-unrelated": ("plugin/base.py", "class PluginImplBase:\n    pass\n", [], set()),
+    # A comment in the base: its index changes nothing anyone asks.
+    "base-comment": ("plugin/base.py", "# the plugin's base\n" + BASE, ["base.py"], set()),
+}
+
+
+@pytest.mark.parametrize("edit", EDITS, ids=list(EDITS))
+def test_after_an_edit_a_warm_run_reports_what_an_uncached_one_does_and_migrates_only_what_it_changed(
+    tree, tmp_path, migrations, indexed, edit
+):
+    cache = tmp_path / "cache"
+    _run(tree, cache)
+    relative, text, indexed_again, migrated_again = EDITS[edit]
+    (tree / relative).write_text(text)
+    expected = _uncached(tree)
+    migrations.clear()
+    indexed.clear()
+    assert _run(tree, cache) == expected
+    assert indexed == indexed_again  # every other file's index came from the cache
+    assert set(migrations) == migrated_again
+
+
+def test_an_index_entry_serves_only_the_module_its_folders_make_of_the_file(tree, tmp_path, indexed):
+    cache = tmp_path / "cache"
+    _run(tree, cache)
+    (tree / "plugin/__init__.py").unlink()  # `plugin.impl` is now the module `impl`
+    names.guess_module_name.cache_clear()  # (each run of the command is a process of its own)
+    indexed.clear()
+    warm = _run(tree, cache)
+    assert sorted(indexed) == ["base.py", "impl.py", "manual.py", "prefill.py", "warm.py"]
+    assert warm == _uncached(tree)
 
 
 def test_the_command_line_option(tree, tmp_path, capsys):
@@ -214,16 +279,16 @@ def test_a_run_given_the_paths_otherwise_or_in_another_mode_is_not_replayed(
     indexed.clear()
     monkeypatch.chdir(tree)  # the same files, reported by other paths
     report = run_paths(["plugin"], Options(mode="check", jobs=1, cache_dir=str(cache)))
-    assert indexed and min(report.findings)[0].startswith("plugin" + os.sep)
+    assert min(report.findings)[0].startswith("plugin" + os.sep)  # not replayed: reported by the new paths
     assert [f for _, f in sorted(report.findings)] == [f for _, f in sorted(cold[0])]
     indexed.clear()
     migrations.clear()
     _run(tree, cache, mode="diff")
-    assert indexed and migrations  # check mode's entries are unchecked rewrites: they serve check runs only
+    assert migrations  # check mode's entries are unchecked rewrites: they serve check runs only
     indexed.clear()
     migrations.clear()
     _run(tree, cache, mode="write")
-    assert indexed and migrations == []  # diff mode's entries passed the safety checks: they serve writes too
+    assert migrations == []  # diff mode's entries passed the safety checks: they serve writes too
 
 
 def test_a_run_with_an_error_is_never_replayed(tree, tmp_path, indexed):

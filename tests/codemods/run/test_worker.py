@@ -37,14 +37,14 @@ def test_the_collector_is_off_while_a_file_migrates_and_as_it_was_after(monkeypa
     seen = []
     real = worker._migrate
 
-    def migrate(source, path, **options):
+    def migrate(source, path, hierarchy, **options):
         seen.append(gc.isenabled())
-        return real(source, path, **options)
+        return real(source, path, hierarchy, **options)
 
     monkeypatch.setattr(worker, "_migrate", migrate)
     (gc.enable if collecting else gc.disable)()
     try:
-        new, findings = worker.migrate_file(SOURCE, "plugin/impl.py")
+        new, findings, _ = worker.migrate_file(SOURCE, "plugin/impl.py")
         assert b"assert output" not in new and [f.code for f in findings] == ["VAC001"]
         assert gc.isenabled() is collecting
         monkeypatch.setattr(worker, "_migrate", lambda *args, **kwargs: 1 / 0)  # a bug in a rule

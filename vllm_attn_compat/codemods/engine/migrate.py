@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING
 
 from vllm_attn_compat.codemods.engine.rule import Rule
 from vllm_attn_compat.codemods.findings import Finding, FixSafety, Status
-from vllm_attn_compat.codemods.index.hierarchy import ClassHierarchy, index_module
+from vllm_attn_compat.codemods.index.hierarchy import index_module
 from vllm_attn_compat.codemods.index.names import BASE_TOKENS
+from vllm_attn_compat.codemods.index.questions import Questions
 
 if TYPE_CHECKING:
     import ast
@@ -77,7 +78,7 @@ def needs_parsing(source: bytes, rules: Sequence[type[Rule]], class_names: froze
     return False
 
 
-def _may_apply(source: bytes, path: str, rules: Sequence[type[Rule]], hierarchy: ClassHierarchy) -> bool:
+def _may_apply(source: bytes, path: str, rules: Sequence[type[Rule]], hierarchy: Questions) -> bool:
     unscoped = any(token in source for rule in rules if not rule.scoped for token in rule.tokens)
     return unscoped or (any(rule.scoped for rule in rules) and hierarchy.has_attention_classes(path))
 
@@ -126,7 +127,7 @@ def migrate_source(
     *,
     path: str,
     rules: Sequence[type[Rule]],
-    hierarchy: ClassHierarchy,
+    hierarchy: Questions,
     unsafe_fixes: bool,
     with_findings: bool = True,
     old_op_calls: str = "with-output",
@@ -171,7 +172,7 @@ def migrate_source(
     return _migrate_module(source, settings, tree)[0]
 
 
-def _scope_test(hierarchy: ClassHierarchy, module: str) -> Callable[[str, bool], bool]:
+def _scope_test(hierarchy: Questions, module: str) -> Callable[[str, bool], bool]:
     """Whether the class or function ``qualname`` of ``module`` is where the scoped rules act, as the
     engine's scopes decide it (`scope.Analyzer`): an attention class, or code copied onto a class at run
     time (a method of an attention class is in its class's scope)."""
@@ -191,7 +192,7 @@ def _scope_test(hierarchy: ClassHierarchy, module: str) -> Callable[[str, bool],
 class _Settings:
     path: str
     rules: Sequence[type[Rule]]
-    hierarchy: ClassHierarchy
+    hierarchy: Questions
     unsafe_fixes: bool
     with_findings: bool
     old_op_calls: str

@@ -17,7 +17,7 @@ import libcst as cst
 from vllm_attn_compat.codemods.engine.edits import Edit
 from vllm_attn_compat.codemods.findings import FixSafety
 from vllm_attn_compat.codemods.index import callsites
-from vllm_attn_compat.codemods.index.hierarchy import ClassHierarchy
+from vllm_attn_compat.codemods.index.questions import Questions
 from vllm_attn_compat.codemods.index.runtime_patches import ATTRIBUTE, MEMBERS
 
 
@@ -99,7 +99,7 @@ def as_name(alias: cst.ImportAlias) -> str | None:
 
 class FileContext:
     def __init__(
-        self, path: str, module: cst.Module, hierarchy: ClassHierarchy, *, old_op_calls: str = "with-output"
+        self, path: str, module: cst.Module, hierarchy: Questions, *, old_op_calls: str = "with-output"
     ) -> None:
         self.path = path
         self.old_op_calls = old_op_calls  # how VAC007 rewrites calls whose layer shape is unknown
@@ -203,7 +203,7 @@ class FileContext:
         self.reports.append(Report(rule.code, message, node, tuple(edits), chosen))
 
 
-def class_scope(hierarchy: ClassHierarchy, full_name: str) -> tuple[bool, bool]:
+def class_scope(hierarchy: Questions, full_name: str) -> tuple[bool, bool]:
     """``(is_attention, unresolved_patch)`` of `ClassFrame` for the class ``full_name``: an attention class,
     or a "methods" class copied onto a class that could not be resolved (the rules act there, showing only)."""
     if hierarchy.is_attention_class(full_name):

@@ -54,10 +54,16 @@ class ModuleIndex(Protocol):
     def calls(self) -> CallIndex: ...
 
 
-# What the indexing reads of `hierarchy._Indexer` after its pass over a module (the names it binds).
+class CallQuestions(Protocol):
+    def reason(self, class_name: str, method: str, code: str, path: str) -> str | None:
+        """Why the run's uses of ``class_name.method`` withhold ``code``'s fix (None: they do not)."""
+        ...
+
+
+# What a rule's context offers of the run's calls (`questions.Questions`).
 class RunCalls(Protocol):
     @property
-    def calls(self) -> CallAnalysis: ...
+    def calls(self) -> CallQuestions: ...
 
 
 class RuleContext(Protocol):

@@ -1,13 +1,19 @@
-"""An opt-in cache of each file's migration (``migrate --cache-dir DIR``), for reruns in pre-commit and CI.
+"""An opt-in cache of the work of a run (``migrate --cache-dir DIR``), for reruns in pre-commit and CI.
 
-A file's migration depends on its bytes and path, the rules and options of the run, this tool's code
-and libcst's, and (through the class hierarchy and the call-site analysis) on every file the hierarchy
-pass indexed. So an entry's key hashes all of that: the run's digest (:func:`run_digest`) covers the
-indexed files' paths and bytes, so a change to any of them misses for every file; a hit spares libcst
-(parse, rules, rendering, safety checks). And a run over the very same files (every file read, by path
-as given and bytes) with the same settings replays the whole run's report, with no parse at all: the
-common rerun in CI or pre-commit. Such an entry is kept for runs without errors that changed no file
-(or, with ``--check``, reported the files that would change).
+Three kinds of entries, each keyed on the rules and options of the run, this tool's code, libcst's and
+Python's versions (:attr:`Cache.prefix`), and on what else decides it:
+
+* a file's class index (`index.hierarchy.index_module`), and what the class scan (`index.classscan`) made
+  of it: its path, module name and bytes (and, for the scan, the attention-class names known then). A
+  run scans and indexes again only the files that changed.
+* a file's migration: its path and bytes. A file's migration also depends on the other files of the run,
+  but only through what it asks of the class hierarchy (`index.questions`): the entry holds every
+  question asked and its answer, and serves a run only if that run's hierarchy gives each answer again.
+  An edit elsewhere that changes none of them (most edits) spares libcst here.
+* a whole run: every file read, as given and as found. A run over the very same files with the same
+  settings replays the whole report, with no parse at all: the common rerun in CI or pre-commit. Such
+  an entry is kept for runs without errors that changed no file (or, with ``--check``, reported the
+  files that would change).
 
 Entries are JSON (never pickle: a cache folder is not trusted to hold code), one file per key, written
 atomically. An entry that cannot be read, does not parse, holds another key or has the wrong shape is
@@ -28,8 +34,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from vllm_attn_compat.codemods.findings import Finding, Status
+from vllm_attn_compat.codemods.index import questions, records
+from vllm_attn_compat.codemods.index.classscan import ScannedIndex
+from vllm_attn_compat.codemods.index.hierarchy import ModuleIndex
+from vllm_attn_compat.codemods.run.worker import Migrated
 
-FORMAT = "vllm-attn-compat-cache/1"
+FORMAT = "vllm-attn-compat-cache/2"
 _FOLDER = "vllm-attn-compat"
 
 
@@ -52,16 +62,6 @@ def _code_digest() -> str:
                 path = os.path.join(folder, name)
                 with open(path, "rb") as handle:
                     digest.update(os.path.relpath(path, here).encode() + b"\0" + handle.read())
-    return digest.hexdigest()
-
-
-def run_digest(indexed: Mapping[str, bytes]) -> str:
-    """The digest of what the class hierarchy and the call-site analysis are built from: the normalized
-    path and bytes of every file the hierarchy pass indexed (or scanned for it)."""
-    digest = hashlib.sha256()
-    for path in sorted(indexed):
-        digest.update(os.path.normpath(os.path.abspath(path)).encode() + b"\0")
-        digest.update(hashlib.sha256(indexed[path]).digest())
     return digest.hexdigest()
 
 
@@ -106,16 +106,55 @@ class Cache:
         rows = [[path, *_row(finding)] for path, finding in findings]
         self._write(key, {"kind": "run", "findings": rows, "changed": changed, "parsed": parsed})
 
-    # --- single files, within a run whose indexed files are ``run`` (`run_digest`) ---
+    # --- single files ---
 
-    def file_key(self, run: str, path: str, source: bytes) -> str:
-        digest = hashlib.sha256(self.prefix + b"\0file\0" + run.encode())
-        digest.update(b"\0" + os.path.normpath(os.path.abspath(path)).encode("utf-8", "surrogateescape") + b"\0")
-        digest.update(hashlib.sha256(source).digest())
-        return digest.hexdigest()
+    def index_key(self, path: str, module: str, source: bytes) -> str:
+        """The key of a file's class index: its path, the module name its folders give it, its bytes."""
+        return self._key(b"index", path, source, module.encode())
 
-    def load(self, key: str) -> tuple[bytes | None, list[Finding]] | None:
-        """The cached ``(new source or None, findings)`` of a file, or None."""
+    def load_index(self, key: str) -> ModuleIndex | None:
+        entry = self._read(key)
+        if entry is None:
+            return None
+        try:
+            if entry.get("kind") != "index":
+                raise ValueError("it is no class index's entry")
+            return records.from_data(entry["index"])
+        except (ValueError, KeyError) as error:
+            _warn(self._file(key), f"is not a valid entry ({error})")
+            return None
+
+    def store_index(self, key: str, index: ModuleIndex) -> None:
+        self._write(key, {"kind": "index", "index": records.to_data(index)})
+
+    def scan_key(self, path: str, module: str, source: bytes, known: frozenset[str]) -> str:
+        """The key of the class scan's verdict on a file, given the attention-class names ``known``."""
+        return self._key(b"scan", path, source, module.encode(), "\0".join(sorted(known)).encode())
+
+    def load_scan(self, key: str) -> tuple[ScannedIndex | None] | None:
+        """The class scan's verdict, in a 1-tuple (its index, or None: the file must be parsed); None when
+        the cache holds none."""
+        entry = self._read(key)
+        if entry is None:
+            return None
+        try:
+            if entry.get("kind") != "scan":
+                raise ValueError("it is no class scan's entry")
+            spared = entry["spared"]
+            return (None if spared is None else records.scan_from_data(spared),)
+        except (ValueError, KeyError) as error:
+            _warn(self._file(key), f"is not a valid entry ({error})")
+            return None
+
+    def store_scan(self, key: str, spared: ScannedIndex | None) -> None:
+        self._write(key, {"kind": "scan", "spared": None if spared is None else records.scan_to_data(spared)})
+
+    def file_key(self, path: str, source: bytes) -> str:
+        """The key of a file's migration: its path and bytes (the rest of the run: see `load`)."""
+        return self._key(b"file", path, source)
+
+    def load(self, key: str, hierarchy: questions.Questions) -> Migrated | None:
+        """The cached migration of a file, or None; only if ``hierarchy`` answers as the migration's did."""
         entry = self._read(key)
         if entry is None:
             return None
@@ -126,14 +165,30 @@ class Cache:
             if new_source is not None and not isinstance(new_source, str):
                 raise TypeError("new_source must be a string or null")
             findings = [_finding(item) for item in entry["findings"]]
+            answers = _answers(entry["answers"])
+            if not questions.still_holds(answers, hierarchy):
+                return None  # the run's other files changed what this one's migration depends on
         except (ValueError, TypeError, KeyError, AttributeError) as error:
             _warn(self._file(key), f"is not a valid entry ({error})")
             return None
-        return (None if new_source is None else new_source.encode("latin-1")), findings
+        return Migrated(None if new_source is None else new_source.encode("latin-1"), findings, answers)
 
-    def store(self, key: str, new_source: bytes | None, findings: Iterable[Finding]) -> None:
-        text = None if new_source is None else new_source.decode("latin-1")
-        self._write(key, {"kind": "file", "new_source": text, "findings": [_row(f) for f in findings]})
+    def store(self, key: str, migrated: Migrated) -> None:
+        """Keep a migration whose questions can be asked again (else nothing)."""
+        if migrated.answers is None:
+            return
+        text = None if migrated.new_source is None else migrated.new_source.decode("latin-1")
+        findings = [_row(f) for f in migrated.findings]
+        answers = [[question, list(arguments), answer] for (question, arguments), answer in migrated.answers]
+        self._write(key, {"kind": "file", "new_source": text, "findings": findings, "answers": answers})
+
+    def _key(self, kind: bytes, path: str, source: bytes, *more: bytes) -> str:
+        digest = hashlib.sha256(self.prefix + b"\0" + kind + b"\0")
+        digest.update(os.path.normpath(os.path.abspath(path)).encode("utf-8", "surrogateescape") + b"\0")
+        for part in more:
+            digest.update(part + b"\0")
+        digest.update(hashlib.sha256(source).digest())
+        return digest.hexdigest()
 
     # --- entries on disk ---
 
@@ -186,6 +241,24 @@ def _finding(item: object) -> Finding:
     if not (isinstance(line, int) and isinstance(column, int) and isinstance(code, str) and isinstance(message, str)):
         raise TypeError(f"malformed finding {item!r}")
     return Finding(line, column, code, message, Status(status))
+
+
+def _answers(rows: object) -> questions.Answers:
+    if not isinstance(rows, list):
+        raise TypeError("answers must be a list")
+    answers = []
+    for row in rows:
+        if not (isinstance(row, list) and len(row) == 3):
+            raise TypeError(f"malformed answer {row!r:.80}")
+        question, arguments, answer = row
+        if not (
+            isinstance(question, str) and isinstance(arguments, list) and all(isinstance(a, str) for a in arguments)
+        ):
+            raise TypeError(f"malformed question {row!r:.80}")
+        if not (answer is None or isinstance(answer, (bool, str))):
+            raise TypeError(f"malformed answer {row!r:.80}")
+        answers.append(((question, tuple(arguments)), answer))
+    return tuple(answers)
 
 
 def _warn(path: str, why: str) -> None:

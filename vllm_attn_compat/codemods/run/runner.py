@@ -33,15 +33,14 @@ if TYPE_CHECKING:
     from typing import TypeAlias
 
     from vllm_attn_compat.codemods.engine.rule import Rule
-    from vllm_attn_compat.codemods.findings import Finding
     from vllm_attn_compat.codemods.index.hierarchy import ClassHierarchy, ModuleIndex
     from vllm_attn_compat.codemods.run.cache import Cache
     from vllm_attn_compat.codemods.run.worker import MigrateOutcome
 
     # What the hierarchy pass knows of each file it took part in: its index, or why it has none.
     IndexOutcome: TypeAlias = ModuleIndex | FileError | parallel.WorkerCrashed
-    # A file's migration as `_record` takes it: done (the new source or None, the findings) or failed.
-    Recorded: TypeAlias = tuple[bytes | None, list[Finding]] | FileError | parallel.WorkerCrashed
+    # A file's migration as `_record` takes it: done or failed.
+    Recorded: TypeAlias = worker.Migrated | FileError | parallel.WorkerCrashed
 
 Item = TypeVar("Item")
 
@@ -129,6 +128,7 @@ def _index_hierarchy(
     report: RunReport,
     after_round: Callable[[ClassHierarchy, Mapping[str, IndexOutcome]], None],
     early: Handoff | None = None,
+    cache: Cache | None = None,
 ) -> tuple[ClassHierarchy, dict[str, IndexOutcome]]:
     """Build the class hierarchy of the run; returns it with the index of each file that took part.
 
@@ -137,7 +137,8 @@ def _index_hierarchy(
     a ``class Attention(nn.Module)``) take part only if they name an attention class. Later rounds index
     every file naming (as a whole identifier) an attention class found so far. ``after_round(hierarchy,
     indexes)`` runs for each round, once the next one's files are handed out (the last's, at the end).
-    The files are indexed in the ``early`` workers when they are all the jobs (`_index_files`).
+    The files are indexed in the ``early`` workers when they are all the jobs (`_index_files`), those the
+    ``cache`` holds not at all.
     """
     from vllm_attn_compat.codemods.index import hierarchy as hierarchy_module
     from vllm_attn_compat.codemods.index.names import guess_module_name
@@ -159,13 +160,15 @@ def _index_hierarchy(
         spared_now: set[str] = set()
         for s in pending:
             path = s.source_file.path
-            scanned_index = None if path in must_parse else classscan.quick_index(s.source, path, known_names)
+            scanned_index = None if path in must_parse else _class_scan(s, known_names, cache)
             if scanned_index is None:
                 parse.append(s)
             else:
                 indexes[path] = scanned_index
                 spared_now.add(path)
-        tasks = [(s.source_file.path, (s.source, s.source_file.path)) for s in parse]
+        keys = _cached_indexes(parse, cache, indexes) if cache else {}
+        to_index = [s for s in parse if not cache or s.source_file.path in keys]
+        tasks = [(s.source_file.path, (s.source, s.source_file.path)) for s in to_index]
         outcomes = _index_files(tasks, options.jobs, early)
         if settled is not None:
             # The last round's settled files go to the early workers after this round's files, which the run
@@ -176,6 +179,8 @@ def _index_hierarchy(
                 report.errors.append(outcome)
             elif isinstance(outcome, parallel.WorkerCrashed):
                 report.errors.append(FileError(path, 1, 1, f"internal error: {outcome}"))
+            elif cache:
+                cache.store_index(keys[path], outcome)
             indexes[path] = outcome
         built = hierarchy_module.ClassHierarchy.build(
             index for index in indexes.values() if isinstance(index, hierarchy_module.ModuleIndex)
@@ -208,6 +213,39 @@ def _index_hierarchy(
     if settled is not None:
         after_round(settled, indexes)
     return built, indexes
+
+
+def _class_scan(s: _Scanned, known: frozenset[str], cache: Cache | None) -> classscan.ScannedIndex | None:
+    """`classscan.quick_index` of the file, from the cache if it holds it."""
+    path = s.source_file.path
+    if cache is None:
+        return classscan.quick_index(s.source, path, known)
+    from vllm_attn_compat.codemods.index.names import guess_module_name
+
+    key = cache.scan_key(path, guess_module_name(path), s.source, known)
+    cached = cache.load_scan(key)
+    if cached is not None:
+        return cached[0]
+    spared = classscan.quick_index(s.source, path, known)
+    cache.store_scan(key, spared)
+    return spared
+
+
+def _cached_indexes(parse: Sequence[_Scanned], cache: Cache, indexes: dict[str, IndexOutcome]) -> dict[str, str]:
+    """Put the cached index of each file of ``parse`` the cache holds into ``indexes``; returns the key of
+    each of the others (to be indexed)."""
+    from vllm_attn_compat.codemods.index.names import guess_module_name
+
+    keys: dict[str, str] = {}
+    for s in parse:
+        path = s.source_file.path
+        key = cache.index_key(path, guess_module_name(path), s.source)
+        cached = cache.load_index(key)
+        if cached is None:
+            keys[path] = key
+        else:
+            indexes[path] = cached
+    return keys
 
 
 def _index_files(
@@ -341,11 +379,12 @@ def _migrate_worth(
     )
 
     def after_round(built: ClassHierarchy, indexes: Mapping[str, IndexOutcome]) -> None:
-        # With a cache, nothing is sent before the last round: a file's key needs the whole hierarchy.
+        # With a cache, nothing is sent before the last round: whether a file's entry serves is asked of the
+        # last round's hierarchy (`cache.Cache.load`).
         if early is not None and cache is None:
             early.after_round(built, indexes, sources)
 
-    hierarchy, indexes = _index_hierarchy(scanned, worth, options, report, after_round, early)
+    hierarchy, indexes = _index_hierarchy(scanned, worth, options, report, after_round, early, cache)
     # A finding at each call in the run that withholds a fix (`index.callsites`).
     from vllm_attn_compat.codemods.index import callsites
 
@@ -370,14 +409,11 @@ def _migrate_worth(
     by_path = {c.source_file.path: c for c in candidates}
     keys: dict[str, str] = {}
     if cache is not None:
-        from vllm_attn_compat.codemods.run.cache import run_digest
-
-        run = run_digest({path: sources[path] for path in indexes})
         missed: list[_Scanned] = []
         for item in candidates:
             path = item.source_file.path
-            keys[path] = cache.file_key(run, path, item.source)
-            cached = cache.load(keys[path])
+            keys[path] = cache.file_key(path, item.source)
+            cached = cache.load(keys[path], hierarchy)
             if cached is None:
                 missed.append(item)
             else:
@@ -417,8 +453,8 @@ def _migrate_worth(
             missing = outcome  # raised once all are in: the pools shut down as usual, leaving no process behind
         else:
             _record(by_path[path], outcome, options, report, diffs)
-            if cache is not None and isinstance(outcome, tuple):
-                cache.store(keys[path], *outcome)
+            if cache is not None and isinstance(outcome, worker.Migrated):
+                cache.store(keys[path], outcome)
     if missing is not None:
         raise missing
     for path in sorted(diffs):  # workers finish in any order; the output must not depend on it
@@ -486,8 +522,8 @@ def _record(item: _Scanned, outcome: Recorded, options: Options, report: RunRepo
     if isinstance(outcome, FileError):
         report.errors.append(outcome)
         return
-    new_source, findings = outcome
-    report.findings += [(path, finding) for finding in findings]
+    new_source = outcome.new_source
+    report.findings += [(path, finding) for finding in outcome.findings]
     if new_source is None:
         return
     if options.mode == "write":
@@ -538,8 +574,8 @@ def run_source(source: bytes, path: str, options: Options) -> tuple[RunReport, b
     if isinstance(outcome, FileError):
         report.errors.append(outcome)
         return report, source, ""
-    new_source, findings = outcome
-    report.findings += [(path, finding) for finding in findings]
+    new_source = outcome.new_source
+    report.findings += [(path, finding) for finding in outcome.findings]
     if new_source is None:
         return report, source, ""
     report.changed.append(path)

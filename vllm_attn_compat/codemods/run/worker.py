@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from vllm_attn_compat.codemods.findings import Finding
 from vllm_attn_compat.codemods.run import dependencies
@@ -22,11 +22,23 @@ if TYPE_CHECKING:
     from vllm_attn_compat.codemods.engine.migrate import MigrationResult
     from vllm_attn_compat.codemods.engine.rule import Rule
     from vllm_attn_compat.codemods.index.hierarchy import ClassHierarchy, ModuleIndex
+    from vllm_attn_compat.codemods.index.questions import Answers, Recorder
 
     # What `migrate_file` hands back for one file.
-    MigrateOutcome: TypeAlias = tuple[bytes | None, list[Finding]] | FileError | dependencies.MissingDependency
+    MigrateOutcome: TypeAlias = "Migrated | FileError | dependencies.MissingDependency"
 
 Parsed = TypeVar("Parsed")
+
+
+class Migrated(NamedTuple):
+    """A file's migration: the new source (None when unchanged), the findings, and every question the
+    migration asked of the class hierarchy with its answer (`index.questions`; None when that record
+    cannot be replayed), which the cache keeps."""
+
+    new_source: bytes | None
+    findings: list[Finding]
+    answers: Answers | None = None
+
 
 # Set once per process by `setup`: the same for every file, so sent once rather than per task.
 _settings: dict[str, Any] = {}
@@ -128,14 +140,14 @@ def setup_pickled(settings: bytes) -> None:
     setup(*pickle.loads(settings))
 
 
-def _migrate(source: bytes, path: str, *, with_findings: bool = True) -> MigrationResult:
+def _migrate(source: bytes, path: str, hierarchy: Recorder, *, with_findings: bool = True) -> MigrationResult:
     from vllm_attn_compat.codemods.engine.migrate import migrate_source
 
     return migrate_source(
         source,
         path=path,
         rules=_settings["rules"],
-        hierarchy=_settings["hierarchy"],
+        hierarchy=hierarchy,
         unsafe_fixes=_settings["unsafe_fixes"],
         with_findings=with_findings,
         old_op_calls=_settings.get("old_op_calls", "with-output"),
@@ -143,8 +155,8 @@ def _migrate(source: bytes, path: str, *, with_findings: bool = True) -> Migrati
 
 
 def migrate_file(source: bytes, path: str) -> MigrateOutcome:
-    """``(new source or None when unchanged, findings)``, or the :class:`FileError` that stops this file, or
-    the :class:`dependencies.MissingDependency` (libcst) that stops the run.
+    """The file's :class:`Migrated`, or the :class:`FileError` that stops this file, or the
+    :class:`dependencies.MissingDependency` (libcst) that stops the run.
 
     A rewritten source is returned only if it passes every check of :func:`safety.check_rewrite`.
     """
@@ -165,9 +177,11 @@ def migrate_file(source: bytes, path: str) -> MigrateOutcome:
 def _migrate_file(source: bytes, path: str) -> MigrateOutcome:
     from vllm_attn_compat.codemods.engine import safety
     from vllm_attn_compat.codemods.engine.migrate import ParseError
+    from vllm_attn_compat.codemods.index.questions import Recorder
 
+    hierarchy = Recorder(_settings["hierarchy"])
     try:
-        result = _migrate(source, path)
+        result = _migrate(source, path, hierarchy)
     except ParseError as error:
         return FileError(path, error.line, error.column, f"could not parse: {error.message}")
     except RecursionError:
@@ -178,13 +192,16 @@ def _migrate_file(source: bytes, path: str) -> MigrateOutcome:
             path, 1, 1, f"internal error: {type(error).__name__}: {error}; {BUG}"
         )
     if result.source == source:
-        return None, list(result.findings)
+        return Migrated(None, list(result.findings), hierarchy.answers)
     if not _settings.get("verify", True):
-        return result.source, list(result.findings)  # `--check`: nothing is written
+        return Migrated(result.source, list(result.findings), hierarchy.answers)  # `--check`: nothing is written
     problems = safety.check_rewrite(
-        source, result.source, result.removed_comments, lambda again: _migrate(again, path, with_findings=False).source
+        source,
+        result.source,
+        result.removed_comments,
+        lambda again: _migrate(again, path, hierarchy, with_findings=False).source,
     )
     if problems:
         message = f"internal error: the fixed file failed a safety check ({'; '.join(problems)}); {BUG}"
         return FileError(path, 1, 1, message)
-    return result.source, list(result.findings)
+    return Migrated(result.source, list(result.findings), hierarchy.answers)

@@ -1,0 +1,123 @@
+"""A module's index as JSON-ready data and back (codemods/index/records.py): the same index after a trip
+through JSON, and a ``ValueError`` naming what is wrong for anything that is not such data."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from vllm_attn_compat.codemods.index import records
+from vllm_attn_compat.codemods.index.calls import OutputMethod, Use
+from vllm_attn_compat.codemods.index.classscan import ScannedIndex, quick_index
+from vllm_attn_compat.codemods.index.hierarchy import ClassEntry, index_module
+from vllm_attn_compat.codemods.index.runtime_patches import PatchEntry
+
+from libcst_corpus import corpus
+
+# Every kind of record, with the values that take the other branches of the encoding (None, empty, sets).
+BACKEND = b"""
+import functools
+import torch
+from vllm.v1.attention.backend import AttentionImpl
+
+
+class MyImpl(AttentionImpl):
+    accept_output_buffer = True
+
+    def get_name(self):
+        return "MINE"
+
+    def forward(self, layer, query, key, value, kv_cache, attn_metadata, output=None, *, scale=1.0, **extra):
+        if output is None:
+            output = torch.empty_like(query)
+        return output
+
+    @staticmethod
+    def prefill(query, output):
+        return output
+
+
+def run(impl, query):
+    impl.forward(None, query, query, query, None, None, output=None)
+    impl.forward(*[query] * 6, **{})
+    callback = functools.partial(impl.forward, None)
+    return getattr(impl, "prefill"), callback
+
+
+MyImpl.helper = run
+"""
+
+
+def _trip(data: object) -> object:
+    return json.loads(json.dumps(data))
+
+
+@pytest.mark.parametrize("name", sorted(corpus()))
+def test_every_index_of_the_corpus_comes_back_the_same_after_json(name):
+    source = corpus()[name]
+    try:
+        index = index_module(source, "pkg/" + name.split("/")[-1].replace(" ", "_"))
+    except SyntaxError:
+        pytest.skip("newer syntax than this Python parses")
+    assert records.from_data(_trip(records.to_data(index))) == index
+
+
+def test_an_index_with_every_kind_of_record_comes_back_the_same():
+    index = index_module(BACKEND, "plugin/backend.py")
+    assert index.classes and index.patches and index.calls.methods and index.calls.uses  # all present
+    assert any(use.none_at or use.output_none for use in index.calls.uses)
+    assert records.from_data(_trip(records.to_data(index))) == index
+
+
+def test_the_encoding_has_a_check_for_every_field_of_every_record():
+    for kind in (ClassEntry, PatchEntry, OutputMethod):
+        assert len(records._FIELDS[kind]) == len(dataclasses.fields(kind)), kind
+    assert len(records._FIELDS[Use]) == len(Use._fields)
+
+
+def test_a_scanned_index_comes_back_the_same():
+    scanned = quick_index(b"import vllm\n\nclass Helper(Base):\n    pass\n", "pkg/helper.py", frozenset())
+    assert isinstance(scanned, ScannedIndex) and scanned.base_words
+    assert records.scan_from_data(_trip(records.scan_to_data(scanned))) == scanned
+
+
+def _spoiled(change):
+    data = _trip(records.to_data(index_module(BACKEND, "plugin/backend.py")))
+    change(data)
+    return data
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda data: data.pop("uses"), "expected the fields"),
+        (lambda data: data.update(path=1), "path and module must be strings"),
+        (lambda data: data.update(uses={}), "expected 14 columns of Use values"),
+        (lambda data: data["uses"][0].append("x"), "no lists of one length"),
+        (lambda data: data["uses"][1].__setitem__(0, True), "Use values holds a value of the wrong type"),  # a line
+        (lambda data: data["classes"][1].__setitem__(0, "Base"), "ClassEntry values holds a value of the wrong type"),
+        (lambda data: data["methods"][5].__setitem__(0, [1]), "OutputMethod values holds a value of the wrong type"),
+    ],
+    ids=[
+        "field-missing",
+        "path-number",
+        "uses-no-columns",
+        "ragged-columns",
+        "bool-for-line",
+        "bases-text",
+        "set-of-numbers",
+    ],
+)
+def test_data_of_the_wrong_shape_raises_a_value_error_naming_it(change, message):
+    with pytest.raises(ValueError, match=message):
+        records.from_data(_spoiled(change))
+
+
+def test_only_a_module_index_is_encoded_as_one():
+    scanned = ScannedIndex("pkg/helper.py", "pkg.helper", (), base_words=frozenset({"Base"}))
+    with pytest.raises(TypeError, match="expected a ModuleIndex, found ScannedIndex"):
+        records.to_data(scanned)
+    with pytest.raises(ValueError, match="base_words a list of strings"):
+        records.scan_from_data({"path": "p", "module": "m", "base_words": [1]})

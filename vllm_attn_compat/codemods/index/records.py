@@ -1,0 +1,116 @@
+"""A module's index (and the class scan's) as JSON-ready data and back, for the cache (`run/cache.py`),
+which holds no pickle: a cache folder is not trusted to hold code. Reading checks every field's type, so
+an entry that was tampered with or written by another version raises ``ValueError`` instead of yielding
+an index that is wrong in some corner."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from vllm_attn_compat.codemods.index.calls import CallIndex, OutputMethod, Use
+from vllm_attn_compat.codemods.index.classscan import ScannedIndex
+from vllm_attn_compat.codemods.index.hierarchy import ClassEntry, ModuleIndex
+from vllm_attn_compat.codemods.index.runtime_patches import PatchEntry
+
+_NONE = type(None)
+
+
+def _of_types(*types: type) -> Callable[[list[Any]], bool]:
+    allowed = frozenset(types)
+    return lambda column: set(map(type, column)) <= allowed  # exact types: a bool is no int here
+
+
+def _lists_of(kind: type) -> Callable[[list[Any]], bool]:
+    return lambda column: set(map(type, column)) <= {list} and all(set(map(type, row)) <= {kind} for row in column)
+
+
+# Per record type, per field: the check of a column of JSON values, and how the column becomes field values.
+# Records are stored by column: the checks and conversions run over a whole column at once, in C, and a
+# fork's index holds tens of thousands of uses.
+_Field = tuple[Callable[[list[Any]], bool], Callable[[list[Any]], Iterable[object]]]
+_SCALAR: _Field = (_of_types(int), iter)
+_TEXT: _Field = (_of_types(str), iter)
+_FLAG: _Field = (_of_types(bool), iter)
+_MAYBE_TEXT: _Field = (_of_types(str, _NONE), iter)
+_NAMES: _Field = (_lists_of(str), lambda column: map(tuple, column))
+_NAME_SET: _Field = (_lists_of(str), lambda column: map(frozenset, column))
+_NUMBERS: _Field = (_lists_of(int), lambda column: map(tuple, column))
+
+_FIELDS: dict[type, tuple[_Field, ...]] = {
+    ClassEntry: (_TEXT, _NAMES, _SCALAR, _FLAG, _FLAG),
+    PatchEntry: (_TEXT, _TEXT, _NAMES, _SCALAR),
+    OutputMethod: (_TEXT, _TEXT, _SCALAR, _TEXT, _NAMES, _NAME_SET, _NAME_SET, _FLAG, _FLAG, _FLAG, _MAYBE_TEXT),
+    Use: (
+        *(_TEXT, _SCALAR, _SCALAR, _SCALAR, _TEXT, _TEXT, _MAYBE_TEXT, _MAYBE_TEXT, _TEXT),
+        *(_SCALAR, _NUMBERS, _NAME_SET, _FLAG, _FLAG),
+    ),
+}
+
+
+def _plain(value: object) -> object:
+    return sorted(value) if isinstance(value, frozenset) else list(value) if isinstance(value, tuple) else value
+
+
+def _columns(kind: type, records: Sequence[Any]) -> list[list[object]]:
+    names = Use._fields if kind is Use else [field.name for field in dataclasses.fields(kind)]
+    return [[_plain(getattr(record, name)) for record in records] for name in names]
+
+
+def _records(kind: type, columns: object) -> tuple[Any, ...]:
+    fields = _FIELDS[kind]
+    if type(columns) is not list or len(columns) != len(fields):
+        raise ValueError(f"expected {len(fields)} columns of {kind.__name__} values, found {columns!r:.80}")
+    if len({len(column) if type(column) is list else -1 for column in columns}) > 1:
+        raise ValueError(f"the columns of {kind.__name__} values are no lists of one length")
+    for (valid, _), column in zip(fields, columns, strict=True):
+        if not valid(column):
+            raise ValueError(f"a column of {kind.__name__} values holds a value of the wrong type: {column!r:.80}")
+    values = [convert(column) for (_, convert), column in zip(fields, columns, strict=True)]
+    return tuple(map(kind, *values))
+
+
+def to_data(index: ModuleIndex) -> dict[str, object]:
+    """``index`` as JSON-ready data (:func:`from_data` reads it back)."""
+    if type(index) is not ModuleIndex:  # a subclass (the class scan's) records more than this keeps
+        raise TypeError(f"expected a ModuleIndex, found {type(index).__name__}")
+    return {
+        "path": index.path,
+        "module": index.module,
+        "classes": _columns(ClassEntry, index.classes),
+        "patches": _columns(PatchEntry, index.patches),
+        "methods": _columns(OutputMethod, index.calls.methods),
+        "uses": _columns(Use, index.calls.uses),
+    }
+
+
+def from_data(data: object) -> ModuleIndex:
+    """The index :func:`to_data` made; ``ValueError`` on anything else."""
+    if type(data) is not dict:
+        raise ValueError(f"expected an object, found {type(data).__name__}")
+    keys: Sequence[str] = ("path", "module", "classes", "patches", "methods", "uses")
+    if sorted(data) != sorted(keys):
+        raise ValueError(f"expected the fields {', '.join(keys)}, found {', '.join(sorted(map(str, data)))}")
+    path, module = data["path"], data["module"]
+    if not (type(path) is str and type(module) is str):
+        raise ValueError("path and module must be strings")
+    calls = CallIndex(_records(OutputMethod, data["methods"]), _records(Use, data["uses"]))
+    return ModuleIndex(
+        path, module, _records(ClassEntry, data["classes"]), _records(PatchEntry, data["patches"]), calls
+    )
+
+
+def scan_to_data(scanned: ScannedIndex) -> dict[str, object]:
+    """The class scan's index of a file it spared (it records nothing but names)."""
+    return {"path": scanned.path, "module": scanned.module, "base_words": sorted(scanned.base_words)}
+
+
+def scan_from_data(data: object) -> ScannedIndex:
+    """The index :func:`scan_to_data` made; ``ValueError`` on anything else."""
+    if not (type(data) is dict and sorted(data) == ["base_words", "module", "path"]):
+        raise ValueError(f"expected the fields base_words, module, path, found {data!r:.80}")
+    path, module, words = data["path"], data["module"], data["base_words"]
+    if not (type(path) is str and type(module) is str and type(words) is list and set(map(type, words)) <= {str}):
+        raise ValueError("path and module must be strings, base_words a list of strings")
+    return ScannedIndex(path, module, (), base_words=frozenset(words))

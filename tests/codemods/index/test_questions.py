@@ -80,3 +80,9 @@ def test_a_recorder_offers_the_questions_and_nothing_else():
 def test_a_question_from_elsewhere_is_a_value_error(question, arguments, message):
     with pytest.raises(ValueError, match=message):
         questions.ask(_hierarchy(base=BASE), question, arguments)
+
+
+def test_every_question_of_the_protocol_can_be_asked_again():
+    asked_again = questions._QUESTIONS | {"calls", "extended"}  # `calls.reason`; `extended` ends the record
+    assert asked_again == {name for name in dir(questions.Questions) if not name.startswith("_")}
+    assert asked_again - {"calls"} <= set(dir(questions.Recorder))

@@ -405,8 +405,6 @@ def _migrate_worth(
     ]
     report.parsed = len(set(indexes) | {c.source_file.path for c in candidates})
     diffs: dict[str, str] = {}
-    candidates = _parse_scanned(candidates, indexes, options, report)
-    by_path = {c.source_file.path: c for c in candidates}
     keys: dict[str, str] = {}
     if cache is not None:
         missed: list[_Scanned] = []
@@ -416,9 +414,11 @@ def _migrate_worth(
             cached = cache.load(keys[path], hierarchy)
             if cached is None:
                 missed.append(item)
-            else:
+            else:  # (an entry is only made of a file that parsed)
                 _record(item, cached, options, report, diffs)
         candidates = missed
+    candidates = _parse_scanned(candidates, indexes, options, report)
+    by_path = {c.source_file.path: c for c in candidates}
     rest = [c for c in candidates if early is None or c.source_file.path not in early.sent]
     # The early workers take the rest when they are all the jobs, or when it is a few files; else their
     # share, and the other jobs the rest.

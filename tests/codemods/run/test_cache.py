@@ -11,6 +11,7 @@ import pytest
 
 from vllm_attn_compat.codemods.cli import main
 from vllm_attn_compat.codemods.index import names
+from vllm_attn_compat.codemods.run import cache as cache_module
 from vllm_attn_compat.codemods.run import worker
 from vllm_attn_compat.codemods.run.runner import Options, run_paths
 
@@ -299,3 +300,10 @@ def test_a_run_with_an_error_is_never_replayed(tree, tmp_path, indexed):
         _, _, errors = _run(tree, cache)
         assert [os.path.basename(error.path) for error in errors] == ["broken.py"]
     assert indexed.count("broken.py") == 2
+
+
+def test_every_module_of_the_codemods_keys_the_entries():
+    """A change to a rule, the engine or the index changes every key (the code a result comes from)."""
+    package = Path(cache_module.__file__).resolve().parents[1]
+    assert sorted(cache_module.code_files()) == sorted(str(path) for path in package.rglob("*.py"))
+    assert {Path(path).parent.name for path in cache_module.code_files()} >= {"rules", "engine", "index", "run"}

@@ -30,8 +30,8 @@ import hashlib
 import json
 import os
 import sys
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, TypeVar
 
 from vllm_attn_compat.codemods.findings import Finding, Status
 from vllm_attn_compat.codemods.index import questions, records
@@ -40,6 +40,7 @@ from vllm_attn_compat.codemods.index.hierarchy import ModuleIndex
 from vllm_attn_compat.codemods.run.worker import Migrated
 
 FORMAT = "vllm-attn-compat-cache/2"
+Decoded = TypeVar("Decoded")
 _FOLDER = "vllm-attn-compat"
 
 
@@ -107,21 +108,7 @@ class Cache:
 
     def load_run(self, key: str) -> tuple[list[tuple[str, Finding]], list[str], int] | None:
         """``(findings by path, changed paths, files parsed)`` of a run, or None."""
-        entry = self._read(key)
-        if entry is None:
-            return None
-        try:
-            if entry.get("kind") != "run":
-                raise ValueError("it is no run's entry")
-            findings = [(path, _finding(item)) for path, *item in entry["findings"]]
-            changed, parsed = entry["changed"], entry["parsed"]
-            if not (isinstance(parsed, int) and all(isinstance(path, str) for path, _ in findings)
-                    and isinstance(changed, list) and all(isinstance(path, str) for path in changed)):  # fmt: skip
-                raise TypeError("malformed paths or counts")
-        except (ValueError, TypeError, KeyError, AttributeError) as error:
-            _warn(self._file(key), f"is not a valid entry ({error})")
-            return None
-        return findings, changed, parsed
+        return self._load(key, "run", _run)
 
     def store_run(self, key: str, findings: Iterable[tuple[str, Finding]], changed: list[str], parsed: int) -> None:
         rows = [[path, *_row(finding)] for path, finding in findings]
@@ -134,16 +121,7 @@ class Cache:
         return self._key(b"index", path, source, module.encode())
 
     def load_index(self, key: str) -> ModuleIndex | None:
-        entry = self._read(key)
-        if entry is None:
-            return None
-        try:
-            if entry.get("kind") != "index":
-                raise ValueError("it is no class index's entry")
-            return records.from_data(entry["index"])
-        except (ValueError, KeyError) as error:
-            _warn(self._file(key), f"is not a valid entry ({error})")
-            return None
+        return self._load(key, "index", lambda entry: records.from_data(entry["index"]))
 
     def store_index(self, key: str, index: ModuleIndex) -> None:
         self._write(key, {"kind": "index", "index": records.to_data(index)})
@@ -155,17 +133,12 @@ class Cache:
     def load_scan(self, key: str) -> tuple[ScannedIndex | None] | None:
         """The class scan's verdict, in a 1-tuple (its index, or None: the file must be parsed); None when
         the cache holds none."""
-        entry = self._read(key)
-        if entry is None:
-            return None
-        try:
-            if entry.get("kind") != "scan":
-                raise ValueError("it is no class scan's entry")
+
+        def verdict(entry: dict[str, Any]) -> tuple[ScannedIndex | None]:
             spared = entry["spared"]
             return (None if spared is None else records.scan_from_data(spared),)
-        except (ValueError, KeyError) as error:
-            _warn(self._file(key), f"is not a valid entry ({error})")
-            return None
+
+        return self._load(key, "scan", verdict)
 
     def store_scan(self, key: str, spared: ScannedIndex | None) -> None:
         self._write(key, {"kind": "scan", "spared": None if spared is None else records.scan_to_data(spared)})
@@ -176,12 +149,8 @@ class Cache:
 
     def load(self, key: str, hierarchy: questions.Questions) -> Migrated | None:
         """The cached migration of a file, or None; only if ``hierarchy`` answers as the migration's did."""
-        entry = self._read(key)
-        if entry is None:
-            return None
-        try:
-            if entry.get("kind") != "file":
-                raise ValueError("it is no file's entry")
+
+        def migrated(entry: dict[str, Any]) -> Migrated | None:
             new_source = entry["new_source"]
             if new_source is not None and not isinstance(new_source, str):
                 raise TypeError("new_source must be a string or null")
@@ -189,10 +158,9 @@ class Cache:
             answers = _answers(entry["answers"])
             if not questions.still_holds(answers, hierarchy):
                 return None  # the run's other files changed what this one's migration depends on
-        except (ValueError, TypeError, KeyError, AttributeError) as error:
-            _warn(self._file(key), f"is not a valid entry ({error})")
-            return None
-        return Migrated(None if new_source is None else new_source.encode("latin-1"), findings, answers)
+            return Migrated(None if new_source is None else new_source.encode("latin-1"), findings, answers)
+
+        return self._load(key, "file", migrated)
 
     def store(self, key: str, migrated: Migrated) -> None:
         """Keep a migration whose questions can be asked again (else nothing)."""
@@ -212,6 +180,20 @@ class Cache:
         return digest.hexdigest()
 
     # --- entries on disk ---
+
+    def _load(self, key: str, kind: str, decode: Callable[[dict[str, Any]], Decoded]) -> Decoded | None:
+        """``decode(entry)`` of the entry of ``key``, or None when there is none or it is not a valid entry
+        of ``kind`` (with a warning)."""
+        entry = self._read(key)
+        if entry is None:
+            return None
+        try:
+            if entry.get("kind") != kind:
+                raise ValueError(f"it is no {kind!r} entry")
+            return decode(entry)
+        except (ValueError, TypeError, KeyError, AttributeError) as error:
+            _warn(self._file(key), f"is not a valid entry ({error})")
+            return None
 
     def _file(self, key: str) -> str:
         return os.path.join(self.folder, key[:2], key)
@@ -249,6 +231,15 @@ class Cache:
             _warn(path, f"cannot be written ({error.strerror or error})")
             with contextlib.suppress(OSError):
                 os.unlink(temporary)
+
+
+def _run(entry: dict[str, Any]) -> tuple[list[tuple[str, Finding]], list[str], int]:
+    findings = [(path, _finding(item)) for path, *item in entry["findings"]]
+    changed, parsed = entry["changed"], entry["parsed"]
+    if not (isinstance(parsed, int) and all(isinstance(path, str) for path, _ in findings)
+            and isinstance(changed, list) and all(isinstance(path, str) for path in changed)):  # fmt: skip
+        raise TypeError("malformed paths or counts")
+    return findings, changed, parsed
 
 
 def _row(finding: Finding) -> list[object]:

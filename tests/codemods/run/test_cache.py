@@ -307,3 +307,14 @@ def test_every_module_of_the_codemods_keys_the_entries():
     package = Path(cache_module.__file__).resolve().parents[1]
     assert sorted(cache_module.code_files()) == sorted(str(path) for path in package.rglob("*.py"))
     assert {Path(path).parent.name for path in cache_module.code_files()} >= {"rules", "engine", "index", "run"}
+
+
+def test_a_cache_folder_that_cannot_be_used_costs_the_cache_and_two_warnings(tree, tmp_path, capsys):
+    blocked = tmp_path / "blocked"
+    blocked.mkdir()
+    (blocked / "vllm-attn-compat").write_text("a file where the cache's folder should be")
+    assert _run(tree, blocked) == _uncached(tree)
+    warnings = capsys.readouterr().err.splitlines()
+    assert len(warnings) == 2, warnings  # not one per entry: a run looks up and writes dozens
+    assert "cannot be read" in warnings[0] and "ignored without another warning" in warnings[0]
+    assert "cannot be written" in warnings[1] and "this run writes no more entries" in warnings[1]

@@ -92,6 +92,10 @@ class Cache:
         """``settings``: what else decides the results (rule codes, options), JSON-serializable."""
         self.folder = os.path.join(folder, _FOLDER)
         self.prefix = json.dumps([FORMAT, _code_digest(), list(settings)]).encode()
+        # A folder that cannot be read or written fails alike for each of the hundreds of entries of a run:
+        # said once per reason, and once writing failed, nothing more is written.
+        self._unreadable: set[str] = set()
+        self._unwritable = False
 
     # --- whole runs: every file read, as given and as found, unchanged ---
 
@@ -206,7 +210,10 @@ class Cache:
         except FileNotFoundError:
             return None
         except OSError as error:
-            _warn(path, f"cannot be read ({error.strerror or error})")
+            why = error.strerror or str(error)
+            if why not in self._unreadable:
+                self._unreadable.add(why)
+                _warn(path, f"cannot be read ({why}); the others failing so are ignored without another warning")
             return None
         try:
             entry = json.loads(raw)
@@ -220,6 +227,8 @@ class Cache:
         return entry
 
     def _write(self, key: str, content: dict[str, Any]) -> None:
+        if self._unwritable:
+            return
         path = self._file(key)
         temporary = f"{path}.{os.getpid()}.tmp"
         try:
@@ -228,7 +237,8 @@ class Cache:
                 json.dump({"format": FORMAT, "key": key, **content}, handle)
             os.replace(temporary, path)
         except OSError as error:  # a read-only or full cache folder costs the cache, not the run
-            _warn(path, f"cannot be written ({error.strerror or error})")
+            self._unwritable = True
+            _warn(path, f"cannot be written ({error.strerror or error}); this run writes no more entries")
             with contextlib.suppress(OSError):
                 os.unlink(temporary)
 

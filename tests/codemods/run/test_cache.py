@@ -170,7 +170,7 @@ def _spoil_shape(path: Path) -> None:
     elif entry["kind"] == "scan":
         entry["spared"] = {"path": 1}
     elif entry["kind"] == "file":
-        entry["answers"] = [["is_attention_class", "plugin.impl.MyImpl", True]]  # arguments not a list
+        entry["migrations"][0]["answers"] = [["is_attention_class", "plugin.impl.MyImpl", True]]  # no list
     else:
         entry["findings"] = [[1, "x"]]
     path.write_text(json.dumps(entry))
@@ -318,3 +318,21 @@ def test_a_cache_folder_that_cannot_be_used_costs_the_cache_and_two_warnings(tre
     assert len(warnings) == 2, warnings  # not one per entry: a run looks up and writes dozens
     assert "cannot be read" in warnings[0] and "ignored without another warning" in warnings[0]
     assert "cannot be written" in warnings[1] and "this run writes no more entries" in warnings[1]
+
+
+def test_trees_that_alternate_each_find_their_migration_of_a_file_they_share(tree, tmp_path, migrations):
+    """Two branches share `prefill.py`, but in one a caller withholds its safe fixes. Once each has run,
+    switching back and forth never migrates it again (each switch edits `manual.py` too, so that no run is
+    replayed whole)."""
+    cache = tmp_path / "cache"
+    callers = {"main": WARM.format(body="q"), "feature": WARM.format(body="impl.prefill(q)")}
+    for switch, branch in enumerate(["main", "feature", "main", "feature", "main"]):
+        (tree / "plugin/warm.py").write_text(callers[branch])
+        (tree / "plugin/manual.py").write_text(f"# switch {switch}\n" + MANUAL)
+        expected = _uncached(tree)
+        migrations.clear()
+        findings, changed, errors = _run(tree, cache)
+        assert (findings, changed, errors) == expected
+        fixed = any(name == "prefill.py" and f.status.value == "fixed" for name, f in findings)
+        assert fixed == (branch == "main")
+        assert ("prefill.py" in migrations) == (switch < 2)

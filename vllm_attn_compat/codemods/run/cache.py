@@ -40,6 +40,9 @@ from vllm_attn_compat.codemods.index.hierarchy import ModuleIndex
 from vllm_attn_compat.codemods.run.worker import Migrated
 
 FORMAT = "vllm-attn-compat-cache/2"
+# Migrations kept per file's bytes: one per set of answers (trees that alternate, such as branches, each
+# find theirs), the latest first.
+MIGRATIONS_KEPT = 4
 Decoded = TypeVar("Decoded")
 _FOLDER = "vllm-attn-compat"
 
@@ -96,6 +99,7 @@ class Cache:
         # said once per reason, and once writing failed, nothing more is written.
         self._unreadable: set[str] = set()
         self._unwritable = False
+        self._kept: dict[str, list[Any]] = {}  # the migrations each file's entry held when loaded
 
     # --- whole runs: every file read, as given and as found, unchanged ---
 
@@ -152,28 +156,30 @@ class Cache:
         return self._key(b"file", path, source)
 
     def load(self, key: str, hierarchy: questions.Questions) -> Migrated | None:
-        """The cached migration of a file, or None; only if ``hierarchy`` answers as the migration's did."""
+        """The cached migration of a file, or None: the latest of those kept whose questions ``hierarchy``
+        answers as that migration's hierarchy did."""
 
         def migrated(entry: dict[str, Any]) -> Migrated | None:
-            new_source = entry["new_source"]
-            if new_source is not None and not isinstance(new_source, str):
-                raise TypeError("new_source must be a string or null")
-            findings = [_finding(item) for item in entry["findings"]]
-            answers = _answers(entry["answers"])
-            if not questions.still_holds(answers, hierarchy):
-                return None  # the run's other files changed what this one's migration depends on
-            return Migrated(None if new_source is None else new_source.encode("latin-1"), findings, answers)
+            kept = entry["migrations"]
+            if not (isinstance(kept, list) and kept):
+                raise TypeError("migrations must be a list of one or more")
+            decoded = [_migration(item) for item in kept]
+            self._kept[key] = kept
+            return next((m for m in decoded if questions.still_holds(m.answers or (), hierarchy)), None)
 
         return self._load(key, "file", migrated)
 
     def store(self, key: str, migrated: Migrated) -> None:
-        """Keep a migration whose questions can be asked again (else nothing)."""
+        """Keep a migration whose questions can be asked again (else nothing), with the latest others of the
+        file's bytes :meth:`load` found (those the hierarchy of another run, or another branch, answers)."""
         if migrated.answers is None:
             return
         text = None if migrated.new_source is None else migrated.new_source.decode("latin-1")
         findings = [_row(f) for f in migrated.findings]
         answers = [[question, list(arguments), answer] for (question, arguments), answer in migrated.answers]
-        self._write(key, {"kind": "file", "new_source": text, "findings": findings, "answers": answers})
+        others = [item for item in self._kept.get(key, []) if item["answers"] != answers]
+        kept = [{"new_source": text, "findings": findings, "answers": answers}, *others][:MIGRATIONS_KEPT]
+        self._write(key, {"kind": "file", "migrations": kept})
 
     def _key(self, kind: bytes, path: str, source: bytes, *more: bytes) -> str:
         digest = hashlib.sha256(self.prefix + b"\0" + kind + b"\0")
@@ -263,6 +269,16 @@ def _finding(item: object) -> Finding:
     if not (isinstance(line, int) and isinstance(column, int) and isinstance(code, str) and isinstance(message, str)):
         raise TypeError(f"malformed finding {item!r}")
     return Finding(line, column, code, message, Status(status))
+
+
+def _migration(item: object) -> Migrated:
+    if not isinstance(item, dict):
+        raise TypeError(f"malformed migration {item!r:.80}")
+    new_source = item["new_source"]
+    if new_source is not None and not isinstance(new_source, str):
+        raise TypeError("new_source must be a string or null")
+    findings = [_finding(row) for row in item["findings"]]
+    return Migrated(None if new_source is None else new_source.encode("latin-1"), findings, _answers(item["answers"]))
 
 
 def _answers(rows: object) -> questions.Answers:

@@ -9,7 +9,9 @@ Python's versions (:attr:`Cache.prefix`), and on what else decides it:
 * a file's migration: its path and bytes. A file's migration also depends on the other files of the run,
   but only through what it asks of the class hierarchy (`index.questions`): the entry holds every
   question asked and its answer, and serves a run only if that run's hierarchy gives each answer again.
-  An edit elsewhere that changes none of them (most edits) spares libcst here.
+  An edit elsewhere that changes none of them (most edits) spares libcst here. It keeps the latest
+  migrations of those bytes, one per set of answers (`MIGRATIONS_KEPT`): trees that alternate each find
+  theirs.
 * a whole run: every file read, as given and as found. A run over the very same files with the same
   settings replays the whole report, with no parse at all: the common rerun in CI or pre-commit. Such
   an entry is kept for runs without errors that changed no file (or, with ``--check``, reported the

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -159,7 +160,7 @@ def test_other_rules_or_options_miss(tree, tmp_path, migrations, options):
 
 
 def _entries(cache: Path) -> list[Path]:
-    return sorted(path for path in cache.rglob("*") if path.is_file())
+    return sorted(path for path in cache.rglob("*") if path.is_file() and path.name != ".pruned")
 
 
 def _spoil_shape(path: Path) -> None:
@@ -336,3 +337,37 @@ def test_trees_that_alternate_each_find_their_migration_of_a_file_they_share(tre
         fixed = any(name == "prefill.py" and f.status.value == "fixed" for name, f in findings)
         assert fixed == (branch == "main")
         assert ("prefill.py" in migrations) == (switch < 2)
+
+
+def _age(path: Path, days: float) -> None:
+    then = time.time() - days * 24 * 3600
+    os.utime(path, (then, then))
+
+
+def test_entries_no_run_used_for_a_month_are_deleted_once_a_day_and_nothing_else(tree, tmp_path):
+    cache = tmp_path / "cache"
+    _run(tree, cache)
+    folder = cache / "vllm-attn-compat"
+    marker = folder / ".pruned"
+    entries = _entries(cache)
+    assert marker.is_file() and entries
+    shard = entries[0].parent
+    leftover = shard / (shard.name + "1" * 62 + ".4242.tmp")  # the write of a run that was killed
+    leftover.write_text("{")
+    foreign = [shard / "notes.txt", folder / "README", shard / ("ff" + "2" * 62)]  # not named so, or misplaced
+    for path in foreign:
+        path.write_text("kept")
+    for path in [*entries, leftover, *foreign]:
+        _age(path, cache_module.KEEP_DAYS + 1)
+    # No replay: the run reads the entries of the other files, and those of `manual.py` and of the run go unused.
+    (tree / "plugin/manual.py").write_text("# edited\n" + MANUAL)
+    _run(tree, cache)  # the marker is fresh: nothing is deleted
+    month = time.time() - cache_module.KEEP_DAYS * 24 * 3600
+    used = {path for path in _entries(cache) if path.stat().st_mtime > month}
+    unused = set(entries) - used
+    assert unused and used & set(entries) and leftover.exists()
+    _age(marker, 2)
+    assert _run(tree, cache) == _uncached(tree)  # a replay of the last run, then the pruning
+    assert not any(path.exists() for path in unused) and not leftover.exists()
+    assert all(path.exists() for path in used) and all(path.exists() for path in foreign)
+    assert time.time() - marker.stat().st_mtime < 3600

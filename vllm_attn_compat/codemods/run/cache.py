@@ -20,9 +20,9 @@ Python's versions (:attr:`Cache.prefix`), and on what else decides it:
 Entries are JSON (never pickle: a cache folder is not trusted to hold code), one file per key, written
 atomically. An entry that cannot be read, does not parse, holds another key or has the wrong shape is
 ignored with a warning on stderr, and the work is done as if there were none (and the entry
-rewritten). Errors are never cached: a file that failed fails again, with its message. A rewrite
-``--check`` computed (without the safety checks: it writes nothing) is never replayed by a run that
-may write or show it.
+rewritten). Entries no run has used for `KEEP_DAYS` days are deleted, at most once a day. Errors are
+never cached: a file that failed fails again, with its message. A rewrite ``--check`` computed (without
+the safety checks: it writes nothing) is never replayed by a run that may write or show it.
 """
 
 from __future__ import annotations
@@ -31,7 +31,9 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import sys
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -45,6 +47,12 @@ FORMAT = "vllm-attn-compat-cache/2"
 # Migrations kept per file's bytes: one per set of answers (trees that alternate, such as branches, each
 # find theirs), the latest first.
 MIGRATIONS_KEPT = 4
+# Entries no run has read or written for this long are deleted (`Cache.prune`), at most once a day.
+KEEP_DAYS = 30
+_DAY = 24 * 3600
+_PRUNED = ".pruned"  # the marker of the last pruning, in the cache's folder
+# What the cache writes: entries, and the temporary files of writes a killed run left behind.
+_WRITTEN = re.compile(r"[0-9a-f]{64}(\.[0-9]+\.tmp)?")
 Decoded = TypeVar("Decoded")
 _FOLDER = "vllm-attn-compat"
 
@@ -202,10 +210,43 @@ class Cache:
         try:
             if entry.get("kind") != kind:
                 raise ValueError(f"it is no {kind!r} entry")
-            return decode(entry)
+            decoded = decode(entry)
         except (ValueError, TypeError, KeyError, AttributeError) as error:
             _warn(self._file(key), f"is not a valid entry ({error})")
             return None
+        if decoded is not None:
+            with contextlib.suppress(OSError):  # used: kept by `prune` (a read-only folder is never pruned)
+                os.utime(self._file(key))
+        return decoded
+
+    def prune(self) -> None:
+        """Delete the entries no run has used for `KEEP_DAYS` days, at most once a day; only files named as
+        this cache names them are touched. A folder that cannot be pruned is left as it is, silently."""
+        marker = os.path.join(self.folder, _PRUNED)
+        now = time.time()
+        try:
+            if now - os.stat(marker).st_mtime < _DAY:
+                return
+        except FileNotFoundError:
+            pass
+        except OSError:
+            return
+        limit = now - KEEP_DAYS * _DAY
+        with contextlib.suppress(OSError):
+            for shard in os.scandir(self.folder):
+                if not (len(shard.name) == 2 and shard.is_dir(follow_symlinks=False)):
+                    continue
+                for entry in os.scandir(shard.path):
+                    if (
+                        _WRITTEN.fullmatch(entry.name)
+                        and entry.name.startswith(shard.name)
+                        and entry.is_file(follow_symlinks=False)
+                        and entry.stat(follow_symlinks=False).st_mtime < limit
+                    ):
+                        os.unlink(entry.path)
+            with open(marker, "a"):
+                pass
+            os.utime(marker)
 
     def _file(self, key: str) -> str:
         return os.path.join(self.folder, key[:2], key)

@@ -334,6 +334,8 @@ def run_paths(
                     and (options.mode == "check" or not report.changed)
                 ):
                     cache.store_run(run_key, report.findings, report.changed, report.parsed)
+            if cache:
+                cache.prune()
     finally:
         for early in warm:
             early.close()

@@ -41,6 +41,7 @@ from vllm_attn_compat.codemods.findings import Finding, Status
 from vllm_attn_compat.codemods.index import questions, records
 from vllm_attn_compat.codemods.index.classscan import ScannedIndex
 from vllm_attn_compat.codemods.index.hierarchy import ModuleIndex
+from vllm_attn_compat.codemods.index.names import normalize_path
 from vllm_attn_compat.codemods.run.worker import Migrated
 
 FORMAT = "vllm-attn-compat-cache/2"
@@ -57,24 +58,25 @@ Decoded = TypeVar("Decoded")
 _FOLDER = "vllm-attn-compat"
 
 
+_CODEMODS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the package `vllm_attn_compat.codemods`
+
+
 def _code_digest() -> str:
     """This package's codemods code, libcst's version and Python's: any change of them misses."""
     from vllm_attn_compat import __version__
 
     digest = hashlib.sha256(f"{__version__}\0{sys.version}".encode())
     digest.update(_libcst_version())
-    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     for path in code_files():
         with open(path, "rb") as handle:
-            digest.update(os.path.relpath(path, package).encode() + b"\0" + handle.read())
+            digest.update(os.path.relpath(path, _CODEMODS).encode() + b"\0" + handle.read())
     return digest.hexdigest()
 
 
 def code_files() -> list[str]:
     """Every module of ``vllm_attn_compat.codemods``, in a fixed order: the code a cached result comes from."""
-    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     found = []
-    for folder, names, files in os.walk(package):
+    for folder, names, files in os.walk(_CODEMODS):
         names.sort()
         found += [os.path.join(folder, name) for name in sorted(files) if name.endswith(".py")]
     return found
@@ -120,7 +122,7 @@ class Cache:
         digest = hashlib.sha256(self.prefix + b"\0run\0" + mode.encode())
         for path in sorted(files):
             digest.update(path.encode("utf-8", "surrogateescape") + b"\0")
-            digest.update(os.path.normpath(os.path.abspath(path)).encode("utf-8", "surrogateescape") + b"\0")
+            digest.update(normalize_path(path).encode("utf-8", "surrogateescape") + b"\0")
             digest.update(hashlib.sha256(files[path]).digest())
         return digest.hexdigest()
 
@@ -193,7 +195,7 @@ class Cache:
 
     def _key(self, kind: bytes, path: str, source: bytes, *more: bytes) -> str:
         digest = hashlib.sha256(self.prefix + b"\0" + kind + b"\0")
-        digest.update(os.path.normpath(os.path.abspath(path)).encode("utf-8", "surrogateescape") + b"\0")
+        digest.update(normalize_path(path).encode("utf-8", "surrogateescape") + b"\0")
         for part in more:
             digest.update(part + b"\0")
         digest.update(hashlib.sha256(source).digest())

@@ -14,7 +14,10 @@ by side, in one run, on this machine, the commands taking turns:
   pre-commit or CI with nothing changed; and the same after an edit of one file (a line added at its top
   before each run, so that all its lines move): a backend (``flash_attn.py``) and a model
   (``deepseek_v2.py``, whose calls the call-site analysis reads). Reported apart: the targets are for
-  cold runs.
+  cold runs;
+* the two parsers alone on the input a cold ``migrate --check`` hands them (``parsers_alone.py``): the
+  ``ast`` parse of the files it indexes and libcst's import and parse of what it migrates, on two cores.
+  A floor under this design: whatever else a run does comes on top.
 
 Targets (issue #12): ``--check`` within 2x of ruff's wall time, write mode within 3x, and the peak memory
 of the whole run, all processes together, under 500 MiB. Peak memory is taken in a separate, untimed run
@@ -40,6 +43,8 @@ import zipfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_codemods import install_copy, timed_alternately
+
+PARSERS_ALONE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "parsers_alone.py")
 
 VLLM_VERSION = "0.19.1"
 RUFF = "ruff==0.17.6"  # pinned: ruff's speed changes between releases
@@ -177,6 +182,10 @@ def main() -> int:
         model_tree, edit_model = edited("model_executor/models/deepseek_v2.py")
 
         migrate = [sys.executable, "-m", "vllm_attn_compat", "migrate", "--format", "json", "--jobs", str(args.jobs)]
+        inputs = os.path.join(scratch, "parser-inputs.pickle")
+        recorded = [sys.executable, PARSERS_ALONE, "record", inputs, "vllm"]
+        print("parser inputs of migrate --check:", subprocess.run(
+            recorded, env=env, cwd=read_only, check=True, capture_output=True, text=True).stdout.strip())  # fmt: skip
         tokens = [token.decode() for token in prefilter_tokens(select_rules())]
         commands = {
             "ruff check --no-cache --select UP": (
@@ -194,6 +203,8 @@ def main() -> int:
             "  the same, a model edited": (
                 [*migrate, "--check", "--cache-dir", os.path.join(scratch, "cache-model"), "vllm"],
                 {"env": env, "cwd": model_tree, "prepare": edit_model}),
+            "ast + libcst parses alone (floor)": (
+                [sys.executable, PARSERS_ALONE, "parse", inputs, "vllm"], {"env": env, "cwd": read_only}),
         }  # fmt: skip
         pairs = list(commands.values())
         timed_alternately(pairs, 1)  # warm the page cache (and fill the result cache)
@@ -221,9 +232,14 @@ def main() -> int:
         print(f"  migrate (write) / ruff = {write_wall / ruff_wall:5.2f}x   (target <= 3x)")
         for name in warm:
             print(f"  {name.strip()} / ruff = {results[name][0] / ruff_wall:5.2f}x   (no target: reruns)")
+        floor_wall, floor_cpu, _ = results["ast + libcst parses alone (floor)"]
+        floor = f"{floor_wall / ruff_wall:5.2f}x   (a floor: the rest of a run comes on top)"
+        print(f"  ast + libcst parses alone / ruff = {floor}")
+        print(f"  their CPU time on two cores, split perfectly / ruff = {floor_cpu / 2 / ruff_wall:5.2f}x")
         print("ratios (CPU time, less sensitive to other load):")
         print(f"  migrate --check / ruff = {results['migrate --check'][1] / ruff_cpu:5.2f}x")
         print(f"  migrate (write) / ruff = {results['migrate (write)'][1] / ruff_cpu:5.2f}x")
+        print(f"  ast + libcst parses alone / ruff = {floor_cpu / ruff_cpu:5.2f}x")
         most = max(memory for memory, _ in peaks.values())
         print(f"peak memory, all processes of one command: at most {most:.0f} MiB   (target < 500 MiB)")
     return 0

@@ -209,6 +209,9 @@ def main() -> int:
         pairs = list(commands.values())
         timed_alternately(pairs, 1)  # warm the page cache (and fill the result cache)
         results = dict(zip(commands, timed_alternately(pairs, args.repeat), strict=True))
+        floor_wall, floor_cpu, floor_done = results["ast + libcst parses alone (floor)"]
+        if floor_done.returncode != 0:
+            raise SystemExit(f"the parsers alone failed (exit {floor_done.returncode}):\n{floor_done.stderr.decode()}")
         peaks = {name: peak_memory(command, **kwargs) for name, (command, kwargs) in commands.items()}
 
         ruff_wall, ruff_cpu, _ = results["ruff check --no-cache --select UP"]
@@ -232,7 +235,6 @@ def main() -> int:
         print(f"  migrate (write) / ruff = {write_wall / ruff_wall:5.2f}x   (target <= 3x)")
         for name in warm:
             print(f"  {name.strip()} / ruff = {results[name][0] / ruff_wall:5.2f}x   (no target: reruns)")
-        floor_wall, floor_cpu, _ = results["ast + libcst parses alone (floor)"]
         floor = f"{floor_wall / ruff_wall:5.2f}x   (a floor: the rest of a run comes on top)"
         print(f"  ast + libcst parses alone / ruff = {floor}")
         print(f"  their CPU time on two cores, split perfectly / ruff = {floor_cpu / 2 / ruff_wall:5.2f}x")

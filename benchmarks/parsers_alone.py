@@ -26,6 +26,7 @@ import io
 import os
 import pickle
 import sys
+import traceback
 
 
 def record(out: str, tree: str) -> None:
@@ -78,8 +79,10 @@ def parse(recorded: str, tree: str) -> None:
 
             for source in inputs["libcst"]:
                 libcst.parse_module(source)
-        finally:
-            os._exit(0)
+        except Exception:  # noqa: BLE001 - printed, and the exit status fails the command: no fast failure
+            traceback.print_exc()
+            os._exit(1)
+        os._exit(0)
     for path in inputs["indexed"]:
         ast.parse(sources[os.path.normpath(path)], filename=path)
     _, status = os.waitpid(child, 0)

@@ -253,3 +253,38 @@ def test_noqa_silences_a_caller_finding_but_keeps_the_fix_withheld(plugin: Path)
         if path.endswith("backend.py") and finding.line == 8 and finding.code == "VAC002"
     ]
     assert [finding.status for finding in forward] == [Status.UNSAFE_FIX_AVAILABLE]
+
+
+def _hook_command(hook_id: str, staged: list[str]) -> list[str]:
+    """The command pre-commit runs for the shipped hook ``hook_id`` on a commit of ``staged`` files: its
+    entry, its args, then the files unless the hook declines them (``pass_filenames: false``)."""
+    yaml = pytest.importorskip("yaml")
+    with open(REPO_ROOT / ".pre-commit-hooks.yaml") as handle:
+        hook = next(hook for hook in yaml.safe_load(handle) if hook["id"] == hook_id)
+    files = staged if hook.get("pass_filenames", True) else []
+    return [*hook["entry"].split(), *hook.get("args", []), *files]
+
+
+@pytest.mark.parametrize("hook_id", ["vllm-attn-compat", "vllm-attn-compat-check"])
+def test_the_pre_commit_hooks_keep_every_call_working_when_the_commit_holds_the_backend_alone(
+    plugin: Path, hook_id: str
+) -> None:
+    # The fixes the callers in sub.py and the smoke test withhold must stay withheld when those files are not
+    # part of the commit: pre-commit runs the hook from the repository's root.
+    before = _probe(plugin)
+    program, *arguments = _hook_command(hook_id, ["plugin/backend.py"])
+    assert program == "vllm-attn-compat"  # the console script; run here as the module, from this checkout
+    environment = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    completed = subprocess.run(
+        [sys.executable, "-m", "vllm_attn_compat", *arguments, "--jobs", "1"],
+        cwd=plugin / "tree",
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=environment,
+        check=False,
+    )
+    assert completed.returncode == 1, completed.stdout + completed.stderr  # the callers are left to a person
+    assert _probe(plugin) == before
+    report = completed.stdout
+    assert "tests_plugin/test_smoke.py:9:12:" in report  # the caller that withholds the forward's fix

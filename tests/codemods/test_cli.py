@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+import yaml
 
 from vllm_attn_compat.codemods import cli
 from vllm_attn_compat.codemods.cli import main
@@ -229,7 +230,6 @@ def test_the_forwarder_route_for_old_op_calls_is_opt_in_by_flag_or_configuration
 
 
 def test_pre_commit_hooks_run_the_real_command_on_the_whole_repository(plugin, capsys, monkeypatch):
-    yaml = pytest.importorskip("yaml")
     with open(os.path.join(REPO, ".pre-commit-hooks.yaml")) as handle:
         hooks = {hook["id"]: hook for hook in yaml.safe_load(handle)}
     assert set(hooks) == {"vllm-attn-compat", "vllm-attn-compat-check"}

@@ -17,6 +17,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+import yaml
 
 from vllm_attn_compat.codemods.findings import Status
 from vllm_attn_compat.codemods.run.runner import Options, run_paths
@@ -258,7 +259,6 @@ def test_noqa_silences_a_caller_finding_but_keeps_the_fix_withheld(plugin: Path)
 def _hook_command(hook_id: str, staged: list[str]) -> list[str]:
     """The command pre-commit runs for the shipped hook ``hook_id`` on a commit of ``staged`` files: its
     entry, its args, then the files unless the hook declines them (``pass_filenames: false``)."""
-    yaml = pytest.importorskip("yaml")
     with open(REPO_ROOT / ".pre-commit-hooks.yaml") as handle:
         hook = next(hook for hook in yaml.safe_load(handle) if hook["id"] == hook_id)
     files = staged if hook.get("pass_filenames", True) else []

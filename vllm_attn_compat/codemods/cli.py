@@ -87,7 +87,13 @@ def build_parser() -> argparse.ArgumentParser:
     migrate.add_argument(
         "--ignore", type=_codes, action="extend", metavar="CODES", help="rule codes or prefixes to skip"
     )
-    migrate.add_argument("--exclude", type=_codes, action="extend", metavar="GLOB", help="paths to skip (globs)")
+    migrate.add_argument(
+        "--exclude",
+        type=_codes,
+        action="extend",
+        metavar="GLOB",
+        help="paths never to change nor report (globs); still read for the others' class hierarchy and callers",
+    )
     migrate.add_argument("--jobs", "-j", type=_jobs, default=None, help="worker processes (default: all cores)")
     migrate.add_argument("--format", choices=("text", "json", "github"), default="text", help="report format")
     migrate.add_argument(

@@ -256,6 +256,19 @@ def test_noqa_silences_a_caller_finding_but_keeps_the_fix_withheld(plugin: Path)
     assert [finding.status for finding in forward] == [Status.UNSAFE_FIX_AVAILABLE]
 
 
+def test_a_caller_in_an_excluded_folder_still_withholds_the_fix_it_would_break(plugin: Path) -> None:
+    # Excluding the tests from the migration must not let a fix break them: they are read, never changed.
+    before = _probe(plugin)
+    completed = _migrate(plugin, "--exclude", "tests_plugin")
+    assert completed.returncode == 1, completed.stdout + completed.stderr
+    assert _probe(plugin) == before
+    assert (plugin / "tree/tests_plugin/test_smoke.py").read_text() == textwrap.dedent(SMOKE_TEST).lstrip("\n")
+    lines = completed.stdout.splitlines()
+    assert not [line for line in lines if line.startswith("tree/tests_plugin/")]  # nothing reported there
+    forward = next(line for line in lines if line.startswith("tree/plugin/backend.py:8:") and "VAC002" in line)
+    assert "[unsafe]" in forward and "at tree/tests_plugin/test_smoke.py:9 calls it without `output`" in forward
+
+
 def _hook_command(hook_id: str, staged: list[str]) -> list[str]:
     """The command pre-commit runs for the shipped hook ``hook_id`` on a commit of ``staged`` files: its
     entry, its args, then the files unless the hook declines them (``pass_filenames: false``)."""

@@ -42,7 +42,7 @@ def test_walk_finds_python_files_and_skips_environments_and_caches(tmp_path):
             "thing.egg-info/w.py": "",
         },
     )
-    found, skipped, unreadable = discover([str(tmp_path)], base=str(tmp_path))
+    found, skipped, unreadable, _ = discover([str(tmp_path)], base=str(tmp_path))
     assert relative_paths(found, tmp_path) == ["pkg/a.py", "pkg/stub.pyi"]
     assert skipped == [] and unreadable == []
 
@@ -64,13 +64,13 @@ def test_gitignore_is_honoured_in_a_git_work_tree(tmp_path):
             ".venv/lib/x.py": "",
         },
     )
-    found, _, _ = discover([str(tmp_path)], base=str(tmp_path))
+    found, _, _, _ = discover([str(tmp_path)], base=str(tmp_path))
     assert relative_paths(found, tmp_path) == ["src/a.py", "src/keep_pb2.py", "sub/other.py"]
 
 
 def test_outside_git_every_file_is_walked(tmp_path):
     make_tree(tmp_path, {".gitignore": "generated/\n", "generated/c.py": "", "a.py": ""})
-    found, _, _ = discover([str(tmp_path)], base=str(tmp_path))
+    found, _, _, _ = discover([str(tmp_path)], base=str(tmp_path))
     assert relative_paths(found, tmp_path) == ["a.py", "generated/c.py"]
 
 
@@ -92,15 +92,25 @@ def test_exclude_globs(path, patterns, expected):
 
 def test_exclude_applies_to_walked_and_named_files_relative_to_base(tmp_path):
     make_tree(tmp_path, {"pkg/a.py": "", "pkg/gen/b.py": "", "c.py": ""})
-    found, _, _ = discover(
+    found, _, _, excluded = discover(
         [str(tmp_path / "pkg"), str(tmp_path / "c.py")], exclude=["pkg/gen", "c.py"], base=str(tmp_path)
     )
     assert relative_paths(found, tmp_path) == ["pkg/a.py"]
+    # Returned apart: the run reads them for what decides the other files' fixes, and changes nothing there.
+    assert relative_paths(excluded, tmp_path) == ["c.py", "pkg/gen/b.py"]
+
+
+def test_excluded_files_of_a_git_work_tree_are_returned_apart_and_ignored_ones_not_at_all(tmp_path):
+    make_tree(tmp_path, {"src/a.py": "", "tests/test_a.py": "", "build/gen.py": "", ".gitignore": "build/\n"})
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    found, _, _, excluded = discover([str(tmp_path)], exclude=["tests"], base=str(tmp_path))
+    assert relative_paths(found, tmp_path) == ["src/a.py"]
+    assert relative_paths(excluded, tmp_path) == ["tests/test_a.py"]
 
 
 def test_named_file_is_used_whatever_its_suffix_and_missing_paths_are_returned(tmp_path):
     make_tree(tmp_path, {"script": "x = 1\n"})
-    found, _, unreadable = discover([str(tmp_path / "script"), str(tmp_path / "nope.py")])
+    found, _, unreadable, _ = discover([str(tmp_path / "script"), str(tmp_path / "nope.py")])
     assert [f.path for f in found] == [str(tmp_path / "script")]
     assert [(u.path, u.reason) for u in unreadable] == [(str(tmp_path / "nope.py"), "no such file or directory")]
 
@@ -111,7 +121,7 @@ def test_symlinks_are_not_followed_out_of_the_given_paths(tmp_path):
     (project / "link_file.py").symlink_to(outside / "secret.py")
     (project / "link_dir").symlink_to(outside / "lib")
     (project / "alias.py").symlink_to(project / "a.py")  # inside: the real file is visited once
-    found, skipped, _ = discover([str(project)], base=str(project))
+    found, skipped, _, _ = discover([str(project)], base=str(project))
     assert [f.real_path for f in found] == [os.path.realpath(project / "a.py")]
     assert sorted(os.path.basename(s.path) for s in skipped) == ["link_dir", "link_file.py"]
     assert all("outside the given paths" in s.reason for s in skipped)
@@ -120,7 +130,7 @@ def test_symlinks_are_not_followed_out_of_the_given_paths(tmp_path):
 def test_a_symlink_given_by_name_still_may_not_lead_outside(tmp_path):
     make_tree(tmp_path, {"outside/secret.py": "", "project/a.py": ""})
     (tmp_path / "project" / "link.py").symlink_to(tmp_path / "outside" / "secret.py")
-    found, skipped, _ = discover([str(tmp_path / "project" / "link.py")])
+    found, skipped, _, _ = discover([str(tmp_path / "project" / "link.py")])
     assert found == [] and len(skipped) == 1
 
 
@@ -260,9 +270,9 @@ def test_broken_and_looping_symlinks_are_unreadable_not_silently_dropped(tmp_pat
     (tmp_path / "dangling.py").symlink_to("gone.py")
     (tmp_path / "cycle").mkdir()
     (tmp_path / "cycle" / "back").symlink_to("..")  # a folder loop inside the tree: visited once, quietly
-    found, skipped, unreadable = discover([str(tmp_path)], base=str(tmp_path))
+    found, skipped, unreadable, _ = discover([str(tmp_path)], base=str(tmp_path))
     assert relative_paths(found, tmp_path) == ["a.py"] and skipped == []
     assert sorted(os.path.basename(u.path) for u in unreadable) == ["dangling.py", "loop.py"]
     assert all("broken symbolic link" in u.reason for u in unreadable)
-    _, _, named = discover([str(tmp_path / "loop.py")])
+    _, _, named, _ = discover([str(tmp_path / "loop.py")])
     assert [os.path.basename(u.path) for u in named] == ["loop.py"]

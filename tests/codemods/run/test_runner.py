@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import stat
 
+import pytest
+
 from vllm_attn_compat.codemods.engine import safety
 from vllm_attn_compat.codemods.findings import Status
 from vllm_attn_compat.codemods.run import worker
@@ -60,6 +62,27 @@ def test_an_unrelated_hierarchy_is_left_alone(tmp_path):
     write_tree(tmp_path, {"other.py": unrelated})
     report = run_paths([str(tmp_path)], Options(jobs=1))
     assert report.findings == [] and (tmp_path / "other.py").read_text() == unrelated
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_excluded_files_take_part_in_the_hierarchy_but_are_never_changed_nor_reported(tmp_path, jobs):
+    # The base class lives in an excluded folder, next to a backend of its own holding a fix and a file
+    # that does not parse: the covered backend is still attention code; the excluded ones stay as they are.
+    broken = "def f(:\n"
+    layout = {"plugin/__init__.py": "", "plugin/impl.py": IMPL, "vendored/__init__.py": ""}
+    write_tree(tmp_path, layout | {"vendored/base.py": BASE, "vendored/other.py": IMPL, "vendored/bad.py": broken})
+    for name in ("impl.py", "other.py"):
+        path = tmp_path / ("plugin" if name == "impl.py" else "vendored") / name
+        path.write_text(IMPL.replace("from plugin.base import", "from vendored.base import"))
+    options = Options(exclude=("vendored",), jobs=jobs, base=str(tmp_path))
+    report = run_paths([str(tmp_path)], options)
+    assert report.errors == [] and report.scanned == 2
+    assert [finding.code for path, finding in report.findings] == ["VAC001"]
+    assert {path for path, _ in report.findings} == {str(tmp_path / "plugin/impl.py")}
+    assert report.changed == [str(tmp_path / "plugin/impl.py")]
+    assert "assert output is not None" not in (tmp_path / "plugin/impl.py").read_text()
+    assert "assert output is not None" in (tmp_path / "vendored/other.py").read_text()
+    assert (tmp_path / "vendored/bad.py").read_text() == broken
 
 
 def test_pool_and_in_process_runs_agree(tmp_path):

@@ -10,11 +10,13 @@ never reads or writes anything it was not pointed at; each real file is visited 
 from __future__ import annotations
 
 import fnmatch
+import operator
 import os
 import stat
 import subprocess
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 PYTHON_SUFFIXES = (".py", ".pyi")
 
@@ -129,6 +131,7 @@ class _Discovery:
             os.path.realpath(p) for p in paths if os.path.isdir(p) or (os.path.isfile(p) and not os.path.islink(p))
         ]
         self.files: list[SourceFile] = []
+        self.excluded: list[SourceFile] = []  # matched an exclude glob: read for context, never changed
         self.skipped: list[Skipped] = []
         self.unreadable: list[Skipped] = []  # given paths that do not exist, broken links
         self._seen: set[str] = set()
@@ -160,8 +163,7 @@ class _Discovery:
             if not _within(real_path, self.allowed_roots):
                 self.skipped.append(Skipped(path, f"symbolic link to {real_path}, outside the given paths"))
                 return
-        if not self._excluded(path):
-            self._add(path, os.path.realpath(path))
+        self._add(path, os.path.realpath(path), self._excluded(path))
 
     def add_folder(self, folder: str) -> None:
         listing = _git_listing(folder)
@@ -172,11 +174,11 @@ class _Discovery:
             if kind == "link":
                 self._add_link(path)
             elif kind == "folder":  # a git submodule: listed by its own git
-                if not _is_skipped_folder(path) and not self._excluded(path):
+                if not _is_skipped_folder(path):
                     self.add_folder(path)
-            elif not self._excluded(path):
+            else:
                 # No symlink on the way down (those are never descended into): no realpath needed.
-                self._add(path, os.path.join(real_folder, relative))
+                self._add(path, os.path.join(real_folder, relative), self._excluded(path))
 
     def _git_entries(self, folder: str, listing: list[str]) -> Iterator[tuple[str, str]]:
         for relative in listing:
@@ -199,10 +201,10 @@ class _Discovery:
     def _excluded(self, path: str) -> bool:
         return bool(self.exclude) and is_excluded(self._relative_to_base(path), self.exclude)
 
-    def _add(self, path: str, real_path: str) -> None:
+    def _add(self, path: str, real_path: str, excluded: bool = False) -> None:
         if real_path not in self._seen:
             self._seen.add(real_path)
-            self.files.append(SourceFile(path, real_path))
+            (self.excluded if excluded else self.files).append(SourceFile(path, real_path))
 
     def _add_link(self, path: str) -> None:
         if path.endswith(PYTHON_SUFFIXES) and not os.path.exists(path):
@@ -214,18 +216,23 @@ class _Discovery:
         real_path = os.path.realpath(path)
         if not _within(real_path, self.allowed_roots):
             self.skipped.append(Skipped(path, f"symbolic link to {real_path}, outside the given paths"))
-        elif os.path.isfile(real_path) and path.endswith(PYTHON_SUFFIXES) and not self._excluded(path):
-            self._add(path, real_path)
+        elif os.path.isfile(real_path) and path.endswith(PYTHON_SUFFIXES):
+            self._add(path, real_path, self._excluded(path))
         # A link to a folder inside the given paths: that folder is visited where it really is.
 
 
-def discover(
-    paths: Sequence[str], exclude: Sequence[str] = (), base: str = "."
-) -> tuple[list[SourceFile], list[Skipped], list[Skipped]]:
+class Discovered(NamedTuple):
+    files: list[SourceFile]  # to process, in a stable order
+    skipped: list[Skipped]  # left out on purpose, with the reason
+    unreadable: list[Skipped]  # given paths that do not exist, broken or looping symbolic links
+    # Matched an exclude glob: never changed nor reported, but read for what decides the others' fixes
+    # (`runner`: a caller in an excluded test still withholds the fix that would break it).
+    excluded: list[SourceFile]
+
+
+def discover(paths: Sequence[str], exclude: Sequence[str] = (), base: str = ".") -> Discovered:
     """Expand files and folders into the Python files to process.
 
-    Returns the files (in a stable order), the files skipped on purpose, and the paths that cannot be
-    read (given paths that do not exist, broken or looping symbolic links), each with the reason.
     ``exclude`` globs are matched against paths relative to ``base`` (the folder of the configuration
     file, or the working directory). A file named explicitly is processed whatever its
     suffix, unless an exclude glob matches it.
@@ -238,4 +245,10 @@ def discover(
             discovery.add_named_file(path)
         else:
             discovery.unreadable.append(Skipped(path, "no such file or directory"))
-    return sorted(discovery.files, key=lambda f: f.path), discovery.skipped, discovery.unreadable
+    by_path = operator.attrgetter("path")
+    return Discovered(
+        sorted(discovery.files, key=by_path),
+        discovery.skipped,
+        discovery.unreadable,
+        sorted(discovery.excluded, key=by_path),
+    )

@@ -107,9 +107,13 @@ class Handoff:
     def after_round(
         self, hierarchy: ClassHierarchy, indexes: Mapping[str, object], sources: Mapping[str, bytes]
     ) -> None:
+        """Send the candidates this round settles; ``sources`` holds the files the run may migrate (an
+        excluded file is indexed for the others' sake, never migrated)."""
         names = hierarchy.attention_class_names()
         for path, index in indexes.items():
-            if path in self.sent or not isinstance(index, ModuleIndex) or not settles(index, hierarchy):
+            if path in self.sent or path not in sources or not isinstance(index, ModuleIndex):
+                continue
+            if not settles(index, hierarchy):
                 continue
             if not migrate.needs_parsing(sources[path], candidate_rules(self.rules, index, hierarchy, path), names):
                 continue

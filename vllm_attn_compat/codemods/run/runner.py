@@ -7,6 +7,8 @@
    round, files naming (as a whole identifier) an attention class found so far, until no new name
    appears: a plugin's base class in one file makes its backends in other files attention code. After
    each round, files whose migration can no longer change go to the early worker (:mod:`handoff`).
+   Files an exclude glob matches take part in this pass (a base class, a caller that withholds a fix),
+   and in nothing else: they are never migrated, and nothing is reported in them.
 4. libcst parses only the files holding a rule's tokens (for rules scoped to attention classes, only
    files whose class index shows an attention class), in worker processes when there are enough.
 5. A rewritten file is written only if every invariant in :mod:`safety` holds, atomically.
@@ -16,7 +18,7 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
 
@@ -129,6 +131,7 @@ def _index_hierarchy(
     after_round: Callable[[ClassHierarchy, Mapping[str, IndexOutcome]], None],
     early: Handoff | None = None,
     cache: Cache | None = None,
+    excluded: Set[str] = frozenset(),
 ) -> tuple[ClassHierarchy, dict[str, IndexOutcome]]:
     """Build the class hierarchy of the run; returns it with the index of each file that took part.
 
@@ -138,7 +141,7 @@ def _index_hierarchy(
     every file naming (as a whole identifier) an attention class found so far. ``after_round(hierarchy,
     indexes)`` runs for each round, once the next one's files are handed out (the last's, at the end).
     The files are indexed in the ``early`` workers when they are all the jobs (`_index_files`), those the
-    ``cache`` holds not at all.
+    ``cache`` holds not at all. A file of ``excluded`` that does not parse is left out unreported.
     """
     from vllm_attn_compat.codemods.index import hierarchy as hierarchy_module
     from vllm_attn_compat.codemods.index.names import guess_module_name
@@ -176,7 +179,8 @@ def _index_hierarchy(
             after_round(settled, indexes)
         for path, outcome in _with_progress(outcomes, len(tasks), options.progress, "index classes"):
             if isinstance(outcome, FileError):
-                report.errors.append(outcome)
+                if path not in excluded:
+                    report.errors.append(outcome)
             elif isinstance(outcome, parallel.WorkerCrashed):
                 report.errors.append(FileError(path, 1, 1, f"internal error: {outcome}"))
             elif cache:
@@ -306,13 +310,17 @@ def run_paths(
     try:
         report = RunReport(mode=options.mode)
         rules = registry.select_rules(options.select, options.ignore)
-        source_files, skipped, unreadable = files.discover(paths, options.exclude, options.base)
-        report.skipped = [(s.path, s.reason) for s in skipped]
-        report.errors += [FileError(u.path, 1, 1, u.reason) for u in unreadable]
-        scanned, worth, warm, probable = _read_and_filter(source_files, rules, options, report, warm)
-        if worth:  # on a big tree without any, nothing is parsed and libcst is never imported here
+        found = files.discover(paths, options.exclude, options.base)
+        report.skipped = [(s.path, s.reason) for s in found.skipped]
+        report.errors += [FileError(u.path, 1, 1, u.reason) for u in found.unreadable]
+        scanned, worth, warm, probable = _read_and_filter(found.files, rules, options, report, warm)
+        context, context_worth = _read_context(found.excluded, rules)
+        # On a big tree without any file worth parsing, nothing is parsed and libcst is never imported here.
+        # (An excluded file may hold the base class that makes the others' classes attention code.)
+        if worth or context_worth:
             cache = _cache(options.cache_dir, options, rules) if options.cache_dir else None
-            run_key = cache.run_key({s.source_file.path: s.source for s in scanned}, options.mode) if cache else None
+            everything = {s.source_file.path: s.source for s in [*scanned, *context]}
+            run_key = cache.run_key(everything, options.mode) if cache else None
             replayed = cache.load_run(run_key) if cache and run_key is not None else None
             if replayed is not None:
                 findings, changed, report.parsed = replayed
@@ -326,7 +334,7 @@ def run_paths(
                     second = warm[0].sibling() or prefork.start(worker.preload)
                     warm += [second] if second else []
                 errors = len(report.errors)
-                _migrate_worth(scanned, worth, rules, options, report, emit_diff, warm, cache)
+                _migrate_worth(scanned, worth, rules, options, report, emit_diff, warm, cache, context, context_worth)
                 if (
                     cache
                     and run_key is not None
@@ -340,6 +348,26 @@ def run_paths(
         for early in warm:
             early.close()
     return report
+
+
+def _read_context(
+    excluded: Sequence[files.SourceFile], rules: Sequence[type[Rule]]
+) -> tuple[list[_Scanned], list[_Scanned]]:
+    """The excluded files that can be read as source, and those of them the prefilter keeps: what they define
+    and call still decides the fixes of the others. One that cannot be read is left out silently: nothing
+    is reported in excluded files."""
+    if not excluded:
+        return [], []
+    prefilter = TokenScan(migrate.prefilter_tokens(rules))
+    context = []
+    for source_file in excluded:
+        try:
+            source, stat = sources.read_source(source_file.real_path)
+            encoding = sources.source_encoding(source)
+        except sources.SourceError:
+            continue
+        context.append(_Scanned(source_file, source, stat, encoding))
+    return context, [s for s in context if prefilter(s.source)]
 
 
 def _probably_parsed(source: bytes, rules: Sequence[type[Rule]], unscoped: Sequence[type[Rule]]) -> bool:
@@ -365,8 +393,13 @@ def _migrate_worth(
     emit_diff: Callable[[str], object],
     warm: list[prefork.PreforkedWorker],
     cache: Cache | None = None,
+    context: Sequence[_Scanned] = (),
+    context_worth: Sequence[_Scanned] = (),
 ) -> None:
-    sources = {s.source_file.path: s.source for s in scanned}
+    """Index, then migrate the candidates among ``scanned`` (``worth``: those the prefilter kept). The
+    ``context`` files (excluded; ``context_worth``: those the prefilter kept) take part in the index alone."""
+    sources = {s.source_file.path: s.source for s in scanned}  # the files this run may migrate
+    excluded = {s.source_file.path for s in context}
     early = (
         Handoff(
             warm,
@@ -386,12 +419,21 @@ def _migrate_worth(
         if early is not None and cache is None:
             early.after_round(built, indexes, sources)
 
-    hierarchy, indexes = _index_hierarchy(scanned, worth, options, report, after_round, early, cache)
-    # A finding at each call in the run that withholds a fix (`index.callsites`).
+    hierarchy, indexes = _index_hierarchy(
+        [*scanned, *context],
+        [*worth, *context_worth],
+        options,
+        report,
+        after_round,
+        early,
+        cache,
+        excluded,
+    )
+    # A finding at each call in the run that withholds a fix (`index.callsites`), where findings are reported.
     from vllm_attn_compat.codemods.index import callsites
 
     report.findings += callsites.findings_for_run(
-        hierarchy.calls, {path: sources[path] for path in indexes}, [rule.code for rule in rules]
+        hierarchy.calls, {path: sources[path] for path in indexes if path in sources}, [rule.code for rule in rules]
     )
     failed = {error.path for error in report.errors}
     names = hierarchy.attention_class_names()
@@ -405,7 +447,7 @@ def _migrate_worth(
         if path not in failed
         and migrate.needs_parsing(s.source, candidate_rules(rules, indexes.get(path), hierarchy, path), names)
     ]
-    report.parsed = len(set(indexes) | {c.source_file.path for c in candidates})
+    report.parsed = len((set(indexes) - excluded) | {c.source_file.path for c in candidates})
     diffs: dict[str, str] = {}
     keys: dict[str, str] = {}
     if cache is not None:

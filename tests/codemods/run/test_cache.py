@@ -150,6 +150,20 @@ def test_a_change_in_another_file_that_withholds_a_fix_misses(tree, tmp_path, mi
     assert any(name == "warm.py" for name, _ in warm)  # the caller, reported
 
 
+def test_a_change_in_an_excluded_caller_misses_too(tree, tmp_path, migrations):
+    """An excluded file is read for its calls: its edit must reach the cached fixes it withholds."""
+    cache = tmp_path / "cache"
+    excluded = {"exclude": ("warm.py",), "base": str(tree)}
+    cold, _, _ = _run(tree, cache, **excluded)
+    assert any(name == "prefill.py" and f.status.value == "fixed" for name, f in cold)
+    (tree / "plugin/warm.py").write_text(WARM.format(body="impl.prefill(q)"))
+    migrations.clear()
+    warm, _, _ = _run(tree, cache, **excluded)
+    assert "prefill.py" in migrations and "warm.py" not in migrations
+    assert not any(name == "prefill.py" and f.status.value == "fixed" for name, f in warm)
+    assert not any(name == "warm.py" for name, _ in warm)  # excluded: nothing reported there
+
+
 @pytest.mark.parametrize("options", [{"unsafe_fixes": True}, {"ignore": ("VAC003",)}, {"old_op_calls": "forwarder"}])
 def test_other_rules_or_options_miss(tree, tmp_path, migrations, options):
     cache = tmp_path / "cache"

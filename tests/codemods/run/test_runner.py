@@ -69,11 +69,9 @@ def test_excluded_files_take_part_in_the_hierarchy_but_are_never_changed_nor_rep
     # The base class lives in an excluded folder, next to a backend of its own holding a fix and a file
     # that does not parse: the covered backend is still attention code; the excluded ones stay as they are.
     broken = "def f(:\n"
-    layout = {"plugin/__init__.py": "", "plugin/impl.py": IMPL, "vendored/__init__.py": ""}
-    write_tree(tmp_path, layout | {"vendored/base.py": BASE, "vendored/other.py": IMPL, "vendored/bad.py": broken})
-    for name in ("impl.py", "other.py"):
-        path = tmp_path / ("plugin" if name == "impl.py" else "vendored") / name
-        path.write_text(IMPL.replace("from plugin.base import", "from vendored.base import"))
+    impl = IMPL.replace("from plugin.base import", "from vendored.base import")
+    layout = {"plugin/__init__.py": "", "plugin/impl.py": impl, "vendored/__init__.py": ""}
+    write_tree(tmp_path, layout | {"vendored/base.py": BASE, "vendored/other.py": impl, "vendored/bad.py": broken})
     options = Options(exclude=("vendored",), jobs=jobs, base=str(tmp_path))
     report = run_paths([str(tmp_path)], options)
     assert report.errors == [] and report.scanned == 2

@@ -77,9 +77,16 @@ class _Scanned:
     encoding: str
 
 
+def _read(source_file: files.SourceFile) -> _Scanned:
+    """The file read once, as bytes, and checked to be decodable (`sources.SourceError` if not)."""
+    source, stat = sources.read_source(source_file.real_path)
+    return _Scanned(source_file, source, stat, sources.source_encoding(source))
+
+
 def _read_and_filter(
     source_files: Sequence[files.SourceFile],
     rules: Sequence[type[Rule]],
+    prefilter: TokenScan,
     options: Options,
     report: RunReport,
     warm: list[prefork.PreforkedWorker],
@@ -91,7 +98,6 @@ def _read_and_filter(
     at once, so that its import of libcst (a quarter of a second) overlaps the reading and the
     class-hierarchy pass.
     """
-    prefilter = TokenScan(migrate.prefilter_tokens(rules))
     unscoped = [rule for rule in rules if not rule.scoped]
     scanned: list[_Scanned] = []
     worth: list[_Scanned] = []
@@ -100,17 +106,15 @@ def _read_and_filter(
     try:
         for source_file in source_files:
             try:
-                source, stat = sources.read_source(source_file.real_path)
-                encoding = sources.source_encoding(source)
+                item = _read(source_file)
             except sources.SourceError as error:
                 report.errors.append(FileError(source_file.path, error.line, error.column, error.message))
                 continue
-            item = _Scanned(source_file, source, stat, encoding)
             scanned.append(item)
-            if prefilter(source):
+            if prefilter(item.source):
                 worth.append(item)
                 # Counted up to what decides a second worker (each test reads the whole file for tokens).
-                if probable < parallel.IN_PROCESS_BELOW and _probably_parsed(source, rules, unscoped):
+                if probable < parallel.IN_PROCESS_BELOW and _probably_parsed(item.source, rules, unscoped):
                     probable += 1
                     if may_start:
                         early = prefork.start(worker.preload, sibling=True)
@@ -313,8 +317,9 @@ def run_paths(
         found = files.discover(paths, options.exclude, options.base)
         report.skipped = [(s.path, s.reason) for s in found.skipped]
         report.errors += [FileError(u.path, 1, 1, u.reason) for u in found.unreadable]
-        scanned, worth, warm, probable = _read_and_filter(found.files, rules, options, report, warm)
-        context, context_worth = _read_context(found.excluded, rules)
+        prefilter = TokenScan(migrate.prefilter_tokens(rules))
+        scanned, worth, warm, probable = _read_and_filter(found.files, rules, prefilter, options, report, warm)
+        context, context_worth = _read_context(found.excluded, prefilter)
         # On a big tree without any file worth parsing, nothing is parsed and libcst is never imported here.
         # (An excluded file may hold the base class that makes the others' classes attention code.)
         if worth or context_worth:
@@ -350,23 +355,16 @@ def run_paths(
     return report
 
 
-def _read_context(
-    excluded: Sequence[files.SourceFile], rules: Sequence[type[Rule]]
-) -> tuple[list[_Scanned], list[_Scanned]]:
-    """The excluded files that can be read as source, and those of them the prefilter keeps: what they define
-    and call still decides the fixes of the others. One that cannot be read is left out silently: nothing
-    is reported in excluded files."""
-    if not excluded:
-        return [], []
-    prefilter = TokenScan(migrate.prefilter_tokens(rules))
+def _read_context(excluded: Sequence[files.SourceFile], prefilter: TokenScan) -> tuple[list[_Scanned], list[_Scanned]]:
+    """The excluded files that can be read as source, and those of them the ``prefilter`` keeps: what they
+    define and call still decides the fixes of the others. One that cannot be read is left out silently:
+    nothing is reported in excluded files."""
     context = []
     for source_file in excluded:
         try:
-            source, stat = sources.read_source(source_file.real_path)
-            encoding = sources.source_encoding(source)
+            context.append(_read(source_file))
         except sources.SourceError:
             continue
-        context.append(_Scanned(source_file, source, stat, encoding))
     return context, [s for s in context if prefilter(s.source)]
 
 

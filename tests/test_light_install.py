@@ -102,7 +102,8 @@ def _gpu_stack(names: list[str]) -> list[str]:
 
 
 class HookEnv:
-    def __init__(self, venv: Path, resolution: list[str], bare: int, installed: int):
+    def __init__(self, repo: Path, venv: Path, resolution: list[str], bare: int, installed: int):
+        self.repo = repo  # the copy installed, where the README's first command runs
         self.venv = venv
         self.python = venv / "bin" / "python"
         self.resolution = resolution  # what `pip install --dry-run --report` would install
@@ -124,7 +125,7 @@ def hook_env(tmp_path_factory) -> HookEnv:
     resolution = [item["metadata"]["name"] for item in json.loads(report.read_text())["install"]]
     assert not _gpu_stack(resolution), f"pip would install {_gpu_stack(resolution)}: {resolution}"
     _checked([python, "-m", "pip", "install", "-q", str(repo)], base)  # what pre-commit runs
-    return HookEnv(venv, resolution, bare, disk_usage(venv))
+    return HookEnv(repo, venv, resolution, bare, disk_usage(venv))
 
 
 def test_the_resolution_is_the_package_and_its_light_dependencies(hook_env):
@@ -189,6 +190,20 @@ def test_the_fix_hook_migrates_and_the_check_hook_then_passes(hook_env, old_repo
     assert "output: torch.Tensor," in migrated
     out = _run(_hook_command(hook_env, "vllm-attn-compat-check"), old_repository, hook_env.venv)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_the_readmes_first_command_needs_no_torch(hook_env):
+    (command,) = [
+        line.strip()
+        for line in (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
+        if line.startswith("    ") and "vllm-attn-compat migrate --diff examples/legacy_plugin" in line
+    ]
+    install, migrate = command.split(" && ")
+    assert install == "pip install ."  # the plain install, done by the fixture
+    program, *args = shlex.split(migrate)
+    out = _run([str(hook_env.venv / "bin" / program), *args], hook_env.repo, hook_env.venv)
+    assert out.returncode == 1, out.stdout + out.stderr  # 1: there are fixes to apply
+    assert "+++ b/examples/legacy_plugin/legacy_attn_plugin/sdpa_backend.py" in out.stdout
 
 
 def test_rules_lists_and_explains_the_rules(hook_env, tmp_path):

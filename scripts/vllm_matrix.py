@@ -11,8 +11,9 @@ One venv per release, kept under the cache folder and reused once complete:
      adds (its torch stack and GPU kernels) is left out by one rule (`split_cuda_part`), and so are extras,
      requirements whose markers are false here, and GPU-only dependencies of the common part (`install_resolved`).
      A requirement that cannot install here is recorded, not fatal;
-  4. the package's own dependencies and `test` extra (pyproject.toml), then the package itself, editable, from
-     this tree, reinstalled on every run so that a reused venv always tests the tree the script lives in.
+  4. the package's own dependencies and `test` extra (pyproject.toml), torch pinned to 2.13.0 again so that no
+     requirement can swap it, then the package itself, editable and without dependencies, from this tree,
+     reinstalled on every run so that a reused venv always tests the tree the script lives in.
 """
 
 from __future__ import annotations
@@ -223,7 +224,10 @@ def install_resolved(venv: Path, requirements: list[str], result: Result) -> str
 
 
 def package_requirements() -> list[str]:
-    """This package's dependencies and its `test` extra, from pyproject.toml; torch left out (the venv has it)."""
+    """This package's dependencies and its `test` extra, from pyproject.toml; torch left out (the venv has it).
+
+    The plain dependencies hold no torch (it is the `torch` extra's); the `test` extra's is left out here.
+    """
     try:
         import tomllib
     except ModuleNotFoundError:  # Python 3.10
@@ -253,7 +257,7 @@ def build(version: str, venv: Path, python: str, result: Result) -> None:
             error = install_resolved(venv, [requirement], result)
             if error is not None:
                 result.not_installable[requirement] = error
-    out = pip(venv, *package_requirements())
+    out = pip(venv, TORCH, *package_requirements())
     if out.returncode != 0:
         raise RuntimeError(f"test dependencies: {last_error_line(out.stderr + out.stdout)}")
     record = {k: getattr(result, k) for k in ("left_out", "not_installable", "gpu_left_out")}

@@ -5,6 +5,19 @@ and ``torch.ops.vllm_attn_compat.unified_mla_attention_with_output``. Backends (
 "flex", "flash", "mla_reference") are imported on first use by name.
 """
 
+from importlib.util import find_spec as _find_spec
+
+# The plain install is the codemod and the pytest plugin, without torch: fail here, saying what to install,
+# rather than on an `import torch` deep inside.
+if _find_spec("torch") is None:
+    raise ModuleNotFoundError(
+        "vllm_attn_compat.backends needs torch, which is not installed: the plain `pip install vllm-attn-compat` "
+        "is the codemod and the pytest plugin only. Install the package with torch: "
+        "pip install 'vllm-attn-compat[torch]' (or first the torch build you need, then the package; "
+        "next to vLLM, vLLM brings torch)",
+        name="torch",
+    )
+
 from vllm_attn_compat.backends import ops
 from vllm_attn_compat.backends.abstract import AttentionBackend, AttentionImpl, MLAAttentionImpl
 from vllm_attn_compat.backends.buffers import validate_output_buffer

@@ -8,6 +8,19 @@ normalisation. :func:`install_into_backends` does the flags and the adapter for 
 backends, which otherwise keep the >= 0.20 contract exactly (no ``accept_output_buffer`` at all).
 """
 
+from importlib.util import find_spec as _find_spec
+
+# The plain install is the codemod and the pytest plugin, without torch: fail here, saying what to install,
+# rather than on an `import torch` deep inside.
+if _find_spec("torch") is None:
+    raise ModuleNotFoundError(
+        "vllm_attn_compat.compat needs torch, which is not installed: the plain `pip install vllm-attn-compat` "
+        "is the codemod and the pytest plugin only. Install the package with torch: "
+        "pip install 'vllm-attn-compat[torch]' (or first the torch build you need, then the package; "
+        "next to vLLM, vLLM brings torch)",
+        name="torch",
+    )
+
 from vllm_attn_compat.backends.abstract import AttentionBackend as _AttentionBackend
 from vllm_attn_compat.backends.layer import Attention as _Attention
 from vllm_attn_compat.compat.deprecation import ENV_WARNINGS, VllmAttnCompatDeprecationWarning

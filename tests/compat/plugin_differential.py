@@ -34,7 +34,9 @@ HEADS, KV_HEADS, T = 4, 2, 6
 
 def reference(impl, query, key, value):
     """Causal attention of one sequence, ``[T, heads, size_v]``, in the inputs' dtype."""
-    q, k, v = (x.reshape(x.shape[0], h, -1) for x, h in zip((query, key, value), (HEADS, KV_HEADS, KV_HEADS)))
+    q, k, v = (
+        x.reshape(x.shape[0], h, -1) for x, h in zip((query, key, value), (HEADS, KV_HEADS, KV_HEADS), strict=True)
+    )
     group = HEADS // KV_HEADS
     k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
     scores = torch.einsum("qhd,khd->hqk", q, k) * impl.scale

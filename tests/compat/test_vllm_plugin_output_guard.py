@@ -1,6 +1,10 @@
 """The output guard through vLLM's real ``Attention`` and ``MLAAttention``, turned on the way a vLLM process gets it:
 ``VLLM_ATTN_COMPAT_CHECK_OUTPUT`` read by the plugin when vLLM's loader registers it (after vLLM's attention modules
-were imported, before the layers are built)."""
+were imported, before the layers are built).
+
+Named to run after ``test_vllm_plugin.py``, whose first test reads the log line of the plugin's first install in the
+process; this module's loader call would otherwise be that first install.
+"""
 
 from __future__ import annotations
 

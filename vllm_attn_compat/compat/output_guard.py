@@ -68,24 +68,25 @@ def current_mode() -> str | None:
     return _mode
 
 
-# The NaN each dtype is filled with, as (the integer dtype of the same size, its bits): a quiet NaN with a payload
-# that arithmetic does not produce, so a NaN a backend computes is not taken for an unwritten element. The fp8
-# formats have one NaN (or, the e5m2 ones, a few): there any NaN left in a row reads as unwritten.
+# The NaN each dtype is filled with: (the integer dtype of the same size, its bits). Where the format allows it, the
+# NaN whose bits are the largest integer of that width (quiet, every payload bit set): arithmetic produces the
+# canonical NaN instead, so a NaN a backend computes is not taken for an unwritten element, and one reduction
+# (``amax``) tells whether any element still holds it. The fnuz fp8 formats have one NaN, 0x80: the smallest int8.
 _BITS: dict[torch.dtype, tuple[torch.dtype, int]] = {
-    torch.float64: (torch.int64, 0x7FF8A5A5A5A5A5A5),
-    torch.float32: (torch.int32, 0x7FC0A5A5),
-    torch.float16: (torch.int16, 0x7E5A),
-    torch.bfloat16: (torch.int16, 0x7FDA),
+    torch.float64: (torch.int64, 0x7FFFFFFFFFFFFFFF),
+    torch.float32: (torch.int32, 0x7FFFFFFF),
+    torch.float16: (torch.int16, 0x7FFF),
+    torch.bfloat16: (torch.int16, 0x7FFF),
 }
-for _name, _bits in (
-    ("float8_e4m3fn", 0x7F),
-    ("float8_e5m2", 0x7F),
-    ("float8_e4m3fnuz", 0x80),
-    ("float8_e5m2fnuz", 0x80),
-    ("float8_e8m0fnu", 0xFF),
+for _name, _int_dtype, _bits in (
+    ("float8_e4m3fn", torch.uint8, 0xFF),
+    ("float8_e5m2", torch.uint8, 0xFF),
+    ("float8_e8m0fnu", torch.uint8, 0xFF),
+    ("float8_e4m3fnuz", torch.int8, -0x80),
+    ("float8_e5m2fnuz", torch.int8, -0x80),
 ):
     if hasattr(torch, _name):  # each only where this torch has the format
-        _BITS[getattr(torch, _name)] = (torch.uint8, _bits)
+        _BITS[getattr(torch, _name)] = (_int_dtype, _bits)
 _COMPLEX = {torch.complex64: torch.float32, torch.complex128: torch.float64}
 
 
@@ -98,6 +99,14 @@ def sentinel_view(rows: torch.Tensor) -> tuple[torch.Tensor, int] | None:
         return None
     int_dtype, bits = found
     return rows.view(int_dtype), bits
+
+
+def still_filled(bits: torch.Tensor, pattern: int) -> bool:
+    """Whether any element still holds ``pattern``: the extreme integer of its width, so one reduction tells."""
+    if not bits.numel():
+        return False
+    extreme = bits.amin() if pattern < 0 else bits.amax()
+    return int(extreme) == pattern
 
 
 _said: set[object] = set()  # layers warned about, dtypes said to be unchecked
@@ -168,10 +177,9 @@ def check(call: Callable[[], Any], output: object, attn_metadata: object, impl: 
     bits, pattern = view
     bits.fill_(pattern)
     result = call()
-    if rows:
+    if rows and still_filled(bits, pattern):
         left = bits.reshape(rows, -1).eq(pattern).any(1).nonzero()
-        if left.numel():
-            report(mode, impl, layer, left.numel(), rows, int(left[0]))
+        report(mode, impl, layer, left.numel(), rows, int(left[0]))
     return result
 
 

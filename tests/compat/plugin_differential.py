@@ -138,6 +138,9 @@ def backend_for(impl_cls):
     return Backend
 
 
+LAYERS = []  # every layer built, for the check that the guard (off here) installed nothing
+
+
 def run_shape(index, name):
     run, head_size, head_size_v, dtype = SHAPES[name]
     impl_cls = type(f"Shape{index}Impl", (Impl,), {"run": run, "__module__": "plugin_differential_backends"})
@@ -152,6 +155,7 @@ def run_shape(index, name):
             attn_backend=backend_for(impl_cls),
             head_size_v=head_size_v,
         )
+    LAYERS.append(layer)
     gen = torch.Generator().manual_seed(index)
     q, k, v = (
         torch.randn(T, heads * size, generator=gen).to(dtype)
@@ -177,10 +181,17 @@ def side(with_plugin):
                 results[name] = ("ok", run_shape(index, name).clone())
         except Exception as error:  # noqa: BLE001 - what raised is the result
             results[name] = ("raised", f"{type(error).__name__}: {error}", traceback.format_exc())
+    from vllm_attn_compat.compat import output_guard
+
+    # VLLM_ATTN_COMPAT_CHECK_OUTPUT is unset here: the guard must have installed nothing, anywhere.
+    results["output guard installed"] = any(
+        hasattr(Attention.__init__, output_guard.GUARDS) or "forward" in vars(layer.impl) for layer in LAYERS
+    )
     return results
 
 
 def main(folder):
+    os.environ.pop("VLLM_ATTN_COMPAT_CHECK_OUTPUT", None)
     for name, with_plugin in (("without", False), ("with", True)):
         pid = os.fork()
         if pid == 0:

@@ -288,3 +288,22 @@ def test_a_switch_it_cannot_read_says_what_it_expected():
         r"0 / unset \(off\); found 'yes'",
     ):
         output_guard.parse_mode("yes")
+
+
+@pytest.mark.parametrize(
+    "mode, error, match",
+    [
+        (3, TypeError, r"check_output\(mode\): expected 'error', 'warn', True, False or None; found 3"),
+        (
+            "loud",
+            ValueError,
+            r"check_output\(mode\): expected error, warn, 1 \(= error\), or 0 / unset \(off\); found 'loud'",
+        ),
+    ],
+)
+def test_check_output_says_what_it_expected(mode, error, match):
+    from vllm_attn_compat.compat import check_output
+
+    with pytest.raises(error, match=match):
+        check_output(mode)
+    assert output_guard.current_mode() is None and not hasattr(Attention.__init__, output_guard.GUARDS)

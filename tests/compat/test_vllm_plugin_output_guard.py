@@ -307,3 +307,22 @@ def test_an_mla_backend_that_leaves_its_last_row_is_named(vllm_config, mla_layer
     layer = mla_layer(_fresh(LeavesLastRowMLA))
     with pytest.raises(OutputNotWrittenError, match=r"`LeavesLastRowMLA` .* left 1 of the 5 rows .* \(first: row 4\)"):
         _run_mla(vllm_config, layer)
+
+
+def test_a_value_the_plugin_cannot_read_skips_the_guard_and_says_why(monkeypatch):
+    from vllm_attn_compat.compat import vllm_install
+
+    monkeypatch.setenv(output_guard.ENV_CHECK_OUTPUT, "yes")
+    installed, skipped = vllm_install.install_features(vllm_install.GUARD_FEATURES)
+    assert installed == []
+    assert skipped == [
+        f"{feature} (VLLM_ATTN_COMPAT_CHECK_OUTPUT: expected error, warn, 1 (= error), or 0 / unset (off); found 'yes')"
+        for feature in vllm_install.GUARD_FEATURES
+    ]
+
+
+def test_a_later_register_reads_the_variable_again(monkeypatch, guard_from_the_environment):
+    assert plugin._done  # registered already, by vLLM's loader
+    monkeypatch.setenv(output_guard.ENV_CHECK_OUTPUT, "warn")
+    plugin.register()
+    assert output_guard.current_mode() == "warn"

@@ -307,3 +307,16 @@ def test_check_output_says_what_it_expected(mode, error, match):
     with pytest.raises(error, match=match):
         check_output(mode)
     assert output_guard.current_mode() is None and not hasattr(Attention.__init__, output_guard.GUARDS)
+
+
+def test_a_deep_copy_of_a_guarded_layer_guards_its_own_impl(layers):
+    import copy
+
+    _guard("error")
+    layer = layers.attention(backend=_backend(_impl(lambda n: slice(n - 1, n))))
+    clone = copy.deepcopy(layer)
+    guarded = vars(clone.impl)["forward"]
+    assert guarded.owner is clone.impl and guarded.layer is clone and guarded.impl is clone.impl
+    layers[clone.layer_name] = clone  # the copy answers to the layer's name now
+    with pytest.raises(OutputNotWrittenError, match=r"first: row 3"):
+        _run(layers, clone, [4])

@@ -191,35 +191,44 @@ def report(mode: str, impl: object, layer: object, unwritten: int, rows: int, fi
         warnings.warn(text, OutputNotWrittenWarning, stacklevel=3)
 
 
-# Set on a wrapper the guard installed (on an instance), and on the layer __init__ hook.
+# Set on the layer __init__ hook.
 GUARDS = "__vllm_attn_compat_guards_output__"
 
 
-def guard_method(owner: object, name: str, output_index: int, metadata_index: int, impl: Any, layer: Any) -> bool:
-    """Wrap ``owner.<name>`` on the instance: ``impl.forward`` (output 7th, metadata 6th argument) or an MLA layer's
-    ``forward_impl`` (6th, 5th). The class's method is looked up at each call, so a class wrapped later (the
-    plugin's result copy) runs inside the guard and a result it copies counts as written. True if wrapped now."""
-    own = vars(owner).get(name) if hasattr(owner, "__dict__") else None
-    if getattr(own, GUARDS, False):
-        return False
-    cls = type(owner)
+class Guarded:
+    """``owner.<name>`` with the guard around it, set on the instance. A plain object, not a closure, so that a
+    deep copy or a pickle of the layer (vLLM may copy modules) guards the copy's own impl and layer.
 
-    def guarded(*args: Any, **kwargs: Any) -> Any:
+    ``impl.forward`` takes ``output`` 7th and the metadata 6th; an MLA layer's ``forward_impl``, 6th and 5th. The
+    class's method is looked up at each call, so a class wrapped later (the plugin's result copy, the legacy
+    adapter) runs inside the guard, and a result it copies counts as written.
+    """
+
+    def __init__(self, owner: Any, name: str, output_index: int, metadata_index: int, impl: Any, layer: Any):
+        self.owner, self.name, self.impl, self.layer = owner, name, impl, layer
+        self.output_index, self.metadata_index = output_index, metadata_index
+        self.own = vars(owner).get(name)  # an instance attribute the owner had already (rare), else None
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
         def call() -> Any:
-            return own(*args, **kwargs) if own is not None else getattr(cls, name)(owner, *args, **kwargs)
+            if self.own is not None:
+                return self.own(*args, **kwargs)
+            return getattr(type(self.owner), self.name)(self.owner, *args, **kwargs)
 
-        output = kwargs["output"] if "output" in kwargs else args[output_index] if len(args) > output_index else None
-        metadata = (
-            kwargs["attn_metadata"]
-            if "attn_metadata" in kwargs
-            else args[metadata_index]
-            if len(args) > metadata_index
-            else None
-        )
-        return check(call, output, metadata, impl, layer)
+        output = kwargs["output"] if "output" in kwargs else _positional(args, self.output_index)
+        metadata = kwargs["attn_metadata"] if "attn_metadata" in kwargs else _positional(args, self.metadata_index)
+        return check(call, output, metadata, self.impl, self.layer)
 
-    setattr(guarded, GUARDS, True)
-    setattr(owner, name, guarded)
+
+def _positional(args: tuple[Any, ...], index: int) -> Any:
+    return args[index] if len(args) > index else None
+
+
+def guard_method(owner: object, name: str, output_index: int, metadata_index: int, impl: Any, layer: Any) -> bool:
+    """Set a :class:`Guarded` ``owner.<name>`` on the instance; True if set now (False: guarded already)."""
+    if not hasattr(owner, "__dict__") or isinstance(vars(owner).get(name), Guarded):
+        return False
+    setattr(owner, name, Guarded(owner, name, output_index, metadata_index, impl, layer))
     return True
 
 

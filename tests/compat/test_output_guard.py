@@ -320,3 +320,17 @@ def test_a_deep_copy_of_a_guarded_layer_guards_its_own_impl(layers):
     layers[clone.layer_name] = clone  # the copy answers to the layer's name now
     with pytest.raises(OutputNotWrittenError, match=r"first: row 3"):
         _run(layers, clone, [4])
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float8_e4m3fn], ids=str)
+def test_on_cuda_it_checks_and_steps_aside_while_a_graph_is_captured(dtype):
+    output_guard.set_mode("error")
+    output = torch.zeros(4, 2, 8, dtype=dtype, device="cuda")
+    with pytest.raises(OutputNotWrittenError, match=r"left 1 of the 4 rows .* row 3"):
+        _check(output, lambda out: out[:3].zero_())
+    graph, static = torch.cuda.CUDAGraph(), torch.zeros(4, 2, 8, dtype=dtype, device="cuda")
+    with torch.cuda.graph(graph):
+        _check(static, lambda out: None)  # captured: no fill, no scan, nothing raised (replay runs no Python)
+    torch.cuda.synchronize()

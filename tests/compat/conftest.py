@@ -9,7 +9,7 @@ import pytest
 
 from vllm_attn_compat import compat
 from vllm_attn_compat.backends import Attention, AttentionMetadata, MLAAttention, set_forward_context
-from vllm_attn_compat.compat import deprecation, forwarders
+from vllm_attn_compat.compat import adopt, deprecation, forwarders
 
 _names = itertools.count()
 
@@ -18,6 +18,7 @@ _names = itertools.count()
 def fresh_warning_state(monkeypatch):
     """Each test starts with no call site reported yet and the default warning mode."""
     monkeypatch.setattr(deprecation, "_reported", {})
+    monkeypatch.setattr(adopt, "_ignored_warned", set())
     monkeypatch.delenv(deprecation.ENV_WARNINGS, raising=False)
 
 

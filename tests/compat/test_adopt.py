@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from vllm_attn_compat.compat import VllmAttnCompatDeprecationWarning
-from vllm_attn_compat.compat.adopt import ADOPTS, adopt_returned_result, outside
+from vllm_attn_compat.compat.adopt import ADOPTS, ReturnValueIgnoredWarning, adopt_returned_result, outside
 
 from compat_helpers import CopiesInto
 
@@ -89,24 +89,39 @@ def test_a_result_without_the_padding_rows_fills_the_first_rows():
     assert torch.equal(output[:4], torch.ones(4, H, D)) and torch.equal(output[4:], torch.full((2, H, D), 7.0))
 
 
-def test_a_result_that_cannot_fill_output_is_an_error_and_output_is_untouched():
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda q, out: torch.zeros(3, 5),  # neither output's elements nor whole rows
+        lambda q, out: torch.zeros(3, H),  # an LSE [T, heads]
+        lambda q, out: torch.zeros(()),  # a scalar
+    ],
+    ids=["[3, 5]", "LSE", "scalar"],
+)
+def test_a_result_that_cannot_fill_output_is_ignored_as_vllm_ignores_it_with_one_warning_per_class(make):
     cls = _fresh()
     output = torch.full((3, H, D), 7.0)
-    with pytest.raises(
-        ValueError,
-        match=r"Impl.forward returned a tensor of shape \(3, 5\) that cannot fill `output` "
-        r"of shape \(3, 4, 8\): expected 96 elements, or whole rows of 32",
-    ):
-        _call(cls, lambda q, out: torch.zeros(3, 5), output)
-    assert torch.equal(output, torch.full_like(output, 7.0))
+    with warnings.catch_warnings(record=True) as log:
+        warnings.simplefilter("always")
+        for _ in range(2):
+            returned = cls(lambda q, out: make(q, out)).forward(None, None, None, None, None, None, output=output)
+    assert torch.equal(output, torch.full_like(output, 7.0))  # what the method wrote (here: nothing) is kept
+    assert isinstance(returned, torch.Tensor) and returned.shape == make(None, None).shape  # passed through
+    (record,) = [w for w in log if w.category is ReturnValueIgnoredWarning]
+    message = str(record.message)
+    assert f"`Impl.forward` was given `output` and returned a tensor of shape {tuple(returned.shape)}" in message
+    assert "cannot fill `output` of shape (3, 4, 8) (96 elements, or whole rows of 32 elements each)" in message
+    assert "write it into `output` instead" in message and "return `output` or None" in message
+    assert record.filename == __file__
+    assert not [w for w in log if w.category is VllmAttnCompatDeprecationWarning]
 
 
-def test_a_quantized_output_cannot_take_a_returned_result():
+def test_a_result_returned_while_output_is_quantized_is_ignored_and_warned_about():
     cls = _fresh()
     output = torch.full((2, H, D), 7.0)
-    with pytest.raises(ValueError, match=r"cannot quantize it for you \(output_scale / output_block_scale were"):
-        _call(cls, lambda q, out: torch.zeros(2, H * D), output, output_scale=torch.ones(1))
-    assert torch.equal(output, torch.full_like(output, 7.0))
+    _, returned, writes, _ = _call(cls, lambda q, out: torch.zeros(2, H * D), output, output_scale=torch.ones(1))
+    assert writes["copies"] == 0 and torch.equal(output, torch.full_like(output, 7.0))
+    assert returned.shape == (2, H * D)
 
 
 def test_output_passed_by_position_and_called_without_output():

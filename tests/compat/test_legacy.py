@@ -11,6 +11,7 @@ import torch
 
 from vllm_attn_compat.backends import AttentionBackend, AttentionImpl
 from vllm_attn_compat.compat import VllmAttnCompatDeprecationWarning, adapt_legacy_impl
+from vllm_attn_compat.compat.adopt import ReturnValueIgnoredWarning
 from vllm_attn_compat.compat.legacy import is_adapted
 
 from compat_helpers import CopiesInto, causal_attention, random_inputs
@@ -155,6 +156,23 @@ def test_a_result_of_the_wrong_size_is_an_error_and_output_is_untouched():
         with pytest.raises(ValueError, match=expected):
             impl.forward(None, q, k, v, torch.empty(0), None, output)
     assert torch.equal(output, torch.full_like(output, 7.0))
+
+
+def test_an_impl_given_output_that_writes_it_and_returns_its_lse_keeps_what_it_wrote():
+    class WritesReturnsLse(_fresh_impl_class(ReturnsNewImpl)):
+        def forward(self, layer, query, key, value, kv_cache, attn_metadata, output=None):
+            output.copy_(torch.ones_like(output))  # 2-D rows of the buffer, as the adapter passes them
+            return torch.zeros(query.shape[0], self.num_heads)  # its LSE: not the result
+
+    impl = _impl(adapt_legacy_impl(WritesReturnsLse))
+    q, k, v = _qkv_3d(impl, 3)
+    output = torch.full((3, impl.num_heads, impl.head_size_v), 7.0)
+    with warnings.catch_warnings(record=True) as log:
+        warnings.simplefilter("always")
+        returned = impl.forward(None, q, k, v, torch.empty(0), None, output)
+    assert returned is output and torch.equal(output, torch.ones_like(output))
+    (record,) = [w for w in log if w.category is ReturnValueIgnoredWarning]
+    assert "WritesReturnsLse.forward` was given `output` and returned a tensor of shape (3, 4)" in str(record.message)
 
 
 def test_returning_nothing_without_an_output_parameter_is_an_error():

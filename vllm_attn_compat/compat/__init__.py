@@ -23,11 +23,18 @@ if _find_spec("torch") is None:
 
 from vllm_attn_compat.backends.abstract import AttentionBackend as _AttentionBackend
 from vllm_attn_compat.backends.layer import Attention as _Attention
+from vllm_attn_compat.compat.adopt import ReturnValueIgnoredWarning
 from vllm_attn_compat.compat.deprecation import ENV_WARNINGS, VllmAttnCompatDeprecationWarning
 from vllm_attn_compat.compat.flags import install_removed_flags, remove_removed_flags
 from vllm_attn_compat.compat.forwarders import unified_attention, unified_mla_attention
+from vllm_attn_compat.compat.guard_switch import check_output
 from vllm_attn_compat.compat.legacy import adapt_legacy_impl
 from vllm_attn_compat.compat.op_names import RENAMED_OPS, normalize_splitting_ops
+from vllm_attn_compat.compat.output_guard import (
+    OutputNotCheckedWarning,
+    OutputNotWrittenError,
+    OutputNotWrittenWarning,
+)
 
 
 def install_into_backends() -> list[str]:
@@ -46,8 +53,13 @@ def remove_from_backends() -> None:
 __all__ = [
     "ENV_WARNINGS",
     "RENAMED_OPS",
+    "OutputNotCheckedWarning",
+    "OutputNotWrittenError",
+    "OutputNotWrittenWarning",
+    "ReturnValueIgnoredWarning",
     "VllmAttnCompatDeprecationWarning",
     "adapt_legacy_impl",
+    "check_output",
     "install_into_backends",
     "normalize_splitting_ops",
     "remove_from_backends",

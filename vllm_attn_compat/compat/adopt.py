@@ -5,6 +5,9 @@ preallocated ``output`` and ignores what it returns. A backend written for vLLM 
 ``accept_output_buffer`` returned its result, so on 0.20 the layer silently yields an uninitialised buffer.
 :func:`adopt_returned_result` wraps such a method once per class: after the call, a returned tensor whose memory
 is not ``output``'s is copied into ``output`` (with one warning per class); anything else passes through untouched.
+The method was given ``output`` and may have written it, so a returned tensor that cannot be ``output``'s content
+is ignored, as vLLM ignores it, with one :class:`ReturnValueIgnoredWarning` per class: the plugin never raises
+where vLLM would not.
 A backend that writes into ``output`` pays one identity test per call and gets no copy and no warning.
 """
 
@@ -12,10 +15,12 @@ from __future__ import annotations
 
 import functools
 import inspect
+import warnings
 from typing import Any
 
 import torch
 
+from vllm_attn_compat import deprecated_uses
 from vllm_attn_compat.compat import deprecation
 
 # Set on a wrapping method; the value is the method it wraps.
@@ -111,19 +116,30 @@ def _has_impl_forward_signature(method: Any) -> bool:
 
 
 def adopt(result: Any, output: Any, cls: type, method: str, message: str, kwargs: dict[str, Any]) -> Any:
-    """The slow path, taken when the method returned something other than None or ``output`` itself."""
+    """The slow path, taken when the method returned something other than None or ``output`` itself.
+
+    Never raises: the method was given ``output`` and may have written it, and vLLM >= 0.20 ignores what it returns.
+    A returned tensor that cannot be ``output``'s content is ignored the same way, with one warning per class.
+    """
     if not isinstance(result, torch.Tensor) or not isinstance(output, torch.Tensor):
         return result  # called without a buffer (the pre-0.20 way), or a return value vLLM never read
     if shares_memory(result, output):
         return result  # a view of output: the method wrote there
     if kwargs.get("output_scale") is not None or kwargs.get("output_block_scale") is not None:
-        raise ValueError(
-            f"{method} returned a new tensor of shape {tuple(result.shape)} instead of writing the "
-            f"quantized result into `output`; vllm-attn-compat cannot quantize it for you (output_scale / "
-            "output_block_scale were given). Disable fused output quantization or write into `output` (rule VAC004)."
+        warn_result_ignored(
+            cls,
+            method,
+            result,
+            output,
+            "output_scale / output_block_scale ask for a quantized "
+            "`output`, which vllm-attn-compat cannot make from a returned tensor",
         )
+        return result
+    if not fills(result, output):
+        warn_result_ignored(cls, method, result, output, None)
+        return result
     deprecation.warn_once_about(cls, message)
-    copy_into(result, output, method)
+    copy_into(result, output)
     return output
 
 
@@ -135,22 +151,52 @@ def shares_memory(result: torch.Tensor, output: torch.Tensor) -> bool:
     )
 
 
-def copy_into(result: torch.Tensor, output: torch.Tensor, method: str) -> None:
-    """Copy ``result`` into ``output``: the same elements in any shape (2-D ``[T, heads * size]`` into 3-D), or
-    the first rows only (a result without the CUDA-graph padding rows)."""
+def fills(result: torch.Tensor, output: torch.Tensor) -> bool:
+    """Whether ``result`` can be ``output``'s content: the same elements in any shape (2-D ``[T, heads * size]``
+    into 3-D), or whole rows for the first rows only (a result without the CUDA-graph padding rows)."""
+    if result.numel() == output.numel():
+        return True
+    row_size = output[0].numel() if output.dim() and output.shape[0] else 0
+    return bool(result.dim() and result.shape[0] < output.shape[0] and row_size) and (
+        result.numel() == result.shape[0] * row_size
+    )
+
+
+def copy_into(result: torch.Tensor, output: torch.Tensor) -> None:
+    """Copy ``result`` into ``output``, which it :func:`fills`."""
     if result.numel() == output.numel():
         output.copy_(result.reshape(output.shape))
+    else:
+        output[: result.shape[0]].copy_(result.reshape((result.shape[0], *output.shape[1:])))
+
+
+class ReturnValueIgnoredWarning(RuntimeWarning):
+    """A backend method given ``output`` returned a tensor that cannot be ``output``'s content; vllm-attn-compat
+    ignored it, as vLLM >= 0.20 ignores every return value there (``output`` keeps what the method wrote)."""
+
+
+_ignored_warned: set[type] = set()
+
+
+def warn_result_ignored(cls: type, method: str, result: torch.Tensor, output: torch.Tensor, why: str | None) -> None:
+    """Once per class, at its definition: the returned tensor was ignored, and what to do."""
+    if cls in _ignored_warned or torch.compiler.is_compiling():
         return
-    rows = result.shape[0] if result.dim() else 0
+    _ignored_warned.add(cls)
     row_size = output[0].numel() if output.dim() and output.shape[0] else 0
-    if result.dim() and rows < output.shape[0] and row_size and result.numel() == rows * row_size:
-        output[:rows].copy_(result.reshape((rows, *output.shape[1:])))
-        return
-    raise ValueError(
-        f"{method} returned a tensor of shape {tuple(result.shape)} that cannot fill `output` of shape "
-        f"{tuple(output.shape)}: expected {output.numel()} elements, or whole rows of {row_size} elements each "
-        "(rule VAC004)"
+    reason = why or (
+        f"it cannot fill `output` of shape {tuple(output.shape)} ({output.numel()} elements, or whole rows of "
+        f"{row_size} elements each)"
     )
+    message = (
+        f"`{method}` was given `output` and returned a tensor of shape {tuple(result.shape)}, and {reason}. vLLM "
+        ">= 0.20 ignores what this method returns, so vllm-attn-compat ignores it too: `output` keeps what the "
+        "method wrote into it. If the returned tensor is the attention result, write it into `output` instead; if "
+        "it is something else (an LSE, a statistic), return `output` or None to silence this warning. To check "
+        "that every row of `output` is written, run once with VLLM_ATTN_COMPAT_CHECK_OUTPUT=error."
+    )
+    filename, lineno = deprecated_uses.definition_site(cls)
+    warnings.warn_explicit(message, ReturnValueIgnoredWarning, filename, lineno, module=cls.__module__)
 
 
 def outside(obj: object, package: str) -> bool:

@@ -17,7 +17,7 @@ import torch
 
 from vllm_attn_compat import deprecated_uses
 from vllm_attn_compat.compat import deprecation
-from vllm_attn_compat.compat.adopt import ADOPTS, LEGACY_FORWARD, copy_into, shares_memory
+from vllm_attn_compat.compat.adopt import ADOPTS, LEGACY_FORWARD, copy_into, fills, shares_memory, warn_result_ignored
 
 ImplClass = TypeVar("ImplClass", bound=type)
 
@@ -85,11 +85,11 @@ def adapt_legacy_impl(cls: ImplClass) -> ImplClass:
         if passes_output:
             rows = output.flatten(1)
             result = legacy_forward(self, layer, query, key, value, kv_cache, attn_metadata, output=rows)
-            if result is rows or result is None:
+            if result is rows or result is None or not isinstance(result, torch.Tensor):
                 return output  # the impl took the buffer and wrote into it, the >= 0.20 way
         else:
             result = legacy_forward(self, layer, query, key, value, kv_cache, attn_metadata)
-        _store(result, output, cls)
+        _store(result, output, cls, given_output=passes_output)
         return output
 
     setattr(forward, LEGACY_FORWARD, legacy_forward)
@@ -101,15 +101,32 @@ def is_adapted(cls: type) -> bool:
     return hasattr(getattr(cls, "forward", None), LEGACY_FORWARD)
 
 
-def _store(result: object, output: torch.Tensor, cls: type) -> None:
-    """Copy ``result`` into ``output`` unless it lies in ``output``'s memory already."""
+def _store(result: object, output: torch.Tensor, cls: type, *, given_output: bool) -> None:
+    """Copy ``result`` into ``output`` unless it lies in ``output``'s memory already.
+
+    An impl that was given ``output`` may have written it: a tensor it returns that cannot fill ``output`` is then
+    ignored, as vLLM ignores it (warned once per class). One that was not given ``output`` can only have returned
+    its result, so a result that cannot be ``output``'s content is an error naming the shapes.
+    """
+    method = f"{cls.__qualname__}.forward"
     if not isinstance(result, torch.Tensor):
         raise TypeError(
-            f"{cls.__qualname__}.forward is adapted as a legacy return-value impl and must return the attention "
+            f"{method} is adapted as a legacy return-value impl and must return the attention "
             f"result tensor [num_tokens, num_heads * head_size_v]; it returned {type(result).__name__}"
         )
-    if not shares_memory(result, output):
-        copy_into(result, output, f"{cls.__qualname__}.forward")
+    if shares_memory(result, output):
+        return
+    if fills(result, output):
+        copy_into(result, output)
+    elif given_output:
+        warn_result_ignored(cls, method, result, output, None)
+    else:
+        row_size = output[0].numel() if output.dim() and output.shape[0] else 0
+        raise ValueError(
+            f"{method} returned a tensor of shape {tuple(result.shape)} that cannot fill `output` of shape "
+            f"{tuple(output.shape)}: expected {output.numel()} elements, or whole rows of {row_size} elements each "
+            "(rule VAC004)"
+        )
 
 
 def _describe(tensor: torch.Tensor | None) -> str:

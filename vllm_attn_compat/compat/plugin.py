@@ -21,6 +21,7 @@ logger = logging.getLogger("vllm.plugins.vllm_attn_compat")
 
 _lock = threading.Lock()
 _done = False
+_supported = False  # the first call found vLLM >= 0.20 and installed into it
 
 
 def register() -> None:
@@ -28,12 +29,13 @@ def register() -> None:
 
     Never raises: vLLM calls it without a guard, so an exception here would stop vLLM from starting.
     """
-    global _done
+    global _done, _supported
     if os.environ.get(ENV_DISABLE, "").strip() not in ("", "0"):
         logger.info("vllm-attn-compat: plugin disabled by %s; nothing installed", ENV_DISABLE)
         return
     with _lock:
         if _done:
+            _install_guard_again()
             return
         _done = True
         try:
@@ -44,6 +46,7 @@ def register() -> None:
             from vllm_attn_compat.compat import vllm_install
 
             installed, skipped = vllm_install.install_features()
+            _supported = True
         except Exception as error:  # noqa: BLE001 - anything the feature checks did not foresee
             logger.warning("vllm-attn-compat: nothing installed (unexpected %s: %s)", type(error).__name__, error)
             return
@@ -52,6 +55,27 @@ def register() -> None:
         logger.warning("%s; skipped %s", line, "; ".join(skipped))
     else:
         logger.info("%s", line)
+
+
+def _install_guard_again() -> None:
+    """A later call installs the output guard if ``VLLM_ATTN_COMPAT_CHECK_OUTPUT`` now asks for it (the pytest
+    plugin sets it, then registers; vLLM's loader may have registered first). Off, this reads one variable."""
+    if not _supported:
+        return
+    from vllm_attn_compat.compat.output_guard import ENV_CHECK_OUTPUT
+
+    if os.environ.get(ENV_CHECK_OUTPUT, "").strip() in ("", "0"):
+        return
+    try:
+        from vllm_attn_compat.compat import vllm_install
+
+        installed, skipped = vllm_install.install_features(vllm_install.GUARD_FEATURES)
+    except Exception as error:  # noqa: BLE001 - as in register: never raise into vLLM's loader
+        logger.warning("vllm-attn-compat: output guard not installed (unexpected %s: %s)", type(error).__name__, error)
+        return
+    if installed or skipped:
+        line = "vllm-attn-compat: installed " + (", ".join(installed) or "nothing new")
+        (logger.warning if skipped else logger.info)("%s%s", line, "; skipped " + "; ".join(skipped) if skipped else "")
 
 
 def _unsupported_reason() -> str | None:

@@ -8,13 +8,14 @@ Each installer is idempotent and returns the names of what it installed now.
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from vllm_attn_compat.compat import forwarders
+from vllm_attn_compat.compat import forwarders, output_guard
 from vllm_attn_compat.compat.adopt import adopt_returned_result, outside
 from vllm_attn_compat.compat.deprecation import removed_api_message, warn_once
 from vllm_attn_compat.compat.flags import after_init, install_backend_flag, install_layer_flag
@@ -250,6 +251,58 @@ def _depth_outside(packages: tuple[str, ...]) -> int:
     return depth
 
 
+def guard_mode_from_env() -> str | None:
+    """The output guard's mode from ``VLLM_ATTN_COMPAT_CHECK_OUTPUT``; a value it cannot read skips the guard."""
+    try:
+        return output_guard.parse_mode(os.environ.get(output_guard.ENV_CHECK_OUTPUT))
+    except ValueError as error:
+        raise Skipped(str(error)) from None
+
+
+def install_attention_guard() -> list[str]:
+    """The output guard on vLLM's ``Attention``, when ``VLLM_ATTN_COMPAT_CHECK_OUTPUT`` asks for it (read at each
+    install: the pytest plugin sets it before it installs the shim). Off, nothing is installed."""
+    mode = guard_mode_from_env()
+    return [] if mode is None else _guard(mode, ATTENTION_MODULES, "Attention", mla=False)
+
+
+def install_mla_guard() -> list[str]:
+    mode = guard_mode_from_env()
+    return [] if mode is None else _guard(mode, MLA_MODULES, "MLAAttention", mla=True)
+
+
+def _guard(mode: str, modules: tuple[str, ...], layer_cls_name: str, *, mla: bool) -> list[str]:
+    layer_cls = require(modules, layer_cls_name)
+    output_guard.set_mode(mode)
+    return [f"output guard ({mode}) on {layer_cls_name}"] if output_guard.install_on(layer_cls, mla=mla) else []
+
+
+def guard_vllm_layers(mode: str) -> list[str]:
+    """The output guard on vLLM's ``Attention`` and ``MLAAttention`` (for ``check_output``); a layer class this
+    vLLM lacks is left out."""
+    installed: list[str] = []
+    for modules, name, mla in ((ATTENTION_MODULES, "Attention", False), (MLA_MODULES, "MLAAttention", True)):
+        try:
+            installed += _guard(mode, modules, name, mla=mla)
+        except Skipped:
+            continue
+    return installed
+
+
+def remove_output_guard() -> None:
+    for modules, name in ((ATTENTION_MODULES, "Attention"), (MLA_MODULES, "MLAAttention")):
+        try:
+            output_guard.remove_from(require(modules, name))
+        except Skipped:
+            continue
+
+
+GUARD_FEATURES: dict[str, Callable[[], list[str]]] = {
+    "the output guard on Attention": install_attention_guard,
+    "the output guard on MLAAttention": install_mla_guard,
+}
+
+
 # Each feature, in order, under the name the plugin's log line gives it when skipped.
 FEATURES: dict[str, Callable[[], list[str]]] = {
     "AttentionBackend.accept_output_buffer": install_backend_flags,
@@ -260,14 +313,16 @@ FEATURES: dict[str, Callable[[], list[str]]] = {
     "torch.ops.vllm.unified_mla_attention": lambda: install_op("unified_mla_attention", MLA_MODULES, "MLAAttention"),
     "the forwarders' route to vLLM": install_route,
     "CompilationConfig.splitting_ops normalization": install_splitting_ops_normalization,
+    # Last: its hook on a layer's __init__ then runs after the result copy's and the legacy adapter's.
+    **GUARD_FEATURES,
 }
 
 
-def install_features() -> tuple[list[str], list[str]]:
+def install_features(features: dict[str, Callable[[], list[str]]] | None = None) -> tuple[list[str], list[str]]:
     """Install every feature this vLLM can take: (what was installed now, ``"feature (why it was skipped)"``)."""
     installed: list[str] = []
     skipped: list[str] = []
-    for feature, install_feature in FEATURES.items():
+    for feature, install_feature in (FEATURES if features is None else features).items():
         try:
             installed += install_feature()
         except Skipped as reason:

@@ -14,6 +14,7 @@ without it.
 
 from __future__ import annotations
 
+import importlib.abc
 import sys
 import threading
 from collections.abc import Callable, Iterable, Sequence
@@ -103,7 +104,7 @@ def _whole(module: ModuleType | None) -> bool:
     return module is not None and not getattr(spec, "_initializing", False)
 
 
-class _WatchedLoader:
+class _WatchedLoader(importlib.abc.Loader):
     """A module's loader, seen by the import system until the module executes; then the original again."""
 
     def __init__(self, loader: Any, hook: AfterImport) -> None:

@@ -315,15 +315,20 @@ def test_check_output_sets_the_switch_for_the_session_and_puts_it_back(
     run.stdout.fnmatch_lines(["*1 passed*", f"exit 0 switch after: {before or 'unset'}"])
 
 
-def test_check_output_reaches_each_xdist_worker(switch_session, monkeypatch):
+@pytest.mark.parametrize(
+    "workers",
+    [["-n", "2"], ["--tx", "2*popen//env:VLLM_ATTN_COMPAT_CHECK_OUTPUT=warn"]],
+    # The second gives each worker another value as it starts: the worker's own plugin (which parses the
+    # controller's arguments) sets the switch, not only the environment the controller hands down.
+    ids=["inherited", "set-by-the-worker"],
+)
+def test_check_output_reaches_each_xdist_worker(switch_session, monkeypatch, workers):
     monkeypatch.delenv("VLLM_ATTN_COMPAT_CHECK_OUTPUT", raising=False)
     monkeypatch.setenv("EXPECTED_SWITCH", "error")
     switch_session.makepyfile(
         test_switch=SWITCH_TESTS.replace('os.environ.get("EXPECTED_WORKER")', 'os.environ["PYTEST_XDIST_WORKER"]')
     )
-    result = switch_session.runpytest_subprocess(
-        *PLUGIN, "-n", "2", "--dist", "each", "--vllm-attn-compat-check-output"
-    )
+    result = switch_session.runpytest_subprocess(*PLUGIN, *workers, "--dist", "each", "--vllm-attn-compat-check-output")
     result.assert_outcomes(passed=2)  # the one test, run by each worker
     assert result.ret == 0 and "2 workers" in result.stdout.str()
 

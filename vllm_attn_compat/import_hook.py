@@ -6,10 +6,10 @@ progress completes, so that every module of the package is whole by then (never 
 callback may import more of them. It then removes itself. Until then it costs one string test per first import
 of any module; it imports nothing itself (no torch, no vLLM).
 
-Modules keep their own loaders: the finder wraps a loader for the time of its ``exec_module`` only and puts the
-original back on the module and its spec before the module's code runs (wrapt's post-import hooks do the same),
-so ``inspect.getsource``, ``importlib.resources`` and ``isinstance`` checks on ``__loader__`` see what they would
-without it.
+Modules keep their own loaders: the finder hands the import system the other finders' spec with its loader
+wrapped, and the wrapper puts the original back on the module and its spec before the module's code runs (wrapt's
+post-import hooks do the same), so ``inspect.getsource``, ``importlib.resources`` and ``isinstance`` checks on
+``__loader__`` see what they would without it.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ class AfterImport:
         self._lock = threading.Lock()
         self._seen = False  # one of `modules` has been executed
         self._fired = False
+        self._stopped = False
 
     @property
     def fired(self) -> bool:
@@ -46,13 +47,15 @@ class AfterImport:
 
     def start(self) -> None:
         """Watch from now on; call the callback at once if one of ``modules`` is already imported (whole)."""
+        self._stopped = False
         if any(_whole(sys.modules.get(name)) for name in self.modules):
             self._fire()
         elif self not in sys.meta_path:
             sys.meta_path.insert(0, self)
 
     def stop(self) -> None:
-        """Stop watching (the callback is then never called by this finder)."""
+        """Stop watching: the callback is not called from now on (not even by an import already under way)."""
+        self._stopped = True
         while self in sys.meta_path:
             sys.meta_path.remove(self)
 
@@ -91,7 +94,7 @@ class AfterImport:
 
     def _fire(self) -> None:
         with self._lock:
-            if self._fired:
+            if self._fired or self._stopped:
                 return
             self._fired = True
         self.stop()

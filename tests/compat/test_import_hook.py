@@ -17,7 +17,8 @@ from vllm_attn_compat.import_hook import AfterImport
 _names = itertools.count()
 
 # `outer` imports the watched module half-way through; `failing` imports it, then raises; `broken` is a watched
-# module that raises; `other` is watched by nobody. Each module defines LAST as its last statement.
+# module that raises; `other` is watched by nobody; `stopper` stops the hook the test gives the package, then
+# imports the watched module. Each module defines LAST as its last statement.
 MODULES = {
     "__init__": "LAST = True\n",
     "watched": "VALUE = 42\nLAST = True\n",
@@ -25,6 +26,7 @@ MODULES = {
     "outer": "from . import watched\nfrom . import other\nLAST = True\n",
     "failing": "from . import watched\nraise RuntimeError('failing: on purpose')\n",
     "broken": "raise RuntimeError('broken: on purpose')\n",
+    "stopper": "from . import HOOK\n\nHOOK.stop()\nfrom . import watched\n\nLAST = True\n",
 }
 
 
@@ -126,6 +128,13 @@ def test_stopped_it_fires_nothing(package):
     hook, calls = _hook(package, "watched")
     hook.stop()
     importlib.import_module(f"{package}.outer")
+    assert calls.seen == [] and not hook.fired and hook not in sys.meta_path
+
+
+def test_stopped_during_an_import_under_way_it_fires_nothing(package):
+    hook, calls = _hook(package, "watched")
+    importlib.import_module(package).HOOK = hook
+    importlib.import_module(f"{package}.stopper")  # stops the hook, then imports the watched module
     assert calls.seen == [] and not hook.fired and hook not in sys.meta_path
 
 

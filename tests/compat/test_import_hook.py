@@ -17,8 +17,8 @@ from vllm_attn_compat.import_hook import AfterImport
 _names = itertools.count()
 
 # `outer` imports the watched module half-way through; `failing` imports it, then raises; `broken` is a watched
-# module that raises; `other` is watched by nobody; `stopper` stops the hook the test gives the package, then
-# imports the watched module. Each module defines LAST as its last statement.
+# module that raises; `other` is watched by nobody; `stopper` imports the watched module, then stops the hook the
+# test gives the package, before its own import completes. Each module defines LAST as its last statement.
 MODULES = {
     "__init__": "LAST = True\n",
     "watched": "VALUE = 42\nLAST = True\n",
@@ -26,7 +26,7 @@ MODULES = {
     "outer": "from . import watched\nfrom . import other\nLAST = True\n",
     "failing": "from . import watched\nraise RuntimeError('failing: on purpose')\n",
     "broken": "raise RuntimeError('broken: on purpose')\n",
-    "stopper": "from . import HOOK\n\nHOOK.stop()\nfrom . import watched\n\nLAST = True\n",
+    "stopper": "from . import HOOK, watched\n\nHOOK.stop()\nLAST = True\n",
 }
 
 
@@ -134,7 +134,7 @@ def test_stopped_it_fires_nothing(package):
 def test_stopped_during_an_import_under_way_it_fires_nothing(package):
     hook, calls = _hook(package, "watched")
     importlib.import_module(package).HOOK = hook
-    importlib.import_module(f"{package}.stopper")  # stops the hook, then imports the watched module
+    importlib.import_module(f"{package}.stopper")  # imports the watched module, then stops the hook
     assert calls.seen == [] and not hook.fired and hook not in sys.meta_path
 
 

@@ -6,11 +6,16 @@ call, whatever the warning filters or ``VLLM_ATTN_COMPAT_WARNINGS`` say), and at
 
 - ``--vllm-attn-compat=summary`` (default): lists them in the terminal summary, if there were any;
 - ``--vllm-attn-compat=error``: the same, and the session fails (exit code 1) if there were any;
-- ``--vllm-attn-compat=off``: counts nothing, prints nothing;
+- ``--vllm-attn-compat=off``: counts nothing, prints nothing, installs nothing;
 - ``--vllm-attn-compat-report=PATH``: writes them as JSON (schema in the README).
 
 The ini option ``vllm_attn_compat`` sets the mode too; the command line wins. Under pytest-xdist each worker
 counts its own uses and the controller adds them up.
+
+Unless the mode is ``off``, each process of the session (controller and xdist workers) gets the vLLM plugin's
+shim as vLLM's own processes do, when it first imports vLLM's attention modules (:mod:`session_shim`).
+``--vllm-attn-compat-check-output`` (ini ``vllm_attn_compat_check_output``) sets
+``VLLM_ATTN_COMPAT_CHECK_OUTPUT=error`` for the session, which the plugin's install reads: the output guard.
 """
 
 from __future__ import annotations
@@ -27,9 +32,14 @@ from vllm_attn_compat.deprecated_uses import Tally, Use
 MODES = ("summary", "error", "off")
 SCHEMA = "vllm-attn-compat/deprecated-uses/1"
 _WORKER_OUTPUT = "vllm_attn_compat_uses"  # the key of a worker's uses in xdist's workeroutput
+# Read by the vLLM plugin when it installs (compat/plugin.py); the pytest option sets it for the session.
+ENV_CHECK_OUTPUT = "VLLM_ATTN_COMPAT_CHECK_OUTPUT"
 
 if TYPE_CHECKING:
+    import argparse
     from pathlib import Path
+
+    from vllm_attn_compat.import_hook import AfterImport
 
 
 class _WorkerNode(Protocol):
@@ -49,7 +59,17 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--vllm-attn-compat-report", metavar="PATH", default=None, dest="vllm_attn_compat_report",
         help="write the deprecated uses seen to PATH as JSON",
     )  # fmt: skip
+    group.addoption(
+        "--vllm-attn-compat-check-output", action="store_true", default=False, dest="vllm_attn_compat_check_output",
+        help=f"turn the output guard on, in error mode, for the session and its xdist workers ({ENV_CHECK_OUTPUT}"
+        "=error): a backend that leaves rows of `output` unwritten fails the test. Also ini "
+        "vllm_attn_compat_check_output.",
+    )  # fmt: skip
     parser.addini("vllm_attn_compat", f"deprecated vLLM attention APIs: {', '.join(MODES)} (default summary)")
+    parser.addini(
+        "vllm_attn_compat_check_output", f"the output guard in error mode for the session ({ENV_CHECK_OUTPUT}=error)",
+        type="bool", default=False,
+    )  # fmt: skip
 
 
 class _Session:
@@ -61,17 +81,25 @@ class _Session:
         self.tally = Tally()
         self.from_workers: list[Use] = []
         self.previous_tally = deprecated_uses.tally
-        self.is_worker = hasattr(config, "workerinput")
+        self.shim: AfterImport | None = None  # installs the vLLM plugin's shim on the first import of vLLM's attention
+        self.previous_check_output: str | None = None  # the environment's value before the session set it
+        self.sets_check_output = False
+
+    @property
+    def is_worker(self) -> bool:
+        # Read when needed: xdist sets workerinput on a worker's config after the session has started.
+        return hasattr(self.config, "workerinput")
 
     def uses(self) -> list[Use]:
         return deprecated_uses.merge([*self.tally.uses(), *self.from_workers])
 
 
 _KEY = pytest.StashKey[_Session]()
+_STARTED = pytest.StashKey[bool]()
 
 
-def _mode(config: pytest.Config) -> str:
-    chosen: str | None = config.getoption("vllm_attn_compat")
+def _mode(config: pytest.Config, options: argparse.Namespace) -> str:
+    chosen: str | None = options.vllm_attn_compat
     if chosen is not None:
         return chosen
     configured = (config.getini("vllm_attn_compat") or "summary").strip().lower()
@@ -80,20 +108,56 @@ def _mode(config: pytest.Config) -> str:
     return configured
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
+    """Start before the first conftest is imported: a conftest importing vLLM then gets the shim, counted."""
+    _start(early_config, early_config.known_args_namespace)
+
+
 def pytest_configure(config: pytest.Config) -> None:
-    mode = _mode(config)
+    if not config.stash.get(_STARTED, False):  # loaded too late for the hook above (a conftest's pytest_plugins)
+        _start(config, config.option)
+
+
+def _start(config: pytest.Config, options: argparse.Namespace) -> None:
+    config.stash[_STARTED] = True
+    mode = _mode(config, options)
+    check_output = bool(options.vllm_attn_compat_check_output or config.getini("vllm_attn_compat_check_output"))
     if mode == "off":
-        if config.getoption("vllm_attn_compat_report"):
+        if options.vllm_attn_compat_report:
             raise pytest.UsageError("--vllm-attn-compat-report needs the uses counted: not with --vllm-attn-compat=off")
+        if check_output:
+            raise pytest.UsageError(
+                "--vllm-attn-compat-check-output (or ini vllm_attn_compat_check_output) needs the shim this plugin "
+                "installs: not with --vllm-attn-compat=off"
+            )
         return
     session = _Session(config, mode)
     config.stash[_KEY] = session
     deprecated_uses.tally = session.tally
+    if check_output:
+        # Before the shim installs, whose install reads it. xdist workers inherit it when the controller spawns
+        # them (after this), and their own plugin, given the controller's arguments, sets it again.
+        session.previous_check_output = os.environ.get(ENV_CHECK_OUTPUT)
+        session.sets_check_output = True
+        os.environ[ENV_CHECK_OUTPUT] = "error"
+    from vllm_attn_compat import session_shim  # no vLLM, no torch: they load when the code under test imports them
+
+    session.shim = session_shim.watch()
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     session = config.stash.get(_KEY, None)
-    if session is not None and deprecated_uses.tally is session.tally:
+    if session is None:
+        return
+    if session.shim is not None:
+        session.shim.stop()  # what it installed stays: vLLM's classes keep the shim for the rest of the process
+    if session.sets_check_output:
+        if session.previous_check_output is None:
+            os.environ.pop(ENV_CHECK_OUTPUT, None)
+        else:
+            os.environ[ENV_CHECK_OUTPUT] = session.previous_check_output
+    if deprecated_uses.tally is session.tally:
         deprecated_uses.tally = session.previous_tally  # a pytester session inside a session
 
 

@@ -262,3 +262,81 @@ def test_uses_reported_at_a_class_count_every_call_and_by_hand_ones_get_no_migra
         (returning, 3, None),  # found at run time only: migrate cannot find it, so no command is offered
     }
     result.stdout.fnmatch_lines(["*fix by hand (migrate cannot find it): write the result into the `output` tensor*"])
+
+
+# The output guard's switch, as a test (or the vLLM plugin installing in a test's process) reads it.
+SWITCH_TESTS = """\
+import os
+
+
+def test_reads_the_switch():
+    assert os.environ.get("VLLM_ATTN_COMPAT_CHECK_OUTPUT", "unset") == os.environ["EXPECTED_SWITCH"]
+    assert os.environ.get("PYTEST_XDIST_WORKER") == os.environ.get("EXPECTED_WORKER")
+"""
+# pytest in a process of its own, then what that process's environment holds once the session is over.
+SESSION_THEN_SWITCH = """\
+import os, sys, pytest
+code = pytest.main(sys.argv[1:])
+print("exit", int(code), "switch after:", os.environ.get("VLLM_ATTN_COMPAT_CHECK_OUTPUT", "unset"))
+"""
+
+
+@pytest.fixture
+def switch_session(pytester, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    monkeypatch.delenv("PYTEST_ADDOPTS", raising=False)
+    for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
+        monkeypatch.delenv(name, raising=False)
+    pytester.makepyfile(test_switch=SWITCH_TESTS)
+    return pytester
+
+
+@pytest.mark.parametrize(
+    ("args", "ini", "before", "during"),
+    [
+        (["--vllm-attn-compat-check-output"], "", None, "error"),
+        ([], "vllm_attn_compat_check_output = true", "warn", "error"),  # the user's value comes back after
+        ([], "vllm_attn_compat_check_output = false", "warn", "warn"),
+        ([], "", None, None),
+    ],
+    ids=["option", "ini", "ini-false", "neither"],
+)
+def test_check_output_sets_the_switch_for_the_session_and_puts_it_back(
+    switch_session, monkeypatch, args, ini, before, during
+):
+    if before is None:
+        monkeypatch.delenv("VLLM_ATTN_COMPAT_CHECK_OUTPUT", raising=False)
+    else:
+        monkeypatch.setenv("VLLM_ATTN_COMPAT_CHECK_OUTPUT", before)
+    monkeypatch.setenv("EXPECTED_SWITCH", during or "unset")
+    switch_session.makepyprojecttoml(f"[tool.pytest.ini_options]\n{ini}\n")
+    run = switch_session.run(sys.executable, "-c", SESSION_THEN_SWITCH, *PLUGIN, *args, "-q")
+    assert run.ret == 0, run.stdout.str()
+    run.stdout.fnmatch_lines(["*1 passed*", f"exit 0 switch after: {before or 'unset'}"])
+
+
+@pytest.mark.parametrize(
+    "workers",
+    [["-n", "2"], ["--tx", "2*popen//env:VLLM_ATTN_COMPAT_CHECK_OUTPUT=warn"]],
+    # The second gives each worker another value as it starts: the worker's own plugin (which parses the
+    # controller's arguments) sets the switch, not only the environment the controller hands down.
+    ids=["inherited", "set-by-the-worker"],
+)
+def test_check_output_reaches_each_xdist_worker(switch_session, monkeypatch, workers):
+    monkeypatch.delenv("VLLM_ATTN_COMPAT_CHECK_OUTPUT", raising=False)
+    monkeypatch.setenv("EXPECTED_SWITCH", "error")
+    switch_session.makepyfile(
+        test_switch=SWITCH_TESTS.replace('os.environ.get("EXPECTED_WORKER")', 'os.environ["PYTEST_XDIST_WORKER"]')
+    )
+    result = switch_session.runpytest_subprocess(*PLUGIN, *workers, "--dist", "each", "--vllm-attn-compat-check-output")
+    result.assert_outcomes(passed=2)  # the one test, run by each worker
+    assert result.ret == 0 and "2 workers" in result.stdout.str()
+
+
+def test_check_output_is_a_usage_error_with_off(switch_session):
+    result = switch_session.runpytest_subprocess(*PLUGIN, "--vllm-attn-compat=off", "--vllm-attn-compat-check-output")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([
+        "*--vllm-attn-compat-check-output (or ini vllm_attn_compat_check_output) needs the shim this plugin installs: "
+        "not with --vllm-attn-compat=off*"
+    ])  # fmt: skip

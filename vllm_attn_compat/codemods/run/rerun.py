@@ -68,31 +68,49 @@ def replay(prepared: Prepared, mode: str, report: RunReport) -> bool:
     cache, table = prepared.cache, prepared.table
     if cache is None or table is None:
         return False
+    if not table.rows:
+        return False  # a first run: no file is known, the run that reads them all hashes them
+    try:
+        digests = _digests(prepared, table)
+    finally:
+        table.save()
+    if digests is None:
+        return False
+    prepared.tried = cache.run_key(digests, mode)
+    replayed = cache.load_run(prepared.tried)
+    if replayed is None:
+        return False
+    findings, changed, report.parsed = replayed
+    report.findings += findings
+    report.changed += changed
+    report.scanned = len(prepared.found.files)
+    cache.prune()
+    return True
+
+
+def _digests(prepared: Prepared, table: stats.StatTable) -> dict[str, str] | None:
+    """The digest of each file found (path as given), from its status where the table knows it, else from its
+    bytes; None at the first file that cannot be read as source, or whose bytes are not those recorded for
+    it last: the run is not the cached one (the cache may hold a run over them from another branch, but the
+    runner reading every file again costs more than it would save)."""
     found = prepared.found
     digests = {}
     for source_file in [*found.files, *found.excluded]:
         try:
             status = stats.status_of(os.stat(source_file.real_path))
         except OSError:
-            return False
+            return None
         known = table.digest(source_file.real_path, status)
         if known is None:
             try:
                 source, stat = sources.read_source(source_file.real_path)
                 sources.source_encoding(source)
             except sources.SourceError:
-                return False
+                return None
             known = stats.digest(source)
+            last = table.last_digest(source_file.real_path)
             table.record(source_file.real_path, stat, known, prepared.started)
+            if last is not None and last != known:
+                return None
         digests[source_file.path] = known
-    prepared.tried = cache.run_key(digests, mode)
-    replayed = cache.load_run(prepared.tried)
-    table.save()
-    if replayed is None:
-        return False
-    findings, changed, report.parsed = replayed
-    report.findings += findings
-    report.changed += changed
-    report.scanned = len(found.files)
-    cache.prune()
-    return True
+    return digests

@@ -83,6 +83,11 @@ class StatTable:
         row = self.rows.get(os.path.abspath(real_path))
         return row[1] if row is not None and row[0] == status else None
 
+    def last_digest(self, real_path: str) -> str | None:
+        """The digest recorded for the file, whatever its status now."""
+        row = self.rows.get(os.path.abspath(real_path))
+        return None if row is None else row[1]
+
     def record(self, real_path: str, stat: os.stat_result, digest: str, started_ns: int) -> None:
         """Remember the digest of the bytes a run read from ``real_path`` after taking ``stat``, unless the
         file is racy (modified too close to ``started_ns``, the moment the run started reading)."""
@@ -110,8 +115,9 @@ class StatTable:
         try:
             cachedir.make(self.root)
             os.makedirs(os.path.dirname(self.path), exist_ok=True)
+            text = json.dumps(data, separators=(",", ":"))  # in C, unlike json.dump (see cache.Cache._write)
             with open(temporary, "w", encoding="utf-8") as handle:
-                json.dump(data, handle, separators=(",", ":"))
+                handle.write(text)
             os.replace(temporary, self.path)
         except OSError:  # the cache's own writes warn about an unwritable folder
             with contextlib.suppress(OSError):

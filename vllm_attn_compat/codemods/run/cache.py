@@ -1,4 +1,4 @@
-"""An opt-in cache of the work of a run (``migrate --cache-dir DIR``), for reruns in pre-commit and CI.
+"""The cache of the work of a run (on by default, `cachedir`; ``--cache-dir DIR``), for reruns in pre-commit and CI.
 
 Three kinds of entries, each keyed on the rules and options of the run, this tool's code, libcst's and
 Python's versions (:attr:`Cache.prefix`), and on what else decides it:
@@ -12,10 +12,11 @@ Python's versions (:attr:`Cache.prefix`), and on what else decides it:
   An edit elsewhere that changes none of them (most edits) spares libcst here. It keeps the latest
   migrations of those bytes, one per set of answers (`MIGRATIONS_KEPT`): trees that alternate each find
   theirs.
-* a whole run: every file read, as given and as found. A run over the very same files with the same
-  settings replays the whole report, with no parse at all: the common rerun in CI or pre-commit. Such
-  an entry is kept for runs without errors that changed no file (or, with ``--check``, reported the
-  files that would change).
+* a whole run: every file listed, as given and as found (by the digest of its bytes, which `stats` knows
+  from an unchanged file's status: `rerun` replays such a run without reading a file). A run over the
+  very same files with the same settings replays the whole report, with no parse at all: the common
+  rerun in CI or pre-commit. Such an entry is kept for runs without errors that changed no file (or,
+  with ``--check``, reported the files that would change), a run with nothing to migrate included.
 
 Entries are JSON (never pickle: a cache folder is not trusted to hold code), one file per key, written
 atomically. An entry that cannot be read, does not parse, holds another key or has the wrong shape is

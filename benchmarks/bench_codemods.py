@@ -70,8 +70,8 @@ LIBCST_RULE = textwrap.dedent(
 )
 
 
-def build_tree(destination: str) -> tuple[int, int]:
-    """Copy torch's ``*.py`` files and the legacy plugin; returns (files, bytes)."""
+def build_tree(destination: str, plugin: bool = True) -> tuple[int, int]:
+    """Copy torch's ``*.py`` files and (with ``plugin``) the legacy plugin; returns (files, bytes)."""
     import torch
 
     torch_root = os.path.dirname(torch.__file__)
@@ -85,10 +85,10 @@ def build_tree(destination: str) -> tuple[int, int]:
                 shutil.copyfile(source, target)
                 count += 1
                 size += os.path.getsize(target)
-    plugin = os.path.join(REPO, "examples", "legacy_plugin")
-    if os.path.isdir(plugin):
+    example = os.path.join(REPO, "examples", "legacy_plugin")
+    if plugin and os.path.isdir(example):
         ignore = shutil.ignore_patterns("__pycache__")
-        shutil.copytree(plugin, os.path.join(destination, "legacy_plugin"), ignore=ignore)
+        shutil.copytree(example, os.path.join(destination, "legacy_plugin"), ignore=ignore)
     return count, size
 
 

@@ -297,3 +297,42 @@ def test_the_process_exits_with_main_s_code_after_all_its_output(tmp_path, capsy
     assert len(completed.stdout) > 1 << 16 and completed.stdout.decode() == expected.out
     assert completed.stderr.decode() == expected.err
     assert run_cli("migrate", "--check", str(tmp_path / "plugin/base.py")).returncode == 0
+
+
+def _caches(root) -> list[str]:
+    """The cache folders under ``root`` (each holds the tool's own folder of entries)."""
+    return sorted(str(path.parent.relative_to(root)) for path in root.rglob("vllm-attn-compat") if path.is_dir())
+
+
+def test_the_cache_is_on_by_default_at_the_project_root_and_off_with_no_cache(plugin, monkeypatch, capsys):
+    monkeypatch.delenv("VLLM_ATTN_COMPAT_NO_CACHE", raising=False)
+    (plugin / "pyproject.toml").write_text("[project]\nname = 'plugin'\n")
+    monkeypatch.chdir(plugin / "plugin")  # below the project's root
+    assert main(["migrate", "--check", "--no-cache", "."]) == 1
+    assert _caches(plugin) == []
+    uncached = capsys.readouterr().out
+    assert main(["migrate", "--check", "."]) == 1
+    assert _caches(plugin) == [".vllm-attn-compat-cache"]
+    assert (plugin / ".vllm-attn-compat-cache" / "CACHEDIR.TAG").is_file()
+    assert capsys.readouterr().out == uncached
+    assert main(["migrate", "--check", "."]) == 1  # warm
+    assert capsys.readouterr().out == uncached
+
+
+def test_the_configured_cache_folder_and_the_environment_variable(plugin, monkeypatch):
+    (plugin / "pyproject.toml").write_text('[tool.vllm-attn-compat]\ncache-dir = "build/vac"\n')
+    monkeypatch.chdir(plugin)
+    monkeypatch.setenv("VLLM_ATTN_COMPAT_NO_CACHE", "1")
+    assert main(["migrate", "--check", "plugin"]) == 1
+    assert _caches(plugin) == []  # the variable turns the configured cache off too
+    monkeypatch.delenv("VLLM_ATTN_COMPAT_NO_CACHE")
+    assert main(["migrate", "--check", "plugin"]) == 1
+    assert _caches(plugin) == ["build/vac"]
+    monkeypatch.setenv("VLLM_ATTN_COMPAT_NO_CACHE", "1")
+    assert main(["migrate", "--check", "--cache-dir", "elsewhere", "plugin"]) == 1  # the flag wins
+    assert _caches(plugin) == ["build/vac", "elsewhere"]
+
+
+def test_no_cache_and_cache_dir_exclude_each_other(plugin, capsys):
+    assert main(["migrate", "--no-cache", "--cache-dir", "x", str(plugin)]) == 2
+    assert "not allowed with argument" in capsys.readouterr().err

@@ -22,8 +22,9 @@ from vllm_attn_compat.codemods.run import dependencies
 from vllm_attn_compat.codemods.run.config import ConfigError
 
 if TYPE_CHECKING:
+    from vllm_attn_compat.codemods.run.config import Config
+    from vllm_attn_compat.codemods.run.options import Options
     from vllm_attn_compat.codemods.run.prefork import PreforkedWorker
-    from vllm_attn_compat.codemods.run.runner import Options
 
 EPILOG = (
     "exit codes: 0 nothing left to do; 1 findings remain, or --check/--diff would change a file; "
@@ -96,9 +97,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     migrate.add_argument("--jobs", "-j", type=_jobs, default=None, help="worker processes (default: all cores)")
     migrate.add_argument("--format", choices=("text", "json", "github"), default="text", help="report format")
-    migrate.add_argument(
-        "--cache-dir", metavar="DIR", help="keep results in DIR and reuse them while nothing they depend on changed"
-    )
+    caching = migrate.add_mutually_exclusive_group()
+    caching.add_argument(
+        "--cache-dir", metavar="DIR",
+        help="keep results in DIR and reuse them while nothing they depend on changed "
+        "(default: .vllm-attn-compat-cache at the project's root)",
+    )  # fmt: skip
+    caching.add_argument("--no-cache", action="store_true", help="neither read nor write the cache")
     migrate.add_argument(
         "--quiet", "-q", action="store_true", help="print findings and errors only: no summary, no progress"
     )
@@ -110,7 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _options(args: argparse.Namespace) -> Options:
     from vllm_attn_compat.codemods.run.config import load_config
-    from vllm_attn_compat.codemods.run.runner import Options
+    from vllm_attn_compat.codemods.run.options import Options
 
     start = (args.stdin_filename or ".") if args.paths == ["-"] else args.paths[0]
     config = load_config(start)
@@ -130,8 +135,7 @@ def _options(args: argparse.Namespace) -> Options:
     )
     if args.jobs is not None:
         options = dataclasses.replace(options, jobs=args.jobs)
-    if args.cache_dir is not None:
-        options = dataclasses.replace(options, cache_dir=args.cache_dir)
+    options = dataclasses.replace(options, cache_dir=_cache_dir(args, config))
     configured = (("select", args.select is None), ("ignore", args.ignore is None and args.select is None))
     for key, from_config in configured:
         codes = getattr(config, key)
@@ -143,11 +147,31 @@ def _options(args: argparse.Namespace) -> Options:
     return options
 
 
-def _early_workers(args: argparse.Namespace) -> list[PreforkedWorker]:
+def _cache_dir(args: argparse.Namespace, config: Config) -> str | None:
+    """The cache's folder: ``--cache-dir``, else the configuration's ``cache-dir``, else the default at the
+    project's root; None with ``--no-cache``, or with ``VLLM_ATTN_COMPAT_NO_CACHE`` set and no ``--cache-dir``
+    (command-line flags win)."""
+    from vllm_attn_compat.codemods.run import cachedir
+
+    if args.no_cache:
+        return None
+    if args.cache_dir:
+        return str(args.cache_dir)
+    if cachedir.disabled_by_environment():
+        return None
+    return config.cache_dir or cachedir.default_folder(config.base)
+
+
+def _early_workers(args: argparse.Namespace, options: Options) -> list[PreforkedWorker]:
     """A worker forked as soon as the command line is read, when the run is over folders: those very
     likely hold a file that needs libcst, and the worker imports it while this process lists and reads
     the files (the modules imported so far serve both processes; those imported after, only this one).
     Once the run has read the files, this worker forks a second one if they are worth it (`runner`)."""
+    from vllm_attn_compat.codemods.run import cachedir, stats
+
+    if options.cache_dir is not None and os.path.exists(stats.table_path(cachedir.entries_folder(options.cache_dir))):
+        # Most likely a rerun the cache answers without libcst; else the first file that needs it starts one.
+        return []
     from vllm_attn_compat.codemods.run import parallel, prefork, worker
 
     jobs = args.jobs or parallel.available_cores()
@@ -157,25 +181,26 @@ def _early_workers(args: argparse.Namespace) -> list[PreforkedWorker]:
 
 
 def _migrate(args: argparse.Namespace) -> int:
-    warm = _early_workers(args)
+    options = _options(args)
+    warm = _early_workers(args, options)
     try:
-        return _migrate_with(args, warm)
+        return _migrate_with(args, options, warm)
     finally:
         for early in warm:
             early.close()
 
 
-def _migrate_with(args: argparse.Namespace, warm: list[PreforkedWorker]) -> int:
+def _migrate_with(args: argparse.Namespace, options: Options, warm: list[PreforkedWorker]) -> int:
     from vllm_attn_compat.codemods.run.report import render
-    from vllm_attn_compat.codemods.run.runner import run_paths, run_source
 
-    options = _options(args)
     for stream in (sys.stdout, sys.stderr):
         if hasattr(stream, "reconfigure"):  # a diff of a latin-1 file on an ASCII terminal must not crash
             stream.reconfigure(errors="backslashreplace")
     if "-" in args.paths:
         if len(args.paths) > 1:
             raise ValueError("'-' (standard input) cannot be combined with other paths")
+        from vllm_attn_compat.codemods.run.runner import run_source
+
         name = args.stdin_filename or "-"
         report, result, diff = run_source(sys.stdin.buffer.read(), name, options)
         if options.mode == "write":
@@ -190,7 +215,14 @@ def _migrate_with(args: argparse.Namespace, warm: list[PreforkedWorker]) -> int:
         def emit_diff(text: str) -> None:
             write(text)
 
-        report = run_paths(args.paths, options, emit_diff=emit_diff, warm=warm)
+        from vllm_attn_compat.codemods.run import rerun
+
+        prepared = rerun.prepare(args.paths, options)
+        report = prepared.report(options.mode)
+        if not rerun.replay(prepared, options.mode, report):  # the runner and its imports only after a miss
+            from vllm_attn_compat.codemods.run.runner import run_paths
+
+            report = run_paths(args.paths, options, emit_diff=emit_diff, warm=warm, prepared=prepared)
         report_stream = sys.stderr if options.mode == "diff" else sys.stdout
     report_stream.write(render(report, args.format, quiet=args.quiet))
     return report.exit_code()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from pathlib import Path
 
@@ -174,7 +175,8 @@ def test_other_rules_or_options_miss(tree, tmp_path, migrations, options):
 
 
 def _entries(cache: Path) -> list[Path]:
-    return sorted(path for path in cache.rglob("*") if path.is_file() and path.name != ".pruned")
+    """The entries (named by their key), not the status table, the pruning marker nor the folder's tags."""
+    return sorted(path for path in cache.rglob("*") if path.is_file() and re.fullmatch("[0-9a-f]{64}", path.name))
 
 
 def _spoil_shape(path: Path) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from vllm_attn_compat.codemods.run.config import Config, ConfigError, find_pyproject, load_config, parse_config
@@ -50,7 +52,7 @@ def test_a_pyproject_that_never_names_the_tool_is_not_ours_to_validate(tmp_path)
     [
         (
             '[tool.vllm-attn-compat]\nselct = ["VAC001"]\n',
-            "unknown key 'selct'; expected one of: exclude, ignore, old-op-calls, select, unsafe-fixes",
+            "unknown key 'selct'; expected one of: cache-dir, exclude, ignore, old-op-calls, select, unsafe-fixes",
         ),
         (
             '[tool.vllm-attn-compat]\nselect = "VAC001"\n',
@@ -69,6 +71,8 @@ def test_a_pyproject_that_never_names_the_tool_is_not_ours_to_validate(tmp_path)
             "old-op-calls: expected one of the strings 'with-output', 'forwarder', found 'forward' (str)",
         ),
         ("[tool.vllm-attn-compat]\nold-op-calls = true\n", "old-op-calls: expected one of the strings"),
+        ("[tool.vllm-attn-compat]\ncache-dir = 3\n", "cache-dir: expected a folder (a non-empty string), found 3"),
+        ('[tool.vllm-attn-compat]\ncache-dir = ""\n', "cache-dir: expected a folder (a non-empty string), found ''"),
         ("[tool]\nvllm-attn-compat = 3\n", "[tool.vllm-attn-compat] must be a table, found 3"),
         ("[tool.vllm-attn-compat\n", "invalid TOML"),
     ],
@@ -85,3 +89,11 @@ def test_no_pyproject_anywhere_means_defaults_at_the_working_directory(tmp_path,
     if find_pyproject(str(tmp_path)) is not None:
         pytest.skip("a pyproject.toml exists above the temporary folder")
     assert load_config(str(tmp_path)) == Config(base=str(tmp_path))
+
+
+def test_the_cache_folder_is_relative_to_the_pyproject_folder(tmp_path):
+    (tmp_path / "pyproject.toml").write_text('[tool.vllm-attn-compat]\ncache-dir = "build/cache"\n')
+    (tmp_path / "src").mkdir()
+    assert load_config(str(tmp_path / "src")).cache_dir == os.path.join(str(tmp_path), "build/cache")
+    (tmp_path / "pyproject.toml").write_text("[tool.vllm-attn-compat]\n")
+    assert load_config(str(tmp_path / "src")).cache_dir is None

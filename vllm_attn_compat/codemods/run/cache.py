@@ -1,4 +1,4 @@
-"""An opt-in cache of the work of a run (``migrate --cache-dir DIR``), for reruns in pre-commit and CI.
+"""The cache of the work of a run (on by default, `cachedir`; ``--cache-dir DIR``), for reruns in pre-commit and CI.
 
 Three kinds of entries, each keyed on the rules and options of the run, this tool's code, libcst's and
 Python's versions (:attr:`Cache.prefix`), and on what else decides it:
@@ -12,10 +12,11 @@ Python's versions (:attr:`Cache.prefix`), and on what else decides it:
   An edit elsewhere that changes none of them (most edits) spares libcst here. It keeps the latest
   migrations of those bytes, one per set of answers (`MIGRATIONS_KEPT`): trees that alternate each find
   theirs.
-* a whole run: every file read, as given and as found. A run over the very same files with the same
-  settings replays the whole report, with no parse at all: the common rerun in CI or pre-commit. Such
-  an entry is kept for runs without errors that changed no file (or, with ``--check``, reported the
-  files that would change).
+* a whole run: every file listed, as given and as found (by the digest of its bytes, which `stats` knows
+  from an unchanged file's status: `rerun` replays such a run without reading a file). A run over the
+  very same files with the same settings replays the whole report, with no parse at all: the common
+  rerun in CI or pre-commit. Such an entry is kept for runs without errors that changed no file (or,
+  with ``--check``, reported the files that would change), a run with nothing to migrate included.
 
 Entries are JSON (never pickle: a cache folder is not trusted to hold code), one file per key, written
 atomically. An entry that cannot be read, does not parse, holds another key or has the wrong shape is
@@ -35,14 +36,20 @@ import re
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from vllm_attn_compat.codemods.findings import Finding, Status
-from vllm_attn_compat.codemods.index import questions, records
-from vllm_attn_compat.codemods.index.classscan import ScannedIndex
-from vllm_attn_compat.codemods.index.hierarchy import ModuleIndex
 from vllm_attn_compat.codemods.index.names import normalize_path
-from vllm_attn_compat.codemods.run.worker import Migrated
+from vllm_attn_compat.codemods.run import cachedir
+
+if TYPE_CHECKING:
+    from vllm_attn_compat.codemods.index import questions
+    from vllm_attn_compat.codemods.index.classscan import ScannedIndex
+    from vllm_attn_compat.codemods.index.hierarchy import ModuleIndex
+    from vllm_attn_compat.codemods.run.worker import Migrated
+
+# The index's and the worker's modules are imported where an entry of theirs is read or written: a rerun
+# that replays a whole run (`rerun`) needs none of them.
 
 FORMAT = "vllm-attn-compat-cache/2"
 # Migrations kept per file's bytes: one per set of answers (trees that alternate, such as branches, each
@@ -55,7 +62,6 @@ _PRUNED = ".pruned"  # the marker of the last pruning, in the cache's folder
 # What the cache writes: entries, and the temporary files of writes a killed run left behind.
 _WRITTEN = re.compile(r"[0-9a-f]{64}(\.[0-9]+\.tmp)?")
 Decoded = TypeVar("Decoded")
-_FOLDER = "vllm-attn-compat"
 
 
 _CODEMODS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the package `vllm_attn_compat.codemods`
@@ -105,25 +111,28 @@ def _libcst_version() -> bytes:
 class Cache:
     def __init__(self, folder: str, settings: Sequence[object]) -> None:
         """``settings``: what else decides the results (rule codes, options), JSON-serializable."""
-        self.folder = os.path.join(folder, _FOLDER)
+        self.root = folder
+        self.folder = cachedir.entries_folder(folder)
         self.prefix = json.dumps([FORMAT, _code_digest(), list(settings)]).encode()
         # A folder that cannot be read or written fails alike for each of the hundreds of entries of a run:
         # said once per reason, and once writing failed, nothing more is written.
         self._unreadable: set[str] = set()
         self._unwritable = False
+        self._made = False  # the root folder exists (tagged if this cache made it)
         self._kept: dict[str, list[Any]] = {}  # the migrations each file's entry held when loaded
 
     # --- whole runs: every file read, as given and as found, unchanged ---
 
-    def run_key(self, files: Mapping[str, bytes], mode: str) -> str:
-        """The key of a run in ``mode`` over ``files`` (path as given -> bytes): all of them, in the same
-        places (a file's own entry depends only on whether its rewrite passed the safety checks, which
-        ``--check`` skips: the settings say so; a run's report depends on the mode)."""
+    def run_key(self, digests: Mapping[str, str], mode: str) -> str:
+        """The key of a run in ``mode`` over the files of ``digests`` (path as given -> `digest` of its
+        bytes): all of them, in the same places (a file's own entry depends only on whether its rewrite
+        passed the safety checks, which ``--check`` skips: the settings say so; a run's report depends on
+        the mode). The digests may come from `stats.StatTable`: a rerun need not read the files."""
         digest = hashlib.sha256(self.prefix + b"\0run\0" + mode.encode())
-        for path in sorted(files):
+        for path in sorted(digests):
             digest.update(path.encode("utf-8", "surrogateescape") + b"\0")
             digest.update(normalize_path(path).encode("utf-8", "surrogateescape") + b"\0")
-            digest.update(hashlib.sha256(files[path]).digest())
+            digest.update(digests[path].encode() + b"\0")
         return digest.hexdigest()
 
     def load_run(self, key: str) -> tuple[list[tuple[str, Finding]], list[str], int] | None:
@@ -141,9 +150,13 @@ class Cache:
         return self._key(b"index", path, source, module.encode())
 
     def load_index(self, key: str) -> ModuleIndex | None:
+        from vllm_attn_compat.codemods.index import records
+
         return self._load(key, "index", lambda entry: records.from_data(entry["index"]))
 
     def store_index(self, key: str, index: ModuleIndex) -> None:
+        from vllm_attn_compat.codemods.index import records
+
         self._write(key, {"kind": "index", "index": records.to_data(index)})
 
     def scan_key(self, path: str, module: str, source: bytes, known: frozenset[str]) -> str:
@@ -154,6 +167,8 @@ class Cache:
         """The class scan's verdict, in a 1-tuple (its index, or None: the file must be parsed); None when
         the cache holds none."""
 
+        from vllm_attn_compat.codemods.index import records
+
         def verdict(entry: dict[str, Any]) -> tuple[ScannedIndex | None]:
             spared = entry["spared"]
             return (None if spared is None else records.scan_from_data(spared),)
@@ -161,6 +176,8 @@ class Cache:
         return self._load(key, "scan", verdict)
 
     def store_scan(self, key: str, spared: ScannedIndex | None) -> None:
+        from vllm_attn_compat.codemods.index import records
+
         self._write(key, {"kind": "scan", "spared": None if spared is None else records.scan_to_data(spared)})
 
     def file_key(self, path: str, source: bytes) -> str:
@@ -170,6 +187,8 @@ class Cache:
     def load(self, key: str, hierarchy: questions.Questions) -> Migrated | None:
         """The cached migration of a file, or None: the latest of those kept whose questions ``hierarchy``
         answers as that migration's hierarchy did."""
+
+        from vllm_attn_compat.codemods.index import questions
 
         def migrated(entry: dict[str, Any]) -> Migrated | None:
             kept = entry["migrations"]
@@ -283,9 +302,15 @@ class Cache:
         path = self._file(key)
         temporary = f"{path}.{os.getpid()}.tmp"
         try:
+            if not self._made:
+                cachedir.make(self.root)
+                self._made = True
             os.makedirs(os.path.dirname(path), exist_ok=True)
+            # json.dumps, not json.dump: only the one-shot encoding runs in C (json.dump streams the text through
+            # the pure-Python encoder, which made a third of a cold run's cost of filling the cache).
+            text = json.dumps({"format": FORMAT, "key": key, **content})
             with open(temporary, "w", encoding="utf-8") as handle:
-                json.dump({"format": FORMAT, "key": key, **content}, handle)
+                handle.write(text)
             os.replace(temporary, path)
         except OSError as error:  # a read-only or full cache folder costs the cache, not the run
             self._unwritable = True
@@ -317,6 +342,8 @@ def _finding(item: object) -> Finding:
 
 
 def _migration(item: object) -> Migrated:
+    from vllm_attn_compat.codemods.run.worker import Migrated
+
     if not isinstance(item, dict):
         raise TypeError(f"malformed migration {item!r:.80}")
     new_source = item["new_source"]

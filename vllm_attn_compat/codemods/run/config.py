@@ -27,6 +27,7 @@ class Config:
     unsafe_fixes: bool = False
     old_op_calls: str = "with-output"
     base: str = "."
+    cache_dir: str | None = None  # `cache-dir`, relative to ``base``
     source: str | None = field(default=None, compare=False)
 
 
@@ -50,6 +51,11 @@ _KEYS = {
         "old_op_calls",
         lambda v: v if isinstance(v, str) and v in OLD_OP_CALLS else None,
         "one of the strings " + ", ".join(repr(choice) for choice in OLD_OP_CALLS),
+    ),
+    "cache-dir": (
+        "cache_dir",
+        lambda v: v if isinstance(v, str) and v.strip() else None,
+        "a folder (a non-empty string)",
     ),
 }
 
@@ -99,6 +105,8 @@ def parse_config(text: str, source: str) -> Config:
                 f"{source}: [{TABLE}] {key}: expected {expected}, found {value!r} ({type(value).__name__})"
             )
         values[name] = converted
+    if "cache_dir" in values:  # relative to the pyproject.toml's folder, as the excludes are
+        values["cache_dir"] = os.path.join(base, str(values["cache_dir"]))
     return Config(base=base, source=source, **values)  # type: ignore[arg-type]  # each value converted by its key
 
 

@@ -25,7 +25,7 @@ SKIPPED_FOLDER_NAMES = frozenset(
     {
         ".git", ".hg", ".svn", "__pycache__", ".venv", "venv", ".tox", ".nox", ".direnv",
         "__pypackages__", ".eggs", "site-packages", "node_modules", ".mypy_cache",
-        ".pytest_cache", ".ruff_cache", ".hypothesis",
+        ".pytest_cache", ".ruff_cache", ".hypothesis", ".vllm-attn-compat-cache",
     }
 )  # fmt: skip
 

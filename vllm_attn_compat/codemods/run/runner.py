@@ -19,15 +19,16 @@ from __future__ import annotations
 import itertools
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Set
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
 from vllm_attn_compat.codemods import registry
 from vllm_attn_compat.codemods.engine import migrate
 from vllm_attn_compat.codemods.index import classscan
-from vllm_attn_compat.codemods.run import files, parallel, prefork, sources, worker
+from vllm_attn_compat.codemods.run import files, parallel, prefork, rerun, sources, stats, worker
 from vllm_attn_compat.codemods.run.dependencies import MissingDependency
 from vllm_attn_compat.codemods.run.handoff import Handoff, candidate_rules
+from vllm_attn_compat.codemods.run.options import Options
 from vllm_attn_compat.codemods.run.report import FileError, RunReport, unified_diff
 from vllm_attn_compat.codemods.run.scan import TokenScan
 
@@ -45,28 +46,6 @@ if TYPE_CHECKING:
     Recorded: TypeAlias = worker.Migrated | FileError | parallel.WorkerCrashed
 
 Item = TypeVar("Item")
-
-
-@dataclass(frozen=True)
-class Options:
-    """How to run; ``mode`` is ``write`` (apply fixes), ``check`` or ``diff`` (write nothing)."""
-
-    mode: str = "write"
-    unsafe_fixes: bool = False
-    old_op_calls: str = "with-output"  # or "forwarder": see VAC007
-    select: tuple[str, ...] = ()
-    ignore: tuple[str, ...] = ()
-    exclude: tuple[str, ...] = ()
-    base: str = "."
-    jobs: int = field(default_factory=lambda: parallel.available_cores())
-    progress: bool = False
-    cache_dir: str | None = None  # see cache.py
-
-    @property
-    def verifies(self) -> bool:
-        """Whether rewritten sources go through the safety checks: wherever one may be written or shown as a
-        diff; ``--check`` only reports that a file would change (a rewrite failing a check is a bug either way)."""
-        return self.mode != "check"
 
 
 @dataclass(eq=False)
@@ -304,55 +283,72 @@ def run_paths(
     *,
     emit_diff: Callable[[str], object] = lambda text: None,
     warm: Sequence[prefork.PreforkedWorker] = (),
+    prepared: rerun.Prepared | None = None,
 ) -> RunReport:
     """Migrate the given files and folders; ``emit_diff`` receives each file's unified diff (diff mode).
 
     ``warm`` are workers the caller started (:func:`worker.preload`) to have them ready sooner; the run
-    stops them when done.
+    stops them when done. ``prepared``: the files found for ``paths`` by a caller that tried
+    `rerun.replay` already (the cache held no run over them).
     """
     warm = list(warm)
     try:
-        report = RunReport(mode=options.mode)
-        rules = registry.select_rules(options.select, options.ignore)
-        found = files.discover(paths, options.exclude, options.base)
-        report.skipped = [(s.path, s.reason) for s in found.skipped]
-        report.errors += [FileError(u.path, 1, 1, u.reason) for u in found.unreadable]
+        if prepared is None:
+            prepared = rerun.prepare(paths, options)
+            report = prepared.report(options.mode)
+            if rerun.replay(prepared, options.mode, report):
+                return report  # a rerun over files whose status says they are unchanged: none was read
+        else:  # the caller tried the replay (the command line, before importing this module)
+            report = prepared.report(options.mode)
+        found, rules, cache, table, started = (
+            prepared.found, prepared.rules, prepared.cache, prepared.table, prepared.started
+        )  # fmt: skip
         prefilter = TokenScan(migrate.prefilter_tokens(rules))
         scanned, worth, warm, probable = _read_and_filter(found.files, rules, prefilter, options, report, warm)
         context, context_worth = _read_context(found.excluded, prefilter)
+        run_key = None
+        if cache and table:
+            digests = {s.source_file.path: _digest(s, table, started) for s in [*scanned, *context]}
+            run_key = cache.run_key(digests, options.mode)
+            table.save()
+        replayed = cache.load_run(run_key) if cache and run_key is not None and run_key != prepared.tried else None
+        errors = len(report.errors)
+        if replayed is not None:
+            findings, changed, report.parsed = replayed
+            report.findings += findings
+            report.changed += changed
         # On a big tree without any file worth parsing, nothing is parsed and libcst is never imported here.
         # (An excluded file may hold the base class that makes the others' classes attention code.)
-        if worth or context_worth:
-            cache = _cache(options.cache_dir, options, rules) if options.cache_dir else None
-            everything = {s.source_file.path: s.source for s in [*scanned, *context]}
-            run_key = cache.run_key(everything, options.mode) if cache else None
-            replayed = cache.load_run(run_key) if cache and run_key is not None else None
-            if replayed is not None:
-                findings, changed, report.parsed = replayed
-                report.findings += findings
-                report.changed += changed
-            else:
-                if len(warm) == 1 and options.jobs > 1 and probable >= parallel.IN_PROCESS_BELOW:
-                    # Enough work for a second early worker: forked by the first once it has imported libcst
-                    # (else it imports it during the hierarchy rounds). Not sooner: a small or cached run
-                    # would only pay for it.
-                    second = warm[0].sibling() or prefork.start(worker.preload)
-                    warm += [second] if second else []
-                errors = len(report.errors)
-                _migrate_worth(scanned, worth, rules, options, report, emit_diff, warm, cache, context, context_worth)
-                if (
-                    cache
-                    and run_key is not None
-                    and len(report.errors) == errors
-                    and (options.mode == "check" or not report.changed)
-                ):
-                    cache.store_run(run_key, report.findings, report.changed, report.parsed)
-            if cache:
-                cache.prune()
+        elif worth or context_worth:
+            if len(warm) == 1 and options.jobs > 1 and probable >= parallel.IN_PROCESS_BELOW:
+                # Enough work for a second early worker: forked by the first once it has imported libcst
+                # (else it imports it during the hierarchy rounds). Not sooner: a small or cached run
+                # would only pay for it.
+                second = warm[0].sibling() or prefork.start(worker.preload)
+                warm += [second] if second else []
+            _migrate_worth(scanned, worth, rules, options, report, emit_diff, warm, cache, context, context_worth)
+        if (
+            cache
+            and replayed is None
+            and run_key is not None
+            and len(report.errors) == errors
+            and (options.mode == "check" or not report.changed)
+        ):
+            cache.store_run(run_key, report.findings, report.changed, report.parsed)
+        if cache:
+            cache.prune()
     finally:
         for early in warm:
             early.close()
     return report
+
+
+def _digest(s: _Scanned, table: stats.StatTable, started: int) -> str:
+    """The digest of a file read (the ``table``'s when the file's status is the one recorded), recorded."""
+    known = table.digest(s.source_file.real_path, stats.status_of(s.stat))
+    found = known if known is not None else stats.digest(s.source)
+    table.record(s.source_file.real_path, s.stat, found, started)
+    return found
 
 
 def _read_context(excluded: Sequence[files.SourceFile], prefilter: TokenScan) -> tuple[list[_Scanned], list[_Scanned]]:
@@ -373,13 +369,6 @@ def _probably_parsed(source: bytes, rules: Sequence[type[Rule]], unscoped: Seque
     or mentions vLLM and holds a scoped rule's token too. A file naming ``class Attention(`` alone
     (torch has one) is left to the hierarchy pass: most such classes are no vLLM attention class."""
     return migrate.needs_parsing(source, unscoped) or (b"vllm" in source and migrate.needs_parsing(source, rules))
-
-
-def _cache(folder: str, options: Options, rules: Sequence[type[Rule]]) -> Cache:
-    from vllm_attn_compat.codemods.run.cache import Cache
-
-    settings = ([rule.code for rule in rules], options.unsafe_fixes, options.old_op_calls, options.verifies)
-    return Cache(folder, settings)
 
 
 def _migrate_worth(

@@ -1,0 +1,128 @@
+"""A rerun over unchanged files replays the cached run's report without reading a file; anything else is a miss,
+and the run the runner then does reports what an uncached run does."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from vllm_attn_compat.codemods.run import rerun, sources, stats
+from vllm_attn_compat.codemods.run.runner import Options, run_paths
+
+from runner_trees import BASE, IMPL, MANUAL, UNRELATED, write_tree
+
+STUB_VLLM = {"vllm/__init__.py": "", "vllm/v1/attention/backend.py": "class AttentionImpl:\n    pass\n"}
+
+
+@pytest.fixture
+def tree(tmp_path: Path, monkeypatch) -> Path:
+    # Files written by the test are "racy" for `RACY_NS`: trusted at once here, the worst case for staleness.
+    monkeypatch.setattr(stats, "RACY_NS", 0)
+    return write_tree(
+        tmp_path / "tree",
+        {**STUB_VLLM, "plugin/base.py": BASE, "plugin/impl.py": IMPL, "plugin/manual.py": MANUAL,
+         "plugin/helpers.py": UNRELATED},
+    )  # fmt: skip
+
+
+@pytest.fixture
+def reads(monkeypatch) -> list[str]:
+    """Every file read as source, by any part of the run."""
+    read: list[str] = []
+    original = sources.read_source
+
+    def recording(path: str):
+        read.append(os.path.basename(path))
+        return original(path)
+
+    monkeypatch.setattr(sources, "read_source", recording)
+    return read
+
+
+def _options(tmp_path: Path, **more) -> Options:
+    return Options(mode="check", jobs=1, cache_dir=str(tmp_path / "cache"), **more)
+
+
+def _outcome(report):
+    return sorted(report.findings), sorted(report.changed), sorted(report.errors), report.scanned, report.parsed
+
+
+def _replayed(tree: Path, options: Options) -> bool:
+    prepared = rerun.prepare([str(tree)], options)
+    return rerun.replay(prepared, options.mode, prepared.report(options.mode))
+
+
+def test_a_rerun_over_unchanged_files_reads_none_and_reports_the_same(tree, tmp_path, reads):
+    options = _options(tmp_path)
+    cold = _outcome(run_paths([str(tree)], options))
+    assert reads
+    reads.clear()
+    assert _outcome(run_paths([str(tree)], options)) == cold
+    assert reads == []
+
+
+def test_files_whose_status_changed_but_not_their_bytes_are_read_and_the_run_replayed(tree, tmp_path, reads):
+    options = _options(tmp_path)
+    run_paths([str(tree)], options)
+    reads.clear()
+    earlier = time.time_ns() - 3600 * 10**9
+    os.utime(tree / "plugin/impl.py", ns=(earlier, earlier))  # `touch`, or a checkout writing the same bytes back
+    assert _replayed(tree, options)
+    assert reads == ["impl.py"]
+    reads.clear()
+    assert _replayed(tree, options) and reads == []  # its new status was recorded
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda tree: (tree / "plugin/impl.py").write_text(IMPL.replace("is not None", "is not Nope")),  # same size
+        lambda tree: (tree / "plugin/new.py").write_text(IMPL),
+        lambda tree: (tree / "plugin/helpers.py").unlink(),
+        lambda tree: (tree / "plugin/base.py").write_text("class PluginImplBase:\n    pass\n"),
+    ],
+    ids=["same-size-edit", "file-added", "file-removed", "base-edited"],
+)
+def test_any_change_misses_and_the_run_reports_what_an_uncached_run_does(tree, tmp_path, change):
+    options = _options(tmp_path)
+    run_paths([str(tree)], options)
+    change(tree)
+    assert not _replayed(tree, options)
+    assert _outcome(run_paths([str(tree)], options)) == _outcome(run_paths([str(tree)], _options(tmp_path / "none")))
+
+
+def test_options_and_mode_key_the_run(tree, tmp_path):
+    run_paths([str(tree)], _options(tmp_path))
+    assert _replayed(tree, _options(tmp_path))
+    assert not _replayed(tree, Options(mode="diff", jobs=1, cache_dir=str(tmp_path / "cache")))
+    assert not _replayed(tree, _options(tmp_path, select=("VAC001",)))
+    assert not _replayed(tree, _options(tmp_path, unsafe_fixes=True))
+
+
+def test_an_edit_of_an_excluded_file_misses(tree, tmp_path):
+    options = _options(tmp_path, exclude=("base.py",), base=str(tree))
+    run_paths([str(tree)], options)
+    assert _replayed(tree, options)
+    (tree / "plugin/base.py").write_text("class PluginImplBase:\n    pass\n")
+    assert not _replayed(tree, options)
+
+
+def test_a_file_that_cannot_be_read_as_source_is_never_replayed_over(tree, tmp_path):
+    (tree / "plugin/binary.py").write_bytes(b"x = 1\n\0")
+    options = _options(tmp_path)
+    first = _outcome(run_paths([str(tree)], options))
+    assert [error.path for error in first[2]] == [str(tree / "plugin/binary.py")]
+    assert not _replayed(tree, options)  # the runner reads it, and reports it again
+    assert _outcome(run_paths([str(tree)], options)) == first
+
+
+def test_a_tree_with_nothing_to_migrate_is_replayed_too(tmp_path, reads, monkeypatch):
+    monkeypatch.setattr(stats, "RACY_NS", 0)
+    tree = write_tree(tmp_path / "plain", {f"pkg/m{n}.py": UNRELATED for n in range(5)})
+    options = _options(tmp_path)
+    assert _outcome(run_paths([str(tree)], options)) == ([], [], [], 5, 0)
+    reads.clear()
+    assert _replayed(tree, options) and reads == []

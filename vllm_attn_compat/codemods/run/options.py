@@ -1,0 +1,33 @@
+"""How a run goes: the options the command line and the configuration decide (`runner.run_paths` takes them).
+
+A module of its own, so that the command line can decide them, and replay a rerun (`rerun`), without
+importing the runner and what it imports.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from vllm_attn_compat.codemods.run import parallel
+
+
+@dataclass(frozen=True)
+class Options:
+    """How to run; ``mode`` is ``write`` (apply fixes), ``check`` or ``diff`` (write nothing)."""
+
+    mode: str = "write"
+    unsafe_fixes: bool = False
+    old_op_calls: str = "with-output"  # or "forwarder": see VAC007
+    select: tuple[str, ...] = ()
+    ignore: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
+    base: str = "."
+    jobs: int = field(default_factory=lambda: parallel.available_cores())
+    progress: bool = False
+    cache_dir: str | None = None  # see cache.py
+
+    @property
+    def verifies(self) -> bool:
+        """Whether rewritten sources go through the safety checks: wherever one may be written or shown as a
+        diff; ``--check`` only reports that a file would change (a rewrite failing a check is a bug either way)."""
+        return self.mode != "check"

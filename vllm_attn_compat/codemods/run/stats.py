@@ -1,0 +1,132 @@
+"""Which files are unchanged since a run read them, known from their status alone (as git, ruff and mypy do).
+
+A rerun over an unchanged tree must not read its files: reading and hashing torch's 46 MB costs more than
+the whole report it replays. The table keeps, for each file a run read, its status (size, inode, ``mtime_ns``
+and ``ctime_ns``) and the SHA-256 of the bytes read. A file whose status is the same is trusted to hold the
+same bytes; one whose status differs is read and hashed again (the content-hash fallback: ``touch`` or a
+``git checkout`` that writes the same bytes back still finds the run's entry).
+
+What the status cannot tell, and how it is handled:
+
+* A file modified again within its timestamps' granularity (a few milliseconds on Linux, up to 2 s on FAT)
+  after the run read it keeps its ``mtime_ns``, and its size when the edit keeps it. Git's "racy" rule: a
+  row is not kept for a file whose ``mtime`` or ``ctime`` is less than `RACY_NS` older than the moment the
+  run started reading; such a file is hashed again by the next run, and kept once it is old enough.
+* ``ctime`` cannot be set by a user: an edit followed by ``os.utime`` restoring the old ``mtime_ns`` changes it.
+  The one change the table cannot see keeps the size, the inode, and both timestamps to the nanosecond:
+  that takes setting the system clock back.
+
+The table is one JSON file in the cache folder (its rows do not depend on this tool's version or options:
+a file's bytes are the same whoever read them), rows keyed by absolute path, written atomically. A table
+that cannot be read or parsed is ignored (every file is then hashed, as without it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+from collections.abc import Iterable, Mapping
+
+from vllm_attn_compat.codemods.run import cachedir
+
+# Files whose mtime or ctime is this close to (or after) the start of the run that read them are not
+# trusted by their status next time (FAT's timestamps have a 2 s granularity).
+RACY_NS = 3_000_000_000
+# Rows of files this run did not see are kept (other paths given another time), up to this many in all.
+MAX_ROWS = 200_000
+_NAME = "stats.json"
+_FORMAT = "vllm-attn-compat-stats/1"
+
+Status = tuple[int, int, int, int]  # size, inode, mtime_ns, ctime_ns
+
+
+def digest(source: bytes) -> str:
+    """What the table, and `cache.Cache.run_key`, know a file's bytes by."""
+    return hashlib.sha256(source).hexdigest()
+
+
+def status_of(stat: os.stat_result) -> Status:
+    return (stat.st_size, stat.st_ino, stat.st_mtime_ns, stat.st_ctime_ns)
+
+
+def table_path(folder: str) -> str:
+    """Where the table lives in the cache's entries folder ``folder`` (`cachedir.entries_folder`)."""
+    return os.path.join(folder, _NAME)
+
+
+class StatTable:
+    """Digests of files by their status: load once per run, look up, then record what the run read."""
+
+    def __init__(self, root: str) -> None:
+        """``root``: the cache's folder (``--cache-dir``)."""
+        self.root = root
+        self.path = table_path(cachedir.entries_folder(root))
+        self.rows: dict[str, tuple[Status, str]] = {}
+        self._changed = False
+        try:
+            with open(self.path, "rb") as handle:
+                data = json.loads(handle.read())
+            if data.get("format") != _FORMAT:
+                return
+            for path, (size, inode, mtime, ctime, digest) in data["rows"].items():
+                if not (all(type(n) is int for n in (size, inode, mtime, ctime)) and _is_digest(digest)):
+                    raise TypeError(f"malformed row for {path!r}")
+                self.rows[path] = ((size, inode, mtime, ctime), digest)
+        except (OSError, ValueError, TypeError, KeyError, AttributeError):
+            self.rows = {}  # no table, or one this version cannot read: every file is hashed
+
+    def digest(self, real_path: str, status: Status) -> str | None:
+        """The digest of the file's bytes when its status is the one recorded, else None."""
+        row = self.rows.get(os.path.abspath(real_path))
+        return row[1] if row is not None and row[0] == status else None
+
+    def last_digest(self, real_path: str) -> str | None:
+        """The digest recorded for the file, whatever its status now."""
+        row = self.rows.get(os.path.abspath(real_path))
+        return None if row is None else row[1]
+
+    def record(self, real_path: str, stat: os.stat_result, digest: str, started_ns: int) -> None:
+        """Remember the digest of the bytes a run read from ``real_path`` after taking ``stat``, unless the
+        file is racy (modified too close to ``started_ns``, the moment the run started reading)."""
+        path = os.path.abspath(real_path)
+        status = status_of(stat)
+        if max(stat.st_mtime_ns, stat.st_ctime_ns) >= started_ns - RACY_NS:
+            if self.rows.pop(path, None) is not None:
+                self._changed = True
+            return
+        if self.rows.get(path) != (status, digest):
+            self.rows[path] = (status, digest)
+            self._changed = True
+
+    def save(self, seen: Iterable[str] = ()) -> None:
+        """Write the table if it changed (atomically; a failure costs the next run a hash of each file).
+        Beyond `MAX_ROWS`, the rows of paths not in ``seen`` (absolute) go first."""
+        if not self._changed:
+            return
+        rows: Mapping[str, tuple[Status, str]] = self.rows
+        if len(rows) > MAX_ROWS:
+            keep = set(seen)
+            rows = {path: row for path, row in rows.items() if path in keep}
+        data = {"format": _FORMAT, "rows": {path: [*status, digest] for path, (status, digest) in rows.items()}}
+        temporary = f"{self.path}.{os.getpid()}.tmp"
+        try:
+            cachedir.make(self.root)
+            os.makedirs(os.path.dirname(self.path), exist_ok=True)
+            text = json.dumps(data, separators=(",", ":"))  # in C, unlike json.dump (see cache.Cache._write)
+            with open(temporary, "w", encoding="utf-8") as handle:
+                handle.write(text)
+            os.replace(temporary, self.path)
+        except OSError:  # the cache's own writes warn about an unwritable folder
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)
+        self._changed = False
+
+
+_DIGEST = re.compile(r"[0-9a-f]{64}")
+
+
+def _is_digest(value: object) -> bool:
+    return isinstance(value, str) and _DIGEST.fullmatch(value) is not None

@@ -301,3 +301,77 @@ def test_the_pre_commit_hooks_keep_every_call_working_when_the_commit_holds_the_
     assert _probe(plugin) == before
     report = completed.stdout
     assert "tests_plugin/test_smoke.py:9:12:" in report  # the caller that withholds the forward's fix
+
+
+# A method only a file importing neither vLLM nor the plugin calls, through a receiver the run cannot
+# resolve: that file is read for its calls all the same.
+CHUNKED = """
+import torch
+from vllm.v1.attention.backend import AttentionImpl
+
+
+class ChunkImpl(AttentionImpl):
+    def prefill(self, query, key, value, output=None):
+        if output is None:
+            output = torch.empty_like(query)
+        output.copy_(query + key + value)
+        return output
+"""
+
+RUNNER = """
+def warm(engine, x):
+    return engine.attn_impl.prefill(x, x, x)
+"""
+
+RUNNER_PROBE = """
+import json
+import sys
+import types
+
+import torch
+
+sys.path[:0] = [sys.argv[1], sys.argv[2]]
+from plugin.chunked import ChunkImpl
+from runner import warm
+
+q = torch.arange(8.0).view(2, 4)
+try:
+    print(json.dumps(["returned", warm(types.SimpleNamespace(attn_impl=ChunkImpl()), q).tolist()]))
+except Exception as error:
+    print(json.dumps(["raised", type(error).__name__ + ": " + str(error)]))
+"""
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_a_caller_importing_neither_vllm_nor_the_class_withholds_the_fix_it_would_break(tmp_path: Path, jobs) -> None:
+    _write(tmp_path / "stubs", STUB_VLLM)
+    _write(tmp_path / "tree", {"plugin/__init__.py": "", "plugin/chunked.py": CHUNKED, "runner.py": RUNNER})
+    (tmp_path / "probe.py").write_text(RUNNER_PROBE)
+
+    def probe() -> list:
+        environment = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        command = [sys.executable, str(tmp_path / "probe.py"), str(tmp_path / "tree"), str(tmp_path / "stubs")]
+        completed = subprocess.run(command, capture_output=True, text=True, timeout=300, env=environment, check=True)
+        return json.loads(completed.stdout)
+
+    before = probe()
+    assert before[0] == "returned", before
+    environment = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    completed = subprocess.run(
+        [sys.executable, "-m", "vllm_attn_compat", "migrate", "--jobs", jobs, "tree"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=environment,
+        check=False,
+    )
+    assert completed.returncode == 1, completed.stdout + completed.stderr  # the caller is left to a person
+    assert probe() == before
+    assert (tmp_path / "tree/plugin/chunked.py").read_text() == textwrap.dedent(CHUNKED).lstrip("\n")
+    lines = completed.stdout.splitlines()
+    caller = [line for line in lines if line.startswith("tree/runner.py:")]
+    assert len(caller) == 1 and caller[0].startswith("tree/runner.py:2:12: VAC002 `engine.attn_impl.prefill(...)`")
+    assert "pass `output=torch.empty_like(query)`" in caller[0]
+    withheld = [line for line in lines if line.startswith("tree/plugin/chunked.py:")]
+    assert len(withheld) == 2 and all("[unsafe]" in line and "tree/runner.py:2" in line for line in withheld), lines

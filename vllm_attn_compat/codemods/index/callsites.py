@@ -155,7 +155,11 @@ class CallAnalysis:
         found = self.blockers(class_name, method, code)
         if not found:
             return None
-        text = found[0].describe(method, normalize_path(path))
+        here = normalize_path(path)
+        # Every use in the run counts, so a generic name (`forward`) gathers references and `*args` calls
+        # from all over a tree: the message names the plainest one, a call omitting `output` where one is.
+        shown = min(found, key=lambda blocker: (_PLAINEST.get(blocker.how, 3), blocker.path != here, _order(blocker)))
+        text = shown.describe(method, here)
         more = f" (and {len(found) - 1} more use{'s' if len(found) > 2 else ''})" if len(found) > 1 else ""
         return f"not safe while the run uses the method otherwise: {text}{more}"
 
@@ -166,6 +170,9 @@ class CallAnalysis:
             for code, found in codes.items():
                 mine[code] = tuple(sorted(set(mine.get(code, ())) | set(found), key=_order))
         return CallAnalysis(withheld, {**self.methods, **other.methods})
+
+
+_PLAINEST = {"layer": 0, "omits": 1, "none": 1, "starred": 2}
 
 
 def _order(blocker: Blocker) -> tuple[str, int, int, str]:

@@ -206,9 +206,18 @@ def _index_hierarchy(
         new_methods = methods - checked_methods
         checked_methods = methods
         uses, new_uses = classscan.uses_pattern(methods), classscan.uses_pattern(new_methods)
+        pending_paths = {s.source_file.path for s in pending}
         for s in scanned:
             path = s.source_file.path
             spared = indexes.get(path)
+            if spared is None:
+                # Every caller in the run counts, whatever it imports (`runner.py` calling
+                # `engine.impl.prefill(x)`): a file never indexed yet is parsed once it may use a method
+                # the analysis checks. (Each round checked it for the methods known then.)
+                if path not in pending_paths and classscan.may_use(s.source, new_methods, new_uses):
+                    must_parse.add(path)
+                    pending.append(s)
+                continue
             if not isinstance(spared, classscan.ScannedIndex):
                 continue
             if spared.names_any(new_names) or (

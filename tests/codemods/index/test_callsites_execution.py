@@ -303,14 +303,17 @@ def test_the_pre_commit_hooks_keep_every_call_working_when_the_commit_holds_the_
     assert "tests_plugin/test_smoke.py:9:12:" in report  # the caller that withholds the forward's fix
 
 
-# A method only a file importing neither vLLM nor the plugin calls, through a receiver the run cannot
-# resolve: that file is read for its calls all the same.
+# A method only files importing neither vLLM nor the plugin call: through a receiver the run cannot resolve
+# (`runner.py`), and through `self` in a mixin the impl derives from (`mixin.py`). Both files are read for
+# their calls all the same.
 CHUNKED = """
 import torch
 from vllm.v1.attention.backend import AttentionImpl
 
+from plugin.mixin import WarmMixin
 
-class ChunkImpl(AttentionImpl):
+
+class ChunkImpl(AttentionImpl, WarmMixin):
     def prefill(self, query, key, value, output=None):
         if output is None:
             output = torch.empty_like(query)
@@ -321,6 +324,12 @@ class ChunkImpl(AttentionImpl):
 RUNNER = """
 def warm(engine, x):
     return engine.attn_impl.prefill(x, x, x)
+"""
+
+MIXIN = """
+class WarmMixin:
+    def warm_up(self, x):
+        return self.prefill(x, x, x)
 """
 
 RUNNER_PROBE = """
@@ -335,24 +344,38 @@ from plugin.chunked import ChunkImpl
 from runner import warm
 
 q = torch.arange(8.0).view(2, 4)
-try:
-    print(json.dumps(["returned", warm(types.SimpleNamespace(attn_impl=ChunkImpl()), q).tolist()]))
-except Exception as error:
-    print(json.dumps(["raised", type(error).__name__ + ": " + str(error)]))
+calls = {
+    "runner": lambda: warm(types.SimpleNamespace(attn_impl=ChunkImpl()), q),
+    "mixin": lambda: ChunkImpl().warm_up(q),
+}
+results = {}
+for name, call in calls.items():
+    try:
+        results[name] = ["returned", call().tolist()]
+    except Exception as error:
+        results[name] = ["raised", type(error).__name__ + ": " + str(error)]
+print(json.dumps(results))
 """
 
 
 @pytest.mark.parametrize("jobs", ["1", "2"])
-def test_a_caller_importing_neither_vllm_nor_the_class_withholds_the_fix_it_would_break(tmp_path: Path, jobs) -> None:
+@pytest.mark.parametrize("caller", ["runner", "mixin"])
+def test_a_caller_importing_neither_vllm_nor_the_class_withholds_the_fix_it_would_break(
+    tmp_path: Path, caller: str, jobs: str
+) -> None:
     _write(tmp_path / "stubs", STUB_VLLM)
-    _write(tmp_path / "tree", {"plugin/__init__.py": "", "plugin/chunked.py": CHUNKED, "runner.py": RUNNER})
+    # Only one of the two files calls `prefill` (the other's call is commented out): it alone withholds the fix.
+    runner = RUNNER if caller == "runner" else RUNNER.replace("return engine", "pass  # engine")
+    mixin = MIXIN if caller == "mixin" else MIXIN.replace("return self", "pass  # self")
+    layout = {"plugin/__init__.py": "", "plugin/chunked.py": CHUNKED, "plugin/mixin.py": mixin, "runner.py": runner}
+    _write(tmp_path / "tree", layout)
     (tmp_path / "probe.py").write_text(RUNNER_PROBE)
 
     def probe() -> list:
         environment = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
         command = [sys.executable, str(tmp_path / "probe.py"), str(tmp_path / "tree"), str(tmp_path / "stubs")]
         completed = subprocess.run(command, capture_output=True, text=True, timeout=300, env=environment, check=True)
-        return json.loads(completed.stdout)
+        return json.loads(completed.stdout)[caller]
 
     before = probe()
     assert before[0] == "returned", before
@@ -370,8 +393,12 @@ def test_a_caller_importing_neither_vllm_nor_the_class_withholds_the_fix_it_woul
     assert probe() == before
     assert (tmp_path / "tree/plugin/chunked.py").read_text() == textwrap.dedent(CHUNKED).lstrip("\n")
     lines = completed.stdout.splitlines()
-    caller = [line for line in lines if line.startswith("tree/runner.py:")]
-    assert len(caller) == 1 and caller[0].startswith("tree/runner.py:2:12: VAC002 `engine.attn_impl.prefill(...)`")
-    assert "pass `output=torch.empty_like(query)`" in caller[0]
+    site, call = ("tree/runner.py:2:12:", "`engine.attn_impl.prefill(...)`")
+    if caller == "mixin":
+        site, call = ("tree/plugin/mixin.py:3:16:", "`self.prefill(...)`")
+    at_caller = [line for line in lines if line.startswith(site.rsplit(":", 3)[0] + ":")]
+    assert at_caller == [line for line in lines if line.startswith(site + " VAC002 " + call)] != [], lines
+    assert "pass `output=torch.empty_like(query)`" in at_caller[0]
     withheld = [line for line in lines if line.startswith("tree/plugin/chunked.py:")]
-    assert len(withheld) == 2 and all("[unsafe]" in line and "tree/runner.py:2" in line for line in withheld), lines
+    where = site.rsplit(":", 2)[0]
+    assert len(withheld) == 2 and all("[unsafe]" in line and where in line for line in withheld), lines

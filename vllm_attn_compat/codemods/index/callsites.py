@@ -324,6 +324,17 @@ def extend(analysis: CallAnalysis, hierarchy: ClassHierarchy, index: ModuleIndex
     return analysis.merged(_withheld(hierarchy, [index], targets))
 
 
+def open_method_names(analysis: CallAnalysis) -> frozenset[str]:
+    """The names of the methods with a fix the run's uses do not withhold yet: only a use of one of them
+    can still change a fix (a use of a method whose fixes are all withheld is reported only where its
+    file is read anyway). Once withheld, a fix stays withheld as the run reads more files."""
+    return frozenset(
+        method.name
+        for key, method in analysis.methods.items()
+        if not set(_codes(method, "omits")) <= set(analysis.withheld.get(key, ()))
+    )
+
+
 def has_methods(index: ModuleIndex) -> bool:
     """Whether a fix in this module could be withheld by calls in other modules (found in later rounds)."""
     return any(method.output_default_none or method.fallback for method in index.calls.methods)

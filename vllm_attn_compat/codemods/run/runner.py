@@ -147,6 +147,7 @@ def _index_hierarchy(
     The files are indexed in the ``early`` workers when they are all the jobs (`_index_files`), those the
     ``cache`` holds not at all. A file of ``excluded`` that does not parse is left out unreported.
     """
+    from vllm_attn_compat.codemods.index import callsites
     from vllm_attn_compat.codemods.index import hierarchy as hierarchy_module
     from vllm_attn_compat.codemods.index.names import guess_module_name
 
@@ -158,6 +159,7 @@ def _index_hierarchy(
     known_names: frozenset[str] = frozenset()
     must_parse: set[str] = set()  # files the class scan spared once, which later rounds need indexed
     checked_methods: frozenset[str] = frozenset()  # the methods each file spared in earlier rounds was checked for
+    read_for: frozenset[str] = frozenset()  # the methods each file not indexed was checked for
     built = hierarchy_module.ClassHierarchy.build([])
     settled: ClassHierarchy | None = None  # the last round's hierarchy, for `after_round` once the next is under way
     while pending:
@@ -206,15 +208,18 @@ def _index_hierarchy(
         new_methods = methods - checked_methods
         checked_methods = methods
         uses, new_uses = classscan.uses_pattern(methods), classscan.uses_pattern(new_methods)
+        # Every caller in the run counts, whatever it imports (`runner.py` calling `engine.impl.prefill(x)`):
+        # a file not indexed is parsed once it may use a method with a fix still safe (`open_method_names`).
+        # (Each round checked it for the names read for then.)
+        unread = callsites.open_method_names(built.calls) - read_for
+        read_for |= unread
+        unread_uses = classscan.uses_pattern(unread)
         pending_paths = {s.source_file.path for s in pending}
         for s in scanned:
             path = s.source_file.path
             spared = indexes.get(path)
             if spared is None:
-                # Every caller in the run counts, whatever it imports (`runner.py` calling
-                # `engine.impl.prefill(x)`): a file never indexed yet is parsed once it may use a method
-                # the analysis checks. (Each round checked it for the methods known then.)
-                if path not in pending_paths and classscan.may_use(s.source, new_methods, new_uses):
+                if path not in pending_paths and classscan.may_use(s.source, unread, unread_uses):
                     must_parse.add(path)
                     pending.append(s)
                 continue

@@ -353,6 +353,8 @@ def quick_index(source: bytes, path: str, known: frozenset[str]) -> ScannedIndex
     code onto one; None when the file must be parsed."""
     if b"accept_output_buffer" in source:  # a duck-typed backend or a "methods" class: `ast` decides
         return None
+    if _may_build(source):  # a class builder a decorator may be (`runtime_patches.builder_entry`)
+        return None
     headers = _headers(source)
     if headers is None:
         return None
@@ -379,6 +381,26 @@ def quick_index(source: bytes, path: str, known: frozenset[str]) -> ScannedIndex
     except UnicodeDecodeError:  # not UTF-8 (a coding declaration): the parser reads it right
         return None
     return ScannedIndex(normalize_path(path), guess_module_name(path), (), base_words=names)
+
+
+# `type(` called by its plain name, as `runtime_patches.builder_entry` requires.
+_TYPE_CALL = re.compile(rb"(?<![A-Za-z0-9_\x80-\xff.])type" + _SEP + rb"\(")
+
+
+def _may_build(source: bytes) -> bool:
+    """Whether the file may build a class with ``type(name, bases, namespace)`` or ``new_class(...)``: a
+    ``type(`` call with a comma among its own arguments (``type(self)`` has none), or one whose end the
+    scan cannot find."""
+    if b"new_class" in source:
+        return True
+    for match in _TYPE_CALL.finditer(source):
+        extent = _call_extent(source, match.end() - 1)
+        if extent is None:
+            return True
+        spans, _ = extent
+        if any(b"," in source[start:end] for start, end, depth in spans if depth == 1):
+            return True
+    return False
 
 
 def uses_pattern(names: frozenset[str] | set[str]) -> re.Pattern[bytes] | None:

@@ -21,6 +21,12 @@ from dataclasses import dataclass
 # What is copied: one attribute (a function becomes a method), or a class's members (a mixin).
 ATTRIBUTE = "attribute"
 MEMBERS = "members"
+# A function building a class with ``type(name, bases, namespace)`` (targets: the bases it names), and a
+# "methods" class a decorator is applied to (targets: the decorator). A class whose decorator is such a
+# builder becomes, at run time, a new class deriving from the builder's bases with its members: its
+# flag and asserts are that class's design (`ClassHierarchy.patch_scope` answers "built"; reported only).
+BUILDER = "builder"
+BUILT = "built"
 
 Resolve = Callable[[ast.expr], "str | None"]
 
@@ -136,6 +142,11 @@ class HelperLines:
 
     def __init__(self, source: bytes) -> None:
         self.lines: list[int] | None = _helper_lines(source)  # sorted; None where the text cannot tell
+        # Lines that may build a class (`builder_entry`); read from the text like the helpers' lines.
+        self.builds: list[int] | None = builder_lines(source) if self.lines is not None else None
+
+    def may_build(self, node: ast.stmt) -> bool:
+        return self.builds is None or may_build(self.builds, node)
 
     def any_between(self, first: int, last: int) -> bool:
         if self.lines is None:
@@ -181,6 +192,57 @@ def may_patch(node: ast.stmt, helper_lines: HelperLines) -> bool:
     return helper_lines.any_between(node.lineno, node.end_lineno or node.lineno)
 
 
+_BUILDS = re.compile(rb"(?<![A-Za-z0-9_.])type[ \t]*\(|new_class[ \t]*\(")
+
+
+def builder_lines(source: bytes) -> list[int]:
+    """The lines of ``source`` that may call ``type(...)`` or ``types.new_class(...)`` (`may_build`)."""
+    lines, line, counted = [], 1, 0
+    for match in _BUILDS.finditer(source):
+        line += source.count(b"\n", counted, match.start())
+        counted = match.start()
+        lines.append(line)
+    return lines
+
+
+def may_build(lines: list[int], node: ast.stmt) -> bool:
+    """Whether ``node`` spans one of ``lines`` (`builder_lines`): only then can it build a class."""
+    i = bisect_left(lines, node.lineno)
+    return i < len(lines) and lines[i] <= (node.end_lineno or node.lineno)
+
+
+def builder_entry(node: ast.FunctionDef | ast.AsyncFunctionDef, source: str, resolve: Resolve) -> PatchEntry | None:
+    """A `BUILDER` entry when the function (or a function nested in it: a decorator factory) returns a
+    class built by ``type(name, bases, namespace)`` or ``types.new_class(name, bases, ...)``; its targets
+    are the bases that resolve (none where they are parameters: ``type(cls.__name__, (base,), ns)``)."""
+    for call in ast.walk(node):
+        if not isinstance(call, ast.Call):
+            continue
+        func = call.func
+        three = isinstance(func, ast.Name) and func.id == "type" and len(call.args) == 3 and not call.keywords
+        if not (three or (_callee_name(func) == "new_class" and len(call.args) >= 2)):
+            continue
+        bases = call.args[1]
+        elements = bases.elts if isinstance(bases, (ast.Tuple, ast.List)) else []
+        targets = tuple(name for name in (_source(base, resolve) for base in elements) if name)
+        return PatchEntry(source, BUILDER, targets, call.lineno)
+    return None
+
+
+def _may_matter(node: ast.ClassDef) -> bool:
+    """Whether a "methods" class holds what a rule reads: the flag, or a method taking ``output``."""
+    for statement in node.body:
+        if isinstance(statement, (ast.Assign, ast.AnnAssign)):
+            targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
+            if any(isinstance(t, ast.Name) and t.id == "accept_output_buffer" for t in targets):
+                return True
+        elif isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            args = statement.args
+            if any(a.arg == "output" for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)):
+                return True
+    return False
+
+
 def from_decorators(
     node: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef, source: str, resolve: Resolve
 ) -> list[PatchEntry]:
@@ -188,6 +250,14 @@ def from_decorators(
     on a class. A decorator that is no patch helper counts only when its first argument resolves."""
     kind = MEMBERS if isinstance(node, ast.ClassDef) else ATTRIBUTE
     entries: list[PatchEntry] = []
+    if isinstance(node, ast.ClassDef) and _may_matter(node):
+        # Whether the decorator builds a class of the members is known once the run's builders are
+        # (`ClassHierarchy.patch_scope`): a bare ``@tt_backend`` or a factory ``@backend_from(Base)``.
+        for decorator in node.decorator_list:
+            callee = decorator.func if isinstance(decorator, ast.Call) else decorator
+            named = _source(callee, resolve)
+            if named:
+                entries.append(PatchEntry(source, BUILT, (named,), decorator.lineno))
     for decorator in node.decorator_list:
         if not (isinstance(decorator, ast.Call) and decorator.args):
             continue

@@ -383,8 +383,9 @@ def quick_index(source: bytes, path: str, known: frozenset[str]) -> ScannedIndex
     return ScannedIndex(normalize_path(path), guess_module_name(path), (), base_words=names)
 
 
-# `type(` called by its plain name, as `runtime_patches.builder_entry` requires.
-_TYPE_CALL = re.compile(rb"(?<![A-Za-z0-9_\x80-\xff.])type" + _SEP + rb"\(")
+# `type(` called by its plain name, as `runtime_patches.builder_entry` requires (the byte before is read
+# apart: a look-behind would leave the regex engine no literal to search for).
+_TYPE_CALL = re.compile(rb"type" + _SEP + rb"\(")
 
 
 def _may_build(source: bytes) -> bool:
@@ -394,6 +395,8 @@ def _may_build(source: bytes) -> bool:
     if b"new_class" in source:
         return True
     for match in _TYPE_CALL.finditer(source):
+        if match.start() and (source[match.start() - 1] in IDENTIFIER_BYTES or source[match.start() - 1] == 0x2E):
+            continue  # `mytype(`, `obj.type(`
         extent = _call_extent(source, match.end() - 1)
         if extent is None:
             return True

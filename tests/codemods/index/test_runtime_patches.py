@@ -361,3 +361,11 @@ def test_patched_methods_migrate_and_compute_the_same(stub_tree, capsys):
     assert "def _forward_tail(self, q, output: torch.Tensor):" in migrated
     after = _call_patched(stub_tree, 4)
     assert after == before
+
+
+def test_a_class_builder_makes_neither_its_module_attention_code_nor_waits_for_the_last_round():
+    index = _index("import vllm\n\ndef build(base, cls):\n    return type(cls.__name__, (base,), {})\n", "plugin/b.py")
+    assert [p.kind for p in index.patches] == [BUILDER]
+    hierarchy = ClassHierarchy.build([index])
+    assert not hierarchy.has_attention_classes("plugin/b.py")  # nothing there for the rules to act on
+    assert hierarchy.patches_decided(index)

@@ -401,7 +401,7 @@ class ClassHierarchy:
                 (source, module)
                 for records in self.patches.values()
                 for source, kind, _, module in records
-                if self.patch_scope(source, kind) is not None
+                if kind != runtime_patches.BUILDER and self.patch_scope(source, kind) is not None
             ]
         return self._patched
 
@@ -432,7 +432,11 @@ class ClassHierarchy:
     def patches_decided(self, index: ModuleIndex) -> bool:
         """Whether every patch of ``index`` is known to be attention code or unresolved (later rounds,
         finding more attention classes, could still turn the others)."""
-        return all(self.patch_scope(patch.source, patch.kind) is not None for patch in index.patches)
+        # A class builder decides nothing in its own module: the classes it builds are elsewhere.
+        return all(
+            patch.kind == runtime_patches.BUILDER or self.patch_scope(patch.source, patch.kind) is not None
+            for patch in index.patches
+        )
 
 
 def _in_module(dotted: str, module: str) -> bool:

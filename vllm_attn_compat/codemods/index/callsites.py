@@ -9,11 +9,13 @@ keyword, or positionally at its index) and the method is never handed on as a va
 ``functools.partial``, ``getattr``), which would make its callers unknowable. Otherwise the fix is
 withheld (``[unsafe]``) and each call that omits ``output`` is reported where it is.
 
-"The run can see" means the files the class-hierarchy pass indexes: those mentioning vLLM or naming
-an attention class of the run. Their call sites are recorded while that pass parses them (stdlib
-``ast``), so no other file is parsed. A call whose receiver cannot be proven to be something else
-(``impl.prefill(...)``) counts, unless it could not bind to the method's signature anyway (it raises
-``TypeError`` today, so no working call changes).
+Every file of the run counts, whatever it imports. The files the class-hierarchy pass indexes (those
+mentioning vLLM or naming an attention class of the run) have their call sites recorded while that pass
+parses them (stdlib ``ast``); any other file is indexed too once a whole-word scan of its bytes finds a
+use of a method with a fix still safe (`open_method_names`; the runner asks after each round). A call
+whose receiver cannot be proven to be something else (``engine.attn_impl.prefill(...)`` in a
+``runner.py`` importing nothing) counts, unless it could not bind to the method's signature anyway (it
+raises ``TypeError`` today, so no working call changes).
 """
 
 from __future__ import annotations

@@ -11,7 +11,8 @@ indexes the file with :func:`hierarchy.index_module`, which is exact.
 The exact index records more than classes: the code a module patches onto classes at run time
 (`runtime_patches`), duck-typed backends, and the attribute calls and references the call-site
 analysis (`callsites`) checks. A spared file must hold none of them that could matter, so the scan also
-sends to the parser a file that sets ``accept_output_buffer``, calls anything named like a patch helper
+sends to the parser a file that sets ``accept_output_buffer``, may build a class with ``type(name, bases,
+namespace)`` (a decorator may be that builder), calls anything named like a patch helper
 (or ``setattr``), assigns to an attribute of, or decorates with, a name that can be an attention class;
 and the runner has a spared file parsed as soon as it names (as a whole word) an attention class or
 patched function found later, or uses (:func:`may_use`) a method whose fix the call-site analysis checks.

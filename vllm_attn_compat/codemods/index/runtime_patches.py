@@ -4,7 +4,9 @@ Plugins for new hardware often do not subclass vLLM's classes but patch them: a 
 method (``MLAAttention.forward = _forward``, ``setattr(Attention, "forward_impl", fn)``, a patch helper
 or decorator), or a "methods" class whose members are copied into a backend (``for name, value in
 MyBackendMethods.__dict__.items(): setattr(FlashAttentionBackend, name, value)``, or a class decorator).
-That code runs as the class's own, so the rules treat it as such. Where an explicit patch (``setattr``,
+That code runs as the class's own, so the rules treat it as such. A "methods" class of which a
+decorator builds a new backend class (``type(cls.__name__, (base,), namespace)``: `BUILDER`, `BUILT`) is
+reported, never fixed: its flag and asserts are the fork's design. Where an explicit patch (``setattr``,
 a patch helper or decorator) targets a class that cannot be resolved (a parameter, a computed value),
 the entry has no target: its code is reported, never fixed. A plain ``obj.attr = fn`` counts only where
 ``obj`` resolves to a class of the run or an import: on anything else it sets an instance attribute.

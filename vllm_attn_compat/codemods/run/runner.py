@@ -5,7 +5,8 @@
    probably need libcst starts a worker process, which imports libcst while the rest goes on.
 3. The class-hierarchy pass (stdlib ``ast``) indexes the kept files that mention vLLM, then, round after
    round, files naming (as a whole identifier) an attention class found so far, until no new name
-   appears: a plugin's base class in one file makes its backends in other files attention code. After
+   appears: a plugin's base class in one file makes its backends in other files attention code; and any
+   file, whatever it imports, that may call a method whose fix the call-site analysis decides. After
    each round, files whose migration can no longer change go to the early worker (:mod:`handoff`).
    Files an exclude glob matches take part in this pass (a base class, a caller that withholds a fix),
    and in nothing else: they are never migrated, and nothing is reported in them.

@@ -93,9 +93,9 @@ _PREFILL = """
 
 @pytest.mark.parametrize("jobs", [1, 2])
 def test_a_file_importing_nothing_is_read_for_the_calls_of_a_method_once_a_fix_of_it_is_still_safe(tmp_path, jobs):
-    # Round 1 finds `PluginBase.prefill`, whose fixes a call in its own file withholds: nothing else needs
-    # reading for `prefill` yet. Round 2 finds `OtherImpl.prefill` (its file names the base, never vLLM),
-    # whose fixes are still safe: now `runner.py`, which imports nothing, is read for its call.
+    # Round 1 finds `PluginBase.prefill`, whose fixes a call in its own file withholds; round 2 finds
+    # `OtherImpl.prefill` (its file names the base, never vLLM), whose fixes are still safe: so `runner.py`,
+    # which imports nothing, is read for its call of `prefill`, though the name's first method needed none.
     base = "from vllm.v1.attention.backend import AttentionImpl\n\n\nclass PluginBase(AttentionImpl):" + _PREFILL
     base += "\n\ndef warm(query):\n    return PluginBase.prefill(PluginBase(), query)\n"
     other = "from plugin.base import PluginBase\n\n\nclass OtherImpl(PluginBase):" + _PREFILL

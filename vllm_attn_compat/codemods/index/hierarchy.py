@@ -401,7 +401,7 @@ class ClassHierarchy:
                 (source, module)
                 for records in self.patches.values()
                 for source, kind, _, module in records
-                if kind != runtime_patches.BUILDER and self.patch_scope(source, kind) is not None
+                if kind != runtime_patches.BUILDER and self.patch_scope(source, _asked(kind)) is not None
             ]
         return self._patched
 
@@ -434,9 +434,15 @@ class ClassHierarchy:
         finding more attention classes, could still turn the others)."""
         # A class builder decides nothing in its own module: the classes it builds are elsewhere.
         return all(
-            patch.kind == runtime_patches.BUILDER or self.patch_scope(patch.source, patch.kind) is not None
+            patch.kind == runtime_patches.BUILDER or self.patch_scope(patch.source, _asked(patch.kind)) is not None
             for patch in index.patches
         )
+
+
+def _asked(kind: str) -> str:
+    """The kind `ClassHierarchy.patch_scope` is asked about for a patch entry of ``kind``: a class a
+    decorator is applied to (`runtime_patches.BUILT`) is in scope as a "methods" class ("built")."""
+    return runtime_patches.MEMBERS if kind == runtime_patches.BUILT else kind
 
 
 def _in_module(dotted: str, module: str) -> bool:

@@ -209,21 +209,9 @@ def _index_hierarchy(
         new_methods = methods - checked_methods
         checked_methods = methods
         uses, new_uses = classscan.uses_pattern(methods), classscan.uses_pattern(new_methods)
-        # Every caller in the run counts, whatever it imports (`runner.py` calling `engine.impl.prefill(x)`):
-        # a file not indexed is parsed once it may use a method with a fix still safe (`open_method_names`).
-        # (Each round checked it for the names read for then.)
-        unread = callsites.open_method_names(built.calls) - read_for
-        read_for |= unread
-        unread_uses = classscan.uses_pattern(unread)
-        pending_paths = {s.source_file.path for s in pending}
         for s in scanned:
             path = s.source_file.path
             spared = indexes.get(path)
-            if spared is None:
-                if path not in pending_paths and classscan.may_use(s.source, unread, unread_uses):
-                    must_parse.add(path)
-                    pending.append(s)
-                continue
             if not isinstance(spared, classscan.ScannedIndex):
                 continue
             if spared.names_any(new_names) or (
@@ -233,6 +221,21 @@ def _index_hierarchy(
             ):
                 must_parse.add(path)
                 pending.append(s)
+        if not pending:
+            # Every caller in the run counts, whatever it imports (`runner.py` calling `engine.impl.prefill(x)`):
+            # once the rounds have settled, a file not indexed is parsed if it may use a method with a fix still
+            # safe (`open_method_names`), whose fix its calls may withhold. Asked only then, so that what is
+            # read depends on the files alone, not on the order the rounds found things in. (Each earlier
+            # time, every file not indexed was checked for the names read for then.)
+            unread = callsites.open_method_names(built.calls) - read_for
+            read_for |= unread
+            unread_uses = classscan.uses_pattern(unread)
+            pending = [
+                s
+                for s in scanned
+                if s.source_file.path not in indexes and classscan.may_use(s.source, unread, unread_uses)
+            ]
+            must_parse.update(s.source_file.path for s in pending)
     if settled is not None:
         after_round(settled, indexes)
     return built, indexes

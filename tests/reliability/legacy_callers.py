@@ -2,7 +2,8 @@
 
 The plugin's impl derives from a stub vLLM ``AttentionImpl``; its methods take an ``output`` in the
 old forms (``output=None``, annotated, keyword-only, required) with or without an allocation fallback.
-Callers, in the plugin's own module, in a subclass and in another file of the run, call those
+Callers, in the plugin's own module, in a subclass, in another file of the run and in a file that
+imports neither vLLM nor the plugin (``engine.impl.m(...)`` on an object it is handed), call those
 methods in every way Python allows: omitting ``output``, passing it positionally or by keyword,
 passing ``None``, through ``super()``, ``Class.m(obj, ...)``, ``functools.partial``, ``getattr``,
 ``*args`` and ``**kwargs``. Each caller is a module-level function without arguments, so a probe can
@@ -121,13 +122,19 @@ def plugins_with_callers(draw) -> GeneratedPlugin:
     else:
         found_for_sub = []
 
-    callers = ["import functools", "", "from plugin.backend import GenImpl" + (", GenSub" if subclass else ""), ""]
+    callers = ["import functools", "import types", "", "from plugin import engine"]
+    callers += ["from plugin.backend import GenImpl" + (", GenSub" if subclass else ""), ""]
+    engine = ["# Imports nothing: its callers hand it the impl.", ""]
     names = []
     for index in range(draw(st.integers(1, 6))):
         method = draw(st.sampled_from(found + found_for_sub))
         owner = "GenSub" if method in found_for_sub or (subclass and draw(st.booleans())) else "GenImpl"
-        form = draw(st.sampled_from(["bound", "bound", "class", "partial", "getattr", "warm"]))
-        if form == "warm" and in_class:
+        form = draw(st.sampled_from(["bound", "bound", "class", "partial", "getattr", "warm", "elsewhere"]))
+        if form == "elsewhere":
+            call = f"engine.impl.{method.name}({_arguments(method, draw)})"
+            engine += ["", f"def warm_{index}(engine):", f"    return {call}"]
+            expression = f"engine.warm_{index}(types.SimpleNamespace(impl={owner}()))"
+        elif form == "warm" and in_class:
             expression = f"{owner}().{draw(st.sampled_from(in_class))}()"
         elif form == "class":
             expression = f"{owner}.{method.name}({_arguments(method, draw, explicit_self=f'{owner}()')})"
@@ -143,6 +150,7 @@ def plugins_with_callers(draw) -> GeneratedPlugin:
         "plugin/__init__.py": "",
         "plugin/backend.py": "\n".join(backend) + "\n",
         "plugin/callers.py": "\n".join(callers) + "\n",
+        "plugin/engine.py": "\n".join(engine) + "\n",
     }
     return GeneratedPlugin(files, tuple(names))
 
@@ -163,3 +171,24 @@ for name in sys.argv[3:]:
         results[name] = ["raised", type(error).__name__]
 print(json.dumps(results))
 """
+
+
+def _elsewhere_example() -> GeneratedPlugin:
+    """The smallest plugin whose only caller is in a file importing nothing (``engine.impl.prefill(q)``):
+    the property's explicit example, so that CI's few derandomized examples always hold one."""
+    method = Method("prefill", ("query",), (False,), "positional", True, True)
+    backend = ["import alloc", "from vllm.v1.attention.backend import AttentionImpl", "", ""]
+    backend += ["class GenImpl(AttentionImpl):", *_method_text(method, 2)]
+    callers = ["import types", "", "from plugin import engine", "from plugin.backend import GenImpl", "", ""]
+    callers += ["def call_0():", "    return engine.warm_0(types.SimpleNamespace(impl=GenImpl()))"]
+    engine = ["def warm_0(engine):", "    return engine.impl.prefill([1, 2, 3])"]
+    files = {
+        "plugin/__init__.py": "",
+        "plugin/backend.py": "\n".join(backend) + "\n",
+        "plugin/callers.py": "\n".join(callers) + "\n",
+        "plugin/engine.py": "\n".join(engine) + "\n",
+    }
+    return GeneratedPlugin(files, ("call_0",))
+
+
+ELSEWHERE_EXAMPLE = _elsewhere_example()

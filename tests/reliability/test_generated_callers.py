@@ -14,11 +14,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from hypothesis import given, note
+from hypothesis import example, given, note
 
 from vllm_attn_compat.codemods.run.runner import Options, run_paths
 
-from .legacy_callers import PROBE, STUBS, GeneratedPlugin, plugins_with_callers
+from .legacy_callers import ELSEWHERE_EXAMPLE, PROBE, STUBS, GeneratedPlugin, plugins_with_callers
 from .profile import reliability_settings
 
 
@@ -45,6 +45,7 @@ def _probe(root: Path, callers: tuple[str, ...]) -> dict[str, list]:
 
 @reliability_settings(ci=12, long=600)
 @given(plugin=plugins_with_callers())
+@example(plugin=ELSEWHERE_EXAMPLE)
 def test_no_call_that_returned_raises_after_the_safe_fixes(plugin: GeneratedPlugin, tmp_path_factory) -> None:
     root = tmp_path_factory.mktemp("plugin")
     _write(root / "stubs", STUBS)

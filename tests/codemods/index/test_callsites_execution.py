@@ -301,3 +301,104 @@ def test_the_pre_commit_hooks_keep_every_call_working_when_the_commit_holds_the_
     assert _probe(plugin) == before
     report = completed.stdout
     assert "tests_plugin/test_smoke.py:9:12:" in report  # the caller that withholds the forward's fix
+
+
+# A method only files importing neither vLLM nor the plugin call: through a receiver the run cannot resolve
+# (`runner.py`), and through `self` in a mixin the impl derives from (`mixin.py`). Both files are read for
+# their calls all the same.
+CHUNKED = """
+import torch
+from vllm.v1.attention.backend import AttentionImpl
+
+from plugin.mixin import WarmMixin
+
+
+class ChunkImpl(AttentionImpl, WarmMixin):
+    def prefill(self, query, key, value, output=None):
+        if output is None:
+            output = torch.empty_like(query)
+        output.copy_(query + key + value)
+        return output
+"""
+
+RUNNER = """
+def warm(engine, x):
+    return engine.attn_impl.prefill(x, x, x)
+"""
+
+MIXIN = """
+class WarmMixin:
+    def warm_up(self, x):
+        return self.prefill(x, x, x)
+"""
+
+RUNNER_PROBE = """
+import json
+import sys
+import types
+
+import torch
+
+sys.path[:0] = [sys.argv[1], sys.argv[2]]
+from plugin.chunked import ChunkImpl
+from runner import warm
+
+q = torch.arange(8.0).view(2, 4)
+calls = {
+    "runner": lambda: warm(types.SimpleNamespace(attn_impl=ChunkImpl()), q),
+    "mixin": lambda: ChunkImpl().warm_up(q),
+}
+results = {}
+for name, call in calls.items():
+    try:
+        results[name] = ["returned", call().tolist()]
+    except Exception as error:
+        results[name] = ["raised", type(error).__name__ + ": " + str(error)]
+print(json.dumps(results))
+"""
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+@pytest.mark.parametrize("caller", ["runner", "mixin"])
+def test_a_caller_importing_neither_vllm_nor_the_class_withholds_the_fix_it_would_break(
+    tmp_path: Path, caller: str, jobs: str
+) -> None:
+    _write(tmp_path / "stubs", STUB_VLLM)
+    # Only one of the two files calls `prefill` (the other's call is commented out): it alone withholds the fix.
+    runner = RUNNER if caller == "runner" else RUNNER.replace("return engine", "pass  # engine")
+    mixin = MIXIN if caller == "mixin" else MIXIN.replace("return self", "pass  # self")
+    layout = {"plugin/__init__.py": "", "plugin/chunked.py": CHUNKED, "plugin/mixin.py": mixin, "runner.py": runner}
+    _write(tmp_path / "tree", layout)
+    (tmp_path / "probe.py").write_text(RUNNER_PROBE)
+
+    def probe() -> list:
+        environment = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        command = [sys.executable, str(tmp_path / "probe.py"), str(tmp_path / "tree"), str(tmp_path / "stubs")]
+        completed = subprocess.run(command, capture_output=True, text=True, timeout=300, env=environment, check=True)
+        return json.loads(completed.stdout)[caller]
+
+    before = probe()
+    assert before[0] == "returned", before
+    environment = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    completed = subprocess.run(
+        [sys.executable, "-m", "vllm_attn_compat", "migrate", "--jobs", jobs, "tree"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=environment,
+        check=False,
+    )
+    assert completed.returncode == 1, completed.stdout + completed.stderr  # the caller is left to a person
+    assert probe() == before
+    assert (tmp_path / "tree/plugin/chunked.py").read_text() == textwrap.dedent(CHUNKED).lstrip("\n")
+    lines = completed.stdout.splitlines()
+    site, call = ("tree/runner.py:2:12:", "`engine.attn_impl.prefill(...)`")
+    if caller == "mixin":
+        site, call = ("tree/plugin/mixin.py:3:16:", "`self.prefill(...)`")
+    at_caller = [line for line in lines if line.startswith(site.rsplit(":", 3)[0] + ":")]
+    assert at_caller == [line for line in lines if line.startswith(site + " VAC002 " + call)] != [], lines
+    assert "pass `output=torch.empty_like(query)`" in at_caller[0]
+    withheld = [line for line in lines if line.startswith("tree/plugin/chunked.py:")]
+    where = site.rsplit(":", 2)[0]
+    assert len(withheld) == 2 and all("[unsafe]" in line and where in line for line in withheld), lines

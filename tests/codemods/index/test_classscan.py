@@ -418,3 +418,22 @@ def test_the_atomic_attribute_assignment_pattern_matches_the_backtracking_one_on
                 with open(os.path.join(folder, name), "rb") as file:
                     text = file.read()
                 assert _spans(_ATTRIBUTE_ASSIGNMENT, text) == _spans(reference, text), name
+
+
+@pytest.mark.parametrize(
+    ("text", "parsed"),
+    [
+        ("def build(cls):\n    return type(cls.__name__, (Base,), dict(vars(cls)))\n", True),
+        ("def build(cls):\n    return type(\n        cls.__name__,  # the name\n        (Base,), {},\n    )\n", True),
+        ("def build(cls):\n    return types.new_class(cls.__name__, (Base,))\n", True),
+        ("def build(cls):\n    return type(cls.__name__ + ')', (Base,), {})\n", True),  # a bracket in a string
+        ("def name(x):\n    return type(x).__name__, type(x)\n", False),  # the comma is outside the call
+        ("def name(x):\n    return type(x[1, 2])\n", False),  # inside a bracket of the argument
+        ("def name(x):\n    return x.type(1, 2), mytype(1, 2)\n", False),  # another function named type
+    ],
+)
+def test_a_file_that_may_build_a_class_with_type_is_parsed(text, parsed):
+    # The index records a class builder (`runtime_patches.builder_entry`) that a decorator may be.
+    assert (quick_index(text.encode(), "build.py", frozenset()) is None) == parsed
+    builders = [p for p in index_module(("import vllm\n" + text).encode(), "build.py").patches if p.kind == "builder"]
+    assert bool(builders) == parsed  # the scan agrees with the exact index here

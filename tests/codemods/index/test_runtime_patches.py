@@ -14,7 +14,7 @@ import pytest
 
 from vllm_attn_compat.codemods.cli import main
 from vllm_attn_compat.codemods.index.hierarchy import ClassHierarchy, index_module
-from vllm_attn_compat.codemods.index.runtime_patches import ATTRIBUTE, MEMBERS
+from vllm_attn_compat.codemods.index.runtime_patches import ATTRIBUTE, BUILDER, BUILT, MEMBERS
 
 
 def _index(text: str, path: str = "plug.py"):
@@ -149,6 +149,93 @@ def test_a_function_patched_from_another_module_is_found_through_the_import():
     assert "mla_forward" in hierarchy.attention_class_names()  # the runner's next round finds ops.py
 
 
+def test_class_builders_are_found_with_the_bases_they_name():
+    found = _index(
+        """
+        import types
+
+        from vllm.v1.attention.backends.flash_attn import FlashAttentionBackend
+
+        def named(cls):
+            return type(cls.__name__, (FlashAttentionBackend,), dict(vars(cls)))
+
+        def with_new_class(cls):
+            return types.new_class(cls.__name__, [FlashAttentionBackend])
+
+        def factory(base):
+            def build(cls):
+                return type(cls.__name__, (base,), {})
+            return build
+
+        def not_a_builder(x):
+            return type(x).__name__, type(x)
+        """
+    )
+    builders = sorted((p.source, p.targets) for p in found.patches if p.kind == BUILDER)
+    flash = ("vllm.v1.attention.backends.flash_attn.FlashAttentionBackend",)
+    # The factory is found as itself (a decorator names it) and as the function it returns.
+    assert builders == [
+        ("plug.factory", ()),
+        ("plug.factory.<locals>.build", ()),
+        ("plug.named", flash),
+        ("plug.with_new_class", flash),
+    ]
+
+
+_BUILDER = """
+    from vllm.v1.attention.backends.flash_attn import FlashAttentionBackend
+
+
+    def tt_backend(cls):
+        return type(cls.__name__, (FlashAttentionBackend,), dict(vars(cls)))
+"""
+
+
+@pytest.mark.parametrize(
+    ("builder", "methods", "scope"),
+    [
+        # A bare decorator imported from the module that builds the backend.
+        (_BUILDER, "import vllm.envs\nfrom plugin.build import tt_backend\n\n@tt_backend\n{cls}", "built"),
+        # A factory given the base: its bases are a parameter, counted in a module using vLLM.
+        (
+            "import vllm\n\ndef backend_from(base):\n    def build(cls):\n"
+            "        return type(cls.__name__, (base,), dict(vars(cls)))\n    return build\n",
+            "from vllm.v1.attention.backends.flash_attn import FlashAttentionBackend\n"
+            "from plugin.build import backend_from\n\n@backend_from(FlashAttentionBackend)\n{cls}",
+            "built",
+        ),
+        # The same factory in a project that does not use vLLM builds no vLLM backend.
+        (
+            "def backend_from(base):\n    def build(cls):\n"
+            "        return type(cls.__name__, (base,), dict(vars(cls)))\n    return build\n",
+            "import vllm.envs\nfrom plugin.build import backend_from\n\n@backend_from(object)\n{cls}",
+            None,
+        ),
+        # A builder deriving from a class that is no attention class.
+        (
+            _BUILDER.replace("FlashAttentionBackend", "SamplerBase").replace("vllm.v1.attention.backends.", "mylib."),
+            "import vllm.envs\nfrom plugin.build import tt_backend\n\n@tt_backend\n{cls}",
+            None,
+        ),
+        # A decorator that builds nothing.
+        (
+            "import vllm\n\ndef tt_backend(cls):\n    return cls\n",
+            "from plugin.build import tt_backend\n\n@tt_backend\n{cls}",
+            None,
+        ),
+    ],
+)
+def test_a_methods_class_a_decorator_builds_a_backend_of_is_in_scope_to_be_reported_only(builder, methods, scope):
+    cls = "class TTBackend:\n    accept_output_buffer = False\n"
+    indexes = [_index(builder, "plugin/build.py"), _index(methods.format(cls=cls), "plugin/backend.py")]
+    hierarchy = ClassHierarchy.build(indexes)
+    assert hierarchy.patch_scope("plugin.backend.TTBackend", MEMBERS) == scope
+    assert not hierarchy.is_attention_class("plugin.backend.TTBackend")  # never fixed as one
+    # A class holding nothing a rule reads (no flag, no method taking `output`) records no entry.
+    plain = _index(methods.format(cls="class TTBackend:\n    name = 'TT'\n"), "plugin/backend.py")
+    assert [p for p in plain.patches if p.kind == BUILT] == []
+
+
 def test_duck_typed_backends_only_in_modules_that_import_vllm():
     backend = """
         class Backend:
@@ -274,3 +361,11 @@ def test_patched_methods_migrate_and_compute_the_same(stub_tree, capsys):
     assert "def _forward_tail(self, q, output: torch.Tensor):" in migrated
     after = _call_patched(stub_tree, 4)
     assert after == before
+
+
+def test_a_class_builder_makes_neither_its_module_attention_code_nor_waits_for_the_last_round():
+    index = _index("import vllm\n\ndef build(base, cls):\n    return type(cls.__name__, (base,), {})\n", "plugin/b.py")
+    assert [p.kind for p in index.patches] == [BUILDER]
+    hierarchy = ClassHierarchy.build([index])
+    assert not hierarchy.has_attention_classes("plugin/b.py")  # nothing there for the rules to act on
+    assert hierarchy.patches_decided(index)

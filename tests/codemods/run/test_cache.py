@@ -165,6 +165,23 @@ def test_a_change_in_an_excluded_caller_misses_too(tree, tmp_path, migrations):
     assert not any(name == "warm.py" for name, _ in warm)  # excluded: nothing reported there
 
 
+@pytest.mark.parametrize("excluded", [False, True])
+def test_a_change_in_a_caller_importing_nothing_misses_too(tree, tmp_path, migrations, excluded):
+    """A file naming neither vLLM nor the class (``engine.impl.prefill(q)``) is read for its calls, cached
+    indexes or not: its edit must reach the cached fixes it withholds."""
+    cache = tmp_path / "cache"
+    options = {"exclude": ("engine.py",), "base": str(tree)} if excluded else {}
+    write_tree(tree, {"plugin/engine.py": "def run(engine, q):\n    return q\n"})
+    cold, _, _ = _run(tree, cache, **options)
+    assert any(name == "prefill.py" and f.status.value == "fixed" for name, f in cold)
+    write_tree(tree, {"plugin/engine.py": "def run(engine, q):\n    return engine.impl.prefill(q)\n"})
+    migrations.clear()
+    warm, _, _ = _run(tree, cache, **options)
+    assert "prefill.py" in migrations and "engine.py" not in migrations
+    assert not any(name == "prefill.py" and f.status.value == "fixed" for name, f in warm)
+    assert [f.line for name, f in warm if name == "engine.py"] == ([] if excluded else [2])
+
+
 @pytest.mark.parametrize("options", [{"unsafe_fixes": True}, {"ignore": ("VAC003",)}, {"old_op_calls": "forwarder"}])
 def test_other_rules_or_options_miss(tree, tmp_path, migrations, options):
     cache = tmp_path / "cache"

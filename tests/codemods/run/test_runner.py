@@ -83,6 +83,40 @@ def test_excluded_files_take_part_in_the_hierarchy_but_are_never_changed_nor_rep
     assert (tmp_path / "vendored/bad.py").read_text() == broken
 
 
+_PREFILL = """
+    def prefill(self, query, output=None):
+        if output is None:
+            output = torch.empty_like(query)
+        return output
+"""
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_a_file_importing_nothing_is_read_for_the_calls_of_a_method_once_a_fix_of_it_is_still_safe(tmp_path, jobs):
+    # Round 1 finds `PluginBase.prefill`, whose fixes a call in its own file withholds; round 2 finds
+    # `OtherImpl.prefill` (its file names the base, never vLLM), whose fixes are still safe: so `runner.py`,
+    # which imports nothing, is read for its call of `prefill`, though the name's first method needed none.
+    base = "from vllm.v1.attention.backend import AttentionImpl\n\n\nclass PluginBase(AttentionImpl):" + _PREFILL
+    base += "\n\ndef warm(query):\n    return PluginBase.prefill(PluginBase(), query)\n"
+    other = "from plugin.base import PluginBase\n\n\nclass OtherImpl(PluginBase):" + _PREFILL
+    runner = "def warm(engine, query):\n    return engine.impl.prefill(query)\n"
+    layout = {"plugin/__init__.py": "", "plugin/base.py": base, "plugin/other.py": other, "runner.py": runner}
+    write_tree(tmp_path, layout)
+    report = run_paths([str(tmp_path)], Options(mode="check", jobs=jobs))
+    assert report.errors == [] and report.changed == []
+    found = sorted((os.path.relpath(path, tmp_path), f.line, f.code, f.status) for path, f in report.findings)
+    withheld = [(path, line, code) for path, line, code, status in found if status == Status.UNSAFE_FIX_AVAILABLE]
+    assert withheld == [(f"plugin/{name}.py", line, code) for name in ("base", "other") for line, code in _FIXES]
+    callers = [(path, line, code) for path, line, code, status in found if status == Status.MANUAL]
+    assert callers == [("plugin/base.py", 12, "VAC002"), ("runner.py", 2, "VAC002")]
+    assert "runner.py:2 calls it without `output`" in next(
+        f.message for path, f in report.findings if path.endswith("other.py")
+    )
+
+
+_FIXES = [(5, "VAC002"), (6, "VAC003")]
+
+
 def test_pool_and_in_process_runs_agree(tmp_path):
     layout = {"plugin/__init__.py": "", "plugin/base.py": BASE}
     layout |= {f"plugin/impl{n}.py": IMPL for n in range(10)}

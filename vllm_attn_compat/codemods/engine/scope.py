@@ -48,6 +48,8 @@ class ClassFrame:
     is_attention: bool
     # Set for a "methods" class copied onto a class that could not be resolved: findings are only shown.
     unresolved_patch: bool = False
+    # Set (with unresolved_patch) for a "methods" class a decorator builds a backend class of.
+    built: bool = False
 
 
 @dataclass
@@ -192,7 +194,13 @@ class FileContext:
         """Record a finding at ``node``; ``edits`` fix it with ``safety`` (the rule's by default).
         Without edits the finding is display-only."""
         chosen = safety if safety is not None else rule.fix_safety
-        if self.in_unresolved_patch():
+        if any(isinstance(frame, ClassFrame) and frame.built for frame in self.frames):
+            message += (
+                " (a decorator builds a vLLM attention class of this class's members at run time, and the "
+                "fork's design around it depends on the flag and on `output`: make the change by hand)"
+            )
+            edits = ()
+        elif self.in_unresolved_patch():
             message += (
                 " (this code is copied at run time onto a class this tool cannot resolve: if that is a vLLM "
                 "attention class, make the change by hand)"
@@ -203,13 +211,15 @@ class FileContext:
         self.reports.append(Report(rule.code, message, node, tuple(edits), chosen))
 
 
-def class_scope(hierarchy: Questions, full_name: str) -> tuple[bool, bool]:
-    """``(is_attention, unresolved_patch)`` of `ClassFrame` for the class ``full_name``: an attention class,
-    or a "methods" class copied onto a class that could not be resolved (the rules act there, showing only)."""
+def class_scope(hierarchy: Questions, full_name: str) -> tuple[bool, bool, bool]:
+    """``(is_attention, unresolved_patch, built)`` of `ClassFrame` for the class ``full_name``: an attention
+    class, or a "methods" class copied onto a class that could not be resolved, or of which a decorator
+    builds a vLLM attention class (`runtime_patches.BUILT`): the rules act there, showing only."""
     if hierarchy.is_attention_class(full_name):
-        return True, False
-    unresolved = hierarchy.patch_scope(full_name, MEMBERS) == "unresolved"
-    return unresolved, unresolved
+        return True, False, False
+    scope = hierarchy.patch_scope(full_name, MEMBERS)
+    unresolved = scope in ("unresolved", "built")
+    return unresolved, unresolved, scope == "built"
 
 
 _HOOK_PREFIX = "visit_"

@@ -9,11 +9,13 @@ keyword, or positionally at its index) and the method is never handed on as a va
 ``functools.partial``, ``getattr``), which would make its callers unknowable. Otherwise the fix is
 withheld (``[unsafe]``) and each call that omits ``output`` is reported where it is.
 
-"The run can see" means the files the class-hierarchy pass indexes: those mentioning vLLM or naming
-an attention class of the run. Their call sites are recorded while that pass parses them (stdlib
-``ast``), so no other file is parsed. A call whose receiver cannot be proven to be something else
-(``impl.prefill(...)``) counts, unless it could not bind to the method's signature anyway (it raises
-``TypeError`` today, so no working call changes).
+Every file of the run counts, whatever it imports. The files the class-hierarchy pass indexes (those
+mentioning vLLM or naming an attention class of the run) have their call sites recorded while that pass
+parses them (stdlib ``ast``); any other file is indexed too once a whole-word scan of its bytes finds a
+use of a method with a fix still safe (`open_method_names`; the runner asks after each round). A call
+whose receiver cannot be proven to be something else (``engine.attn_impl.prefill(...)`` in a
+``runner.py`` importing nothing) counts, unless it could not bind to the method's signature anyway (it
+raises ``TypeError`` today, so no working call changes).
 """
 
 from __future__ import annotations
@@ -155,7 +157,11 @@ class CallAnalysis:
         found = self.blockers(class_name, method, code)
         if not found:
             return None
-        text = found[0].describe(method, normalize_path(path))
+        here = normalize_path(path)
+        # Every use in the run counts, so a generic name (`forward`) gathers references and `*args` calls
+        # from all over a tree: the message names the plainest one, a call omitting `output` where one is.
+        shown = min(found, key=lambda blocker: (_PLAINEST.get(blocker.how, 3), blocker.path != here, _order(blocker)))
+        text = shown.describe(method, here)
         more = f" (and {len(found) - 1} more use{'s' if len(found) > 2 else ''})" if len(found) > 1 else ""
         return f"not safe while the run uses the method otherwise: {text}{more}"
 
@@ -166,6 +172,9 @@ class CallAnalysis:
             for code, found in codes.items():
                 mine[code] = tuple(sorted(set(mine.get(code, ())) | set(found), key=_order))
         return CallAnalysis(withheld, {**self.methods, **other.methods})
+
+
+_PLAINEST = {"layer": 0, "omits": 1, "none": 1, "starred": 2}
 
 
 def _order(blocker: Blocker) -> tuple[str, int, int, str]:
@@ -315,6 +324,17 @@ def extend(analysis: CallAnalysis, hierarchy: ClassHierarchy, index: ModuleIndex
     """``analysis`` with the uses and methods of one more module (a file outside the run's index)."""
     targets = {**analysis.methods, **_targets(hierarchy, [index])}
     return analysis.merged(_withheld(hierarchy, [index], targets))
+
+
+def open_method_names(analysis: CallAnalysis) -> frozenset[str]:
+    """The names of the methods with a fix the run's uses do not withhold yet: only a use of one of them
+    can still change a fix (a use of a method whose fixes are all withheld is reported only where its
+    file is read anyway). Once withheld, a fix stays withheld as the run reads more files."""
+    return frozenset(
+        method.name
+        for key, method in analysis.methods.items()
+        if not set(_codes(method, "omits")) <= set(analysis.withheld.get(key, ()))
+    )
 
 
 def has_methods(index: ModuleIndex) -> bool:

@@ -11,7 +11,8 @@ indexes the file with :func:`hierarchy.index_module`, which is exact.
 The exact index records more than classes: the code a module patches onto classes at run time
 (`runtime_patches`), duck-typed backends, and the attribute calls and references the call-site
 analysis (`callsites`) checks. A spared file must hold none of them that could matter, so the scan also
-sends to the parser a file that sets ``accept_output_buffer``, calls anything named like a patch helper
+sends to the parser a file that sets ``accept_output_buffer``, may build a class with ``type(name, bases,
+namespace)`` (a decorator may be that builder), calls anything named like a patch helper
 (or ``setattr``), assigns to an attribute of, or decorates with, a name that can be an attention class;
 and the runner has a spared file parsed as soon as it names (as a whole word) an attention class or
 patched function found later, or uses (:func:`may_use`) a method whose fix the call-site analysis checks.
@@ -353,6 +354,8 @@ def quick_index(source: bytes, path: str, known: frozenset[str]) -> ScannedIndex
     code onto one; None when the file must be parsed."""
     if b"accept_output_buffer" in source:  # a duck-typed backend or a "methods" class: `ast` decides
         return None
+    if _may_build(source):  # a class builder a decorator may be (`runtime_patches.builder_entry`)
+        return None
     headers = _headers(source)
     if headers is None:
         return None
@@ -379,6 +382,29 @@ def quick_index(source: bytes, path: str, known: frozenset[str]) -> ScannedIndex
     except UnicodeDecodeError:  # not UTF-8 (a coding declaration): the parser reads it right
         return None
     return ScannedIndex(normalize_path(path), guess_module_name(path), (), base_words=names)
+
+
+# `type(` called by its plain name, as `runtime_patches.builder_entry` requires (the byte before is read
+# apart: a look-behind would leave the regex engine no literal to search for).
+_TYPE_CALL = re.compile(rb"type" + _SEP + rb"\(")
+
+
+def _may_build(source: bytes) -> bool:
+    """Whether the file may build a class with ``type(name, bases, namespace)`` or ``new_class(...)``: a
+    ``type(`` call with a comma among its own arguments (``type(self)`` has none), or one whose end the
+    scan cannot find."""
+    if b"new_class" in source:
+        return True
+    for match in _TYPE_CALL.finditer(source):
+        if match.start() and (source[match.start() - 1] in IDENTIFIER_BYTES or source[match.start() - 1] == 0x2E):
+            continue  # `mytype(`, `obj.type(`
+        extent = _call_extent(source, match.end() - 1)
+        if extent is None:
+            return True
+        spans, _ = extent
+        if any(b"," in source[start:end] for start, end, depth in spans if depth == 1):
+            return True
+    return False
 
 
 def uses_pattern(names: frozenset[str] | set[str]) -> re.Pattern[bytes] | None:

@@ -157,7 +157,7 @@ class _Indexer:
             self.scopes[-1][1].setdefault(node.name, qualname)
         else:
             self.module_functions.add(node.name)
-        if node.decorator_list:
+        if node.decorator_list or self.helper_lines.may_build(node):
             self.pending_patches.append((node, qualname, [scope for _, scope in self.scopes]))
         self.scopes.append((self._prefix() + node.name + ".<locals>.", {}))
         self.visit_body(node.body)
@@ -206,6 +206,12 @@ class _Indexer:
 
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 entries += runtime_patches.from_decorators(node, f"{self.module}.{qualname}", resolve)
+                builder = (
+                    None
+                    if isinstance(node, ast.ClassDef)
+                    else runtime_patches.builder_entry(node, f"{self.module}.{qualname}", resolve)
+                )
+                entries += [builder] if builder else []
             else:
                 entries += runtime_patches.from_statement(node, resolve)
         uses_vllm = self.uses_vllm()
@@ -361,7 +367,13 @@ class ClassHierarchy:
         """``"attention"`` when the function (``kind`` ATTRIBUTE) or class (MEMBERS) ``full_name`` is copied
         onto an attention class at run time, ``"unresolved"`` when onto a class that cannot be resolved."""
         scope = None
-        for source, patch_kind, targets, _ in self.patches.get(full_name.rpartition(".")[2], ()):
+        records = self.patches.get(full_name.rpartition(".")[2], ())
+        if kind == runtime_patches.MEMBERS and any(
+            patch_kind == runtime_patches.BUILT and _names_match(source, full_name) and self._builds_backends(targets)
+            for source, patch_kind, targets, _ in records
+        ):
+            return "built"
+        for source, patch_kind, targets, _ in records:
             if patch_kind != kind or not _names_match(source, full_name):
                 continue
             if any(self._is_attention_reference(target) for target in targets):
@@ -370,6 +382,18 @@ class ClassHierarchy:
                 scope = "unresolved"
         return scope
 
+    def _builds_backends(self, decorators: tuple[str, ...]) -> bool:
+        """Whether one of ``decorators`` is a function of the run that builds a class deriving from an
+        attention class, or from a class it is given (a parameter: counted where the builder's module
+        uses vLLM, as `_Indexer.patches` keeps such entries only there)."""
+        for decorator in decorators:
+            for source, kind, bases, _ in self.patches.get(decorator.rpartition(".")[2], ()):
+                if kind != runtime_patches.BUILDER or not _names_match(source, decorator):
+                    continue
+                if not bases or any(self._is_attention_reference(base) for base in bases):
+                    return True
+        return False
+
     def _patched_in_scope(self) -> list[tuple[str, str]]:
         """(source, patching module) of every patch that makes its source attention code, or code to report."""
         if self._patched is None:
@@ -377,7 +401,7 @@ class ClassHierarchy:
                 (source, module)
                 for records in self.patches.values()
                 for source, kind, _, module in records
-                if self.patch_scope(source, kind) is not None
+                if kind != runtime_patches.BUILDER and self.patch_scope(source, _asked(kind)) is not None
             ]
         return self._patched
 
@@ -408,7 +432,17 @@ class ClassHierarchy:
     def patches_decided(self, index: ModuleIndex) -> bool:
         """Whether every patch of ``index`` is known to be attention code or unresolved (later rounds,
         finding more attention classes, could still turn the others)."""
-        return all(self.patch_scope(patch.source, patch.kind) is not None for patch in index.patches)
+        # A class builder decides nothing in its own module: the classes it builds are elsewhere.
+        return all(
+            patch.kind == runtime_patches.BUILDER or self.patch_scope(patch.source, _asked(patch.kind)) is not None
+            for patch in index.patches
+        )
+
+
+def _asked(kind: str) -> str:
+    """The kind `ClassHierarchy.patch_scope` is asked about for a patch entry of ``kind``: a class a
+    decorator is applied to (`runtime_patches.BUILT`) is in scope as a "methods" class ("built")."""
+    return runtime_patches.MEMBERS if kind == runtime_patches.BUILT else kind
 
 
 def _in_module(dotted: str, module: str) -> bool:

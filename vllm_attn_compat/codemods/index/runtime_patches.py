@@ -4,7 +4,9 @@ Plugins for new hardware often do not subclass vLLM's classes but patch them: a 
 method (``MLAAttention.forward = _forward``, ``setattr(Attention, "forward_impl", fn)``, a patch helper
 or decorator), or a "methods" class whose members are copied into a backend (``for name, value in
 MyBackendMethods.__dict__.items(): setattr(FlashAttentionBackend, name, value)``, or a class decorator).
-That code runs as the class's own, so the rules treat it as such. Where an explicit patch (``setattr``,
+That code runs as the class's own, so the rules treat it as such. A "methods" class of which a
+decorator builds a new backend class (``type(cls.__name__, (base,), namespace)``: `BUILDER`, `BUILT`) is
+reported, never fixed: its flag and asserts are the fork's design. Where an explicit patch (``setattr``,
 a patch helper or decorator) targets a class that cannot be resolved (a parameter, a computed value),
 the entry has no target: its code is reported, never fixed. A plain ``obj.attr = fn`` counts only where
 ``obj`` resolves to a class of the run or an import: on anything else it sets an instance attribute.
@@ -21,6 +23,12 @@ from dataclasses import dataclass
 # What is copied: one attribute (a function becomes a method), or a class's members (a mixin).
 ATTRIBUTE = "attribute"
 MEMBERS = "members"
+# A function building a class with ``type(name, bases, namespace)`` (targets: the bases it names), and a
+# "methods" class a decorator is applied to (targets: the decorator). A class whose decorator is such a
+# builder becomes, at run time, a new class deriving from the builder's bases with its members: its
+# flag and asserts are that class's design (`ClassHierarchy.patch_scope` answers "built"; reported only).
+BUILDER = "builder"
+BUILT = "built"
 
 Resolve = Callable[[ast.expr], "str | None"]
 
@@ -136,6 +144,11 @@ class HelperLines:
 
     def __init__(self, source: bytes) -> None:
         self.lines: list[int] | None = _helper_lines(source)  # sorted; None where the text cannot tell
+        # Lines that may build a class (`builder_entry`); read from the text like the helpers' lines.
+        self.builds: list[int] | None = builder_lines(source) if self.lines is not None else None
+
+    def may_build(self, node: ast.stmt) -> bool:
+        return self.builds is None or may_build(self.builds, node)
 
     def any_between(self, first: int, last: int) -> bool:
         if self.lines is None:
@@ -181,6 +194,73 @@ def may_patch(node: ast.stmt, helper_lines: HelperLines) -> bool:
     return helper_lines.any_between(node.lineno, node.end_lineno or node.lineno)
 
 
+_NAME_BYTES = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_") | frozenset(range(128, 256))
+# What may follow a name that is not called: anything but `(`, a blank, a line end, `\` or `#`.
+_NOT_A_CALL = frozenset(range(256)) - frozenset(b"(\r\n\\#")
+
+
+def builder_lines(source: bytes) -> list[int]:
+    """The lines of ``source`` that may call ``type(...)`` or ``types.new_class(...)`` (`may_build`): each
+    ``type`` and ``new_class`` (word by word: a regular expression with an alternation or a look-behind
+    has no literal to search for, and costs ten times as much)."""
+    starts = []
+    for word in (b"type", b"new_class"):
+        start = source.find(word)
+        while start >= 0:
+            before = source[start - 1 : start]
+            after = source[start + len(word) : start + len(word) + 64].lstrip(b" \t")
+            # `dtype`, `obj.type` and `type[int]` call no `type`; what cannot be read at once (a line
+            # continuation, a comment, a long run of blanks) counts.
+            attribute = before == b"." and word == b"type"  # `types.new_class` is called as an attribute
+            if not (before and (before[0] in _NAME_BYTES or attribute)) and not (after and after[0] in _NOT_A_CALL):
+                starts.append(start)
+            start = source.find(word, start + 1)
+    lines, line, counted = [], 1, 0
+    for start in sorted(starts):
+        line += source.count(b"\n", counted, start)
+        counted = start
+        lines.append(line)
+    return lines
+
+
+def may_build(lines: list[int], node: ast.stmt) -> bool:
+    """Whether ``node`` spans one of ``lines`` (`builder_lines`): only then can it build a class."""
+    i = bisect_left(lines, node.lineno)
+    return i < len(lines) and lines[i] <= (node.end_lineno or node.lineno)
+
+
+def builder_entry(node: ast.FunctionDef | ast.AsyncFunctionDef, source: str, resolve: Resolve) -> PatchEntry | None:
+    """A `BUILDER` entry when the function (or a function nested in it: a decorator factory) returns a
+    class built by ``type(name, bases, namespace)`` or ``types.new_class(name, bases, ...)``; its targets
+    are the bases that resolve (none where they are parameters: ``type(cls.__name__, (base,), ns)``)."""
+    for call in ast.walk(node):
+        if not isinstance(call, ast.Call):
+            continue
+        func = call.func
+        three = isinstance(func, ast.Name) and func.id == "type" and len(call.args) == 3 and not call.keywords
+        if not (three or (_callee_name(func) == "new_class" and len(call.args) >= 2)):
+            continue
+        bases = call.args[1]
+        elements = bases.elts if isinstance(bases, (ast.Tuple, ast.List)) else []
+        targets = tuple(name for name in (_source(base, resolve) for base in elements) if name)
+        return PatchEntry(source, BUILDER, targets, call.lineno)
+    return None
+
+
+def _may_matter(node: ast.ClassDef) -> bool:
+    """Whether a "methods" class holds what a rule reads: the flag, or a method taking ``output``."""
+    for statement in node.body:
+        if isinstance(statement, (ast.Assign, ast.AnnAssign)):
+            targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
+            if any(isinstance(t, ast.Name) and t.id == "accept_output_buffer" for t in targets):
+                return True
+        elif isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            args = statement.args
+            if any(a.arg == "output" for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)):
+                return True
+    return False
+
+
 def from_decorators(
     node: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef, source: str, resolve: Resolve
 ) -> list[PatchEntry]:
@@ -188,6 +268,14 @@ def from_decorators(
     on a class. A decorator that is no patch helper counts only when its first argument resolves."""
     kind = MEMBERS if isinstance(node, ast.ClassDef) else ATTRIBUTE
     entries: list[PatchEntry] = []
+    if isinstance(node, ast.ClassDef) and _may_matter(node):
+        # Whether the decorator builds a class of the members is known once the run's builders are
+        # (`ClassHierarchy.patch_scope`): a bare ``@tt_backend`` or a factory ``@backend_from(Base)``.
+        for decorator in node.decorator_list:
+            callee = decorator.func if isinstance(decorator, ast.Call) else decorator
+            named = _source(callee, resolve)
+            if named:
+                entries.append(PatchEntry(source, BUILT, (named,), decorator.lineno))
     for decorator in node.decorator_list:
         if not (isinstance(decorator, ast.Call) and decorator.args):
             continue

@@ -152,6 +152,24 @@ class AssertOutputNotNone(Rule):
             ),
             findings=(Status.MANUAL,),
         ),
+        Example(
+            "in a methods class a decorator builds a vLLM impl of, with type(), the assert is reported",
+            """\
+            from vllm.v1.attention.backend import AttentionImpl
+
+
+            def tt_impl(cls):
+                return type(cls.__name__, (AttentionImpl,), dict(vars(cls)))
+
+
+            @tt_impl
+            class TTImpl:
+                def forward(self, layer, query, key, value, kv_cache, attn_metadata, output=None):
+                    assert output is not None
+                    output.copy_(query)
+            """,
+            findings=(Status.MANUAL,),
+        ),
     )
 
     def visit_Assert(self, node: cst.Assert) -> None:

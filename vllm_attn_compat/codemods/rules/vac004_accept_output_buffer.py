@@ -193,6 +193,46 @@ class AcceptOutputBuffer(Rule):
             findings=(Status.MANUAL,),
         ),
         Example(
+            "a methods class a decorator builds a vLLM backend of, with type(), is reported",
+            """\
+            from vllm.v1.attention.backends.flash_attn import FlashAttentionBackend
+
+
+            def tt_backend(cls):
+                namespace = {k: v for k, v in vars(cls).items() if not k.startswith("__")}
+                return type(cls.__name__, (FlashAttentionBackend,), namespace)
+
+
+            @tt_backend
+            class TTBackend:
+                accept_output_buffer = False
+
+                @staticmethod
+                def get_name() -> str:
+                    return "TT"
+            """,
+            findings=(Status.MANUAL,),
+        ),
+        Example(
+            "a methods class a decorator factory builds a backend of, from the base it is given, is reported",
+            """\
+            from vllm.v1.attention.backends.flash_attn import FlashAttentionBackend
+
+
+            def backend_from(base):
+                def build(cls):
+                    return type(cls.__name__, (base,), dict(vars(cls)))
+
+                return build
+
+
+            @backend_from(FlashAttentionBackend)
+            class TTBackend:
+                accept_output_buffer = False
+            """,
+            findings=(Status.MANUAL,),
+        ),
+        Example(
             "the same duck-typed class in a project that does not import vLLM stays",
             """\
             class MyBackend:

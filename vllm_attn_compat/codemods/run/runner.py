@@ -5,7 +5,8 @@
    probably need libcst starts a worker process, which imports libcst while the rest goes on.
 3. The class-hierarchy pass (stdlib ``ast``) indexes the kept files that mention vLLM, then, round after
    round, files naming (as a whole identifier) an attention class found so far, until no new name
-   appears: a plugin's base class in one file makes its backends in other files attention code. After
+   appears: a plugin's base class in one file makes its backends in other files attention code; and any
+   file, whatever it imports, that may call a method whose fix the call-site analysis decides. After
    each round, files whose migration can no longer change go to the early worker (:mod:`handoff`).
    Files an exclude glob matches take part in this pass (a base class, a caller that withholds a fix),
    and in nothing else: they are never migrated, and nothing is reported in them.
@@ -126,6 +127,7 @@ def _index_hierarchy(
     The files are indexed in the ``early`` workers when they are all the jobs (`_index_files`), those the
     ``cache`` holds not at all. A file of ``excluded`` that does not parse is left out unreported.
     """
+    from vllm_attn_compat.codemods.index import callsites
     from vllm_attn_compat.codemods.index import hierarchy as hierarchy_module
     from vllm_attn_compat.codemods.index.names import guess_module_name
 
@@ -137,6 +139,7 @@ def _index_hierarchy(
     known_names: frozenset[str] = frozenset()
     must_parse: set[str] = set()  # files the class scan spared once, which later rounds need indexed
     checked_methods: frozenset[str] = frozenset()  # the methods each file spared in earlier rounds was checked for
+    read_for: frozenset[str] = frozenset()  # the methods each file not indexed was checked for
     built = hierarchy_module.ClassHierarchy.build([])
     settled: ClassHierarchy | None = None  # the last round's hierarchy, for `after_round` once the next is under way
     while pending:
@@ -197,6 +200,21 @@ def _index_hierarchy(
             ):
                 must_parse.add(path)
                 pending.append(s)
+        if not pending:
+            # Every caller in the run counts, whatever it imports (`runner.py` calling `engine.impl.prefill(x)`):
+            # once the rounds have settled, a file not indexed is parsed if it may use a method with a fix still
+            # safe (`open_method_names`), whose fix its calls may withhold. Asked only then, so that what is
+            # read depends on the files alone, not on the order the rounds found things in. (Each earlier
+            # time, every file not indexed was checked for the names read for then.)
+            unread = callsites.open_method_names(built.calls) - read_for
+            read_for |= unread
+            unread_uses = classscan.uses_pattern(unread)
+            pending = [
+                s
+                for s in scanned
+                if s.source_file.path not in indexes and classscan.may_use(s.source, unread, unread_uses)
+            ]
+            must_parse.update(s.source_file.path for s in pending)
     if settled is not None:
         after_round(settled, indexes)
     return built, indexes

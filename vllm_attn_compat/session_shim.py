@@ -16,7 +16,7 @@ from importlib.metadata import EntryPoint, entry_points
 from vllm_attn_compat.import_hook import AfterImport
 
 GROUP = "vllm.general_plugins"  # vllm.plugins.DEFAULT_PLUGINS_GROUP
-TARGET = "vllm_attn_compat.compat.plugin:register"  # this package's entry point in that group (pyproject.toml)
+TARGET = "vllm_attn_compat.vllm_entry_point:register"  # this package's entry point in that group (pyproject.toml)
 
 # vLLM's modules whose first import installs the shim: where AttentionBackend is defined (the plugin's first check
 # imports it) and the layer modules the plugin patches, every place a supported release keeps them. The plugin

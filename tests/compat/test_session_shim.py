@@ -187,3 +187,15 @@ def test_a_session_that_never_imports_vllm_imports_neither_vllm_nor_torch(pytest
     result = pytester.runpytest_subprocess(*PLUGIN, "-s", "--vllm-attn-compat=error")
     assert result.ret == 0
     result.stdout.fnmatch_lines(["imported: []; watching: True"])
+
+
+def test_the_shim_calls_the_entry_point_pyproject_declares():
+    """The shim selects this package's entry point by its value: a value pyproject.toml no longer declares would
+    select nothing, and the session would silently get no shim (the tier's tests skip without the entry point)."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
+
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["entry-points"]
+    assert declared[session_shim.GROUP] == {"vllm_attn_compat": session_shim.TARGET}

@@ -17,7 +17,7 @@ import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from vllm_attn_compat.codemods.index import calls, callsites, runtime_patches
+from vllm_attn_compat.codemods.index import calls, callsites, flags, runtime_patches
 from vllm_attn_compat.codemods.index.names import (
     guess_module_name,
     is_vllm_base,
@@ -35,6 +35,7 @@ class ClassEntry:
     # `accept_output_buffer`, in a module that imports vLLM.
     duck_typed: bool = False
     declares_flag: bool = False  # `accept_output_buffer` is set in the class body
+    flag_true: bool = False  # ... to the literal True
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,7 @@ class ModuleIndex:
     classes: tuple[ClassEntry, ...]
     patches: tuple[PatchEntry, ...] = ()  # code this module copies onto classes at run time
     calls: calls.CallIndex = calls.EMPTY  # methods taking `output`, and attribute calls
+    flag_reads: tuple[flags.FlagRead, ...] = ()  # reads of `accept_output_buffer`
 
 
 # Where statements nest, by statement type, in the order ``ast.NodeVisitor`` would reach them.
@@ -82,6 +84,7 @@ class _Indexer:
         self.module_functions: set[str] = set()
         self.duck_classes: set[str] = set()  # qualnames of classes shaped like a backend
         self.flag_classes: set[str] = set()  # qualnames of classes setting `accept_output_buffer`
+        self.true_flags: set[str] = set()  # ... to the literal True
         # Statements and decorated definitions that may patch a class, with the scopes to resolve them in.
         self.pending_patches: list[tuple[ast.stmt, str | None, list[dict[str, str]]]] = []
 
@@ -145,6 +148,8 @@ class _Indexer:
         defined = _defined_in_body(node)
         if "accept_output_buffer" in defined:
             self.flag_classes.add(qualname)
+            if _sets_flag_true(node):
+                self.true_flags.add(qualname)
             if {"get_name", "get_impl_cls"} <= defined:
                 self.duck_classes.add(qualname)
         self.scopes.append((qualname + ".", {}))
@@ -229,6 +234,22 @@ def _defined_in_body(node: ast.ClassDef) -> set[str]:
     return defined
 
 
+def _sets_flag_true(node: ast.ClassDef) -> bool:
+    """Whether the class body's last assignment of ``accept_output_buffer`` is the literal True."""
+    value: ast.expr | None = None
+    for statement in node.body:
+        if isinstance(statement, ast.Assign) and any(
+            isinstance(target, ast.Name) and target.id == flags.FLAG for target in statement.targets
+        ):
+            value = statement.value
+        elif isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name):
+            if statement.target.id == flags.FLAG:
+                value = statement.value
+        elif isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef)) and statement.name == flags.FLAG:
+            value = None
+    return isinstance(value, ast.Constant) and value.value is True
+
+
 def index_module(source: bytes, path: str, parsed: Callable[[ast.Module], object] = lambda tree: None) -> ModuleIndex:
     """Index the classes of one module. Raises ``SyntaxError`` on unparsable input. ``parsed`` is given the
     syntax tree (the caller may keep it: it is not changed here)."""
@@ -257,9 +278,15 @@ def _index_module(source: bytes, path: str, parsed: Callable[[ast.Module], objec
         resolved = (indexer.resolve(base, local_scopes) for base in bases)
         bases_found = tuple(name for name in resolved if name)
         flag = qualname in indexer.flag_classes
-        classes.append(ClassEntry(qualname, bases_found, line, qualname in duck, flag))
+        true = qualname in indexer.true_flags
+        classes.append(ClassEntry(qualname, bases_found, line, qualname in duck, flag, true))
     found_calls = calls.index_calls(tree, indexer)
-    return ModuleIndex(normalize_path(path), module, tuple(classes), patches=indexer.patches(), calls=found_calls)
+    reads: tuple[flags.FlagRead, ...] = ()
+    if flags.FLAG_BYTES in source:
+        reads = flags.index_flag_reads(tree, module, lambda expr: indexer.resolve_bound(expr, []))
+    return ModuleIndex(
+        normalize_path(path), module, tuple(classes), patches=indexer.patches(), calls=found_calls, flag_reads=reads
+    )
 
 
 def _names_match(reference: str, defined: str) -> bool:
@@ -280,11 +307,17 @@ class ClassHierarchy:
     duck_typed: set[str] = field(default_factory=set)  # full names of backends shaped like one
     # vLLM's own `AttentionBackend`s of the run that declare `accept_output_buffer` (the run is a fork).
     flag_bases: set[str] = field(default_factory=set)
+    # Every class of the run declaring `accept_output_buffer` -> whether to the literal True.
+    flag_classes: dict[str, bool] = field(default_factory=dict)
+    # Every read of the flag in the run, with the path of its file.
+    flag_reads: list[tuple[str, flags.FlagRead]] = field(default_factory=list)
     # Code copied onto classes at run time: the source's last name -> (source, kind, targets, patching module).
     patches: dict[str, list[tuple[str, str, tuple[str, ...], str]]] = field(default_factory=dict)
     # Which fixes the run's calls withhold (`callsites`); set by `build` and `extended`.
     calls: callsites.CallAnalysis = field(default_factory=callsites.CallAnalysis)
     _patched: list[tuple[str, str]] | None = None  # `_patched_in_scope`, once asked (asked once per file)
+    _from_vllm: dict[str, bool] = field(default_factory=dict)
+    _subclasses: dict[str, list[str]] | None = None  # in-run class -> its direct subclasses in the run
 
     @classmethod
     def build(cls, indexes: Iterable[ModuleIndex]) -> ClassHierarchy:
@@ -306,11 +339,16 @@ class ClassHierarchy:
                 self.duck_typed.add(full)
             if entry.declares_flag and entry.qualname == "AttentionBackend" and is_vllm_base(full):
                 self.flag_bases.add(full)
+            if entry.declares_flag:
+                self.flag_classes[full] = entry.flag_true
+        self.flag_reads += [(index.path, read) for read in index.flag_reads]
         for patch in index.patches:
             record = (patch.source, patch.kind, patch.targets, index.module)
             self.patches.setdefault(patch.source.rpartition(".")[2], []).append(record)
         self._attention.clear()
+        self._from_vllm.clear()
         self._patched = None
+        self._subclasses = None
 
     def extended(self, index: ModuleIndex) -> ClassHierarchy:
         """A copy that also holds ``index`` (the hierarchy itself is left alone)."""
@@ -321,6 +359,8 @@ class ClassHierarchy:
             {k: list(v) for k, v in self._by_module.items()},
             duck_typed=set(self.duck_typed),
             flag_bases=set(self.flag_bases),
+            flag_classes=dict(self.flag_classes),
+            flag_reads=list(self.flag_reads),
             patches={k: list(v) for k, v in self.patches.items()},
         )
         copy.add(index)
@@ -343,14 +383,104 @@ class ClassHierarchy:
         if known is not None:
             return known
         self._attention[full_name] = False  # breaks cycles (class A(B), class B(A) across files)
-        result = (
-            is_vllm_base(full_name)
-            or full_name in self.duck_typed
-            or any(self._is_attention_reference(base) for base in self.bases.get(full_name, ()))
-            or self.patch_scope(full_name, runtime_patches.MEMBERS) == "attention"
-        )
+        # A duck-typed class whose flag overrides its own base's is that base's kind of backend, not vLLM's.
+        result = self.from_vllm(full_name) or (full_name in self.duck_typed and self.own_flag_base(full_name) is None)
         self._attention[full_name] = result
         return result
+
+    def from_vllm(self, full_name: str) -> bool:
+        """Whether the class is vLLM's (or a fork's copy of vLLM's base), derives from one through classes of
+        the run, or has its members copied onto one: what makes a base's subclasses attention classes.
+        (A duck-typed backend is an attention class, but is not vLLM's base: its subclasses are not.)"""
+        known = self._from_vllm.get(full_name)
+        if known is not None:
+            return known
+        self._from_vllm[full_name] = False  # breaks cycles
+        result = (
+            is_vllm_base(full_name)
+            or any(
+                is_vllm_base(base) or any(self.from_vllm(other) for other in self._classes_named(base))
+                for base in self.bases.get(full_name, ())
+            )
+            or self.patch_scope(full_name, runtime_patches.MEMBERS) == "attention"
+        )
+        self._from_vllm[full_name] = result
+        return result
+
+    def _ancestors(self, full_name: str) -> list[str]:
+        """The classes of the run ``full_name`` derives from, nearest first (breadth first)."""
+        found: list[str] = []
+        queue = [full_name]
+        seen = {full_name}
+        while queue:
+            for base in self.bases.get(queue.pop(0), ()):
+                for other in self._classes_named(base):
+                    if other not in seen:
+                        seen.add(other)
+                        found.append(other)
+                        queue.append(other)
+        return found
+
+    def _derives(self, full_name: str, ancestor: str) -> bool:
+        return full_name == ancestor or ancestor in self._ancestors(full_name)
+
+    def own_flag_base(self, full_name: str) -> str | None:
+        """The nearest class of the run ``full_name`` derives from that declares ``accept_output_buffer`` and
+        is not vLLM's (`from_vllm`): a package's own base, whose flag is its own. None when there is none."""
+        for ancestor in self._ancestors(full_name):
+            if ancestor in self.flag_classes and not self.from_vllm(ancestor):
+                return ancestor
+        return None
+
+    def flag_readers(self, full_name: str) -> str | None:
+        """Why deleting ``accept_output_buffer = True`` from the class would change what code of the run reads
+        (on vLLM >= 0.20, whose base no longer declares the flag, a read of the class, a subclass or an instance
+        would raise or see another class's value); None when nothing in the run can see the deletion."""
+        for ancestor in self._ancestors(full_name):
+            if ancestor in self.flag_classes and not self.flag_classes[ancestor]:
+                short = ancestor.rpartition(".")[2]
+                return f"`{short}`, a base class of the run, declares it too, and not True: the class would read that"
+        reads = sorted((path, read) for path, read in self.flag_reads if self._read_reaches(read, full_name))
+        if not reads:
+            return None
+        path, read = reads[0]
+        more = f" (and {len(reads) - 1} more read(s) in the run)" if len(reads) > 1 else ""
+        return f"`{read.text}` at {callsites._shown(path)}:{read.line} reads it{more}"
+
+    def _read_reaches(self, read: flags.FlagRead, full_name: str) -> bool:
+        if read.target is None or read.kind == "any":
+            return True
+        named = self._classes_named(read.target)
+        if not named:
+            # No class of the run: a function's result, or a variable of one of the run's modules, may be any
+            # class; a name from outside the run is none of the run's classes.
+            return read.kind == "instance" or self._names_in_run(read.target)
+        if read.kind != "subclass":  # the class itself, or an instance of it
+            return any(self._derives(other, full_name) for other in named)
+        # `self` in a method of K: an instance of any class deriving from K; one deriving from both sees it.
+        return any(self._derives(sub, full_name) for other in named for sub in self._subclasses_of(other))
+
+    def _names_in_run(self, dotted: str) -> bool:
+        owner = dotted.rpartition(".")[0]
+        modules = set(self.modules.values())
+        while owner:
+            if any(_names_match(owner, module) for module in modules) or self._classes_named(owner):
+                return True
+            owner = owner.rpartition(".")[0]
+        return False
+
+    def _subclasses_of(self, full_name: str) -> list[str]:
+        """``full_name`` and every class of the run deriving from it."""
+        if self._subclasses is None:
+            self._subclasses = {}
+            for name, bases in self.bases.items():
+                for base in bases:
+                    for other in self._classes_named(base):
+                        self._subclasses.setdefault(other, []).append(name)
+        found = [full_name]
+        for name in found:
+            found += [sub for sub in self._subclasses.get(name, ()) if sub not in found]
+        return found
 
     def _is_attention_reference(self, reference: str) -> bool:
         return is_vllm_base(reference) or any(

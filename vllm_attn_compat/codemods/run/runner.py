@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, TypeVar
 from vllm_attn_compat.codemods import registry
 from vllm_attn_compat.codemods.engine import migrate
 from vllm_attn_compat.codemods.index import classscan
+from vllm_attn_compat.codemods.index.flags import FLAG_BYTES
 from vllm_attn_compat.codemods.run import files, parallel, prefork, sources, worker
 from vllm_attn_compat.codemods.run.dependencies import MissingDependency
 from vllm_attn_compat.codemods.run.handoff import Handoff, candidate_rules
@@ -155,6 +156,10 @@ def _index_hierarchy(
 
     indexes: dict[str, IndexOutcome] = {}
     pending = [s for s in worth if b"vllm" in s.source or in_vllm_package(s.source_file.path)]
+    # A read of `accept_output_buffer` anywhere in the run decides whether deleting a declaration is safe
+    # (`ClassHierarchy.flag_readers`), whatever the file imports or the rules selected.
+    first = {s.source_file.path for s in pending}
+    pending += [s for s in scanned if s.source_file.path not in first and FLAG_BYTES in s.source]
     known_names: frozenset[str] = frozenset()
     must_parse: set[str] = set()  # files the class scan spared once, which later rounds need indexed
     checked_methods: frozenset[str] = frozenset()  # the methods each file spared in earlier rounds was checked for

@@ -469,6 +469,18 @@ class ClassHierarchy:
             owner = owner.rpartition(".")[0]
         return False
 
+    def missing_flag_bases(self) -> set[str]:
+        """The base classes (dotted names) of the classes declaring ``accept_output_buffer``, and of their bases
+        in the run, that are none of the run's classes nor vLLM's: the runner indexes the files defining them,
+        since a project's own base declaring the flag there would make it the project's own."""
+        missing: set[str] = set()
+        for full_name in self.flag_classes:
+            for name in (full_name, *self._ancestors(full_name)):
+                for base in self.bases.get(name, ()):
+                    if not is_vllm_base(base) and not self._classes_named(base):
+                        missing.add(base)
+        return missing
+
     def _subclasses_of(self, full_name: str) -> list[str]:
         """``full_name`` and every class of the run deriving from it."""
         if self._subclasses is None:
@@ -539,6 +551,13 @@ class ClassHierarchy:
         """Whether every patch of ``index`` is known to be attention code or unresolved (later rounds,
         finding more attention classes, could still turn the others)."""
         return all(self.patch_scope(patch.source, patch.kind) is not None for patch in index.patches)
+
+
+def may_define(module: str, dotted: str) -> bool:
+    """Whether the module named ``module`` may be where the class ``dotted`` is defined (a guessed module name may
+    lack its package prefix: `_names_match`)."""
+    owner = dotted.rpartition(".")[0]
+    return bool(owner) and _names_match(owner, module)
 
 
 def _in_module(dotted: str, module: str) -> bool:

@@ -223,9 +223,38 @@ def _index_hierarchy(
             ):
                 must_parse.add(path)
                 pending.append(s)
+        pending += _defining_files(built.missing_flag_bases(), scanned, indexes, pending, must_parse)
     if settled is not None:
         after_round(settled, indexes)
     return built, indexes
+
+
+def _defining_files(
+    names: Set[str],
+    scanned: Sequence[_Scanned],
+    indexes: Mapping[str, IndexOutcome],
+    pending: Sequence[_Scanned],
+    must_parse: set[str],
+) -> list[_Scanned]:
+    """The files not indexed yet whose module may define one of the classes ``names`` (dotted); those the class
+    scan spared are parsed this time (``must_parse``)."""
+    if not names:
+        return []
+    from vllm_attn_compat.codemods.index.hierarchy import may_define
+    from vllm_attn_compat.codemods.index.names import guess_module_name
+
+    queued = {s.source_file.path for s in pending}
+    found = []
+    for s in scanned:
+        path = s.source_file.path
+        index = indexes.get(path)
+        if path in queued or not (index is None or isinstance(index, classscan.ScannedIndex)):
+            continue
+        module = guess_module_name(path)
+        if any(may_define(module, name) for name in names):
+            must_parse.add(path)
+            found.append(s)
+    return found
 
 
 def _class_scan(s: _Scanned, known: frozenset[str], cache: Cache | None) -> classscan.ScannedIndex | None:

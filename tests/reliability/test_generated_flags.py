@@ -71,7 +71,7 @@ def test_no_read_of_the_flag_changes_after_the_safe_fixes(plugin: FlagPlugin, tm
     importlib.util.find_spec("vllm") is None,
     reason="the real vLLM package is not installed (run scripts/install-vllm-tier.sh)",
 )
-@reliability_settings(ci=3, long=100)  # each probe imports the real vLLM: seconds
+@reliability_settings(ci=3, long=30)  # each probe imports the real vLLM: seconds
 @given(plugin=flag_plugins())
 def test_no_read_of_the_flag_changes_on_the_real_vllm(plugin: FlagPlugin, tmp_path_factory) -> None:
     # Only the stub's own modules (no `vllm` package): the probe imports the real vLLM from the environment.

@@ -18,6 +18,8 @@ _HEADER = """\
     class MyBackend(AttentionBackend):
 """
 
+_READER = "\n\n    def test_backend_contract():\n        assert MyBackend.accept_output_buffer\n"
+
 _RETURNS_NEW_TENSOR = (
     "`accept_output_buffer` is {what}: this backend returns a new tensor instead of writing into "
     "`output`, and vLLM >= 0.20 ignores the returned tensor (the result is lost). Write the result "
@@ -119,6 +121,38 @@ class AcceptOutputBuffer(Rule):
                 """,
             ),
             findings=(Status.UNSAFE_FIX_AVAILABLE,),
+        ),
+        Example(
+            "a flag the run reads is no safe fix: the read would raise AttributeError on vLLM >= 0.20",
+            _HEADER + "        accept_output_buffer = True\n" + _READER,
+            unsafe_after=_HEADER + "        pass\n" + _READER,
+            findings=(Status.UNSAFE_FIX_AVAILABLE,),
+        ),
+        Example(
+            "a flag overriding that of the project's own base class is the project's, not vLLM's",
+            """\
+            from abc import ABC
+
+            from vllm.logger import init_logger
+
+            logger = init_logger(__name__)
+
+
+            class AttentionBackend(ABC):
+                accept_output_buffer: bool = False
+
+
+            class SDPABackend(AttentionBackend):
+                accept_output_buffer: bool = True
+
+                @staticmethod
+                def get_name() -> str:
+                    return "SDPA"
+
+                @staticmethod
+                def get_impl_cls():
+                    return SDPAImpl
+            """,
         ),
         Example(
             "a backend vLLM uses without deriving from its base (duck-typed), in a module importing vLLM",

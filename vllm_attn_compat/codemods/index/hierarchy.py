@@ -1,9 +1,11 @@
 """Which classes are vLLM attention classes, decided by where their bases come from.
 
 A class is an attention class when one of its bases is one of vLLM's attention base classes
-imported from vLLM's attention modules, or another attention class defined anywhere in the
-same run (a plugin's base class in one file, its backends in others; classes nested in
-functions too). Names alone never decide: other projects have their own ``AttentionBackend``.
+imported from vLLM's attention modules, or another class of the run deriving from one (a plugin's
+base class in one file, its backends in others; classes nested in functions too): provenance, not
+names, decides (other projects have their own ``AttentionBackend``). A backend vLLM uses without its
+base (duck-typed) is one too, but makes no backends of its subclasses, and a class whose
+``accept_output_buffer`` overrides that of its project's own base is that project's kind of backend.
 
 Stdlib ``ast`` only: this pass runs over every candidate file before libcst is imported, and
 its results travel between processes, so they are plain picklable dataclasses.

@@ -22,7 +22,7 @@ import importlib.util
 from pathlib import Path
 
 import pytest
-from hypothesis import given, note
+from hypothesis import event, given, note
 
 from vllm_attn_compat.codemods.run.runner import Options, run_paths
 
@@ -58,9 +58,13 @@ def _check(plugin: FlagPlugin, root: Path, stubs: dict[str, str]) -> None:
 
     deleted = {n for n, cls in enumerate(plugin.classes) if cls.flag and not _declares(root / "tree", plugin, n)}
     assert deleted == {n for n in range(len(plugin.classes)) if plugin.deletable(n)}
+    # How often the property bites (`--hypothesis-show-statistics`): flags deleted, reads kept, reads that raise.
+    event(f"flags deleted: {min(len(deleted), 2)}{'+' if len(deleted) >= 2 else ''}")
+    event(f"flags kept: {min(sum(1 for c in plugin.classes if c.flag) - len(deleted), 2)}")
+    event(f"readers that raise: {'some' if any(o == 'raised' for o, _ in before.values()) else 'none'}")
 
 
-@reliability_settings(ci=15, long=2000)
+@reliability_settings(ci=25, long=2000)
 @given(plugin=flag_plugins())
 def test_no_read_of_the_flag_changes_after_the_safe_fixes(plugin: FlagPlugin, tmp_path_factory) -> None:
     _check(plugin, tmp_path_factory.mktemp("flags"), STUBS_020)

@@ -13,7 +13,12 @@ call them all and compare what they return before and after migration. Lists sta
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 from hypothesis import strategies as st
 
@@ -192,3 +197,27 @@ def _elsewhere_example() -> GeneratedPlugin:
 
 
 ELSEWHERE_EXAMPLE = _elsewhere_example()
+
+
+def write_tree(root: Path, files: dict[str, str]) -> None:
+    """Write ``files`` (relative path -> text) under ``root``."""
+    for relative, text in files.items():
+        path = root / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+
+def probe(root: Path, callers: tuple[str, ...]) -> dict[str, list]:
+    """Run :data:`PROBE` on ``root/tree`` with ``root/stubs`` after it on ``sys.path``, in a fresh interpreter
+    (without this checkout's PYTHONPATH: the code under test imports nothing of this package)."""
+    environment = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    completed = subprocess.run(
+        [sys.executable, "-c", PROBE, str(root / "tree"), str(root / "stubs"), *callers],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=environment,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stderr
+    return json.loads(completed.stdout)

@@ -11,6 +11,7 @@ import pytest
 from vllm_attn_compat.codemods.index import records
 from vllm_attn_compat.codemods.index.calls import OutputMethod, Use
 from vllm_attn_compat.codemods.index.classscan import ScannedIndex, quick_index
+from vllm_attn_compat.codemods.index.flags import FlagRead
 from vllm_attn_compat.codemods.index.hierarchy import ClassEntry, index_module
 from vllm_attn_compat.codemods.index.runtime_patches import PatchEntry
 
@@ -40,6 +41,7 @@ class MyImpl(AttentionImpl):
 
 
 def run(impl, query):
+    assert impl.accept_output_buffer and MyImpl.accept_output_buffer
     impl.forward(None, query, query, query, None, None, output=None)
     impl.forward(*[query] * 6, **{})
     callback = functools.partial(impl.forward, None)
@@ -68,6 +70,7 @@ def test_an_index_with_every_kind_of_record_comes_back_the_same():
     index = index_module(BACKEND, "plugin/backend.py")
     assert index.classes and index.patches and index.calls.methods and index.calls.uses  # all present
     assert any(use.none_at or use.output_none for use in index.calls.uses)
+    assert {read.target for read in index.flag_reads} == {None, "backend.MyImpl"}  # both kinds of target
     assert records.from_data(_trip(records.to_data(index))) == index
 
 
@@ -75,6 +78,7 @@ def test_the_encoding_has_a_check_for_every_field_of_every_record():
     for kind in (ClassEntry, PatchEntry, OutputMethod):
         assert len(records._FIELDS[kind]) == len(dataclasses.fields(kind)), kind
     assert len(records._FIELDS[Use]) == len(Use._fields)
+    assert len(records._FIELDS[FlagRead]) == len(FlagRead._fields)
 
 
 def test_a_scanned_index_comes_back_the_same():

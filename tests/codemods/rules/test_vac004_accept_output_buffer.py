@@ -216,3 +216,119 @@ def test_a_fork_reports_its_base_declaration_and_keeps_true_until_it_goes(tmp_pa
     assert "accept_output_buffer" not in (tmp_path / base_path).read_text()
     assert "cudagraph" not in (tmp_path / base_path).read_text()  # the comment documenting it goes too
     assert "accept_output_buffer" not in (tmp_path / "vllm/v1/attention/backends/flash_attn.py").read_text()
+
+
+# --- issue #25: the safe fix changes nothing the run reads, and leaves a project's own flag alone ----------
+
+INDEXER = """
+from vllm.v1.attention.backend import AttentionBackend
+
+
+class AscendSFAIndexerBackend(AttentionBackend):
+    accept_output_buffer: bool = True
+
+    @staticmethod
+    def get_name() -> str:
+        return "ASCEND_SFA_INDEXER"
+
+
+class AscendAttentionBackend(AttentionBackend):
+    accept_output_buffer: bool = True
+"""
+
+INDEXER_TEST = """
+from vllm_ascend.attention.indexer import AscendSFAIndexerBackend
+
+
+def test_sfa_indexer_backend_contract():
+    assert AscendSFAIndexerBackend.accept_output_buffer
+"""
+
+
+def test_a_flag_a_test_of_the_run_reads_is_no_safe_fix():
+    """vllm-ascend: a unit test asserts the indexer backend's flag; deleting it would make that test raise
+    AttributeError on vLLM >= 0.20. The backend nobody reads still loses its flag."""
+    result = run(
+        INDEXER, ["VAC004"], path="vllm_ascend/attention/indexer.py", others=[("ut/test_indexer.py", INDEXER_TEST)]
+    )
+    assert statuses(result) == [Status.UNSAFE_FIX_AVAILABLE, Status.FIXED]
+    read = result.findings[0].message
+    assert "`AscendSFAIndexerBackend.accept_output_buffer` at ut/test_indexer.py:5 reads it" in read, read
+    assert result.source.decode().count("accept_output_buffer") == 1  # the read class keeps its flag
+    unsafe = run(
+        INDEXER,
+        ["VAC004"],
+        unsafe=True,
+        path="vllm_ascend/attention/indexer.py",
+        others=[("ut/test_indexer.py", INDEXER_TEST)],
+    )
+    assert "accept_output_buffer" not in unsafe.source.decode()
+
+
+OWN_ABSTRACT = """
+from abc import ABC, abstractmethod
+
+
+class AttentionBackend(ABC):
+    \"\"\"Abstract class for diffusion attention backends.\"\"\"
+
+    accept_output_buffer: bool = False
+
+    @staticmethod
+    @abstractmethod
+    def get_name() -> str:
+        raise NotImplementedError
+"""
+
+OWN_BACKEND = """
+from vllm.logger import init_logger
+
+from vllm_omni.diffusion.attention.backends.abstract import AttentionBackend
+
+logger = init_logger(__name__)
+
+
+class SDPABackend(AttentionBackend):
+    accept_output_buffer: bool = True
+
+    @staticmethod
+    def get_name() -> str:
+        return "SDPA"
+
+    @staticmethod
+    def get_impl_cls():
+        return SDPAImpl
+"""
+
+
+@pytest.mark.parametrize("declaration", ["accept_output_buffer: bool = False", "accept_output_buffer = True"])
+def test_a_flag_overriding_the_projects_own_base_stays_and_is_not_reported(declaration):
+    """vllm-omni: the diffusion backends derive from the project's own ABC, which declares the flag and
+    imports nothing of vLLM; the backends import vLLM for its logger only. The flag is the project's."""
+    abstract = (
+        "vllm_omni/diffusion/attention/backends/abstract.py",
+        OWN_ABSTRACT.replace("accept_output_buffer: bool = False", declaration),
+    )
+    result = run(OWN_BACKEND, ["VAC004"], path="vllm_omni/diffusion/attention/backends/sdpa.py", others=[abstract])
+    assert result.findings == [] and result.source.decode() == source(OWN_BACKEND)
+
+
+def test_a_vllm_backend_overriding_the_projects_own_flag_is_reported_never_fixed():
+    """A class deriving from both vLLM's base and the project's own base declaring the flag: vLLM may use it,
+    so the flag is reported, with why deleting it is no fix; neither mode deletes it."""
+    backend = (
+        OWN_BACKEND.replace(
+            "from vllm.logger import init_logger",
+            "from vllm.v1.attention.backend import AttentionBackend as VllmBackend",
+        )
+        .replace("logger = init_logger(__name__)", "")
+        .replace("(AttentionBackend)", "(AttentionBackend, VllmBackend)")
+    )
+    others = [("vllm_omni/diffusion/attention/backends/abstract.py", OWN_ABSTRACT)]
+    for unsafe in (False, True):
+        result = run(
+            backend, ["VAC004"], unsafe=unsafe, path="vllm_omni/diffusion/attention/backends/sdpa.py", others=others
+        )
+        assert statuses(result) == [Status.MANUAL]
+        assert "`AttentionBackend`, a base class of this project that is not vLLM's" in result.findings[0].message
+        assert result.source.decode() == source(backend)

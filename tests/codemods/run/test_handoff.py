@@ -137,3 +137,13 @@ def test_a_file_is_migrated_where_it_was_indexed_on_the_tree_the_index_parsed(tm
     # Every file kept was migrated by the worker that kept it, without a second parse.
     assert sorted(used) == sorted((pid, source) for source, pid in kept.items())
     assert not [source for event, _, source in lines if event == "parse" and source in kept]
+
+
+def test_a_file_declaring_the_flag_waits_for_the_last_round(tmp_path):
+    """Whether its deletion is safe depends on every subclass and base of the run (`flag_readers`), which later
+    rounds may add to."""
+    flagged = BASE.replace("    pass\n", "    accept_output_buffer = True\n")
+    write_tree(tmp_path, {"plugin/__init__.py": "", "plugin/base.py": flagged})
+    index = _index(flagged, str(tmp_path / "plugin/base.py"))
+    assert not settles(index, ClassHierarchy.build([index]))
+    assert settles(_index(BASE, str(tmp_path / "plugin/base.py")), ClassHierarchy.build([index]))

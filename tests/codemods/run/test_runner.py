@@ -213,3 +213,40 @@ def test_progress_is_drawn_by_tqdm_for_long_stages_only_when_enabled(capsys):
     assert capsys.readouterr().err == ""
     assert [n for _, n in runner._with_progress(slow_outcomes(), 8, True, "migrate")] == list(range(8))
     assert "migrate:" in capsys.readouterr().err
+
+
+# --- issue #25: what decides whether deleting `accept_output_buffer` is safe is read wherever it is -------
+
+_FLAGGED_BACKEND = """
+from vllm.v1.attention.backend import AttentionBackend
+
+
+class MyBackend(AttentionBackend):
+    accept_output_buffer = True
+"""
+
+
+@pytest.mark.parametrize("select", [(), ("VAC004",)])
+def test_a_read_of_the_flag_in_a_file_naming_neither_vllm_nor_the_class_withholds_its_deletion(tmp_path, select):
+    reader = "def flag_of(backend):\n    return getattr(backend, 'accept_output_buffer', False)\n"
+    write_tree(tmp_path, {"plugin/__init__.py": "", "plugin/backend.py": _FLAGGED_BACKEND, "tools/flags.py": reader})
+    report = run_paths([str(tmp_path)], Options(jobs=1, select=select))
+    assert report.errors == [] and report.changed == []
+    (finding,) = [f for _, f in report.findings if f.code == "VAC004"]
+    assert finding.status is Status.UNSAFE_FIX_AVAILABLE and "tools/flags.py:2" in finding.message
+
+
+def test_a_projects_own_base_behind_a_class_no_round_would_index_keeps_the_flag_its_own(tmp_path):
+    """The own base declaring the flag is two levels up, behind a class in a file that names neither vLLM nor
+    an attention class: the run indexes that file because a class declaring the flag derives from it."""
+    own = "from abc import ABC\n\n\nclass OwnBase(ABC):\n    accept_output_buffer = False\n"
+    middle = "from plugin.own import OwnBase\n\n\nclass Middle(OwnBase):\n    pass\n"
+    leaf = (
+        "from vllm.logger import init_logger\n\nfrom plugin.middle import Middle\n\n\nclass Leaf(Middle):\n"
+        "    accept_output_buffer = True\n\n    @staticmethod\n    def get_name():\n        return 'LEAF'\n\n"
+        "    @staticmethod\n    def get_impl_cls():\n        return None\n"
+    )
+    layout = {"plugin/__init__.py": "", "plugin/own.py": own, "plugin/middle.py": middle, "plugin/leaf.py": leaf}
+    write_tree(tmp_path, layout)
+    report = run_paths([str(tmp_path)], Options(jobs=1))
+    assert report.errors == [] and report.changed == [] and report.findings == []

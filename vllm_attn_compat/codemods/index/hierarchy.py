@@ -1,9 +1,11 @@
 """Which classes are vLLM attention classes, decided by where their bases come from.
 
 A class is an attention class when one of its bases is one of vLLM's attention base classes
-imported from vLLM's attention modules, or another attention class defined anywhere in the
-same run (a plugin's base class in one file, its backends in others; classes nested in
-functions too). Names alone never decide: other projects have their own ``AttentionBackend``.
+imported from vLLM's attention modules, or another class of the run deriving from one (a plugin's
+base class in one file, its backends in others; classes nested in functions too): provenance, not
+names, decides (other projects have their own ``AttentionBackend``). A backend vLLM uses without its
+base (duck-typed) is one too, but makes no backends of its subclasses, and a class whose
+``accept_output_buffer`` overrides that of its project's own base is that project's kind of backend.
 
 Stdlib ``ast`` only: this pass runs over every candidate file before libcst is imported, and
 its results travel between processes, so they are plain picklable dataclasses.
@@ -17,11 +19,15 @@ import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from vllm_attn_compat.codemods.index import calls, callsites, runtime_patches
+from vllm_attn_compat.codemods.index import calls, callsites, flags, runtime_patches
+from vllm_attn_compat.codemods.index.flag_owners import FlagOwners
 from vllm_attn_compat.codemods.index.names import (
     guess_module_name,
     is_vllm_base,
     normalize_path,
+)
+from vllm_attn_compat.codemods.index.names import (
+    names_match as _names_match,
 )
 from vllm_attn_compat.codemods.index.runtime_patches import PatchEntry
 
@@ -35,6 +41,7 @@ class ClassEntry:
     # `accept_output_buffer`, in a module that imports vLLM.
     duck_typed: bool = False
     declares_flag: bool = False  # `accept_output_buffer` is set in the class body
+    flag_true: bool = False  # ... to the literal True
 
 
 @dataclass(frozen=True)
@@ -44,6 +51,7 @@ class ModuleIndex:
     classes: tuple[ClassEntry, ...]
     patches: tuple[PatchEntry, ...] = ()  # code this module copies onto classes at run time
     calls: calls.CallIndex = calls.EMPTY  # methods taking `output`, and attribute calls
+    flag_reads: tuple[flags.FlagRead, ...] = ()  # reads of `accept_output_buffer`
 
 
 # Where statements nest, by statement type, in the order ``ast.NodeVisitor`` would reach them.
@@ -82,6 +90,7 @@ class _Indexer:
         self.module_functions: set[str] = set()
         self.duck_classes: set[str] = set()  # qualnames of classes shaped like a backend
         self.flag_classes: set[str] = set()  # qualnames of classes setting `accept_output_buffer`
+        self.true_flags: set[str] = set()  # ... to the literal True
         # Statements and decorated definitions that may patch a class, with the scopes to resolve them in.
         self.pending_patches: list[tuple[ast.stmt, str | None, list[dict[str, str]]]] = []
 
@@ -145,6 +154,8 @@ class _Indexer:
         defined = _defined_in_body(node)
         if "accept_output_buffer" in defined:
             self.flag_classes.add(qualname)
+            if _sets_flag_true(node):
+                self.true_flags.add(qualname)
             if {"get_name", "get_impl_cls"} <= defined:
                 self.duck_classes.add(qualname)
         self.scopes.append((qualname + ".", {}))
@@ -235,6 +246,22 @@ def _defined_in_body(node: ast.ClassDef) -> set[str]:
     return defined
 
 
+def _sets_flag_true(node: ast.ClassDef) -> bool:
+    """Whether the class body's last assignment of ``accept_output_buffer`` is the literal True."""
+    value: ast.expr | None = None
+    for statement in node.body:
+        if isinstance(statement, ast.Assign) and any(
+            isinstance(target, ast.Name) and target.id == flags.FLAG for target in statement.targets
+        ):
+            value = statement.value
+        elif isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name):
+            if statement.target.id == flags.FLAG:
+                value = statement.value
+        elif isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef)) and statement.name == flags.FLAG:
+            value = None
+    return isinstance(value, ast.Constant) and value.value is True
+
+
 def index_module(source: bytes, path: str, parsed: Callable[[ast.Module], object] = lambda tree: None) -> ModuleIndex:
     """Index the classes of one module. Raises ``SyntaxError`` on unparsable input. ``parsed`` is given the
     syntax tree (the caller may keep it: it is not changed here)."""
@@ -263,19 +290,19 @@ def _index_module(source: bytes, path: str, parsed: Callable[[ast.Module], objec
         resolved = (indexer.resolve(base, local_scopes) for base in bases)
         bases_found = tuple(name for name in resolved if name)
         flag = qualname in indexer.flag_classes
-        classes.append(ClassEntry(qualname, bases_found, line, qualname in duck, flag))
+        true = qualname in indexer.true_flags
+        classes.append(ClassEntry(qualname, bases_found, line, qualname in duck, flag, true))
     found_calls = calls.index_calls(tree, indexer)
-    return ModuleIndex(normalize_path(path), module, tuple(classes), patches=indexer.patches(), calls=found_calls)
-
-
-def _names_match(reference: str, defined: str) -> bool:
-    # Module names guessed from paths may lack their package prefix (no __init__.py, src
-    # layouts), so a reference matches a class whose dotted name it ends with, or vice versa.
-    return reference == defined or defined.endswith("." + reference) or reference.endswith("." + defined)
+    reads: tuple[flags.FlagRead, ...] = ()
+    if flags.FLAG_BYTES in source:
+        reads = flags.index_flag_reads(tree, module, lambda expr: indexer.resolve_bound(expr, []))
+    return ModuleIndex(
+        normalize_path(path), module, tuple(classes), patches=indexer.patches(), calls=found_calls, flag_reads=reads
+    )
 
 
 @dataclass
-class ClassHierarchy:
+class ClassHierarchy(FlagOwners):
     """Attention-ness of every class of a run; built once, queried per class."""
 
     modules: dict[str, str] = field(default_factory=dict)  # normalized path -> module name
@@ -286,11 +313,17 @@ class ClassHierarchy:
     duck_typed: set[str] = field(default_factory=set)  # full names of backends shaped like one
     # vLLM's own `AttentionBackend`s of the run that declare `accept_output_buffer` (the run is a fork).
     flag_bases: set[str] = field(default_factory=set)
+    # Every class of the run declaring `accept_output_buffer` -> whether to the literal True.
+    flag_classes: dict[str, bool] = field(default_factory=dict)
+    # Every read of the flag in the run, with the path of its file.
+    flag_reads: list[tuple[str, flags.FlagRead]] = field(default_factory=list)
     # Code copied onto classes at run time: the source's last name -> (source, kind, targets, patching module).
     patches: dict[str, list[tuple[str, str, tuple[str, ...], str]]] = field(default_factory=dict)
     # Which fixes the run's calls withhold (`callsites`); set by `build` and `extended`.
     calls: callsites.CallAnalysis = field(default_factory=callsites.CallAnalysis)
     _patched: list[tuple[str, str]] | None = None  # `_patched_in_scope`, once asked (asked once per file)
+    _from_vllm: dict[str, bool] = field(default_factory=dict)
+    _subclasses: dict[str, list[str]] | None = None  # in-run class -> its direct subclasses in the run
 
     @classmethod
     def build(cls, indexes: Iterable[ModuleIndex]) -> ClassHierarchy:
@@ -312,11 +345,16 @@ class ClassHierarchy:
                 self.duck_typed.add(full)
             if entry.declares_flag and entry.qualname == "AttentionBackend" and is_vllm_base(full):
                 self.flag_bases.add(full)
+            if entry.declares_flag:
+                self.flag_classes[full] = entry.flag_true
+        self.flag_reads += [(index.path, read) for read in index.flag_reads]
         for patch in index.patches:
             record = (patch.source, patch.kind, patch.targets, index.module)
             self.patches.setdefault(patch.source.rpartition(".")[2], []).append(record)
         self._attention.clear()
+        self._from_vllm.clear()
         self._patched = None
+        self._subclasses = None
 
     def extended(self, index: ModuleIndex) -> ClassHierarchy:
         """A copy that also holds ``index`` (the hierarchy itself is left alone)."""
@@ -327,6 +365,8 @@ class ClassHierarchy:
             {k: list(v) for k, v in self._by_module.items()},
             duck_typed=set(self.duck_typed),
             flag_bases=set(self.flag_bases),
+            flag_classes=dict(self.flag_classes),
+            flag_reads=list(self.flag_reads),
             patches={k: list(v) for k, v in self.patches.items()},
         )
         copy.add(index)
@@ -349,13 +389,28 @@ class ClassHierarchy:
         if known is not None:
             return known
         self._attention[full_name] = False  # breaks cycles (class A(B), class B(A) across files)
+        # A duck-typed class whose flag overrides its own base's is that base's kind of backend, not vLLM's.
+        result = self.from_vllm(full_name) or (full_name in self.duck_typed and self.own_flag_base(full_name) is None)
+        self._attention[full_name] = result
+        return result
+
+    def from_vllm(self, full_name: str) -> bool:
+        """Whether the class is vLLM's (or a fork's copy of vLLM's base), derives from one through classes of
+        the run, or has its members copied onto one: what makes a base's subclasses attention classes.
+        (A duck-typed backend is an attention class, but is not vLLM's base: its subclasses are not.)"""
+        known = self._from_vllm.get(full_name)
+        if known is not None:
+            return known
+        self._from_vllm[full_name] = False  # breaks cycles
         result = (
             is_vllm_base(full_name)
-            or full_name in self.duck_typed
-            or any(self._is_attention_reference(base) for base in self.bases.get(full_name, ()))
+            or any(
+                is_vllm_base(base) or any(self.from_vllm(other) for other in self._classes_named(base))
+                for base in self.bases.get(full_name, ())
+            )
             or self.patch_scope(full_name, runtime_patches.MEMBERS) == "attention"
         )
-        self._attention[full_name] = result
+        self._from_vllm[full_name] = result
         return result
 
     def _is_attention_reference(self, reference: str) -> bool:
@@ -443,6 +498,13 @@ def _asked(kind: str) -> str:
     """The kind `ClassHierarchy.patch_scope` is asked about for a patch entry of ``kind``: a class a
     decorator is applied to (`runtime_patches.BUILT`) is in scope as a "methods" class ("built")."""
     return runtime_patches.MEMBERS if kind == runtime_patches.BUILT else kind
+
+
+def may_define(module: str, dotted: str) -> bool:
+    """Whether the module named ``module`` may be where the class ``dotted`` is defined (a guessed module name may
+    lack its package prefix: `_names_match`)."""
+    owner = dotted.rpartition(".")[0]
+    return bool(owner) and _names_match(owner, module)
 
 
 def _in_module(dotted: str, module: str) -> bool:

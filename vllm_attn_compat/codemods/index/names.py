@@ -67,6 +67,12 @@ def guess_module_name(path: str) -> str:
     return ".".join(parts) or stem
 
 
+def names_match(reference: str, defined: str) -> bool:
+    """Whether the dotted name ``reference`` may name ``defined``: module names guessed from paths may lack their
+    package prefix (no __init__.py, src layouts), so a reference matches a name it ends with, or vice versa."""
+    return reference == defined or defined.endswith("." + reference) or reference.endswith("." + defined)
+
+
 def is_vllm_base(dotted: str) -> bool:
     """True for vLLM's attention base classes (and in-tree backends) by their full dotted name."""
     module, _, name = dotted.rpartition(".")

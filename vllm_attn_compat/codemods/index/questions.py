@@ -45,6 +45,10 @@ class Questions(Protocol):
 
     def is_flag_base(self, full_name: str) -> bool: ...
 
+    def own_flag_base(self, full_name: str) -> str | None: ...
+
+    def flag_readers(self, full_name: str) -> str | None: ...
+
     def extended(self, index: ModuleIndex) -> Questions: ...
 
 
@@ -90,6 +94,14 @@ class Recorder:
     def is_flag_base(self, full_name: str) -> bool:
         return self._asked("is_flag_base", (full_name,), self._hierarchy.is_flag_base(full_name)) is True
 
+    def own_flag_base(self, full_name: str) -> str | None:
+        answer = self._asked("own_flag_base", (full_name,), self._hierarchy.own_flag_base(full_name))
+        return None if answer is None else str(answer)
+
+    def flag_readers(self, full_name: str) -> str | None:
+        answer = self._asked("flag_readers", (full_name,), self._hierarchy.flag_readers(full_name))
+        return None if answer is None else str(answer)
+
     def extended(self, index: ModuleIndex) -> Questions:
         self.complete = False
         return self._hierarchy.extended(index)
@@ -115,6 +127,8 @@ _QUESTIONS = frozenset(
         "has_attention_classes",
         "declares_flag_in_base",
         "is_flag_base",
+        "own_flag_base",
+        "flag_readers",
     }
 )
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from vllm_attn_compat.codemods.index.calls import CallIndex, OutputMethod, Use
 from vllm_attn_compat.codemods.index.classscan import ScannedIndex
+from vllm_attn_compat.codemods.index.flags import FlagRead
 from vllm_attn_compat.codemods.index.hierarchy import ClassEntry, ModuleIndex
 from vllm_attn_compat.codemods.index.runtime_patches import PatchEntry
 
@@ -39,7 +40,8 @@ _NAME_SET: _Field = (_lists_of(str), lambda column: map(frozenset, column))
 _NUMBERS: _Field = (_lists_of(int), lambda column: map(tuple, column))
 
 _FIELDS: dict[type, tuple[_Field, ...]] = {
-    ClassEntry: (_TEXT, _NAMES, _SCALAR, _FLAG, _FLAG),
+    ClassEntry: (_TEXT, _NAMES, _SCALAR, _FLAG, _FLAG, _FLAG),
+    FlagRead: (_SCALAR, _MAYBE_TEXT, _TEXT, _TEXT),
     PatchEntry: (_TEXT, _TEXT, _NAMES, _SCALAR),
     OutputMethod: (_TEXT, _TEXT, _SCALAR, _TEXT, _NAMES, _NAME_SET, _NAME_SET, _FLAG, _FLAG, _FLAG, _MAYBE_TEXT),
     Use: (
@@ -54,7 +56,7 @@ def _plain(value: object) -> object:
 
 
 def _columns(kind: type, records: Sequence[Any]) -> list[list[object]]:
-    names = Use._fields if kind is Use else [field.name for field in dataclasses.fields(kind)]
+    names = kind._fields if kind in (Use, FlagRead) else [field.name for field in dataclasses.fields(kind)]
     return [[_plain(getattr(record, name)) for record in records] for name in names]
 
 
@@ -82,6 +84,7 @@ def to_data(index: ModuleIndex) -> dict[str, object]:
         "patches": _columns(PatchEntry, index.patches),
         "methods": _columns(OutputMethod, index.calls.methods),
         "uses": _columns(Use, index.calls.uses),
+        "flag_reads": _columns(FlagRead, index.flag_reads),
     }
 
 
@@ -89,7 +92,7 @@ def from_data(data: object) -> ModuleIndex:
     """The index :func:`to_data` made; ``ValueError`` on anything else."""
     if type(data) is not dict:
         raise ValueError(f"expected an object, found {type(data).__name__}")
-    keys: Sequence[str] = ("path", "module", "classes", "patches", "methods", "uses")
+    keys: Sequence[str] = ("path", "module", "classes", "patches", "methods", "uses", "flag_reads")
     if sorted(data) != sorted(keys):
         raise ValueError(f"expected the fields {', '.join(keys)}, found {', '.join(sorted(map(str, data)))}")
     path, module = data["path"], data["module"]
@@ -97,7 +100,12 @@ def from_data(data: object) -> ModuleIndex:
         raise ValueError("path and module must be strings")
     calls = CallIndex(_records(OutputMethod, data["methods"]), _records(Use, data["uses"]))
     return ModuleIndex(
-        path, module, _records(ClassEntry, data["classes"]), _records(PatchEntry, data["patches"]), calls
+        path,
+        module,
+        _records(ClassEntry, data["classes"]),
+        _records(PatchEntry, data["patches"]),
+        calls,
+        _records(FlagRead, data["flag_reads"]),
     )
 
 

@@ -18,6 +18,8 @@ _HEADER = """\
     class MyBackend(AttentionBackend):
 """
 
+_READER = "\n\n    def test_backend_contract():\n        assert MyBackend.accept_output_buffer\n"
+
 _RETURNS_NEW_TENSOR = (
     "`accept_output_buffer` is {what}: this backend returns a new tensor instead of writing into "
     "`output`, and vLLM >= 0.20 ignores the returned tensor (the result is lost). Write the result "
@@ -38,6 +40,16 @@ _TRUE_IN_FORK = (
     "no-output path. Delete it together with the base declaration and the reads (VAC005), as upstream did "
     "(the unsafe fix deletes it: --unsafe-fixes)"
 )
+_OWN_BASE = (
+    "`accept_output_buffer` here overrides the flag of `{base}`, a base class of this project that is not "
+    "vLLM's: the flag is the project's own. vLLM >= 0.20 no longer reads it, but deleting this line would make "
+    "the class read `{base}`'s value instead. Decide with the base class's declaration and its readers, by hand"
+)
+_READ = (
+    "`accept_output_buffer = True` is dead for vLLM >= 0.20, which no longer reads it, but this run does: "
+    "{readers}. Deleting it would change what that read gives (vLLM >= 0.20's base class no longer declares "
+    "the flag). Remove the read (VAC005), then this line (the unsafe fix deletes it: --unsafe-fixes)"
+)
 
 
 class AcceptOutputBuffer(Rule):
@@ -54,6 +66,13 @@ class AcceptOutputBuffer(Rule):
     removed it together with the reads of the flag, and the unsafe fix removes it with the comment
     above it. While it is there, deleting a backend's ``= True`` alone would make that backend read
     False, so in such a run that removal is unsafe too.
+
+    The safe fix changes nothing any code of the run reads: where the run reads the flag of the class, of
+    a subclass or of an instance (``X.accept_output_buffer``, ``getattr``/``hasattr`` with the name,
+    ``self.accept_output_buffer``, a receiver that cannot be resolved), or a base class of the run sets it
+    to anything but True, the removal is unsafe, and the finding names the read. Where the flag overrides
+    that of a base class of the project that is not vLLM's (its own ``AttentionBackend`` ABC, say), the flag
+    is the project's own: the finding is a report, never a fix.
     """
 
     code = "VAC004"
@@ -102,6 +121,38 @@ class AcceptOutputBuffer(Rule):
                 """,
             ),
             findings=(Status.UNSAFE_FIX_AVAILABLE,),
+        ),
+        Example(
+            "a flag the run reads is no safe fix: the read would raise AttributeError on vLLM >= 0.20",
+            _HEADER + "        accept_output_buffer = True\n" + _READER,
+            unsafe_after=_HEADER + "        pass\n" + _READER,
+            findings=(Status.UNSAFE_FIX_AVAILABLE,),
+        ),
+        Example(
+            "a flag overriding that of the project's own base class is the project's, not vLLM's",
+            """\
+            from abc import ABC
+
+            from vllm.logger import init_logger
+
+            logger = init_logger(__name__)
+
+
+            class AttentionBackend(ABC):
+                accept_output_buffer: bool = False
+
+
+            class SDPABackend(AttentionBackend):
+                accept_output_buffer: bool = True
+
+                @staticmethod
+                def get_name() -> str:
+                    return "SDPA"
+
+                @staticmethod
+                def get_impl_cls():
+                    return SDPAImpl
+            """,
         ),
         Example(
             "a backend vLLM uses without deriving from its base (duck-typed), in a module importing vLLM",
@@ -290,11 +341,20 @@ class AcceptOutputBuffer(Rule):
                 continue
             edit = RemoveStatement(small, drop_comment_block=True)
             hierarchy = self.ctx.hierarchy
-            if hierarchy.is_flag_base(f"{self.ctx.module_name}.{frame.qualname}"):
+            full_name = f"{self.ctx.module_name}.{frame.qualname}"
+            if hierarchy.is_flag_base(full_name):
                 self.ctx.report(self, small, _BASE_DECLARATION, edit, safety=FixSafety.UNSAFE)
+                continue
+            own_base = hierarchy.own_flag_base(full_name)
+            if own_base is not None:
+                self.ctx.report(self, small, _OWN_BASE.format(base=own_base.rpartition(".")[2]))
             elif is_name(value, "True") and hierarchy.declares_flag_in_base():
                 self.ctx.report(self, small, _TRUE_IN_FORK, edit, safety=FixSafety.UNSAFE)
             elif is_name(value, "True"):
+                readers = hierarchy.flag_readers(full_name)
+                if readers is not None:
+                    self.ctx.report(self, small, _READ.format(readers=readers), edit, safety=FixSafety.UNSAFE)
+                    continue
                 self.ctx.report(
                     self,
                     small,

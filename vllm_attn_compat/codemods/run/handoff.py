@@ -31,6 +31,10 @@ def settles(index: ModuleIndex, hierarchy: ClassHierarchy) -> bool:
         return False
     if callsites.has_methods(index):
         return False
+    if any(entry.declares_flag for entry in index.classes):
+        # Whether deleting the flag is safe depends on every class of the run deriving from these classes, and on
+        # all their bases (`ClassHierarchy.flag_readers`, `own_flag_base`): later rounds may find more.
+        return False
     return hierarchy.patches_decided(index) and all(
         hierarchy.is_attention_class(f"{index.module}.{entry.qualname}") for entry in index.classes
     )

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, TypeVar
 from vllm_attn_compat.codemods import registry
 from vllm_attn_compat.codemods.engine import migrate
 from vllm_attn_compat.codemods.index import classscan
+from vllm_attn_compat.codemods.index.flags import FLAG_BYTES
 from vllm_attn_compat.codemods.run import files, parallel, prefork, rerun, sources, stats, worker
 from vllm_attn_compat.codemods.run.dependencies import MissingDependency
 from vllm_attn_compat.codemods.run.handoff import Handoff, candidate_rules
@@ -136,6 +137,10 @@ def _index_hierarchy(
 
     indexes: dict[str, IndexOutcome] = {}
     pending = [s for s in worth if b"vllm" in s.source or in_vllm_package(s.source_file.path)]
+    # A read of `accept_output_buffer` anywhere in the run decides whether deleting a declaration is safe
+    # (`ClassHierarchy.flag_readers`), whatever the file imports or the rules selected.
+    first = {s.source_file.path for s in pending}
+    pending += [s for s in scanned if s.source_file.path not in first and FLAG_BYTES in s.source]
     known_names: frozenset[str] = frozenset()
     must_parse: set[str] = set()  # files the class scan spared once, which later rounds need indexed
     checked_methods: frozenset[str] = frozenset()  # the methods each file spared in earlier rounds was checked for
@@ -200,6 +205,7 @@ def _index_hierarchy(
             ):
                 must_parse.add(path)
                 pending.append(s)
+        pending += _defining_files(built.missing_flag_bases(), scanned, indexes, pending, must_parse)
         if not pending:
             # Every caller in the run counts, whatever it imports (`runner.py` calling `engine.impl.prefill(x)`):
             # once the rounds have settled, a file not indexed is parsed if it may use a method with a fix still
@@ -218,6 +224,34 @@ def _index_hierarchy(
     if settled is not None:
         after_round(settled, indexes)
     return built, indexes
+
+
+def _defining_files(
+    names: Set[str],
+    scanned: Sequence[_Scanned],
+    indexes: Mapping[str, IndexOutcome],
+    pending: Sequence[_Scanned],
+    must_parse: set[str],
+) -> list[_Scanned]:
+    """The files not indexed yet whose module may define one of the classes ``names`` (dotted); those the class
+    scan spared are parsed this time (``must_parse``)."""
+    if not names:
+        return []
+    from vllm_attn_compat.codemods.index.hierarchy import may_define
+    from vllm_attn_compat.codemods.index.names import guess_module_name
+
+    queued = {s.source_file.path for s in pending}
+    found = []
+    for s in scanned:
+        path = s.source_file.path
+        index = indexes.get(path)
+        if path in queued or not (index is None or isinstance(index, classscan.ScannedIndex)):
+            continue
+        module = guess_module_name(path)
+        if any(may_define(module, name) for name in names):
+            must_parse.add(path)
+            found.append(s)
+    return found
 
 
 def _class_scan(s: _Scanned, known: frozenset[str], cache: Cache | None) -> classscan.ScannedIndex | None:

@@ -332,3 +332,39 @@ def test_a_vllm_backend_overriding_the_projects_own_flag_is_reported_never_fixed
         assert statuses(result) == [Status.MANUAL]
         assert "`AttentionBackend`, a base class of this project that is not vLLM's" in result.findings[0].message
         assert result.source.decode() == source(backend)
+
+
+@pytest.mark.parametrize(
+    "decorate",
+    ["@tt_backend", "@merge_into(load_backend_class())"],
+    ids=["built by a decorator", "patched onto an unresolved class"],
+)
+def test_a_reported_only_flag_offers_no_unsafe_fix(decorate):
+    text = source(
+        f"""
+        from vllm.v1.attention.backends.flash_attn import FlashAttentionBackend
+
+
+        def tt_backend(cls):
+            return type(cls.__name__, (FlashAttentionBackend,), dict(vars(cls)))
+
+
+        def merge_into(target):
+            def merge(methods):
+                for name, value in vars(methods).items():
+                    setattr(target, name, value)
+                return methods
+
+            return merge
+
+
+        {decorate}
+        class TTBackend:
+            accept_output_buffer = False
+        """
+    )
+    for unsafe in (False, True):
+        result = run(text, ["VAC004"], unsafe=unsafe)
+        assert result.source.decode() == text and statuses(result) == [Status.MANUAL]
+        message = result.findings[0].message
+        assert "--unsafe-fixes" not in message and message.endswith("make the change by hand)")

@@ -8,6 +8,7 @@ takes an ``output`` parameter, and report findings with the edits that would fix
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, TypeAlias, cast
@@ -30,6 +31,10 @@ class Reporting(Protocol):
 
     @property
     def fix_safety(self) -> FixSafety: ...
+
+
+# How a rule's message points to its unsafe fix ("... (the unsafe fix deletes it: --unsafe-fixes)").
+_UNSAFE_FIX_HINT = re.compile(r" ?\(the unsafe fix [^()]*: --unsafe-fixes\)")
 
 
 @dataclass(frozen=True)
@@ -194,18 +199,21 @@ class FileContext:
         """Record a finding at ``node``; ``edits`` fix it with ``safety`` (the rule's by default).
         Without edits the finding is display-only."""
         chosen = safety if safety is not None else rule.fix_safety
-        if any(isinstance(frame, ClassFrame) and frame.built for frame in self.frames):
+        built = any(isinstance(frame, ClassFrame) and frame.built for frame in self.frames)
+        if built or self.in_unresolved_patch():
+            # Reported only: the rule's pointer to its unsafe fix would offer a fix that is not there.
+            message = _UNSAFE_FIX_HINT.sub("", message)
+            edits = ()
+        if built:
             message += (
                 " (a decorator builds a vLLM attention class of this class's members at run time, and the "
                 "fork's design around it depends on the flag and on `output`: make the change by hand)"
             )
-            edits = ()
         elif self.in_unresolved_patch():
             message += (
                 " (this code is copied at run time onto a class this tool cannot resolve: if that is a vLLM "
                 "attention class, make the change by hand)"
             )
-            edits = ()
         if not edits:
             chosen = FixSafety.DISPLAY_ONLY
         self.reports.append(Report(rule.code, message, node, tuple(edits), chosen))

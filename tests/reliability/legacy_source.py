@@ -151,9 +151,11 @@ def _forward(w: SourceWriter, depth: int, *, in_scope: bool, name: str = "forwar
     w.statement(body, "return output")
 
 
-def _report_only_method(w: SourceWriter, depth: int) -> None:
-    """Old-API reads and calls that the safe fixes only report."""
-    kind = w.draw(st.sampled_from(["use_output", "getattr", "call", "compare"]))
+REPORT_ONLY_KINDS = ("use_output", "getattr", "call", "compare")
+
+
+def _report_only_method(w: SourceWriter, depth: int, kind: str) -> None:
+    """Old-API reads and calls that the safe fixes only report (``getattr`` reads the backend's flag too)."""
     w.statement(depth, "def legacy_path(self, query, key, value, name):")
     body = depth + 1
     if kind == "use_output":
@@ -185,7 +187,9 @@ def _local_output_method(w: SourceWriter, depth: int) -> None:
     w.statement(depth + 1, "return output")
 
 
-def _backend_class(w: SourceWriter, base: str, *, in_scope: bool, depth: int = 0) -> None:
+def _backend_class(w: SourceWriter, base: str, *, in_scope: bool, flag_read: bool, depth: int = 0) -> None:
+    """``flag_read``: code of the module reads the flag through a receiver that may be this class, so deleting
+    ``= True`` would change what it reads: an unsafe fix only."""
     draw = w.draw
     w.statement(depth, f"class {draw(st.sampled_from(['Flash', 'Paged', 'Custom']))}Backend({base}):")
     body = depth + 1
@@ -196,11 +200,13 @@ def _backend_class(w: SourceWriter, base: str, *, in_scope: bool, depth: int = 0
     if flag in ("True", "bool_True"):
         above = w.gap(body)  # blank lines, then comments directly above: they document the attribute
         text = "accept_output_buffer = True" if flag == "True" else "accept_output_buffer: bool = True"
-        suffix = w.line(body, text, None if in_scope else SAME)
+        safe = in_scope and not flag_read
+        suffix = w.line(body, text, None if safe else SAME)
         if in_scope:
-            w.removable.update(above)
+            removable = w.removable if safe else w.unsafe_removable
+            removable.update(above)
             if suffix:
-                w.removable.add(suffix.strip())
+                removable.add(suffix.strip())
     elif flag == "False":  # an unsafe fix only
         above = w.gap(body)
         suffix = w.line(body, "accept_output_buffer = False")
@@ -211,7 +217,7 @@ def _backend_class(w: SourceWriter, base: str, *, in_scope: bool, depth: int = 0
     w.statement(body + 1, 'return "CUSTOM"')
 
 
-def _impl_class(w: SourceWriter, base: str, *, in_scope: bool, depth: int = 0) -> None:
+def _impl_class(w: SourceWriter, base: str, *, in_scope: bool, report_only: str | None, depth: int = 0) -> None:
     draw = w.draw
     w.statement(depth, f"class {draw(st.sampled_from(['Flash', 'Paged', 'Custom']))}Impl({base}):")
     body = depth + 1
@@ -221,8 +227,8 @@ def _impl_class(w: SourceWriter, base: str, *, in_scope: bool, depth: int = 0) -
     _forward(w, body, in_scope=in_scope)
     if draw(st.booleans()):
         _forward(w, body, in_scope=in_scope, name="forward_decode")
-    if draw(st.booleans()):
-        _report_only_method(w, body)
+    if report_only is not None:
+        _report_only_method(w, body, report_only)
     if draw(st.booleans()):
         _local_output_method(w, body)
 
@@ -315,17 +321,18 @@ def legacy_modules(draw) -> GeneratedModule:
 
     if draw(st.booleans()):
         _helper_function(w)
-    _backend_class(w, backend_base, in_scope=vllm_side)
+    report_only = draw(st.none() | st.sampled_from(REPORT_ONLY_KINDS))  # drawn first: the backend's flag depends on it
+    _backend_class(w, backend_base, in_scope=vllm_side, flag_read=report_only == "getattr")
     if draw(st.booleans()):  # through a local intermediate base class
         w.statement(0, f"class PluginImplBase({impl_base}):")
         w.statement(1, "scale = 1.0")
         impl_base = "PluginImplBase"
     if draw(st.booleans()):  # defined inside a factory function
         w.statement(0, "def make_impl():")
-        _impl_class(w, impl_base, in_scope=vllm_side, depth=1)
+        _impl_class(w, impl_base, in_scope=vllm_side, report_only=report_only, depth=1)
         w.statement(1, "return None")
     else:
-        _impl_class(w, impl_base, in_scope=vllm_side)
+        _impl_class(w, impl_base, in_scope=vllm_side, report_only=report_only)
     if draw(st.booleans()):
         _op_list(w)
     w.gap(0)  # comments and blank lines at the end of the file

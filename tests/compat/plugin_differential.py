@@ -26,7 +26,9 @@ import vllm.plugins  # noqa: E402
 from vllm.config import DeviceConfig, VllmConfig, set_current_vllm_config  # noqa: E402
 from vllm.forward_context import set_forward_context  # noqa: E402
 from vllm.model_executor.layers.attention.attention import Attention  # noqa: E402
-from vllm.v1.attention.backend import AttentionBackend, AttentionImpl  # noqa: E402
+from vllm.v1.attention.backend import AttentionImpl  # noqa: E402
+
+from vllm_backends import backend_for  # noqa: E402  (the script's own folder, on sys.path)
 
 VLLM_CONFIG = VllmConfig(device_config=DeviceConfig(device="cpu"))
 HEADS, KV_HEADS, T = 4, 2, 6
@@ -111,31 +113,6 @@ SHAPES = {
     "returns its rows without padding": (returns(lambda r: r[: T - 2].reshape(T - 2, -1)), 16, 16, torch.float32),
     "returns nothing": (returns(lambda r: None), 16, 16, torch.float32),
 }
-
-
-def backend_for(impl_cls):
-    class Backend(AttentionBackend):
-        @staticmethod
-        def get_name():
-            return "CUSTOM"
-
-        @staticmethod
-        def get_impl_cls():
-            return impl_cls
-
-        @staticmethod
-        def get_builder_cls():
-            raise NotImplementedError
-
-        @staticmethod
-        def get_kv_cache_shape(*args, **kwargs):
-            raise NotImplementedError
-
-        @classmethod
-        def supports_head_size(cls, head_size):
-            return True
-
-    return Backend
 
 
 LAYERS = []  # every layer built, for the check that the guard (off here) installed nothing

@@ -40,6 +40,7 @@ from vllm_attn_compat.compat import VllmAttnCompatDeprecationWarning, plugin  # 
 from vllm_attn_compat.compat.legacy import is_adapted  # noqa: E402
 
 from compat_helpers import CopiesInto, causal_attention  # noqa: E402
+from vllm_backends import backend_for  # noqa: E402
 
 if plugin.old_api_reason(AttentionBackend) is not None:
     pytest.skip("this tier needs vLLM >= 0.20; the installed vLLM has the old attention API", allow_module_level=True)
@@ -120,33 +121,6 @@ class WritesOutputImpl(LegacyImpl):
     ):
         output.copy_(_reference(self, query, key, value).view(output.shape))
         return output
-
-
-def _backend(impl_cls, **flag):
-    class Backend(AttentionBackend):
-        @staticmethod
-        def get_name():
-            return "CUSTOM"
-
-        @staticmethod
-        def get_impl_cls():
-            return impl_cls
-
-        @staticmethod
-        def get_builder_cls():
-            raise NotImplementedError
-
-        @staticmethod
-        def get_kv_cache_shape(*args, **kwargs):
-            raise NotImplementedError
-
-        @classmethod
-        def supports_head_size(cls, head_size):
-            return True
-
-    for name, value in flag.items():
-        setattr(Backend, name, value)
-    return Backend
 
 
 def _layer(vllm_config, backend, head_size=16, head_size_v=None):
@@ -258,12 +232,13 @@ def _vllm_backends_with_a_stale_flag():
 
 
 def test_redundant_flag_reported_for_a_plugin_backend(vllm_config):
+    backend = backend_for(WritesOutputImpl, accept_output_buffer=True)
     with warnings.catch_warnings(record=True) as log:
         warnings.simplefilter("always")
-        _layer(vllm_config, _backend(WritesOutputImpl, accept_output_buffer=True))
+        _layer(vllm_config, backend)
     (record,) = log
     assert "Backend.accept_output_buffer = True` was removed in vLLM 0.20" in str(record.message)
-    assert record.filename == __file__  # the plugin's backend class, where the line to delete is
+    assert record.filename == inspect.getsourcefile(backend)  # the plugin's backend class, where the line to delete is
 
 
 def test_redundant_flag_not_reported_for_vllms_own_backends():
@@ -284,13 +259,13 @@ def test_redundant_flag_not_reported_for_vllms_own_backends():
 
 
 def test_use_output_reads_true_on_the_real_layer(vllm_config):
-    layer = _layer(vllm_config, _backend(WritesOutputImpl))
+    layer = _layer(vllm_config, backend_for(WritesOutputImpl))
     with pytest.warns(VllmAttnCompatDeprecationWarning, match=r"`Attention.use_output` was removed in vLLM 0.20"):
         assert layer.use_output is True
 
 
 def test_legacy_backend_through_vllms_unified_attention_with_output(vllm_config):
-    layer = _layer(vllm_config, _backend(LegacyImpl, accept_output_buffer=False), head_size_v=8)
+    layer = _layer(vllm_config, backend_for(LegacyImpl, accept_output_buffer=False), head_size_v=8)
     assert is_adapted(LegacyImpl)
     q, k, v = _inputs(layer)
     expected = _reference(layer.impl, q, k, v)
@@ -309,7 +284,7 @@ def test_legacy_backend_through_vllms_unified_attention_with_output(vllm_config)
 
 @pytest.mark.parametrize("encoded", [False, True], ids=["str", "LayerName"])
 def test_torch_ops_vllm_unified_attention_through_the_real_layer_lookup(vllm_config, encoded):
-    layer = _layer(vllm_config, _backend(WritesOutputImpl), head_size_v=8)
+    layer = _layer(vllm_config, backend_for(WritesOutputImpl), head_size_v=8)
     q, k, v = _inputs(layer, seed=1)
     name = _encode_layer_name(layer.layer_name) if encoded else layer.layer_name
     with _context(vllm_config, layer):
@@ -330,7 +305,7 @@ def test_torch_ops_vllm_unified_attention_through_the_real_layer_lookup(vllm_con
 
 
 def test_unknown_layer_name_in_vllms_forward_context(vllm_config):
-    layer = _layer(vllm_config, _backend(WritesOutputImpl))
+    layer = _layer(vllm_config, backend_for(WritesOutputImpl))
     q, k, v = _inputs(layer)
     with _context(vllm_config, layer), warnings.catch_warnings():
         warnings.simplefilter("ignore", VllmAttnCompatDeprecationWarning)
@@ -395,7 +370,7 @@ def test_backend_that_never_declared_the_flag_through_the_real_layer(vllm_config
     from vllm_attn_compat.compat.flags import declared_accept_output_buffer
 
     impl_cls = type(impl_cls.__name__, (impl_cls,), {"__module__": __name__})  # fresh: adopted and warned here
-    layers = [_layer(vllm_config, _backend(impl_cls), head_size_v=8) for _ in range(2)]
+    layers = [_layer(vllm_config, backend_for(impl_cls), head_size_v=8) for _ in range(2)]
     layer = layers[0]
     assert declared_accept_output_buffer(layer.attn_backend) is None  # never declared
     wrapped = impl_cls.__dict__["forward"]
@@ -472,7 +447,7 @@ class LegacyMLALayer(MLAAttention):
 
 
 def _mla_backend(impl_cls):
-    class MLABackend(_backend(impl_cls)):
+    class MLABackend(backend_for(impl_cls)):
         @classmethod
         def is_mla(cls):
             return True

@@ -30,6 +30,8 @@ from vllm.v1.attention.backend import AttentionBackend, AttentionImpl, MLAAttent
 from vllm_attn_compat import compat  # noqa: E402
 from vllm_attn_compat.compat import OutputNotWrittenError, OutputNotWrittenWarning, output_guard, plugin  # noqa: E402
 
+from vllm_backends import backend_for  # noqa: E402
+
 if plugin.old_api_reason(AttentionBackend) is not None:
     pytest.skip("this tier needs vLLM >= 0.20; the installed vLLM has the old attention API", allow_module_level=True)
 
@@ -133,33 +135,6 @@ class DefaultFlagLegacy(Legacy):
         return _result(self, query, key, value).reshape(query.shape[0], -1)
 
 
-def _backend(impl_cls, **flag):
-    class Backend(AttentionBackend):
-        @staticmethod
-        def get_name():
-            return "CUSTOM"
-
-        @staticmethod
-        def get_impl_cls():
-            return impl_cls
-
-        @staticmethod
-        def get_builder_cls():
-            raise NotImplementedError
-
-        @staticmethod
-        def get_kv_cache_shape(*args, **kwargs):
-            raise NotImplementedError
-
-        @classmethod
-        def supports_head_size(cls, head_size):
-            return True
-
-    for name, value in flag.items():
-        setattr(Backend, name, value)
-    return Backend
-
-
 def _fresh(impl_cls):
     return type(impl_cls.__name__, (impl_cls,), {"__module__": __name__})
 
@@ -168,7 +143,7 @@ def _run(vllm_config, impl_cls, actual=T, **flag):
     name = f"model.layers.{next(_names)}.self_attn.attn"
     with set_current_vllm_config(vllm_config):
         layer = Attention(
-            HEADS, SIZE, SIZE**-0.5, num_kv_heads=KV_HEADS, prefix=name, attn_backend=_backend(impl_cls, **flag)
+            HEADS, SIZE, SIZE**-0.5, num_kv_heads=KV_HEADS, prefix=name, attn_backend=backend_for(impl_cls, **flag)
         )
     gen = torch.Generator().manual_seed(0)
     q, k, v = torch.randn(T, HEADS * SIZE, generator=gen), *torch.randn(2, T, KV_HEADS * SIZE, generator=gen)
@@ -264,7 +239,7 @@ def mla_layer(monkeypatch, vllm_config):
         monkeypatch.setattr(mla_attention, "get_mla_prefill_backend", lambda vllm_config: _UnusedPrefillBackend)
 
     def build(impl_cls):
-        class MLABackend(_backend(impl_cls)):
+        class MLABackend(backend_for(impl_cls)):
             @classmethod
             def is_mla(cls):
                 return True

@@ -20,7 +20,10 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from hypothesis import note
 from hypothesis import strategies as st
+
+from vllm_attn_compat.codemods.run.runner import Options, run_paths
 
 STUBS = {
     "vllm/__init__.py": "",
@@ -221,3 +224,18 @@ def probe(root: Path, callers: tuple[str, ...]) -> dict[str, list]:
     )
     assert completed.returncode == 0, completed.stderr
     return json.loads(completed.stdout)
+
+
+def probe_around_migrate(root: Path, files: dict[str, str], stubs: dict[str, str], callers: tuple[str, ...]):
+    """Write ``files`` and ``stubs`` under ``root``, :func:`probe` ``callers``, run ``migrate`` (safe fixes) over
+    the tree, and probe again: ``(before, after)``. Both sides' sources go to hypothesis's notes."""
+    write_tree(root / "stubs", stubs)
+    write_tree(root / "tree", files)
+    for relative, text in files.items():
+        note(f"--- {relative} ---\n{text}")
+    before = probe(root, callers)
+    report = run_paths([str(root / "tree")], Options(jobs=1))
+    assert report.errors == []
+    for relative in files:
+        note(f"--- {relative} after ---\n{(root / 'tree' / relative).read_text()}")
+    return before, probe(root, callers)

@@ -8,11 +8,9 @@ do anything after.
 
 from __future__ import annotations
 
-from hypothesis import example, given, note
+from hypothesis import example, given
 
-from vllm_attn_compat.codemods.run.runner import Options, run_paths
-
-from .legacy_callers import ELSEWHERE_EXAMPLE, STUBS, GeneratedPlugin, plugins_with_callers, probe, write_tree
+from .legacy_callers import ELSEWHERE_EXAMPLE, STUBS, GeneratedPlugin, plugins_with_callers, probe_around_migrate
 from .profile import reliability_settings
 
 
@@ -21,17 +19,7 @@ from .profile import reliability_settings
 @example(plugin=ELSEWHERE_EXAMPLE)
 def test_no_call_that_returned_raises_after_the_safe_fixes(plugin: GeneratedPlugin, tmp_path_factory) -> None:
     root = tmp_path_factory.mktemp("plugin")
-    write_tree(root / "stubs", STUBS)
-    write_tree(root / "tree", plugin.files)
-    for relative, text in plugin.files.items():
-        note(f"--- {relative} ---\n{text}")
-    before = probe(root, plugin.callers)
-
-    report = run_paths([str(root / "tree")], Options(jobs=1))
-    assert report.errors == []
-    for relative in plugin.files:
-        note(f"--- {relative} after ---\n{(root / 'tree' / relative).read_text()}")
-    after = probe(root, plugin.callers)
+    before, after = probe_around_migrate(root, plugin.files, STUBS, plugin.callers)
     for name, (outcome, value) in before.items():
         if outcome == "returned":
             assert after[name] == ["returned", value], f"{name}: {before[name]} before, {after[name]} after"

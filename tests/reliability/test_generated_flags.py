@@ -22,11 +22,9 @@ import importlib.util
 from pathlib import Path
 
 import pytest
-from hypothesis import event, given, note
+from hypothesis import event, given
 
-from vllm_attn_compat.codemods.run.runner import Options, run_paths
-
-from .legacy_callers import probe, write_tree
+from .legacy_callers import probe_around_migrate
 from .legacy_flags import STUBS_020, FlagPlugin, flag_plugins
 from .profile import reliability_settings
 
@@ -43,17 +41,7 @@ def _declares(tree: Path, plugin: FlagPlugin, number: int) -> bool:
 
 
 def _check(plugin: FlagPlugin, root: Path, stubs: dict[str, str]) -> None:
-    write_tree(root / "stubs", stubs)
-    write_tree(root / "tree", plugin.files)
-    for relative, text in plugin.files.items():
-        note(f"--- {relative} ---\n{text}")
-    before = probe(root, plugin.callers)
-
-    report = run_paths([str(root / "tree")], Options(jobs=1))
-    assert report.errors == []
-    for relative in plugin.files:
-        note(f"--- {relative} after ---\n{(root / 'tree' / relative).read_text()}")
-    after = probe(root, plugin.callers)
+    before, after = probe_around_migrate(root, plugin.files, stubs, plugin.callers)
     assert after == before
 
     deleted = {n for n, cls in enumerate(plugin.classes) if cls.flag and not _declares(root / "tree", plugin, n)}

@@ -176,6 +176,28 @@ def test_no_libcst_import_when_no_file_is_a_candidate(tmp_path):
     assert result.stdout.split() == ["0", "False", "False"], result.stderr
 
 
+def test_a_rerun_the_cache_replays_imports_no_rule_runner_or_heavy_module(tmp_path):
+    # What a rerun imports is most of its time: the rules' modules, the runner, dataclasses (with inspect) and,
+    # outside git, subprocess are for runs that read files.
+    tree = write_tree(tmp_path / "tree", {"plugin/base.py": BASE, "plugin/impl.py": IMPL, "plugin/util.py": UNRELATED})
+    probe = (
+        "import sys\nfrom vllm_attn_compat.codemods.cli import main\nfrom vllm_attn_compat.codemods.run import stats\n"
+        "stats.RACY_NS = 0\n"  # the files were written just now: trusted by their status at once all the same
+        f"code = main(['migrate', '--check', '-q', '--cache-dir', {str(tmp_path / 'cache')!r}, {str(tree)!r}])\n"
+        "heavy = ['vllm_attn_compat.codemods.run.runner', 'vllm_attn_compat.codemods.rules.vac001_assert_output',\n"
+        "         'dataclasses', 'subprocess', 'libcst']\n"
+        "print(code, *[name for name in heavy if name in sys.modules])\n"
+    )
+    runs = [subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO) for _ in range(2)]
+    first, second = (run.stdout.splitlines()[-1].split() for run in runs)
+    assert first[:3] == [
+        "1",
+        "vllm_attn_compat.codemods.run.runner",
+        "vllm_attn_compat.codemods.rules.vac001_assert_output",
+    ], runs[0].stderr
+    assert second == ["1"], runs[1].stderr
+
+
 OLD_OP_CALL = """\
 import torch
 

@@ -9,15 +9,12 @@ or a dependency missing or broken (one line naming it and its install command; t
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import sys
-import textwrap
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, NoReturn
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from vllm_attn_compat import __version__
-from vllm_attn_compat.codemods import registry
 from vllm_attn_compat.codemods.run import dependencies
 from vllm_attn_compat.codemods.run.config import ConfigError
 
@@ -48,22 +45,67 @@ def _jobs(value: str) -> int:
 
 def _rules_epilog() -> str:
     """The rules, from the rules themselves (``vllm-attn-compat rules CODE`` explains one)."""
+    import textwrap
+
+    from vllm_attn_compat.codemods import registry
+
     lines = [f"  {rule.code} ({rule.fix_safety.value}) {rule.summary}" for rule in registry.all_rules()]
     return "rules:\n" + "\n".join(lines) + "\n\n" + textwrap.fill(EPILOG, 79)
 
 
+def _help_width() -> int:
+    """The width help is wrapped to, as `shutil.get_terminal_size` finds it, less two (argparse's default)."""
+    try:
+        columns = int(os.environ["COLUMNS"])
+    except (KeyError, ValueError):
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns  # type: ignore[union-attr]
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+    return (columns or 80) - 2
+
+
+class _Formatter(argparse.HelpFormatter):
+    """argparse's formatter, told its width: left to find it, argparse imports `shutil` (and with it bz2 and
+    lzma) each time a parser is built, a twentieth of a rerun the cache replays, for help rarely shown."""
+
+    def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 24, width: int | None = None):
+        super().__init__(prog, indent_increment, max_help_position, _help_width() if width is None else width)
+
+
+class _RawDescriptionFormatter(_Formatter, argparse.RawDescriptionHelpFormatter):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    """A parser whose epilog may be made when its help is shown (``epilog_from``): listing the rules imports
+    every rule's module, which a run the cache replays never needs."""
+
+    def __init__(self, *args: Any, epilog_from: Callable[[], str] | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.epilog_from = epilog_from
+
+    def format_help(self) -> str:
+        if self.epilog_from is not None:
+            self.epilog = self.epilog_from()
+        return super().format_help()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
+        formatter_class=_Formatter,
         prog="vllm-attn-compat",
         description="Migrate vLLM attention-backend code to the mandatory output buffer (vLLM >= 0.20).",
         epilog=EPILOG,
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="{migrate,rules}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="{migrate,rules}", parser_class=_Parser)
     migrate = commands.add_parser(
-        "migrate", help="apply safe fixes in place (or --check / --diff)", epilog=_rules_epilog(),
+        "migrate", help="apply safe fixes in place (or --check / --diff)", epilog_from=_rules_epilog,
         description="Apply the rules' safe fixes to Python files in place and report what is left.",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=_RawDescriptionFormatter,
     )  # fmt: skip
     migrate.add_argument("paths", nargs="+", metavar="PATH", help="files or folders; '-' reads standard input")
     mode = migrate.add_mutually_exclusive_group()
@@ -108,7 +150,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--quiet", "-q", action="store_true", help="print findings and errors only: no summary, no progress"
     )
     migrate.add_argument("--stdin-filename", metavar="NAME", help="the name to report for '-' (standard input)")
-    rules = commands.add_parser("rules", help="list the rules, or explain one with its examples")
+    rules = commands.add_parser(
+        "rules", help="list the rules, or explain one with its examples", formatter_class=_Formatter
+    )
     rules.add_argument("code", nargs="?", help="a rule code (VAC004) or name to explain")
     return parser
 
@@ -134,12 +178,14 @@ def _options(args: argparse.Namespace) -> Options:
         progress=progress,
     )
     if args.jobs is not None:
-        options = dataclasses.replace(options, jobs=args.jobs)
-    options = dataclasses.replace(options, cache_dir=_cache_dir(args, config))
+        options = options._replace(jobs=args.jobs)
+    options = options._replace(cache_dir=_cache_dir(args, config))
     configured = (("select", args.select is None), ("ignore", args.ignore is None and args.select is None))
     for key, from_config in configured:
         codes = getattr(config, key)
         if from_config and codes:
+            from vllm_attn_compat.codemods import registry
+
             try:  # a code misspelt in the configuration: say where it comes from
                 registry.select_rules(codes if key == "select" else (), codes if key == "ignore" else ())
             except ValueError as error:
@@ -229,6 +275,8 @@ def _migrate_with(args: argparse.Namespace, options: Options, warm: list[Prefork
 
 
 def _rules(args: argparse.Namespace) -> int:
+    from vllm_attn_compat.codemods import registry
+
     known = registry.all_rules()
     if args.code is None:
         width = max((len(rule.name) for rule in known), default=0)

@@ -28,20 +28,19 @@ def test_all_keys_are_read_and_excludes_are_relative_to_the_file(tmp_path):
     config = load_config(str(tmp_path))
     assert config == Config(
         select=("VAC00",), ignore=("VAC006",), exclude=("tests/fixtures",), unsafe_fixes=True,
-        old_op_calls="forwarder", base=str(tmp_path),
+        old_op_calls="forwarder", base=str(tmp_path), source=str(tmp_path / "pyproject.toml"),
     )  # fmt: skip
-    assert config.source == str(tmp_path / "pyproject.toml")
 
 
 def test_a_pyproject_without_the_table_gives_defaults_based_at_its_folder(tmp_path):
     (tmp_path / "pyproject.toml").write_text("[tool.ruff]\nline-length = 100\n")
-    assert load_config(str(tmp_path)) == Config(base=str(tmp_path))
+    assert load_config(str(tmp_path)) == Config(base=str(tmp_path), source=str(tmp_path / "pyproject.toml"))
 
 
 def test_a_pyproject_that_never_names_the_tool_is_not_ours_to_validate(tmp_path):
     # Someone else's broken table cannot configure this tool; a run in their repository goes on.
     (tmp_path / "pyproject.toml").write_text("[tool.ruff\nline-length = 100\n")
-    assert load_config(str(tmp_path)) == Config(base=str(tmp_path))
+    assert load_config(str(tmp_path)) == Config(base=str(tmp_path), source=str(tmp_path / "pyproject.toml"))
     (tmp_path / "pyproject.toml").write_text("[tool.ruff\n[tool.vllm-attn-compat]\n")
     with pytest.raises(ConfigError, match="invalid TOML"):
         load_config(str(tmp_path))

@@ -74,6 +74,32 @@ def test_outside_git_every_file_is_walked(tmp_path):
     assert relative_paths(found, tmp_path) == ["a.py", "generated/c.py"]
 
 
+def test_outside_git_no_git_process_is_started(tmp_path, monkeypatch):
+    # Starting git to learn that there is no repository costs as much as the rest of a rerun the cache replays.
+    monkeypatch.delenv("GIT_DIR", raising=False)
+    started: list[list[str]] = []
+    original = subprocess.run
+
+    def recording(command, *args, **kwargs):
+        started.append(command)
+        return original(command, *args, **kwargs)
+
+    monkeypatch.setattr(subprocess, "run", recording)
+    make_tree(tmp_path, {"pkg/a.py": ""})
+    if any(os.path.lexists(os.path.join(folder, ".git")) for folder in [str(tmp_path), *map(str, tmp_path.parents)]):
+        pytest.skip("the temporary folder lies in a git work tree")
+    assert relative_paths(discover([str(tmp_path / "pkg")], base=str(tmp_path))[0], tmp_path) == ["pkg/a.py"]
+    assert started == []
+    # A work tree found by a `.git` file above (a linked work tree, a submodule), or by GIT_DIR, is git's to list.
+    (tmp_path / ".git").write_text("gitdir: /nonexistent\n")
+    discover([str(tmp_path / "pkg")], base=str(tmp_path))
+    assert len(started) == 1 and started[0][0] == "git"
+    (tmp_path / ".git").unlink()
+    monkeypatch.setenv("GIT_DIR", str(tmp_path / "nowhere"))
+    discover([str(tmp_path / "pkg")], base=str(tmp_path))
+    assert len(started) == 2
+
+
 @pytest.mark.parametrize(
     ("path", "patterns", "expected"),
     [

@@ -126,3 +126,42 @@ def test_a_tree_with_nothing_to_migrate_is_replayed_too(tmp_path, reads, monkeyp
     assert _outcome(run_paths([str(tree)], options)) == ([], [], [], 5, 0)
     reads.clear()
     assert _replayed(tree, options) and reads == []
+
+
+def test_a_rerun_over_the_same_statuses_needs_neither_the_table_nor_a_read(tree, tmp_path, reads, monkeypatch):
+    options = _options(tmp_path)
+    cold = _outcome(run_paths([str(tree)], options))  # records the run's statuses (no file is racy here)
+    reads.clear()
+
+    def no_table(root: str) -> stats.StatTable:
+        raise AssertionError("the statuses alone find the run")
+
+    monkeypatch.setattr(stats, "StatTable", no_table)
+    prepared = rerun.prepare([str(tree)], options)
+    report = prepared.report(options.mode)
+    assert rerun.replay(prepared, options.mode, report)
+    assert _outcome(report) == cold and reads == []
+
+
+def test_a_racy_file_keeps_the_run_from_being_found_by_its_statuses(tree, tmp_path, reads, monkeypatch):
+    monkeypatch.setattr(stats, "RACY_NS", 3600 * 10**9)  # every file was modified "just now"
+    options = _options(tmp_path)
+    run_paths([str(tree)], options)
+    reads.clear()
+    assert not _replayed(tree, options)  # nothing recorded: the table does not know a racy file either
+    cold = _outcome(run_paths([str(tree)], options))
+    monkeypatch.setattr(stats, "RACY_NS", 0)  # old enough now: read, hashed, the run's entry found, statuses kept
+    assert _outcome(run_paths([str(tree)], options)) == cold
+    reads.clear()
+    assert _replayed(tree, options) and reads == []
+
+
+@pytest.mark.parametrize("exclude", [("impl.py",), ("helpers.py",)])
+def test_other_excludes_miss_and_the_run_reports_what_an_uncached_run_does(tree, tmp_path, exclude):
+    # The same files and bytes, another split between the files to migrate and those read for context only.
+    run_paths([str(tree)], _options(tmp_path, base=str(tree)))
+    excluding = _options(tmp_path, exclude=exclude, base=str(tree))
+    assert not _replayed(tree, excluding)
+    uncached = _outcome(run_paths([str(tree)], _options(tmp_path / "none", exclude=exclude, base=str(tree))))
+    assert _outcome(run_paths([str(tree)], excluding)) == uncached
+    assert _replayed(tree, excluding)

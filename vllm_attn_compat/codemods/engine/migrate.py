@@ -8,7 +8,6 @@ The runner (`runner.py`) decides which files reach this point and checks the res
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -280,7 +279,7 @@ def _migrate_module(source: bytes, settings: _Settings, tree: ast.Module | None)
         removed += dropped_comments
         for index, edits in only_imports:  # nothing to do after all: the finding stays for a person
             if not any(id(edit) in done for edit in edits):
-                findings[index] = dataclasses.replace(findings[index], status=Status.MANUAL)
+                findings[index] = findings[index]._replace(status=Status.MANUAL)
     new_source = _keep_final_newline(source, new_module.bytes)
     return MigrationResult(new_source, sorted(findings), tuple(removed)), bool(imports)
 

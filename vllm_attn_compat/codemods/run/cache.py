@@ -35,7 +35,7 @@ import os
 import re
 import sys
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from vllm_attn_compat.codemods.findings import Finding, Status
@@ -46,6 +46,8 @@ if TYPE_CHECKING:
     from vllm_attn_compat.codemods.index import questions
     from vllm_attn_compat.codemods.index.classscan import ScannedIndex
     from vllm_attn_compat.codemods.index.hierarchy import ModuleIndex
+    from vllm_attn_compat.codemods.run.files import SourceFile
+    from vllm_attn_compat.codemods.run.stats import Status as FileStatus
     from vllm_attn_compat.codemods.run.worker import Migrated
 
 # The index's and the worker's modules are imported where an entry of theirs is read or written: a rerun
@@ -123,17 +125,42 @@ class Cache:
 
     # --- whole runs: every file read, as given and as found, unchanged ---
 
-    def run_key(self, digests: Mapping[str, str], mode: str) -> str:
+    def run_key(self, digests: Mapping[str, str], excluded: Set[str], mode: str) -> str:
         """The key of a run in ``mode`` over the files of ``digests`` (path as given -> `digest` of its
-        bytes): all of them, in the same places (a file's own entry depends only on whether its rewrite
-        passed the safety checks, which ``--check`` skips: the settings say so; a run's report depends on
-        the mode). The digests may come from `stats.StatTable`: a rerun need not read the files."""
+        bytes), those of ``excluded`` read for context only: all of them, in the same places (a file's own
+        entry depends only on whether its rewrite passed the safety checks, which ``--check`` skips: the
+        settings say so; a run's report depends on the mode). The digests may come from `stats.StatTable`:
+        a rerun need not read the files."""
         digest = hashlib.sha256(self.prefix + b"\0run\0" + mode.encode())
         for path in sorted(digests):
             digest.update(path.encode("utf-8", "surrogateescape") + b"\0")
             digest.update(normalize_path(path).encode("utf-8", "surrogateescape") + b"\0")
-            digest.update(digests[path].encode() + b"\0")
+            digest.update(digests[path].encode() + (b"\0excluded\0" if path in excluded else b"\0"))
         return digest.hexdigest()
+
+    def seen_key(self, statuses: Sequence[tuple[SourceFile, FileStatus]], excluded: Set[str], mode: str) -> str:
+        """The key under which a run over files of these statuses (`stats.status_of`, in the order of their
+        paths; ``excluded`` as in :meth:`run_key`) finds its run's key: one hash over the working directory
+        and every path and status, cheaper than asking the table for each file's digest."""
+        parts = [self.prefix.decode(), "seen", mode, os.getcwd()]
+        for source_file, (size, inode, mtime, ctime) in statuses:
+            mark = "x" if source_file.path in excluded else ""
+            parts.append(f"{source_file.path}\0{source_file.real_path}\0{size} {inode} {mtime} {ctime}{mark}")
+        return hashlib.sha256("\0".join(parts).encode("utf-8", "surrogateescape")).hexdigest()
+
+    def load_seen(self, key: str) -> str | None:
+        """The key of the run recorded under ``key`` (:meth:`seen_key`), or None."""
+
+        def run(entry: dict[str, Any]) -> str:
+            run_key = entry["run"]
+            if not (isinstance(run_key, str) and _WRITTEN.fullmatch(run_key) and "." not in run_key):
+                raise TypeError(f"malformed run key {run_key!r:.80}")
+            return run_key
+
+        return self._load(key, "seen", run)
+
+    def store_seen(self, key: str, run_key: str) -> None:
+        self._write(key, {"kind": "seen", "run": run_key})
 
     def load_run(self, key: str) -> tuple[list[tuple[str, Finding]], list[str], int] | None:
         """``(findings by path, changed paths, files parsed)`` of a run, or None."""

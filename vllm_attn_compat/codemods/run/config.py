@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass, field
+from typing import NamedTuple
 
 TABLE = "tool.vllm-attn-compat"
 
@@ -17,9 +17,9 @@ class ConfigError(Exception):
     """A configuration file that cannot be used; the message names the file, the key and the value."""
 
 
-@dataclass(frozen=True)
-class Config:
-    """Settings for one run; ``base`` is the folder that ``exclude`` globs are relative to."""
+class Config(NamedTuple):
+    """Settings for one run; ``base`` is the folder that ``exclude`` globs are relative to, ``source`` the file
+    they come from."""
 
     select: tuple[str, ...] = ()
     ignore: tuple[str, ...] = ()
@@ -28,7 +28,7 @@ class Config:
     old_op_calls: str = "with-output"
     base: str = "."
     cache_dir: str | None = None  # `cache-dir`, relative to ``base``
-    source: str | None = field(default=None, compare=False)
+    source: str | None = None
 
 
 def _string_list(value: object) -> tuple[str, ...] | None:

@@ -13,9 +13,7 @@ import fnmatch
 import operator
 import os
 import stat
-import subprocess
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from typing import NamedTuple
 
 PYTHON_SUFFIXES = (".py", ".pyi")
@@ -30,16 +28,14 @@ SKIPPED_FOLDER_NAMES = frozenset(
 )  # fmt: skip
 
 
-@dataclass(frozen=True)
-class SourceFile:
+class SourceFile(NamedTuple):
     """A file to process: ``path`` is what reports show, ``real_path`` is what is read and written."""
 
     path: str
     real_path: str
 
 
-@dataclass(frozen=True)
-class Skipped:
+class Skipped(NamedTuple):
     """A file left out on purpose (not an error), with the reason shown to the user."""
 
     path: str
@@ -71,8 +67,28 @@ def _is_skipped_folder(path: str) -> bool:
     return os.path.isfile(os.path.join(path, "pyvenv.cfg"))  # a virtual environment of any name
 
 
+def _may_be_in_git(folder: str) -> bool:
+    """Whether git could find a work tree for ``folder``: a ``.git`` (folder, or file of a linked work tree or
+    submodule) there or above, or ``GIT_DIR`` set. Else the folder is walked without starting git at all,
+    which costs as much as the rest of a rerun the cache replays."""
+    if "GIT_DIR" in os.environ:
+        return True
+    current = os.path.abspath(folder)
+    while True:
+        if os.path.lexists(os.path.join(current, ".git")):
+            return True
+        parent = os.path.dirname(current)
+        if parent == current:
+            return False
+        current = parent
+
+
 def _git_listing(folder: str) -> list[str] | None:
     """Tracked and untracked-but-not-ignored files under ``folder`` (relative), or None outside git."""
+    if not _may_be_in_git(folder):
+        return None
+    import subprocess  # (only here: its import costs a tenth of a rerun outside git)
+
     try:
         listed = subprocess.run(
             ["git", "-C", folder, "ls-files", "-z", "--cached", "--others", "--exclude-standard"],

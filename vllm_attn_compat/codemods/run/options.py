@@ -6,13 +6,12 @@ importing the runner and what it imports.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from vllm_attn_compat.codemods.run import parallel
 
 
-@dataclass(frozen=True)
-class Options:
+class Options(NamedTuple):
     """How to run; ``mode`` is ``write`` (apply fixes), ``check`` or ``diff`` (write nothing)."""
 
     mode: str = "write"
@@ -22,7 +21,7 @@ class Options:
     ignore: tuple[str, ...] = ()
     exclude: tuple[str, ...] = ()
     base: str = "."
-    jobs: int = field(default_factory=lambda: parallel.available_cores())
+    jobs: int = parallel.available_cores()
     progress: bool = False
     cache_dir: str | None = None  # see cache.py
 

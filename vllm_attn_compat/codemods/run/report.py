@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from typing import NamedTuple
 
 from vllm_attn_compat.codemods.findings import Finding, Status
 
@@ -19,8 +20,7 @@ _LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")
 _MARKERS = {Status.FIXED: "[*] ", Status.UNSAFE_FIX_AVAILABLE: "[unsafe] ", Status.MANUAL: ""}
 
 
-@dataclass(frozen=True)
-class FileError:
+class FileError(NamedTuple):
     """A file that could not be processed; the run goes on with the others."""
 
     path: str
@@ -32,17 +32,26 @@ class FileError:
         return f"{self.path}:{self.line}:{self.column}: {self.message}"
 
 
-@dataclass
 class RunReport:
     """Everything one ``migrate`` run produced. ``mode`` is ``write``, ``check`` or ``diff``."""
 
-    mode: str = "write"
-    scanned: int = 0
-    parsed: int = 0
-    changed: list[str] = field(default_factory=list)
-    findings: list[tuple[str, Finding]] = field(default_factory=list)
-    errors: list[FileError] = field(default_factory=list)
-    skipped: list[tuple[str, str]] = field(default_factory=list)
+    def __init__(
+        self,
+        mode: str = "write",
+        scanned: int = 0,
+        parsed: int = 0,
+        changed: Iterable[str] = (),
+        findings: Iterable[tuple[str, Finding]] = (),
+        errors: Iterable[FileError] = (),
+        skipped: Iterable[tuple[str, str]] = (),
+    ) -> None:
+        self.mode = mode
+        self.scanned = scanned
+        self.parsed = parsed
+        self.changed = list(changed)
+        self.findings = list(findings)
+        self.errors = list(errors)
+        self.skipped = list(skipped)
 
     @property
     def by_status(self) -> Counter[Status]:

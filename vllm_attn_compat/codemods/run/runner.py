@@ -361,9 +361,10 @@ def run_paths(
         run_key = None
         if cache and table:
             digests = {s.source_file.path: _digest(s, table, started) for s in [*scanned, *context]}
-            run_key = cache.run_key(digests, options.mode)
+            run_key = cache.run_key(digests, prepared.excluded_paths, options.mode)
             table.save()
         replayed = cache.load_run(run_key) if cache and run_key is not None and run_key != prepared.tried else None
+        stored = replayed is not None
         errors = len(report.errors)
         if replayed is not None:
             findings, changed, report.parsed = replayed
@@ -387,6 +388,9 @@ def run_paths(
             and (options.mode == "check" or not report.changed)
         ):
             cache.store_run(run_key, report.findings, report.changed, report.parsed)
+            stored = True
+        if stored and run_key is not None:
+            prepared.remember(options.mode, run_key, [(s.source_file, s.stat) for s in [*scanned, *context]])
         if cache:
             cache.prune()
     finally:

@@ -10,7 +10,8 @@ commands taking turns (medians):
 * **the runs users repeat** (pre-commit and CI: ``migrate --check`` over a tree that has not changed, or
   after an edit of one file), each tool at its defaults: ``ruff check --select UP`` with its default cache
   and ``migrate --check`` with its default cache (``.vllm-attn-compat-cache`` at the project's root), both
-  warm (filled by an untimed first round); on vLLM's tree, then after an edit of a backend
+  warm (filled by an untimed first round); on vLLM's tree, on the same tree in a git work tree (as
+  pre-commit and CI see it: ``migrate`` lists the files with ``git ls-files`` there), then after an edit of a backend
   (``flash_attn.py``) and of a model (``deepseek_v2.py``, whose calls the call-site analysis reads), a line
   added at its top before each run, seen by both tools; on torch's tree;
 * **cold runs**: ``ruff check --no-cache --select UP``, ``migrate --check --no-cache``, ``migrate --check``
@@ -251,6 +252,13 @@ def main() -> int:
         # default cache in the copy it runs on (ruff's .ruff_cache, migrate's .vllm-attn-compat-cache).
         read_only = os.path.join(scratch, "check")
         shutil.copytree(sources, os.path.join(read_only, "vllm"))
+        # The same tree as a git work tree, as pre-commit and CI see a repository: `migrate` lists its files
+        # with `git ls-files` there (ruff reads the ignore files itself).
+        in_git = os.path.join(scratch, "git")
+        shutil.copytree(sources, os.path.join(in_git, "vllm"))
+        git = ["git", "-c", "user.name=bench", "-c", "user.email=bench@localhost", "-C", in_git]
+        for step in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "vLLM's sources"]):
+            subprocess.run([*git, *step], check=True)
         cold_copy = os.path.join(scratch, "cold")
         shutil.copytree(sources, os.path.join(cold_copy, "vllm"))
         written = os.path.join(scratch, "write")
@@ -313,6 +321,8 @@ def main() -> int:
             "ruff, warm (its default cache)": (
                 [*ruff_default, "vllm"], {"cwd": read_only}),
             "migrate --check, warm (its default cache)": ([*check, "vllm"], {"env": env, "cwd": read_only}),
+            "ruff, warm, in a git work tree": ([*ruff_default, "vllm"], {"cwd": in_git}),
+            "migrate --check, warm, in a git work tree": ([*check, "vllm"], {"env": env, "cwd": in_git}),
             "ruff, a backend edited": ([*ruff_default, "vllm"], {"cwd": backend_tree, "prepare": edit_backend}),
             "migrate --check, a backend edited": (
                 [*check, "vllm"], {"env": env, "cwd": backend_tree, "prepare": edit_backend}),
@@ -371,6 +381,7 @@ def main() -> int:
 
         print("\nratios, the runs users repeat (wall time):")
         ratio("migrate --check, warm (its default cache)", "ruff, warm (its default cache)", "(target <= 1x)")
+        ratio("migrate --check, warm, in a git work tree", "ruff, warm, in a git work tree", "(target <= 1x)")
         ratio("torch: migrate --check, warm (its default cache)", "torch: ruff, warm (its default cache)",
               "(target <= 1x)")  # fmt: skip
         ratio("migrate --check, a backend edited", "ruff, a backend edited", "(target <= 1.5x)")

@@ -162,3 +162,34 @@ def test_an_early_worker_that_died_takes_no_more_files_and_the_run_goes_on(tmp_p
     assert [error.path for error in report.errors] == [str(tmp_path / "direct3.py")]  # retried alone, died again
     assert len(report.changed) == 19 and (tmp_path / "direct0.py").read_text() == DIRECT_MIGRATED
     assert all((tmp_path / f"plugin/impl{n}.py").read_text() == IMPL_MIGRATED for n in range(12))
+
+
+def test_with_a_cache_the_early_workers_migrate_during_the_rounds_only_files_it_holds_nothing_of(tmp_path, monkeypatch):
+    from vllm_attn_compat.codemods.run import stats
+
+    monkeypatch.setattr(stats, "RACY_NS", 0)
+    started = _record_warm_pools(monkeypatch)
+    tree = write_tree(tmp_path / "tree", {f"direct{n}.py": DIRECT for n in range(8)})
+    options = Options(mode="check", jobs=2, cache_dir=str(tmp_path / "cache"))
+
+    def sent() -> list[str]:
+        return sorted(
+            key.rpartition("/")[2]
+            for early in started
+            for key, function in zip(early.submitted, early.functions, strict=True)
+            if function == "migrate_file"
+        )
+
+    def outcome(report):
+        return sorted(report.findings), sorted(report.changed), report.errors
+
+    uncached = outcome(run_paths([str(tree)], Options(mode="check", jobs=1)))
+    started.clear()
+    assert outcome(run_paths([str(tree)], options)) == uncached
+    assert sent() == [f"direct{n}.py" for n in range(8)]  # an empty cache: all of them, as without one
+    (tree / "direct3.py").write_text("# edited\n" + DIRECT)
+    started.clear()
+    edited = outcome(run_paths([str(tree)], options))
+    assert sent() == ["direct3.py"]  # the others' migrations come from the cache, each once
+    assert edited == outcome(run_paths([str(tree)], Options(mode="check", jobs=1)))
+    assert len(edited[0]) == len(uncached[0])

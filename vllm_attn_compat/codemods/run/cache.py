@@ -28,6 +28,7 @@ the safety checks: it writes nothing) is never replayed by a run that may write 
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import hashlib
 import json
@@ -120,8 +121,11 @@ class Cache:
         # said once per reason, and once writing failed, nothing more is written.
         self._unreadable: set[str] = set()
         self._unwritable = False
+        self._saying = _thread.allocate_lock()  # one warning when both writers find the folder unwritable
         self._made = False  # the root folder exists (tagged if this cache made it)
         self._kept: dict[str, list[Any]] = {}  # the migrations each file's entry held when loaded
+        # Entries of class indexes and scans made while deferring (`defer`), written later in a thread.
+        self._deferred: list[tuple[str, Callable[[], dict[str, Any]]]] | None = None
 
     # --- whole runs: every file read, as given and as found, unchanged ---
 
@@ -184,7 +188,7 @@ class Cache:
     def store_index(self, key: str, index: ModuleIndex) -> None:
         from vllm_attn_compat.codemods.index import records
 
-        self._write(key, {"kind": "index", "index": records.to_data(index)})
+        self._write_later(key, lambda: {"kind": "index", "index": records.to_data(index)})
 
     def scan_key(self, path: str, module: str, source: bytes, known: frozenset[str]) -> str:
         """The key of the class scan's verdict on a file, given the attention-class names ``known``."""
@@ -205,11 +209,18 @@ class Cache:
     def store_scan(self, key: str, spared: ScannedIndex | None) -> None:
         from vllm_attn_compat.codemods.index import records
 
-        self._write(key, {"kind": "scan", "spared": None if spared is None else records.scan_to_data(spared)})
+        self._write_later(
+            key, lambda: {"kind": "scan", "spared": None if spared is None else records.scan_to_data(spared)}
+        )
 
     def file_key(self, path: str, source: bytes) -> str:
         """The key of a file's migration: its path and bytes (the rest of the run: see `load`)."""
         return self._key(b"file", path, source)
+
+    def holds(self, key: str) -> bool:
+        """Whether an entry of ``key`` exists (valid or not): a file without one is migrated whatever the run's
+        hierarchy, so it may be handed to a worker before the last round."""
+        return os.path.exists(self._file(key))
 
     def load(self, key: str, hierarchy: questions.Questions) -> Migrated | None:
         """The cached migration of a file, or None: the latest of those kept whose questions ``hierarchy``
@@ -323,6 +334,37 @@ class Cache:
             return None
         return entry
 
+    # --- writing the index's entries while the workers migrate ---
+
+    def defer(self) -> None:
+        """Keep the class indexes and scans stored from now on (made during the hierarchy's rounds, on the run's
+        critical path) until :meth:`write_deferred`."""
+        self._deferred = []
+
+    def write_deferred(self) -> Callable[[], None]:
+        """Start writing the entries kept since :meth:`defer` in a thread (stores write at once again) and
+        return what waits for it: the run calls this once the workers have the files to migrate, and spends
+        the wait for their answers encoding and writing entries instead. Other kinds of entries are not
+        deferred, so no entry is written by both the thread and the run."""
+        pending, self._deferred = self._deferred or [], None
+        if not pending:
+            return lambda: None
+        import threading
+
+        thread = threading.Thread(target=self._write_all, args=(pending,), name="vllm-attn-compat-cache")
+        thread.start()
+        return thread.join
+
+    def _write_all(self, pending: Sequence[tuple[str, Callable[[], dict[str, Any]]]]) -> None:
+        for key, content in pending:
+            self._write(key, content())
+
+    def _write_later(self, key: str, content: Callable[[], dict[str, Any]]) -> None:
+        if self._deferred is None:
+            self._write(key, content())
+        else:
+            self._deferred.append((key, content))
+
     def _write(self, key: str, content: dict[str, Any]) -> None:
         if self._unwritable:
             return
@@ -340,10 +382,12 @@ class Cache:
                 handle.write(text)
             os.replace(temporary, path)
         except OSError as error:  # a read-only or full cache folder costs the cache, not the run
-            self._unwritable = True
-            _warn(path, f"cannot be written ({error.strerror or error}); this run writes no more entries")
             with contextlib.suppress(OSError):
                 os.unlink(temporary)
+            with self._saying:  # the thread writing the index's entries may fail at the same moment
+                if not self._unwritable:
+                    self._unwritable = True
+                    _warn(path, f"cannot be written ({error.strerror or error}); this run writes no more entries")
 
 
 def _run(entry: dict[str, Any]) -> tuple[list[tuple[str, Finding]], list[str], int]:

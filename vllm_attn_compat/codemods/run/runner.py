@@ -456,12 +456,16 @@ def _migrate_worth(
         else None
     )
 
-    def after_round(built: ClassHierarchy, indexes: Mapping[str, IndexOutcome]) -> None:
-        # With a cache, nothing is sent before the last round: whether a file's entry serves is asked of the
-        # last round's hierarchy (`cache.Cache.load`).
-        if early is not None and cache is None:
-            early.after_round(built, indexes, sources)
+    # With a cache, a file is sent before the last round only if the cache holds no migration of its bytes:
+    # whether an entry serves is asked of the last round's hierarchy (`cache.Cache.load`).
+    sendable = sources if cache is None else _Unmigrated(sources, cache)
 
+    def after_round(built: ClassHierarchy, indexes: Mapping[str, IndexOutcome]) -> None:
+        if early is not None:
+            early.after_round(built, indexes, sendable)
+
+    if cache is not None:
+        cache.defer()  # the index's entries are written while the workers migrate (below)
     hierarchy, indexes = _index_hierarchy(
         [*scanned, *context],
         [*worth, *context_worth],
@@ -498,6 +502,9 @@ def _migrate_worth(
         for item in candidates:
             path = item.source_file.path
             keys[path] = cache.file_key(path, item.source)
+            if early is not None and path in early.sent:  # had no entry: migrated already, the answer comes
+                missed.append(item)
+                continue
             cached = cache.load(keys[path], hierarchy)
             if cached is None:
                 missed.append(item)
@@ -535,18 +542,51 @@ def _migrate_worth(
             outcomes = itertools.chain(outcomes, early.results())
     # libcst missing or broken: every file fails alike, and the command names it once (cli.py)
     missing: MissingDependency | None = None
-    for path, outcome in _with_progress(outcomes, len(candidates), options.progress, "migrate"):
-        if isinstance(outcome, MissingDependency):
-            missing = outcome  # raised once all are in: the pools shut down as usual, leaving no process behind
-        else:
-            _record(by_path[path], outcome, options, report, diffs)
-            if cache is not None and isinstance(outcome, worker.Migrated):
-                cache.store(keys[path], outcome)
+    written = cache.write_deferred() if cache is not None else None
+    try:
+        for path, outcome in _with_progress(outcomes, len(candidates), options.progress, "migrate"):
+            if isinstance(outcome, MissingDependency):
+                missing = outcome  # raised once all are in: the pools shut down as usual, leaving no process behind
+            else:
+                _record(by_path[path], outcome, options, report, diffs)
+                if cache is not None and isinstance(outcome, worker.Migrated):
+                    cache.store(keys[path], outcome)
+    finally:
+        if written is not None:
+            written()
     if missing is not None:
         raise missing
     for path in sorted(diffs):  # workers finish in any order; the output must not depend on it
         emit_diff(diffs[path])
     report.changed.sort()
+
+
+class _Unmigrated(Mapping[str, bytes]):
+    """The sources (path -> bytes) of which the cache holds no migration, asked of the cache per file as a
+    round hands files out (hashing every file of the run up front would cost more than most rounds)."""
+
+    def __init__(self, sources: Mapping[str, bytes], cache: Cache) -> None:
+        self.sources = sources
+        self.cache = cache
+        self._known: dict[str, bool] = {}
+
+    def __contains__(self, path: object) -> bool:
+        if not isinstance(path, str) or path not in self.sources:
+            return False
+        if path not in self._known:
+            self._known[path] = not self.cache.holds(self.cache.file_key(path, self.sources[path]))
+        return self._known[path]
+
+    def __getitem__(self, path: str) -> bytes:
+        if path not in self:
+            raise KeyError(path)
+        return self.sources[path]
+
+    def __iter__(self) -> Iterator[str]:
+        return (path for path in self.sources if path in self)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
 
 
 def _streamed(

@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from vllm_attn_compat.codemods.run import sources
+from vllm_attn_compat.codemods.run import files, sources
 from vllm_attn_compat.codemods.run.files import discover, is_excluded
 from vllm_attn_compat.codemods.run.sources import SourceError, source_encoding, write_atomic
 
@@ -68,6 +68,14 @@ def test_gitignore_is_honoured_in_a_git_work_tree(tmp_path):
     assert relative_paths(found, tmp_path) == ["src/a.py", "src/keep_pb2.py", "sub/other.py"]
 
 
+def test_a_work_tree_is_walked_where_git_cannot_be_started(tmp_path, monkeypatch):
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    make_tree(tmp_path, {".gitignore": "generated/\n", "generated/c.py": "", "a.py": ""})
+    monkeypatch.setenv("PATH", str(tmp_path / "no-programs-here"))
+    found, _, _, _ = discover([str(tmp_path)], base=str(tmp_path))
+    assert relative_paths(found, tmp_path) == ["a.py", "generated/c.py"]
+
+
 def test_outside_git_every_file_is_walked(tmp_path):
     make_tree(tmp_path, {".gitignore": "generated/\n", "generated/c.py": "", "a.py": ""})
     found, _, _, _ = discover([str(tmp_path)], base=str(tmp_path))
@@ -77,14 +85,14 @@ def test_outside_git_every_file_is_walked(tmp_path):
 def test_outside_git_no_git_process_is_started(tmp_path, monkeypatch):
     # Starting git to learn that there is no repository costs as much as the rest of a rerun the cache replays.
     monkeypatch.delenv("GIT_DIR", raising=False)
-    started: list[list[str]] = []
-    original = subprocess.run
+    started: list[tuple[str, ...]] = []
+    original = files._git
 
-    def recording(command, *args, **kwargs):
-        started.append(command)
-        return original(command, *args, **kwargs)
+    def recording(folder: str, *arguments: str):
+        started.append(arguments)
+        return original(folder, *arguments)
 
-    monkeypatch.setattr(subprocess, "run", recording)
+    monkeypatch.setattr(files, "_git", recording)
     make_tree(tmp_path, {"pkg/a.py": ""})
     if any(os.path.lexists(os.path.join(folder, ".git")) for folder in [str(tmp_path), *map(str, tmp_path.parents)]):
         pytest.skip("the temporary folder lies in a git work tree")
@@ -93,7 +101,7 @@ def test_outside_git_no_git_process_is_started(tmp_path, monkeypatch):
     # A work tree found by a `.git` file above (a linked work tree, a submodule), or by GIT_DIR, is git's to list.
     (tmp_path / ".git").write_text("gitdir: /nonexistent\n")
     discover([str(tmp_path / "pkg")], base=str(tmp_path))
-    assert len(started) == 1 and started[0][0] == "git"
+    assert started == [("ls-files", "-z", "--cached", "--others", "--exclude-standard")]
     (tmp_path / ".git").unlink()
     monkeypatch.setenv("GIT_DIR", str(tmp_path / "nowhere"))
     discover([str(tmp_path / "pkg")], base=str(tmp_path))

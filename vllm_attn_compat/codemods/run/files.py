@@ -87,27 +87,47 @@ def _git_listing(folder: str) -> list[str] | None:
     """Tracked and untracked-but-not-ignored files under ``folder`` (relative), or None outside git."""
     if not _may_be_in_git(folder):
         return None
-    import subprocess  # (only here: its import costs a tenth of a rerun outside git)
-
-    try:
-        listed = subprocess.run(
-            ["git", "-C", folder, "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-            capture_output=True,
-            check=False,
-        )
-    except OSError:  # git is not installed: walk the folder instead
-        return None
-    if listed.returncode != 0:
+    listed = _git(folder, "ls-files", "-z", "--cached", "--others", "--exclude-standard")
+    if listed is None or listed[0] != 0:  # git is not installed, or this is no work tree: walk the folder
         return None
     # A folder the user names is entered even when the enclosing repository ignores it as a whole
     # (site-packages inside a versioned ~/.pyenv); ignore rules then apply below it only.
-    if (
-        not listed.stdout
-        and subprocess.run(["git", "-C", folder, "check-ignore", "-q", "."], check=False).returncode == 0
-    ):
+    if not listed[1] and (_git(folder, "check-ignore", "-q", ".") or (1,))[0] == 0:
         return None
-    names = listed.stdout.decode("utf-8", "surrogateescape").split("\0")
+    names = listed[1].decode("utf-8", "surrogateescape").split("\0")
     return sorted({name for name in names if name})
+
+
+def _git(folder: str, *arguments: str) -> tuple[int, bytes] | None:
+    """``git -C folder ...``'s exit code and output (its errors are dropped), or None if git cannot be started.
+    Started with `os.posix_spawnp` where there is one: importing `subprocess` costs as much as git's whole
+    listing of a fork, in a rerun the cache replays."""
+    command = ["git", "-C", folder, *arguments]
+    if not hasattr(os, "posix_spawnp"):
+        import subprocess
+
+        try:
+            done = subprocess.run(command, capture_output=True, check=False)
+        except OSError:
+            return None
+        return done.returncode, done.stdout
+    reading, writing = os.pipe()
+    errors = None
+    try:
+        errors = os.open(os.devnull, os.O_WRONLY)
+        actions = [(os.POSIX_SPAWN_DUP2, writing, 1), (os.POSIX_SPAWN_DUP2, errors, 2)]
+        process = os.posix_spawnp("git", command, os.environ, file_actions=actions)
+    except OSError:
+        os.close(reading)
+        return None
+    finally:
+        os.close(writing)
+        if errors is not None:
+            os.close(errors)
+    with os.fdopen(reading, "rb") as output:
+        listed = output.read()
+    _, status = os.waitpid(process, 0)
+    return os.waitstatus_to_exitcode(status), listed
 
 
 def _walk(folder: str) -> Iterator[tuple[str, str]]:

@@ -176,10 +176,13 @@ def test_no_libcst_import_when_no_file_is_a_candidate(tmp_path):
     assert result.stdout.split() == ["0", "False", "False"], result.stderr
 
 
-def test_a_rerun_the_cache_replays_imports_no_rule_runner_or_heavy_module(tmp_path):
+@pytest.mark.parametrize("configuration", ["", '[tool.vllm-attn-compat]\nignore = ["VAC006"]\n'])
+def test_a_rerun_the_cache_replays_imports_no_rule_runner_or_heavy_module(tmp_path, configuration):
     # What a rerun imports is most of its time: the rules' modules, the runner, dataclasses (with inspect) and,
-    # outside git, subprocess are for runs that read files.
-    tree = write_tree(tmp_path / "tree", {"plugin/base.py": BASE, "plugin/impl.py": IMPL, "plugin/util.py": UNRELATED})
+    # outside git, subprocess are for runs that read files. (Rule codes in the configuration were checked by
+    # the run that made the entry.)
+    layout = {"plugin/base.py": BASE, "plugin/impl.py": IMPL, "plugin/util.py": UNRELATED}
+    tree = write_tree(tmp_path / "tree", layout | ({"pyproject.toml": configuration} if configuration else {}))
     probe = (
         "import sys\nfrom vllm_attn_compat.codemods.cli import main\nfrom vllm_attn_compat.codemods.run import stats\n"
         "stats.RACY_NS = 0\n"  # the files were written just now: trusted by their status at once all the same
@@ -305,6 +308,8 @@ def test_an_unknown_rule_code_in_the_configuration_names_the_file_and_key(plugin
     err = capsys.readouterr().err
     assert f"{plugin / 'pyproject.toml'}: [tool.vllm-attn-compat] ignore: unknown rule code 'VAC0X'" in err
     assert main(["migrate", "--check", "--ignore", "VAC001", str(plugin)]) == 0  # the flag replaces it
+    assert main(["migrate", "--stdin-filename", str(plugin / "impl.py"), "-"]) == 2  # standard input too
+    assert "ignore: unknown rule code 'VAC0X'" in capsys.readouterr().err
 
 
 def test_the_process_exits_with_main_s_code_after_all_its_output(tmp_path, capsys):

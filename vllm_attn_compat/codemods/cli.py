@@ -158,6 +158,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _options(args: argparse.Namespace) -> Options:
+    return _configured(args)[0]
+
+
+def _configured(args: argparse.Namespace) -> tuple[Options, Config]:
+    """The run's options, and the configuration they come from in part."""
     from vllm_attn_compat.codemods.run.config import load_config
     from vllm_attn_compat.codemods.run.options import Options
 
@@ -180,17 +185,23 @@ def _options(args: argparse.Namespace) -> Options:
     if args.jobs is not None:
         options = options._replace(jobs=args.jobs)
     options = options._replace(cache_dir=_cache_dir(args, config))
+    return options, config
+
+
+def _check_configured_codes(args: argparse.Namespace, config: Config) -> None:
+    """A code misspelt in the configuration's select or ignore, named with the file it comes from. Asked by a
+    run the cache cannot replay (it imports every rule): a replayed run's codes were valid when it was made,
+    the options that select rules and this package's code being in its key."""
     configured = (("select", args.select is None), ("ignore", args.ignore is None and args.select is None))
     for key, from_config in configured:
         codes = getattr(config, key)
         if from_config and codes:
             from vllm_attn_compat.codemods import registry
 
-            try:  # a code misspelt in the configuration: say where it comes from
+            try:
                 registry.select_rules(codes if key == "select" else (), codes if key == "ignore" else ())
             except ValueError as error:
                 raise ConfigError(f"{config.source}: [tool.vllm-attn-compat] {key}: {error}") from None
-    return options
 
 
 def _cache_dir(args: argparse.Namespace, config: Config) -> str | None:
@@ -227,16 +238,16 @@ def _early_workers(args: argparse.Namespace, options: Options) -> list[Preforked
 
 
 def _migrate(args: argparse.Namespace) -> int:
-    options = _options(args)
+    options, config = _configured(args)
     warm = _early_workers(args, options)
     try:
-        return _migrate_with(args, options, warm)
+        return _migrate_with(args, options, config, warm)
     finally:
         for early in warm:
             early.close()
 
 
-def _migrate_with(args: argparse.Namespace, options: Options, warm: list[PreforkedWorker]) -> int:
+def _migrate_with(args: argparse.Namespace, options: Options, config: Config, warm: list[PreforkedWorker]) -> int:
     from vllm_attn_compat.codemods.run.report import render
 
     for stream in (sys.stdout, sys.stderr):
@@ -247,6 +258,7 @@ def _migrate_with(args: argparse.Namespace, options: Options, warm: list[Prefork
             raise ValueError("'-' (standard input) cannot be combined with other paths")
         from vllm_attn_compat.codemods.run.runner import run_source
 
+        _check_configured_codes(args, config)
         name = args.stdin_filename or "-"
         report, result, diff = run_source(sys.stdin.buffer.read(), name, options)
         if options.mode == "write":
@@ -268,6 +280,7 @@ def _migrate_with(args: argparse.Namespace, options: Options, warm: list[Prefork
         if not rerun.replay(prepared, options.mode, report):  # the runner and its imports only after a miss
             from vllm_attn_compat.codemods.run.runner import run_paths
 
+            _check_configured_codes(args, config)
             report = run_paths(args.paths, options, emit_diff=emit_diff, warm=warm, prepared=prepared)
         report_stream = sys.stderr if options.mode == "diff" else sys.stdout
     report_stream.write(render(report, args.format, quiet=args.quiet))

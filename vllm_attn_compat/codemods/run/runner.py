@@ -27,6 +27,7 @@ from vllm_attn_compat.codemods import registry
 from vllm_attn_compat.codemods.engine import migrate
 from vllm_attn_compat.codemods.index import classscan
 from vllm_attn_compat.codemods.index.flags import FLAG_BYTES
+from vllm_attn_compat.codemods.run import answers as answers_module
 from vllm_attn_compat.codemods.run import files, parallel, prefork, rerun, sources, stats, worker
 from vllm_attn_compat.codemods.run.dependencies import MissingDependency
 from vllm_attn_compat.codemods.run.handoff import Handoff, candidate_rules
@@ -56,12 +57,35 @@ class _Scanned:
     source: bytes
     stat: os.stat_result
     encoding: str
+    # The digest of its bytes (`stats.digest`), known with a cache: the run's key, and what its answers are kept by.
+    digest: str | None = None
 
 
-def _read(source_file: files.SourceFile) -> _Scanned:
-    """The file read once, as bytes, and checked to be decodable (`sources.SourceError` if not)."""
-    source, stat = sources.read_source(source_file.real_path)
-    return _Scanned(source_file, source, stat, sources.source_encoding(source))
+@dataclass(eq=False)
+class _Reading:
+    """How a run reads its files: with a cache, each file's digest comes from the `stats` table where its status
+    is the one recorded (else from its bytes, recorded), and what the run asks of its bytes from `answers`."""
+
+    answers: answers_module.Answers
+    table: stats.StatTable | None = None
+    started: int = 0
+
+    def read(self, source_file: files.SourceFile) -> _Scanned:
+        """The file read once, as bytes, and checked to be decodable (`sources.SourceError` if not)."""
+        source, stat = sources.read_source(source_file.real_path)
+        scanned = _Scanned(source_file, source, stat, sources.source_encoding(source))
+        if self.table is not None:
+            known = self.table.digest(source_file.real_path, stats.status_of(stat))
+            scanned.digest = known if known is not None else stats.digest(source)
+            self.table.record(source_file.real_path, stat, scanned.digest, self.started)
+        return scanned
+
+    def asking(
+        self, kind: str, terms: Iterable[str | bytes], test: Callable[[bytes], bool]
+    ) -> Callable[[_Scanned], bool]:
+        """``test`` of a file's bytes, the answer kept as that of the question ``kind`` with ``terms``."""
+        asked = answers_module.question(kind, terms)
+        return lambda s: self.answers.ask(s.digest, asked, lambda: test(s.source))
 
 
 def _read_and_filter(
@@ -71,6 +95,7 @@ def _read_and_filter(
     options: Options,
     report: RunReport,
     warm: list[prefork.PreforkedWorker],
+    reading: _Reading,
 ) -> tuple[list[_Scanned], list[_Scanned], list[prefork.PreforkedWorker], int]:
     """Read every file once; returns them all, those worth parsing, the workers started early, and how
     many files will probably need libcst (counted up to ``parallel.IN_PROCESS_BELOW``).
@@ -80,6 +105,10 @@ def _read_and_filter(
     class-hierarchy pass.
     """
     unscoped = [rule for rule in rules if not rule.scoped]
+    worth_parsing = reading.asking("prefilter", prefilter.tokens, prefilter)
+    probably_parsed = reading.asking(
+        "probable", [rule.code for rule in rules], lambda source: _probably_parsed(source, rules, unscoped)
+    )
     scanned: list[_Scanned] = []
     worth: list[_Scanned] = []
     may_start = not warm and prefork.worth_starting(options.jobs)
@@ -87,15 +116,15 @@ def _read_and_filter(
     try:
         for source_file in source_files:
             try:
-                item = _read(source_file)
+                item = reading.read(source_file)
             except sources.SourceError as error:
                 report.errors.append(FileError(source_file.path, error.line, error.column, error.message))
                 continue
             scanned.append(item)
-            if prefilter(item.source):
+            if worth_parsing(item):
                 worth.append(item)
                 # Counted up to what decides a second worker (each test reads the whole file for tokens).
-                if probable < parallel.IN_PROCESS_BELOW and _probably_parsed(item.source, rules, unscoped):
+                if probable < parallel.IN_PROCESS_BELOW and probably_parsed(item):
                     probable += 1
                     if may_start:
                         early = prefork.start(worker.preload, sibling=True)
@@ -117,6 +146,7 @@ def _index_hierarchy(
     early: Handoff | None = None,
     cache: Cache | None = None,
     excluded: Set[str] = frozenset(),
+    reading: _Reading | None = None,
 ) -> tuple[ClassHierarchy, dict[str, IndexOutcome]]:
     """Build the class hierarchy of the run; returns it with the index of each file that took part.
 
@@ -136,11 +166,14 @@ def _index_hierarchy(
         return guess_module_name(path).partition(".")[0] == "vllm"
 
     indexes: dict[str, IndexOutcome] = {}
-    pending = [s for s in worth if b"vllm" in s.source or in_vllm_package(s.source_file.path)]
+    reading = reading or _Reading(answers_module.Answers(None, b""))
+    names_vllm = reading.asking("vllm", [], lambda source: b"vllm" in source)
+    pending = [s for s in worth if names_vllm(s) or in_vllm_package(s.source_file.path)]
     # A read of `accept_output_buffer` anywhere in the run decides whether deleting a declaration is safe
     # (`ClassHierarchy.flag_readers`), whatever the file imports or the rules selected.
     first = {s.source_file.path for s in pending}
-    pending += [s for s in scanned if s.source_file.path not in first and FLAG_BYTES in s.source]
+    reads_flag = reading.asking("flag", [], lambda source: FLAG_BYTES in source)
+    pending += [s for s in scanned if s.source_file.path not in first and reads_flag(s)]
     known_names: frozenset[str] = frozenset()
     must_parse: set[str] = set()  # files the class scan spared once, which later rounds need indexed
     checked_methods: frozenset[str] = frozenset()  # the methods each file spared in earlier rounds was checked for
@@ -183,8 +216,10 @@ def _index_hierarchy(
         settled = built
         new_names = built.attention_class_names() - known_names
         known_names |= new_names
-        has_name = TokenScan((name.encode() for name in new_names), whole_words=True)
-        pending = [s for s in scanned if s.source_file.path not in indexes and has_name(s.source)]
+        has_name = reading.asking(
+            "words", new_names, TokenScan((name.encode() for name in new_names), whole_words=True)
+        )
+        pending = [s for s in scanned if s.source_file.path not in indexes and has_name(s)]
         # A spared file is indexed once a name it uses in a class header or a patch, or defines, is an
         # attention class or patched code found since (`ScannedIndex.names_any`), or once it may use a
         # method whose fix the call-site analysis decides (`callsites`: its calls would be missed).
@@ -192,17 +227,13 @@ def _index_hierarchy(
         methods = frozenset(name for _, name in built.calls.methods)
         new_methods = methods - checked_methods
         checked_methods = methods
-        uses, new_uses = classscan.uses_pattern(methods), classscan.uses_pattern(new_methods)
+        uses, new_uses = _may_use(reading, methods), _may_use(reading, new_methods)
         for s in scanned:
             path = s.source_file.path
             spared = indexes.get(path)
             if not isinstance(spared, classscan.ScannedIndex):
                 continue
-            if spared.names_any(new_names) or (
-                classscan.may_use(s.source, methods, uses)
-                if path in spared_now
-                else classscan.may_use(s.source, new_methods, new_uses)
-            ):
+            if spared.names_any(new_names) or (uses(s) if path in spared_now else new_uses(s)):
                 must_parse.add(path)
                 pending.append(s)
         pending += _defining_files(built.missing_flag_bases(), scanned, indexes, pending, must_parse)
@@ -214,16 +245,18 @@ def _index_hierarchy(
             # time, every file not indexed was checked for the names read for then.)
             unread = callsites.open_method_names(built.calls) - read_for
             read_for |= unread
-            unread_uses = classscan.uses_pattern(unread)
-            pending = [
-                s
-                for s in scanned
-                if s.source_file.path not in indexes and classscan.may_use(s.source, unread, unread_uses)
-            ]
+            unread_uses = _may_use(reading, unread)
+            pending = [s for s in scanned if s.source_file.path not in indexes and unread_uses(s)]
             must_parse.update(s.source_file.path for s in pending)
     if settled is not None:
         after_round(settled, indexes)
     return built, indexes
+
+
+def _may_use(reading: _Reading, methods: frozenset[str]) -> Callable[[_Scanned], bool]:
+    """`classscan.may_use` of a file, for the methods ``methods``, as `answers` keep it."""
+    pattern = classscan.uses_pattern(methods)
+    return reading.asking("uses", methods, lambda source: classscan.may_use(source, methods, pattern))
 
 
 def _defining_files(
@@ -241,11 +274,18 @@ def _defining_files(
     from vllm_attn_compat.codemods.index.names import guess_module_name
 
     queued = {s.source_file.path for s in pending}
+    # A module that may define ``a.b.C`` ends in ``b`` (`names_match`): its file is ``b.py`` (or a package's
+    # ``__init__.py``). Looked at first, so that a module name (a look for ``__init__.py`` in each folder above)
+    # is guessed only for those files.
+    lasts = {name.rpartition(".")[0].rpartition(".")[2] for name in names}
     found = []
     for s in scanned:
         path = s.source_file.path
         index = indexes.get(path)
         if path in queued or not (index is None or isinstance(index, classscan.ScannedIndex)):
+            continue
+        stem = os.path.basename(path).rsplit(".", 1)[0]  # as `guess_module_name` takes it
+        if stem != "__init__" and stem.rpartition(".")[2] not in lasts:
             continue
         module = guess_module_name(path)
         if any(may_define(module, name) for name in names):
@@ -356,11 +396,13 @@ def run_paths(
             prepared.found, prepared.rules, prepared.cache, prepared.table, prepared.started
         )  # fmt: skip
         prefilter = TokenScan(migrate.prefilter_tokens(rules))
-        scanned, worth, warm, probable = _read_and_filter(found.files, rules, prefilter, options, report, warm)
-        context, context_worth = _read_context(found.excluded, prefilter)
+        answers = answers_module.Answers(cache.root if cache else None, cache.prefix if cache else b"")
+        reading = _Reading(answers, table if cache else None, started)
+        scanned, worth, warm, probable = _read_and_filter(found.files, rules, prefilter, options, report, warm, reading)
+        context, context_worth = _read_context(found.excluded, prefilter, reading)
         run_key = None
         if cache and table:
-            digests = {s.source_file.path: _digest(s, table, started) for s in [*scanned, *context]}
+            digests = {s.source_file.path: s.digest for s in [*scanned, *context] if s.digest is not None}
             run_key = cache.run_key(digests, prepared.excluded_paths, options.mode)
             table.save()
         replayed = cache.load_run(run_key) if cache and run_key is not None and run_key != prepared.tried else None
@@ -379,7 +421,9 @@ def run_paths(
                 # would only pay for it.
                 second = warm[0].sibling() or prefork.start(worker.preload)
                 warm += [second] if second else []
-            _migrate_worth(scanned, worth, rules, options, report, emit_diff, warm, cache, context, context_worth)
+            _migrate_worth(
+                scanned, worth, rules, options, report, emit_diff, warm, cache, context, context_worth, reading
+            )
         if (
             cache
             and replayed is None
@@ -392,6 +436,7 @@ def run_paths(
         if stored and run_key is not None:
             prepared.remember(options.mode, run_key, [(s.source_file, s.stat) for s in [*scanned, *context]])
         if cache:
+            answers.save()
             cache.prune()
     finally:
         for early in warm:
@@ -399,25 +444,20 @@ def run_paths(
     return report
 
 
-def _digest(s: _Scanned, table: stats.StatTable, started: int) -> str:
-    """The digest of a file read (the ``table``'s when the file's status is the one recorded), recorded."""
-    known = table.digest(s.source_file.real_path, stats.status_of(s.stat))
-    found = known if known is not None else stats.digest(s.source)
-    table.record(s.source_file.real_path, s.stat, found, started)
-    return found
-
-
-def _read_context(excluded: Sequence[files.SourceFile], prefilter: TokenScan) -> tuple[list[_Scanned], list[_Scanned]]:
+def _read_context(
+    excluded: Sequence[files.SourceFile], prefilter: TokenScan, reading: _Reading
+) -> tuple[list[_Scanned], list[_Scanned]]:
     """The excluded files that can be read as source, and those of them the ``prefilter`` keeps: what they
     define and call still decides the fixes of the others. One that cannot be read is left out silently:
     nothing is reported in excluded files."""
     context = []
     for source_file in excluded:
         try:
-            context.append(_read(source_file))
+            context.append(reading.read(source_file))
         except sources.SourceError:
             continue
-    return context, [s for s in context if prefilter(s.source)]
+    worth_parsing = reading.asking("prefilter", prefilter.tokens, prefilter)
+    return context, [s for s in context if worth_parsing(s)]
 
 
 def _probably_parsed(source: bytes, rules: Sequence[type[Rule]], unscoped: Sequence[type[Rule]]) -> bool:
@@ -438,9 +478,11 @@ def _migrate_worth(
     cache: Cache | None = None,
     context: Sequence[_Scanned] = (),
     context_worth: Sequence[_Scanned] = (),
+    reading: _Reading | None = None,
 ) -> None:
     """Index, then migrate the candidates among ``scanned`` (``worth``: those the prefilter kept). The
     ``context`` files (excluded; ``context_worth``: those the prefilter kept) take part in the index alone."""
+    reading = reading or _Reading(answers_module.Answers(None, b""))
     sources = {s.source_file.path: s.source for s in scanned}  # the files this run may migrate
     excluded = {s.source_file.path for s in context}
     early = (
@@ -475,6 +517,7 @@ def _migrate_worth(
         early,
         cache,
         excluded,
+        reading,
     )
     # A finding at each call in the run that withholds a fix (`index.callsites`), where findings are reported.
     from vllm_attn_compat.codemods.index import callsites
@@ -488,12 +531,17 @@ def _migrate_worth(
     # rules scoped to attention classes matter only where the index shows such a class.
     reachable = {s.source_file.path: s for s in scanned if s.source_file.path in indexes}
     reachable |= {s.source_file.path: s for s in worth}
-    candidates = [
-        s
-        for path, s in sorted(reachable.items())
-        if path not in failed
-        and migrate.needs_parsing(s.source, candidate_rules(rules, indexes.get(path), hierarchy, path), names)
-    ]
+    tests: dict[tuple[str, ...], Callable[[_Scanned], bool]] = {}
+
+    def needs_parsing(s: _Scanned) -> bool:
+        acting = candidate_rules(rules, indexes.get(s.source_file.path), hierarchy, s.source_file.path)
+        codes = tuple(rule.code for rule in acting)
+        if codes not in tests:
+            terms = [*(f"rule {code}" for code in codes), *(f"class {name}" for name in names)]
+            tests[codes] = reading.asking("parse", terms, lambda source: migrate.needs_parsing(source, acting, names))
+        return tests[codes](s)
+
+    candidates = [s for path, s in sorted(reachable.items()) if path not in failed and needs_parsing(s)]
     report.parsed = len((set(indexes) - excluded) | {c.source_file.path for c in candidates})
     diffs: dict[str, str] = {}
     keys: dict[str, str] = {}

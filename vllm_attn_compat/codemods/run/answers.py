@@ -1,0 +1,95 @@
+"""What a run asked of each file's bytes, kept by their digest: after an edit, a rerun scans again only the
+files that changed.
+
+A run that the cache cannot replay (one file edited: the commit pre-commit checks) still asks every file of
+the tree the same questions as the run before: does it hold a rule's token, does it name vLLM, does it name
+one of the attention classes found so far (each round of the class hierarchy), may it call a method whose
+fix the call-site analysis decides. Each answer is a function of the file's bytes and of the question's own
+terms alone, so it is kept under the file's digest (`stats.digest`, the SHA-256 that keys the run too) and
+the question, spelled out with a hash of its terms in full (the tokens, the names, the rules). Scanning 22 MB
+for each question is most of such a run; looking the answers up is not.
+
+The answers live in one JSON file in the cache's folder, read once and written once a run, and tied to this
+package's code (`cache.Cache.prefix`): another version's answers are not read. A run keeps the answers of
+the files it saw (another tree's or branch's are asked again when it returns). A file that cannot be read
+or parsed is ignored, as if empty; an answer of the wrong type, too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+from collections.abc import Callable, Iterable
+
+from vllm_attn_compat.codemods.run import cachedir
+
+_NAME = "answers.json"
+_FORMAT = "vllm-attn-compat-answers/1"
+
+
+def question(kind: str, terms: Iterable[str | bytes]) -> str:
+    """The question ``kind`` with its terms (a set: their order does not matter), as the answers are kept."""
+    spelled = sorted(term.decode("utf-8", "surrogateescape") if isinstance(term, bytes) else term for term in terms)
+    return f"{kind} {hashlib.sha256(chr(0).join(spelled).encode('utf-8', 'surrogateescape')).hexdigest()[:32]}"
+
+
+class Answers:
+    """The answers kept for a cache folder (``root``) and this package's code (``code``, `cache.Cache.prefix`);
+    ``root`` None keeps nothing (``--no-cache``): every question is answered from the bytes."""
+
+    def __init__(self, root: str | None, code: bytes) -> None:
+        self.root = root
+        self.code = hashlib.sha256(code).hexdigest()
+        self.path = os.path.join(cachedir.entries_folder(root), _NAME) if root is not None else None
+        self._kept: dict[str, dict[str, bool]] = {}
+        self._used: dict[str, dict[str, bool]] = {}
+        self._changed = False
+        if self.path is None:
+            return
+        try:
+            with open(self.path, "rb") as handle:
+                data = json.loads(handle.read())
+            if data.get("format") == _FORMAT and data.get("code") == self.code and isinstance(data["files"], dict):
+                self._kept = data["files"]
+        except (OSError, ValueError, TypeError, KeyError, AttributeError):
+            self._kept = {}  # no answers, or answers this version cannot read: every question is asked
+
+    def ask(self, digest: str | None, asked: str, answer: Callable[[], bool]) -> bool:
+        """The answer to the question ``asked`` (`question`) of the file of ``digest``: the one kept, else
+        ``answer()``, kept (a file without a digest, or a run without a cache, keeps nothing)."""
+        if digest is None or self.path is None:
+            return answer()
+        used = self._used.get(digest)
+        if used is None:
+            used = self._used[digest] = {}
+        found = used.get(asked)
+        if found is None:
+            kept = self._kept.get(digest)
+            found = kept.get(asked) if isinstance(kept, dict) else None
+            if type(found) is not bool:
+                found = answer()
+                self._changed = True
+            used[asked] = found
+        return found
+
+    def save(self) -> None:
+        """Write the answers this run used, when it asked a new question or left a file's answers out
+        (atomically; one that cannot be written costs the next run its scans, silently: the cache's own
+        writes warn about an unwritable folder)."""
+        if self.path is None or self.root is None:
+            return
+        if not self._changed and self._used.keys() == self._kept.keys():
+            return
+        temporary = f"{self.path}.{os.getpid()}.tmp"
+        try:
+            cachedir.make(self.root)
+            os.makedirs(os.path.dirname(self.path), exist_ok=True)
+            text = json.dumps({"format": _FORMAT, "code": self.code, "files": self._used}, separators=(",", ":"))
+            with open(temporary, "w", encoding="utf-8") as handle:
+                handle.write(text)
+            os.replace(temporary, self.path)
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)

@@ -176,9 +176,10 @@ class Cache:
 
     # --- single files ---
 
-    def index_key(self, path: str, module: str, source: bytes) -> str:
-        """The key of a file's class index: its path, the module name its folders give it, its bytes."""
-        return self._key(b"index", path, source, module.encode())
+    def index_key(self, path: str, module: str, digest: str) -> str:
+        """The key of a file's class index: its path, the module name its folders give it, its bytes (their
+        `stats.digest`, as for the other keys of a file)."""
+        return self._key(b"index", path, digest, module.encode())
 
     def load_index(self, key: str) -> ModuleIndex | None:
         from vllm_attn_compat.codemods.index import records
@@ -190,9 +191,9 @@ class Cache:
 
         self._write_later(key, lambda: {"kind": "index", "index": records.to_data(index)})
 
-    def scan_key(self, path: str, module: str, source: bytes, known: frozenset[str]) -> str:
+    def scan_key(self, path: str, module: str, digest: str, known: frozenset[str]) -> str:
         """The key of the class scan's verdict on a file, given the attention-class names ``known``."""
-        return self._key(b"scan", path, source, module.encode(), "\0".join(sorted(known)).encode())
+        return self._key(b"scan", path, digest, module.encode(), "\0".join(sorted(known)).encode())
 
     def load_scan(self, key: str) -> tuple[ScannedIndex | None] | None:
         """The class scan's verdict, in a 1-tuple (its index, or None: the file must be parsed); None when
@@ -213,9 +214,9 @@ class Cache:
             key, lambda: {"kind": "scan", "spared": None if spared is None else records.scan_to_data(spared)}
         )
 
-    def file_key(self, path: str, source: bytes) -> str:
+    def file_key(self, path: str, digest: str) -> str:
         """The key of a file's migration: its path and bytes (the rest of the run: see `load`)."""
-        return self._key(b"file", path, source)
+        return self._key(b"file", path, digest)
 
     def holds(self, key: str) -> bool:
         """Whether an entry of ``key`` exists (valid or not): a file without one is migrated whatever the run's
@@ -250,12 +251,12 @@ class Cache:
         kept = [{"new_source": text, "findings": findings, "answers": answers}, *others][:MIGRATIONS_KEPT]
         self._write(key, {"kind": "file", "migrations": kept})
 
-    def _key(self, kind: bytes, path: str, source: bytes, *more: bytes) -> str:
+    def _key(self, kind: bytes, path: str, source_digest: str, *more: bytes) -> str:
         digest = hashlib.sha256(self.prefix + b"\0" + kind + b"\0")
         digest.update(normalize_path(path).encode("utf-8", "surrogateescape") + b"\0")
         for part in more:
             digest.update(part + b"\0")
-        digest.update(hashlib.sha256(source).digest())
+        digest.update(source_digest.encode())
         return digest.hexdigest()
 
     # --- entries on disk ---

@@ -61,6 +61,11 @@ class _Scanned:
     digest: str | None = None
 
 
+def _digest_of(s: _Scanned) -> str:
+    """The digest of a file's bytes: the one read with them, else (a run without a cache) made now."""
+    return s.digest if s.digest is not None else stats.digest(s.source)
+
+
 @dataclass(eq=False)
 class _Reading:
     """How a run reads its files: with a cache, each file's digest comes from the `stats` table where its status
@@ -301,7 +306,7 @@ def _class_scan(s: _Scanned, known: frozenset[str], cache: Cache | None) -> clas
         return classscan.quick_index(s.source, path, known)
     from vllm_attn_compat.codemods.index.names import guess_module_name
 
-    key = cache.scan_key(path, guess_module_name(path), s.source, known)
+    key = cache.scan_key(path, guess_module_name(path), _digest_of(s), known)
     cached = cache.load_scan(key)
     if cached is not None:
         return cached[0]
@@ -318,7 +323,7 @@ def _cached_indexes(parse: Sequence[_Scanned], cache: Cache, indexes: dict[str, 
     keys: dict[str, str] = {}
     for s in parse:
         path = s.source_file.path
-        key = cache.index_key(path, guess_module_name(path), s.source)
+        key = cache.index_key(path, guess_module_name(path), _digest_of(s))
         cached = cache.load_index(key)
         if cached is None:
             keys[path] = key
@@ -500,7 +505,7 @@ def _migrate_worth(
 
     # With a cache, a file is sent before the last round only if the cache holds no migration of its bytes:
     # whether an entry serves is asked of the last round's hierarchy (`cache.Cache.load`).
-    sendable = sources if cache is None else _Unmigrated(sources, cache)
+    sendable = sources if cache is None else _Unmigrated({s.source_file.path: s for s in scanned}, cache)
 
     def after_round(built: ClassHierarchy, indexes: Mapping[str, IndexOutcome]) -> None:
         if early is not None:
@@ -549,7 +554,7 @@ def _migrate_worth(
         missed: list[_Scanned] = []
         for item in candidates:
             path = item.source_file.path
-            keys[path] = cache.file_key(path, item.source)
+            keys[path] = cache.file_key(path, _digest_of(item))
             if early is not None and path in early.sent:  # had no entry: migrated already, the answer comes
                 missed.append(item)
                 continue
@@ -610,28 +615,28 @@ def _migrate_worth(
 
 
 class _Unmigrated(Mapping[str, bytes]):
-    """The sources (path -> bytes) of which the cache holds no migration, asked of the cache per file as a
-    round hands files out (hashing every file of the run up front would cost more than most rounds)."""
+    """The sources (path -> bytes) of the files of ``scanned`` of which the cache holds no migration, asked of
+    the cache per file as a round hands files out."""
 
-    def __init__(self, sources: Mapping[str, bytes], cache: Cache) -> None:
-        self.sources = sources
+    def __init__(self, scanned: Mapping[str, _Scanned], cache: Cache) -> None:
+        self.scanned = scanned
         self.cache = cache
         self._known: dict[str, bool] = {}
 
     def __contains__(self, path: object) -> bool:
-        if not isinstance(path, str) or path not in self.sources:
+        if not isinstance(path, str) or path not in self.scanned:
             return False
         if path not in self._known:
-            self._known[path] = not self.cache.holds(self.cache.file_key(path, self.sources[path]))
+            self._known[path] = not self.cache.holds(self.cache.file_key(path, _digest_of(self.scanned[path])))
         return self._known[path]
 
     def __getitem__(self, path: str) -> bytes:
         if path not in self:
             raise KeyError(path)
-        return self.sources[path]
+        return self.scanned[path].source
 
     def __iter__(self) -> Iterator[str]:
-        return (path for path in self.sources if path in self)
+        return (path for path in self.scanned if path in self)
 
     def __len__(self) -> int:
         return sum(1 for _ in self)

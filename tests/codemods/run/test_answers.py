@@ -108,3 +108,33 @@ def test_after_an_edit_the_run_scans_the_edited_file_alone_and_reports_what_an_u
 
     assert outcome(warm) == outcome(uncached)
     assert answers._NAME in os.listdir(tmp_path / "cache" / "vllm-attn-compat")
+
+
+def test_data_kept_is_read_back_by_its_decoder_and_asked_again_if_it_does_not_decode(tmp_path):
+    def run(compute: dict[str, list[str]], decode) -> tuple[object, int]:
+        calls = []
+
+        def answer() -> dict[str, list[str]]:
+            calls.append(1)
+            return compute
+
+        kept = Answers(str(tmp_path), CODE)
+        found = kept.recall("d1", "scan x", answer, lambda data: data, decode)
+        kept.save()
+        return found, len(calls)
+
+    def names(data: object) -> dict[str, list[str]]:
+        if not (isinstance(data, dict) and all(isinstance(v, list) for v in data.values())):
+            raise ValueError(f"not names: {data!r}")
+        return data
+
+    assert run({"words": ["A"]}, names) == ({"words": ["A"]}, 1)
+    assert run({"words": ["B"]}, names) == ({"words": ["A"]}, 0)
+
+    def refuses(data: object) -> dict[str, list[str]]:
+        raise ValueError("another shape")
+
+    assert run({"words": ["B"]}, lambda data: names(data) if data == {"words": ["B"]} else refuses(data)) == (
+        {"words": ["B"]},
+        1,
+    )

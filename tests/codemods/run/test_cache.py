@@ -201,8 +201,6 @@ def _spoil_shape(path: Path) -> None:
     entry = json.loads(path.read_text())
     if entry["kind"] == "index":
         entry["index"]["uses"] = [[1, "x"]]
-    elif entry["kind"] == "scan":
-        entry["spared"] = {"path": 1}
     elif entry["kind"] == "file":
         entry["migrations"][0]["answers"] = [["is_attention_class", "plugin.impl.MyImpl", True]]  # no list
     else:
@@ -226,8 +224,8 @@ def test_an_entry_not_trusted_is_ignored_with_a_warning(tree, tmp_path, migratio
     cold = _run(tree, cache)
     entries = _entries(cache)
     kinds = sorted(json.loads(entry.read_text())["kind"] for entry in entries)
-    # The files migrated, indexed and scanned (three mentioning vLLM, then two naming an attention class), the run.
-    assert kinds == ["file"] * 3 + ["index"] * 5 + ["run"] + ["scan"] * 5
+    # The files migrated and indexed (three mentioning vLLM, then two naming an attention class), the run.
+    assert kinds == ["file"] * 3 + ["index"] * 5 + ["run"]
     for entry in entries:
         spoil(entry)
     capsys.readouterr()

@@ -22,9 +22,11 @@ import hashlib
 import json
 import os
 from collections.abc import Callable, Iterable
+from typing import TypeVar
 
 from vllm_attn_compat.codemods.run import cachedir
 
+Answer = TypeVar("Answer")
 _NAME = "answers.json"
 _FORMAT = "vllm-attn-compat-answers/1"
 
@@ -43,8 +45,8 @@ class Answers:
         self.root = root
         self.code = hashlib.sha256(code).hexdigest()
         self.path = os.path.join(cachedir.entries_folder(root), _NAME) if root is not None else None
-        self._kept: dict[str, dict[str, bool]] = {}
-        self._used: dict[str, dict[str, bool]] = {}
+        self._kept: dict[str, dict[str, object]] = {}
+        self._used: dict[str, dict[str, object]] = {}
         self._changed = False
         if self.path is None:
             return
@@ -59,19 +61,35 @@ class Answers:
     def ask(self, digest: str | None, asked: str, answer: Callable[[], bool]) -> bool:
         """The answer to the question ``asked`` (`question`) of the file of ``digest``: the one kept, else
         ``answer()``, kept (a file without a digest, or a run without a cache, keeps nothing)."""
+        return self.recall(digest, asked, answer, lambda found: found, _boolean)
+
+    def recall(
+        self,
+        digest: str | None,
+        asked: str,
+        answer: Callable[[], Answer],
+        encode: Callable[[Answer], object],
+        decode: Callable[[object], Answer],
+    ) -> Answer:
+        """:meth:`ask` for an answer kept as JSON-ready data: ``encode`` makes the data, ``decode`` reads it back
+        (raising ``ValueError`` or ``TypeError`` on data it did not make: the question is then asked again)."""
         if digest is None or self.path is None:
             return answer()
-        used = self._used.get(digest)
-        if used is None:
-            used = self._used[digest] = {}
-        found = used.get(asked)
-        if found is None:
-            kept = self._kept.get(digest)
-            found = kept.get(asked) if isinstance(kept, dict) else None
-            if type(found) is not bool:
-                found = answer()
-                self._changed = True
-            used[asked] = found
+        used = self._used.setdefault(digest, {})
+        if asked in used:
+            return decode(used[asked])
+        kept = self._kept.get(digest)
+        if isinstance(kept, dict) and asked in kept:
+            try:
+                found = decode(kept[asked])
+            except (ValueError, TypeError):
+                pass
+            else:
+                used[asked] = kept[asked]
+                return found
+        found = answer()
+        used[asked] = encode(found)
+        self._changed = True
         return found
 
     def save(self) -> None:
@@ -93,3 +111,9 @@ class Answers:
         except OSError:
             with contextlib.suppress(OSError):
                 os.unlink(temporary)
+
+
+def _boolean(value: object) -> bool:
+    if type(value) is not bool:
+        raise TypeError(f"expected a boolean, found {value!r:.80}")
+    return value

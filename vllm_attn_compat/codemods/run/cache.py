@@ -1,11 +1,11 @@
 """The cache of the work of a run (on by default, `cachedir`; ``--cache-dir DIR``), for reruns in pre-commit and CI.
 
-Three kinds of entries, each keyed on the rules and options of the run, this tool's code, libcst's and
+Four kinds of entries, each keyed on the rules and options of the run, this tool's code, libcst's and
 Python's versions (:attr:`Cache.prefix`), and on what else decides it:
 
-* a file's class index (`index.hierarchy.index_module`), and what the class scan (`index.classscan`) made
-  of it: its path, module name and bytes (and, for the scan, the attention-class names known then). A
-  run scans and indexes again only the files that changed.
+* a file's class index (`index.hierarchy.index_module`): its path, module name and bytes. A run indexes
+  again only the files that changed (what the class scan, `index.classscan`, made of a file is kept with
+  the other answers to what a run asks of a file's bytes: `answers`).
 * a file's migration: its path and bytes. A file's migration also depends on the other files of the run,
   but only through what it asks of the class hierarchy (`index.questions`): the entry holds every
   question asked and its answer, and serves a run only if that run's hierarchy gives each answer again.
@@ -17,6 +17,7 @@ Python's versions (:attr:`Cache.prefix`), and on what else decides it:
   very same files with the same settings replays the whole report, with no parse at all: the common
   rerun in CI or pre-commit. Such an entry is kept for runs without errors that changed no file (or,
   with ``--check``, reported the files that would change), a run with nothing to migrate included.
+* the statuses of a run's files (``seen``): the key of the run over them (`rerun`).
 
 Entries are JSON (never pickle: a cache folder is not trusted to hold code), one file per key, written
 atomically. An entry that cannot be read, does not parse, holds another key or has the wrong shape is
@@ -45,7 +46,6 @@ from vllm_attn_compat.codemods.run import cachedir
 
 if TYPE_CHECKING:
     from vllm_attn_compat.codemods.index import questions
-    from vllm_attn_compat.codemods.index.classscan import ScannedIndex
     from vllm_attn_compat.codemods.index.hierarchy import ModuleIndex
     from vllm_attn_compat.codemods.run.files import SourceFile
     from vllm_attn_compat.codemods.run.stats import Status as FileStatus
@@ -124,7 +124,7 @@ class Cache:
         self._saying = _thread.allocate_lock()  # one warning when both writers find the folder unwritable
         self._made = False  # the root folder exists (tagged if this cache made it)
         self._kept: dict[str, list[Any]] = {}  # the migrations each file's entry held when loaded
-        # Entries of class indexes and scans made while deferring (`defer`), written later in a thread.
+        # Entries of class indexes made while deferring (`defer`), written later in a thread.
         self._deferred: list[tuple[str, Callable[[], dict[str, Any]]]] | None = None
 
     # --- whole runs: every file read, as given and as found, unchanged ---
@@ -190,29 +190,6 @@ class Cache:
         from vllm_attn_compat.codemods.index import records
 
         self._write_later(key, lambda: {"kind": "index", "index": records.to_data(index)})
-
-    def scan_key(self, path: str, module: str, digest: str, known: frozenset[str]) -> str:
-        """The key of the class scan's verdict on a file, given the attention-class names ``known``."""
-        return self._key(b"scan", path, digest, module.encode(), "\0".join(sorted(known)).encode())
-
-    def load_scan(self, key: str) -> tuple[ScannedIndex | None] | None:
-        """The class scan's verdict, in a 1-tuple (its index, or None: the file must be parsed); None when
-        the cache holds none."""
-
-        from vllm_attn_compat.codemods.index import records
-
-        def verdict(entry: dict[str, Any]) -> tuple[ScannedIndex | None]:
-            spared = entry["spared"]
-            return (None if spared is None else records.scan_from_data(spared),)
-
-        return self._load(key, "scan", verdict)
-
-    def store_scan(self, key: str, spared: ScannedIndex | None) -> None:
-        from vllm_attn_compat.codemods.index import records
-
-        self._write_later(
-            key, lambda: {"kind": "scan", "spared": None if spared is None else records.scan_to_data(spared)}
-        )
 
     def file_key(self, path: str, digest: str) -> str:
         """The key of a file's migration: its path and bytes (the rest of the run: see `load`)."""
@@ -338,7 +315,7 @@ class Cache:
     # --- writing the index's entries while the workers migrate ---
 
     def defer(self) -> None:
-        """Keep the class indexes and scans stored from now on (made during the hierarchy's rounds, on the run's
+        """Keep the class indexes stored from now on (made during the hierarchy's rounds, on the run's
         critical path) until :meth:`write_deferred`."""
         self._deferred = []
 

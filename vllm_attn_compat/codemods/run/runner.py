@@ -192,7 +192,7 @@ def _index_hierarchy(
         spared_now: set[str] = set()
         for s in pending:
             path = s.source_file.path
-            scanned_index = None if path in must_parse else _class_scan(s, known_names, cache)
+            scanned_index = None if path in must_parse else _class_scan(s, known_names, reading)
             if scanned_index is None:
                 parse.append(s)
             else:
@@ -299,20 +299,21 @@ def _defining_files(
     return found
 
 
-def _class_scan(s: _Scanned, known: frozenset[str], cache: Cache | None) -> classscan.ScannedIndex | None:
-    """`classscan.quick_index` of the file, from the cache if it holds it."""
-    path = s.source_file.path
-    if cache is None:
-        return classscan.quick_index(s.source, path, known)
+def _class_scan(s: _Scanned, known: frozenset[str], reading: _Reading) -> classscan.ScannedIndex | None:
+    """`classscan.quick_index` of the file, as the answers keep it (by its bytes, path, module name and the
+    attention-class names ``known``)."""
+    from vllm_attn_compat.codemods.index import records
     from vllm_attn_compat.codemods.index.names import guess_module_name
 
-    key = cache.scan_key(path, guess_module_name(path), _digest_of(s), known)
-    cached = cache.load_scan(key)
-    if cached is not None:
-        return cached[0]
-    spared = classscan.quick_index(s.source, path, known)
-    cache.store_scan(key, spared)
-    return spared
+    path = s.source_file.path
+    terms = [f"path {path}", f"module {guess_module_name(path)}", *(f"class {name}" for name in known)]
+    return reading.answers.recall(
+        s.digest,
+        answers_module.question("scan", terms),
+        lambda: classscan.quick_index(s.source, path, known),
+        lambda spared: None if spared is None else records.scan_to_data(spared),
+        lambda data: None if data is None else records.scan_from_data(data),
+    )
 
 
 def _cached_indexes(parse: Sequence[_Scanned], cache: Cache, indexes: dict[str, IndexOutcome]) -> dict[str, str]:

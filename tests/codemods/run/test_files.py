@@ -68,6 +68,20 @@ def test_gitignore_is_honoured_in_a_git_work_tree(tmp_path):
     assert relative_paths(found, tmp_path) == ["src/a.py", "src/keep_pb2.py", "sub/other.py"]
 
 
+def test_git_s_listing_keeps_each_regular_file_s_status_for_the_rerun(tmp_path):
+    # The listing looks at every file git lists (a link? a submodule?); a rerun then asks none a second time.
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    make_tree(tmp_path, {"pkg/a.py": "x = 1\n", "pkg/b.py": ""})
+    found = discover([str(tmp_path)], base=str(tmp_path)).files
+    assert relative_paths(found, tmp_path) == ["pkg/a.py", "pkg/b.py"]
+    for source_file in found:
+        kept, now = source_file.status, os.stat(source_file.real_path)
+        assert kept is not None
+        assert (kept.st_ino, kept.st_size, kept.st_mtime_ns) == (now.st_ino, now.st_size, now.st_mtime_ns)
+    (tmp_path / ".git").rename(tmp_path / "not-git")
+    assert [f.status for f in discover([str(tmp_path / "pkg")], base=str(tmp_path)).files] == [None, None]  # walked
+
+
 def test_a_work_tree_is_walked_where_git_cannot_be_started(tmp_path, monkeypatch):
     subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
     make_tree(tmp_path, {".gitignore": "generated/\n", "generated/c.py": "", "a.py": ""})

@@ -29,10 +29,12 @@ SKIPPED_FOLDER_NAMES = frozenset(
 
 
 class SourceFile(NamedTuple):
-    """A file to process: ``path`` is what reports show, ``real_path`` is what is read and written."""
+    """A file to process: ``path`` is what reports show, ``real_path`` is what is read and written; ``status``
+    is the file's as the listing found it, where it took one (git's listing does, of every file)."""
 
     path: str
     real_path: str
+    status: os.stat_result | None = None
 
 
 class Skipped(NamedTuple):
@@ -130,7 +132,7 @@ def _git(folder: str, *arguments: str) -> tuple[int, bytes] | None:
     return os.waitstatus_to_exitcode(status), listed
 
 
-def _walk(folder: str) -> Iterator[tuple[str, str]]:
+def _walk(folder: str) -> Iterator[tuple[str, str, None]]:
     """``(relative path, kind)`` of the Python files (``file``) and the symlinks (``link``) under ``folder``.
 
     ``os.scandir`` answers "folder? symlink?" from the directory listing itself, without a system
@@ -146,12 +148,12 @@ def _walk(folder: str) -> Iterator[tuple[str, str]]:
         for entry in entries:
             name = f"{relative}/{entry.name}" if relative else entry.name
             if entry.is_symlink():
-                yield name, "link"
+                yield name, "link", None
             elif entry.is_dir():
                 if not _is_skipped_folder(entry.path):
                     stack.append((name, entry.path))
             elif entry.name.endswith(PYTHON_SUFFIXES):
-                yield name, "file"
+                yield name, "file", None
 
 
 def _within(real_path: str, roots: Iterable[str]) -> bool:
@@ -205,7 +207,7 @@ class _Discovery:
         listing = _git_listing(folder)
         real_folder = os.path.realpath(folder)
         entries = _walk(folder) if listing is None else self._git_entries(folder, listing)
-        for relative, kind in entries:
+        for relative, kind, status in entries:
             path = os.path.join(folder, relative) if folder != "." else relative
             if kind == "link":
                 self._add_link(path)
@@ -214,9 +216,9 @@ class _Discovery:
                     self.add_folder(path)
             else:
                 # No symlink on the way down (those are never descended into): no realpath needed.
-                self._add(path, os.path.join(real_folder, relative), self._excluded(path))
+                self._add(path, os.path.join(real_folder, relative), self._excluded(path), status)
 
-    def _git_entries(self, folder: str, listing: list[str]) -> Iterator[tuple[str, str]]:
+    def _git_entries(self, folder: str, listing: list[str]) -> Iterator[tuple[str, str, os.stat_result | None]]:
         for relative in listing:
             if self._inside_skipped_folder(folder, relative):
                 continue
@@ -224,23 +226,23 @@ class _Discovery:
             if not is_python and "." in relative.rpartition("/")[2]:
                 continue  # not Python, and no submodule (those are folders without a suffix)
             try:
-                mode = os.lstat(os.path.join(folder, relative)).st_mode
+                status = os.lstat(os.path.join(folder, relative))
             except OSError:  # tracked but deleted in the work tree
                 continue
-            if stat.S_ISLNK(mode):
-                yield relative, "link"
-            elif stat.S_ISDIR(mode):
-                yield relative, "folder"
-            elif is_python:
-                yield relative, "file"
+            if stat.S_ISLNK(status.st_mode):
+                yield relative, "link", None
+            elif stat.S_ISDIR(status.st_mode):
+                yield relative, "folder", None
+            elif is_python:  # a regular file's status, kept: a rerun asks no file twice
+                yield relative, "file", status if stat.S_ISREG(status.st_mode) else None
 
     def _excluded(self, path: str) -> bool:
         return bool(self.exclude) and is_excluded(self._relative_to_base(path), self.exclude)
 
-    def _add(self, path: str, real_path: str, excluded: bool = False) -> None:
+    def _add(self, path: str, real_path: str, excluded: bool = False, status: os.stat_result | None = None) -> None:
         if real_path not in self._seen:
             self._seen.add(real_path)
-            (self.excluded if excluded else self.files).append(SourceFile(path, real_path))
+            (self.excluded if excluded else self.files).append(SourceFile(path, real_path, status))
 
     def _add_link(self, path: str) -> None:
         if path.endswith(PYTHON_SUFFIXES) and not os.path.exists(path):

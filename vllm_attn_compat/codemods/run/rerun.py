@@ -95,9 +95,10 @@ class Prepared:
 
 
 def prepare(paths: Sequence[str], options: Options) -> Prepared:
+    started = time.time_ns()  # before the listing, which may take the files' statuses (`files.SourceFile.status`)
     found = files.discover(paths, options.exclude, options.base)
     cache = _cache(options.cache_dir, options) if options.cache_dir else None
-    return Prepared(found, options, cache, time.time_ns())
+    return Prepared(found, options, cache, started)
 
 
 def _cache(folder: str, options: Options) -> Cache:
@@ -154,7 +155,7 @@ def _statuses(prepared: Prepared) -> list[tuple[files.SourceFile, os.stat_result
     statuses = []
     try:
         for source_file in sorted([*found.files, *found.excluded], key=_by_path):
-            statuses.append((source_file, os.stat(source_file.real_path)))
+            statuses.append((source_file, source_file.status or os.stat(source_file.real_path)))
     except OSError:
         return None
     return statuses

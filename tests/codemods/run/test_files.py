@@ -117,9 +117,16 @@ def test_outside_git_no_git_process_is_started(tmp_path, monkeypatch):
     discover([str(tmp_path / "pkg")], base=str(tmp_path))
     assert started == [("ls-files", "-z", "--cached", "--others", "--exclude-standard")]
     (tmp_path / ".git").unlink()
+    # A folder reached through a link: git looks from where it really is.
+    repository = tmp_path / "repository"
+    subprocess.run(["git", "init", "-q", str(repository)], check=True)
+    make_tree(repository, {".gitignore": "ignored.py\n", "pkg/a.py": "", "pkg/ignored.py": ""})
+    (tmp_path / "linked").symlink_to(repository / "pkg")
+    assert relative_paths(discover([str(tmp_path / "linked")], base=str(tmp_path))[0], tmp_path) == ["linked/a.py"]
+    assert len(started) == 2
     monkeypatch.setenv("GIT_DIR", str(tmp_path / "nowhere"))
     discover([str(tmp_path / "pkg")], base=str(tmp_path))
-    assert len(started) == 2
+    assert len(started) == 3
 
 
 @pytest.mark.parametrize(

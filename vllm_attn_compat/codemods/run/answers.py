@@ -11,8 +11,8 @@ for each question is most of such a run; looking the answers up is not.
 
 The answers live in one JSON file in the cache's folder, read once and written once a run, and tied to this
 package's code (`cache.Cache.prefix`): another version's answers are not read. A run keeps the answers of
-the files it saw (another tree's or branch's are asked again when it returns). A file that cannot be read
-or parsed is ignored, as if empty; an answer of the wrong type, too.
+the files it saw (another tree's or branch's are asked again when it returns). An answers file that cannot
+be read or parsed is ignored, as if empty; an answer of the wrong shape is asked again.
 """
 
 from __future__ import annotations

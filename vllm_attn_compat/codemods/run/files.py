@@ -75,7 +75,7 @@ def _may_be_in_git(folder: str) -> bool:
     which costs as much as the rest of a rerun the cache replays."""
     if "GIT_DIR" in os.environ:
         return True
-    current = os.path.abspath(folder)
+    current = os.path.realpath(folder)  # where git looks from: the folder's physical path
     while True:
         if os.path.lexists(os.path.join(current, ".git")):
             return True
@@ -94,8 +94,10 @@ def _git_listing(folder: str) -> list[str] | None:
         return None
     # A folder the user names is entered even when the enclosing repository ignores it as a whole
     # (site-packages inside a versioned ~/.pyenv); ignore rules then apply below it only.
-    if not listed[1] and (_git(folder, "check-ignore", "-q", ".") or (1,))[0] == 0:
-        return None
+    if not listed[1]:
+        ignored = _git(folder, "check-ignore", "-q", ".")
+        if ignored is not None and ignored[0] == 0:
+            return None
     names = listed[1].decode("utf-8", "surrogateescape").split("\0")
     return sorted({name for name in names if name})
 

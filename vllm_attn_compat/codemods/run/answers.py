@@ -100,17 +100,9 @@ class Answers:
             return
         if not self._changed and self._used.keys() == self._kept.keys():
             return
-        temporary = f"{self.path}.{os.getpid()}.tmp"
-        try:
-            cachedir.make(self.root)
-            os.makedirs(os.path.dirname(self.path), exist_ok=True)
-            text = json.dumps({"format": _FORMAT, "code": self.code, "files": self._used}, separators=(",", ":"))
-            with open(temporary, "w", encoding="utf-8") as handle:
-                handle.write(text)
-            os.replace(temporary, self.path)
-        except OSError:
-            with contextlib.suppress(OSError):
-                os.unlink(temporary)
+        text = json.dumps({"format": _FORMAT, "code": self.code, "files": self._used}, separators=(",", ":"))
+        with contextlib.suppress(OSError):
+            cachedir.write_text(self.root, self.path, text)
 
 
 def _boolean(value: object) -> bool:

@@ -39,6 +39,22 @@ def disabled_by_environment() -> bool:
     return os.environ.get(NO_CACHE_VARIABLE, "") not in ("", "0", "false", "False")
 
 
+def write_text(root: str, path: str, text: str) -> None:
+    """Write ``text`` to ``path``, a file in the cache ``root`` (made as `make` makes it), atomically: the file
+    is complete or as it was. Raises OSError, leaving no temporary file behind."""
+    temporary = f"{path}.{os.getpid()}.tmp"
+    try:
+        make(root)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(temporary, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(temporary, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+
+
 def make(folder: str) -> None:
     """Create ``folder`` (and its parents) for the cache, tagged, unless it exists; raises OSError."""
     if os.path.isdir(folder):

@@ -111,17 +111,9 @@ class StatTable:
             keep = set(seen)
             rows = {path: row for path, row in rows.items() if path in keep}
         data = {"format": _FORMAT, "rows": {path: [*status, digest] for path, (status, digest) in rows.items()}}
-        temporary = f"{self.path}.{os.getpid()}.tmp"
-        try:
-            cachedir.make(self.root)
-            os.makedirs(os.path.dirname(self.path), exist_ok=True)
-            text = json.dumps(data, separators=(",", ":"))  # in C, unlike json.dump (see cache.Cache._write)
-            with open(temporary, "w", encoding="utf-8") as handle:
-                handle.write(text)
-            os.replace(temporary, self.path)
-        except OSError:  # the cache's own writes warn about an unwritable folder
-            with contextlib.suppress(OSError):
-                os.unlink(temporary)
+        text = json.dumps(data, separators=(",", ":"))  # in C, unlike json.dump (see cache.Cache._write)
+        with contextlib.suppress(OSError):  # the cache's own writes warn about an unwritable folder
+            cachedir.write_text(self.root, self.path, text)
         self._changed = False
 
 

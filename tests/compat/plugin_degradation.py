@@ -31,6 +31,8 @@ from vllm.v1.attention.backend import AttentionBackend, AttentionImpl  # noqa: E
 
 from vllm_attn_compat.compat import plugin, vllm_install  # noqa: E402
 
+from vllm_backends import backend_for  # noqa: E402  (the script's own folder, on sys.path)
+
 VLLM_CONFIG = VllmConfig(device_config=DeviceConfig(device="cpu"))  # built before any scenario removes a name
 
 
@@ -46,22 +48,7 @@ class LegacyImpl(AttentionImpl):
         return (query * 2).reshape(query.shape[0], -1)
 
 
-class LegacyBackend(AttentionBackend):
-    @staticmethod
-    def get_name():
-        return "CUSTOM"
-
-    @staticmethod
-    def get_impl_cls():
-        return LegacyImpl
-
-    @staticmethod
-    def get_builder_cls():
-        raise NotImplementedError
-
-    @staticmethod
-    def get_kv_cache_shape(*args, **kwargs):
-        raise NotImplementedError
+LegacyBackend = backend_for(LegacyImpl)
 
 
 def _missing_module(name):

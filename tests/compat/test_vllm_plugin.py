@@ -40,7 +40,15 @@ from vllm_attn_compat.compat import VllmAttnCompatDeprecationWarning, plugin  # 
 from vllm_attn_compat.compat.legacy import is_adapted  # noqa: E402
 
 from compat_helpers import CopiesInto, causal_attention  # noqa: E402
-from vllm_backends import backend_for  # noqa: E402
+from vllm_backends import (  # noqa: E402
+    MLA_HEADS,
+    V_DIM,
+    answer_mla_as_a_platform,
+    backend_for,
+    mla_backend_for,
+    mla_inputs,
+    mla_layer,
+)
 
 if plugin.old_api_reason(AttentionBackend) is not None:
     pytest.skip("this tier needs vLLM >= 0.20; the installed vLLM has the old attention API", allow_module_level=True)
@@ -407,12 +415,9 @@ def test_vllms_own_impls_are_not_wrapped(vllm_config):
         assert not hasattr(cls.forward, ADOPTS)  # vLLM's forward writes into output: nothing to adopt
 
 
-# MLA. vLLM 0.20's MLAAttention takes no attn_backend: it asks the platform (get_attn_backend(use_mla=True)), and
-# neither platform of a CPU machine gives one (CpuPlatform raises "MLA is not supported on CPU."; a CUDA wheel on
-# a machine without a GPU resolves to UnspecifiedPlatform, whose empty answer vLLM rejects as "Invalid attention
-# backend"). An out-of-tree platform plugin answers with its backend's class path; these tests do the same,
-# then drive the real layer: MLAAttention.__init__, forward, forward_impl, the impl's forward_mha.
-MLA_HEADS, QK_NOPE, QK_ROPE, V_DIM, KV_LORA = 4, 8, 4, 6, 12
+# MLA: vLLM's MLAAttention asks the platform for its backend, which no CPU platform gives; the tests answer as an
+# out-of-tree platform plugin does (`vllm_backends.answer_mla_as_a_platform`), then drive the real layer:
+# MLAAttention.__init__, forward, forward_impl, the impl's forward_mha.
 
 
 def _mla_result(q):
@@ -446,75 +451,21 @@ class LegacyMLALayer(MLAAttention):
         return _mla_result(q)
 
 
-def _mla_backend(impl_cls):
-    class MLABackend(backend_for(impl_cls)):
-        @classmethod
-        def is_mla(cls):
-            return True
-
-    return MLABackend
-
-
-class _UnusedPrefillBackend:
-    """A prefill backend the test impls never call (they compute prefill in forward_mha)."""
-
-    def __init__(self, *args, **kwargs):
-        pass
-
-
 @pytest.fixture
 def mla_platform(monkeypatch):
     """Resolve MLA backends as an out-of-tree platform does; ``use(backend)`` picks the class it answers."""
-    from vllm.platforms import current_platform
     from vllm.v1.attention import selector
 
-    chosen = {}
-    monkeypatch.setattr(
-        type(current_platform),
-        "get_attn_backend_cls",
-        classmethod(lambda cls, *args, **kwargs: chosen["path"]),
-        raising=False,
-    )
-    monkeypatch.setitem(globals(), "_ChosenMLABackend", None)
-    # vLLM 0.21-0.23's MLAAttention also builds a prefill backend for the platform, and the one a GPU-less
-    # machine gets needs flash-attn; the test impls compute prefill themselves, so the layer gets a stand-in.
-    from vllm.model_executor.layers.attention import mla_attention
-
-    if hasattr(mla_attention, "get_mla_prefill_backend"):
-        monkeypatch.setattr(mla_attention, "get_mla_prefill_backend", lambda vllm_config: _UnusedPrefillBackend)
-
-    def use(backend):
-        globals()["_ChosenMLABackend"] = backend
-        chosen["path"] = f"{__name__}._ChosenMLABackend"
-        selector._cached_get_attn_backend.cache_clear()
-
-    yield use
+    yield answer_mla_as_a_platform(monkeypatch)
     selector._cached_get_attn_backend.cache_clear()
 
 
 def _mla_layer(vllm_config, layer_cls=None):
-    layer_cls = layer_cls or MLAAttention
-    with set_current_vllm_config(vllm_config):
-        return layer_cls(
-            MLA_HEADS,
-            0.3,
-            QK_NOPE,
-            QK_ROPE,
-            V_DIM,
-            None,
-            KV_LORA,
-            kv_b_proj=torch.nn.Linear(KV_LORA, MLA_HEADS * (QK_NOPE + V_DIM)),
-            prefix=f"model.layers.{next(_names)}.self_attn.mla",
-        )
+    return mla_layer(vllm_config, f"model.layers.{next(_names)}.self_attn.mla", layer_cls)
 
 
 def _run_mla(vllm_config, layer, T=5):
-    from types import SimpleNamespace
-
-    gen = torch.Generator().manual_seed(3)
-    q = torch.randn(T, MLA_HEADS, QK_NOPE + QK_ROPE, generator=gen)
-    kv_c, k_pe = torch.randn(T, KV_LORA, generator=gen), torch.randn(T, 1, QK_ROPE, generator=gen)
-    prefill_only = SimpleNamespace(num_actual_tokens=T, num_decodes=0, num_prefills=1, num_decode_tokens=0)
+    q, kv_c, k_pe, prefill_only = mla_inputs(T)
     with (
         set_forward_context({layer.layer_name: prefill_only}, vllm_config, slot_mapping={}),
         warnings.catch_warnings(record=True) as log,
@@ -533,7 +484,7 @@ def test_mla_impl_through_the_real_mla_layer(vllm_config, mla_platform, impl_cls
     from vllm_attn_compat.compat.adopt import ADOPTS
 
     impl_cls = type(impl_cls.__name__, (impl_cls,), {"__module__": __name__})
-    mla_platform(_mla_backend(impl_cls))
+    mla_platform(mla_backend_for(impl_cls))
     layer = _mla_layer(vllm_config)
     assert type(layer.impl) is impl_cls and hasattr(impl_cls.forward_mha, ADOPTS)
     assert not hasattr(MLAAttention.forward_impl, ADOPTS)  # vLLM's own layer writes into output
@@ -549,7 +500,7 @@ def test_mla_impl_through_the_real_mla_layer(vllm_config, mla_platform, impl_cls
 def test_out_of_tree_mla_layer_whose_forward_impl_returns(vllm_config, mla_platform):
     from vllm_attn_compat.compat.adopt import ADOPTS
 
-    mla_platform(_mla_backend(type("Impl", (WritesOutputMLAImpl,), {"__module__": __name__})))
+    mla_platform(mla_backend_for(type("Impl", (WritesOutputMLAImpl,), {"__module__": __name__})))
     layer = _mla_layer(vllm_config, LegacyMLALayer)
     assert hasattr(LegacyMLALayer.forward_impl, ADOPTS)
     q, out, log = _run_mla(vllm_config, layer)

@@ -30,7 +30,8 @@ from vllm.v1.attention.backend import AttentionBackend, AttentionImpl, MLAAttent
 from vllm_attn_compat import compat  # noqa: E402
 from vllm_attn_compat.compat import OutputNotWrittenError, OutputNotWrittenWarning, output_guard, plugin  # noqa: E402
 
-from vllm_backends import backend_for  # noqa: E402
+from vllm_backends import MLA_HEADS, V_DIM, answer_mla_as_a_platform, backend_for, mla_backend_for, mla_inputs  # noqa: E402
+from vllm_backends import mla_layer as vllm_mla_layer  # noqa: E402
 
 if plugin.old_api_reason(AttentionBackend) is not None:
     pytest.skip("this tier needs vLLM >= 0.20; the installed vLLM has the old attention API", allow_module_level=True)
@@ -197,8 +198,7 @@ def test_backends_whose_output_is_written_are_left_alone(vllm_config, impl_cls, 
 
 
 # MLA. As in test_vllm_plugin.py: vLLM's MLAAttention asks the platform for its backend, which no CPU platform gives;
-# the test answers as an out-of-tree platform plugin does.
-QK_NOPE, QK_ROPE, V_DIM, KV_LORA = 8, 4, 6, 12
+# the test answers as an out-of-tree platform plugin does (`vllm_backends.answer_mla_as_a_platform`).
 
 
 class WritesOutputMLA(MLAAttentionImpl):
@@ -209,7 +209,7 @@ class WritesOutputMLA(MLAAttentionImpl):
 
     def forward_mha(self, q, kv_c_normed, k_pe, kv_c_and_k_pe_cache, attn_metadata, k_scale, output, output_scale=None):
         n = q.shape[0] - self.leave
-        torch.add(q[:n, :, :V_DIM] * 2, 1, out=output[:n].view(n, HEADS, V_DIM))
+        torch.add(q[:n, :, :V_DIM] * 2, 1, out=output[:n].view(n, MLA_HEADS, V_DIM))
         return output
 
     def forward_mqa(self, q, kv_c_and_k_pe_cache, attn_metadata, layer):
@@ -220,57 +220,25 @@ class LeavesLastRowMLA(WritesOutputMLA):
     leave = 1
 
 
-class _UnusedPrefillBackend:
-    def __init__(self, *args, **kwargs):
-        pass
-
-
 @pytest.fixture
 def mla_layer(monkeypatch, vllm_config):
-    from vllm.model_executor.layers.attention import mla_attention
-    from vllm.platforms import current_platform
+    """``build(impl_cls)``: vLLM's MLAAttention with a backend for ``impl_cls``, as a platform would give it."""
     from vllm.v1.attention import selector
 
-    chosen = {}
-    monkeypatch.setattr(
-        type(current_platform), "get_attn_backend_cls", classmethod(lambda cls, *a, **k: chosen["path"]), raising=False
-    )
-    if hasattr(mla_attention, "get_mla_prefill_backend"):
-        monkeypatch.setattr(mla_attention, "get_mla_prefill_backend", lambda vllm_config: _UnusedPrefillBackend)
+    use = answer_mla_as_a_platform(monkeypatch)
 
     def build(impl_cls):
-        class MLABackend(backend_for(impl_cls)):
-            @classmethod
-            def is_mla(cls):
-                return True
-
-        monkeypatch.setitem(globals(), "_ChosenMLABackend", MLABackend)
-        chosen["path"] = f"{__name__}._ChosenMLABackend"
-        selector._cached_get_attn_backend.cache_clear()
-        with set_current_vllm_config(vllm_config):
-            return MLAAttention(
-                HEADS,
-                0.3,
-                QK_NOPE,
-                QK_ROPE,
-                V_DIM,
-                None,
-                KV_LORA,
-                kv_b_proj=torch.nn.Linear(KV_LORA, HEADS * (QK_NOPE + V_DIM)),
-                prefix=f"model.layers.{next(_names)}.self_attn.mla",
-            )
+        use(mla_backend_for(impl_cls))
+        return vllm_mla_layer(vllm_config, f"model.layers.{next(_names)}.self_attn.mla")
 
     yield build
     selector._cached_get_attn_backend.cache_clear()
 
 
 def _run_mla(vllm_config, layer, n=5):
-    gen = torch.Generator().manual_seed(3)
-    q = torch.randn(n, HEADS, QK_NOPE + QK_ROPE, generator=gen)
-    kv_c, k_pe = torch.randn(n, KV_LORA, generator=gen), torch.randn(n, 1, QK_ROPE, generator=gen)
-    metadata = SimpleNamespace(num_actual_tokens=n, num_decodes=0, num_prefills=1, num_decode_tokens=0)
+    q, kv_c, k_pe, metadata = mla_inputs(n)
     with set_forward_context({layer.layer_name: metadata}, vllm_config, slot_mapping={}):
-        return q, layer(q, kv_c, k_pe, output_shape=torch.Size((n, HEADS * V_DIM)))
+        return q, layer(q, kv_c, k_pe, output_shape=torch.Size((n, MLA_HEADS * V_DIM)))
 
 
 def test_an_mla_backend_that_writes_everything_is_left_alone(vllm_config, mla_layer):

@@ -8,7 +8,6 @@ from __future__ import annotations
 import importlib
 import inspect
 import itertools
-import logging
 import re
 import warnings
 from importlib.metadata import entry_points
@@ -48,6 +47,7 @@ from vllm_backends import (  # noqa: E402
     mla_backend_for,
     mla_inputs,
     mla_layer,
+    plugin_log_lines,
 )
 
 if plugin.old_api_reason(AttentionBackend) is not None:
@@ -56,31 +56,15 @@ if plugin.old_api_reason(AttentionBackend) is not None:
 _names = itertools.count()
 
 
-class _Records(logging.Handler):
-    def __init__(self):
-        super().__init__(logging.INFO)
-        self.lines = []
-
-    def emit(self, record):
-        self.lines.append(record.getMessage())
-
-
 @pytest.fixture(scope="module")
 def plugin_log():
     """Load vLLM's general plugins once, restricted to ours, the way vLLM does at start-up; the plugin's log lines."""
-    records = _Records()
-    plugin.logger.addHandler(records)
-    # From 0.31, importing vLLM no longer configures its "vllm" logger (the engine does, from its
-    # LoggingConfig), so INFO would be dropped here by the root logger's WARNING: the records are what is checked.
-    level = plugin.logger.level
-    plugin.logger.setLevel(logging.INFO)
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("VLLM_PLUGINS", "vllm_attn_compat")
-        patch.setattr(vllm.plugins, "plugins_loaded", False)
-        vllm.plugins.load_general_plugins()
-    yield records.lines
-    plugin.logger.setLevel(level)
-    plugin.logger.removeHandler(records)
+    with plugin_log_lines() as lines:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv("VLLM_PLUGINS", "vllm_attn_compat")
+            patch.setattr(vllm.plugins, "plugins_loaded", False)
+            vllm.plugins.load_general_plugins()
+        yield lines
 
 
 @pytest.fixture(autouse=True)

@@ -9,7 +9,6 @@ process; this module's loader call would otherwise be that first install.
 from __future__ import annotations
 
 import itertools
-import logging
 import warnings
 from types import SimpleNamespace
 
@@ -30,7 +29,15 @@ from vllm.v1.attention.backend import AttentionBackend, AttentionImpl, MLAAttent
 from vllm_attn_compat import compat  # noqa: E402
 from vllm_attn_compat.compat import OutputNotWrittenError, OutputNotWrittenWarning, output_guard, plugin  # noqa: E402
 
-from vllm_backends import MLA_HEADS, V_DIM, answer_mla_as_a_platform, backend_for, mla_backend_for, mla_inputs  # noqa: E402
+from vllm_backends import (  # noqa: E402
+    MLA_HEADS,
+    V_DIM,
+    answer_mla_as_a_platform,
+    backend_for,
+    mla_backend_for,
+    mla_inputs,
+    plugin_log_lines,
+)
 from vllm_backends import mla_layer as vllm_mla_layer  # noqa: E402
 
 if plugin.old_api_reason(AttentionBackend) is not None:
@@ -40,32 +47,17 @@ _names = itertools.count()
 HEADS, KV_HEADS, SIZE, T = 4, 2, 16, 6
 
 
-class _Records(logging.Handler):
-    def __init__(self):
-        super().__init__(logging.INFO)
-        self.lines = []
-
-    def emit(self, record):
-        self.lines.append(record.getMessage())
-
-
 @pytest.fixture(scope="module", autouse=True)
 def guard_from_the_environment():
     """``VLLM_ATTN_COMPAT_CHECK_OUTPUT=error``, then vLLM's own loader, restricted to this package's plugin; the
     plugin may have registered earlier in this process (another test module): it reads the variable again."""
-    records = _Records()
-    plugin.logger.addHandler(records)
-    level = plugin.logger.level
-    plugin.logger.setLevel(logging.INFO)
-    with pytest.MonkeyPatch.context() as patch:
+    with plugin_log_lines() as lines, pytest.MonkeyPatch.context() as patch:
         patch.setenv(output_guard.ENV_CHECK_OUTPUT, "error")
         patch.setenv("VLLM_PLUGINS", "vllm_attn_compat")
         patch.setattr(vllm.plugins, "plugins_loaded", False)
         vllm.plugins.load_general_plugins()
-        yield records.lines
+        yield lines
         compat.check_output(None)
-    plugin.logger.setLevel(level)
-    plugin.logger.removeHandler(records)
 
 
 @pytest.fixture(autouse=True)

@@ -4,6 +4,10 @@ Imports vLLM only when called, so test modules of the other tiers can import it.
 
 from __future__ import annotations
 
+import contextlib
+import logging
+from collections.abc import Iterator
+
 
 def backend_for(impl_cls: type, **flags: object) -> type:
     """A fresh subclass of vLLM's ``AttentionBackend`` whose impl is ``impl_cls``, with ``flags`` (e.g.
@@ -119,3 +123,29 @@ def mla_inputs(n: int):
     q = torch.randn(n, MLA_HEADS, QK_NOPE + QK_ROPE, generator=gen)
     kv_c, k_pe = torch.randn(n, KV_LORA, generator=gen), torch.randn(n, 1, QK_ROPE, generator=gen)
     return q, kv_c, k_pe, SimpleNamespace(num_actual_tokens=n, num_decodes=0, num_prefills=1, num_decode_tokens=0)
+
+
+class _Lines(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+@contextlib.contextmanager
+def plugin_log_lines() -> Iterator[list[str]]:
+    """The lines this package's vLLM plugin logs while the block runs, INFO included: from 0.31, importing vLLM
+    no longer configures its "vllm" logger (the engine does), so the root logger's WARNING would drop them."""
+    from vllm_attn_compat.compat import plugin
+
+    lines = _Lines()
+    plugin.logger.addHandler(lines)
+    level = plugin.logger.level
+    plugin.logger.setLevel(logging.INFO)
+    try:
+        yield lines.lines
+    finally:
+        plugin.logger.setLevel(level)
+        plugin.logger.removeHandler(lines)

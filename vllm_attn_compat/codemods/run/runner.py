@@ -151,7 +151,8 @@ def _index_hierarchy(
     early: Handoff | None = None,
     cache: Cache | None = None,
     excluded: Set[str] = frozenset(),
-    reading: _Reading | None = None,
+    *,
+    reading: _Reading,
 ) -> tuple[ClassHierarchy, dict[str, IndexOutcome]]:
     """Build the class hierarchy of the run; returns it with the index of each file that took part.
 
@@ -171,7 +172,6 @@ def _index_hierarchy(
         return guess_module_name(path).partition(".")[0] == "vllm"
 
     indexes: dict[str, IndexOutcome] = {}
-    reading = reading or _Reading(answers_module.Answers(None, b""))
     names_vllm = reading.asking("vllm", [], lambda source: b"vllm" in source)
     pending = [s for s in worth if names_vllm(s) or in_vllm_package(s.source_file.path)]
     # A read of `accept_output_buffer` anywhere in the run decides whether deleting a declaration is safe
@@ -428,7 +428,7 @@ def run_paths(
                 second = warm[0].sibling() or prefork.start(worker.preload)
                 warm += [second] if second else []
             _migrate_worth(
-                scanned, worth, rules, options, report, emit_diff, warm, cache, context, context_worth, reading
+                scanned, worth, rules, options, report, emit_diff, warm, cache, context, context_worth, reading=reading
             )
         if (
             cache
@@ -484,11 +484,11 @@ def _migrate_worth(
     cache: Cache | None = None,
     context: Sequence[_Scanned] = (),
     context_worth: Sequence[_Scanned] = (),
-    reading: _Reading | None = None,
+    *,
+    reading: _Reading,
 ) -> None:
     """Index, then migrate the candidates among ``scanned`` (``worth``: those the prefilter kept). The
     ``context`` files (excluded; ``context_worth``: those the prefilter kept) take part in the index alone."""
-    reading = reading or _Reading(answers_module.Answers(None, b""))
     sources = {s.source_file.path: s.source for s in scanned}  # the files this run may migrate
     excluded = {s.source_file.path for s in context}
     early = (
@@ -523,7 +523,7 @@ def _migrate_worth(
         early,
         cache,
         excluded,
-        reading,
+        reading=reading,
     )
     # A finding at each call in the run that withholds a fix (`index.callsites`), where findings are reported.
     from vllm_attn_compat.codemods.index import callsites

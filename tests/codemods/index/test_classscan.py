@@ -11,12 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from vllm_attn_compat.codemods.cli import main
-from vllm_attn_compat.codemods.index.classscan import (
-    ScannedIndex,
-    may_use,
-    quick_index,
-    uses_pattern,
-)
+from vllm_attn_compat.codemods.index.calltext import may_use, uses_pattern
+from vllm_attn_compat.codemods.index.classscan import ScannedIndex, quick_index
 from vllm_attn_compat.codemods.index.hierarchy import ClassHierarchy, index_module
 
 from runner_trees import write_tree
@@ -269,32 +265,6 @@ def test_a_duck_typed_backend_among_unrelated_classes_is_indexed(tmp_path, monke
     fast, errors = _outcome(root, monkeypatch, True, "check")
     assert fast == _outcome(root, monkeypatch, False, "check")[0] and not errors
     assert [f for f in fast if f[0] == "hidden.py"], fast
-
-
-@pytest.mark.parametrize(
-    ("text", "uses"),
-    [
-        ("impl.prefill(q)", True),
-        ("(impl.  # warm-up\n    prefill)(q)", True),
-        ("impl.\\\n    prefill", True),
-        ("f = impl.prefill", True),
-        ('getattr(impl, "prefill")', True),
-        ("getattr(impl, 'prefill', None)", True),
-        ('getattr(impl, """prefill""")', True),
-        ('getattr(impl, "pre" "fill")', True),  # one constant string to the parser
-        ('getattr(impl, ("pre"\n    "fill"))', True),
-        ('getattr(impl, "pre\\x66ill")', True),  # an escape: counted, not decoded
-        ('getattr(impl, "x"', True),  # no end: counted
-        ("def prefill(self, q):\n    return q\n", False),  # a definition is no use
-        ('getattr(impl, "other")\n# prefill\nx = "prefill"', False),  # words elsewhere
-        ("impl.prefill_all(q)", False),
-    ],
-)
-def test_may_use_finds_every_use_the_call_site_index_records(text, uses):
-    names = frozenset({"prefill", "forward"})
-    assert may_use(text.encode(), names, uses_pattern(names)) is uses
-    if not uses:  # and indeed the exact index records none
-        assert not {use.name for use in index_module(text.encode(), "m.py").calls.uses} & names
 
 
 @pytest.mark.parametrize(

@@ -15,7 +15,7 @@ sends to the parser a file that sets ``accept_output_buffer``, may build a class
 namespace)`` (a decorator may be that builder), calls anything named like a patch helper
 (or ``setattr``), assigns to an attribute of, or decorates with, a name that can be an attention class;
 and the runner has a spared file parsed as soon as it names (as a whole word) an attention class or
-patched function found later, or uses (:func:`may_use`) a method whose fix the call-site analysis checks.
+patched function found later, or uses (`calltext.may_use`) a method whose fix the call-site analysis checks.
 
 The scan only ever errs towards parsing: a header it cannot read with certainty (nested brackets,
 strings or comments among the bases, a line continuation, non-ASCII names) sends the file to the
@@ -27,6 +27,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from vllm_attn_compat.codemods.index.calltext import OPENING, SEP, call_extent
 from vllm_attn_compat.codemods.index.hierarchy import ModuleIndex
 from vllm_attn_compat.codemods.index.names import (
     _IN_TREE_SUFFIXES,
@@ -43,14 +44,11 @@ _WORD = re.compile(rb"[A-Za-z_][A-Za-z0-9_]*")
 _BLANKS = b" \t\f\r\n\\"
 _BEFORE_DOT = _BLANKS + b")"  # what may stand between the object of an attribute assignment and its dot
 
-# What may stand between two tokens: blanks, line continuations, and (inside brackets) newlines and comments.
-# (A comment runs to its newline: one way to match it, whatever the number of '#' in it.)
-_SEP = rb"[ \t\f\r\n\\]*(?:#[^\r\n]*[\r\n][ \t\f\r\n\\]*)*"
 _IDENT = rb"[A-Za-z_\x80-\xff][A-Za-z0-9_\x80-\xff]*"
 # Calls of something named like a patch helper (`runtime_patches._is_patch_helper`: a callee whose name
 # holds one of its words, or whose object's name ends with "patch"): `setattr(`, `patch.object(`. Found
 # by the word (in the lower-cased text), then the rest of the identifier and what follows it.
-_CALLED = re.compile(rb"[A-Za-z0-9_\x80-\xff]*" + _SEP + rb"[(.]")
+_CALLED = re.compile(rb"[A-Za-z0-9_\x80-\xff]*" + SEP + rb"[(.]")
 
 
 def _atomic(pattern: bytes, name: str) -> bytes:
@@ -62,41 +60,25 @@ def _atomic(pattern: bytes, name: str) -> bytes:
 
 # `.attr = value` (not `==`): a patch of class X in `X.attr = value` when X resolves. Found from the dot
 # (a literal the regex engine looks for quickly); the word before it is read backwards. In full:
-# `\.` _SEP _IDENT (_SEP `\)`)* _SEP `=`; each part ends where the next cannot start (a separator at a
+# `\.` SEP _IDENT (SEP `\)`)* SEP `=`; each part ends where the next cannot start (a separator at a
 # non-blank that is no comment, a name at a non-identifier byte), so each is atomic.
 _ATTRIBUTE_ASSIGNMENT = re.compile(
     rb"\."
-    + _atomic(_SEP, "before")
+    + _atomic(SEP, "before")
     + _atomic(_IDENT, "name")
-    + _atomic(rb"[ \t\f\r\n\\)]*(?:#[^\r\n]*[\r\n][ \t\f\r\n\\)]*)*", "after")  # (_SEP `)`)* _SEP
+    + _atomic(rb"[ \t\f\r\n\\)]*(?:#[^\r\n]*[\r\n][ \t\f\r\n\\)]*)*", "after")  # (SEP `)`)* SEP
     + rb"=(?!=)"
 )
 # `import X as Y`, `from m import (X as Y, ...)`: what an import statement binds to its aliases (the only
 # names a patch's target resolves through: `runtime_patches` uses bound names only).
 _IMPORT_ALIAS = re.compile(
-    rb"(" + _IDENT + rb")" + _SEP + rb"(?<![A-Za-z0-9_\x80-\xff])as" + _SEP + rb"(" + _IDENT + rb")"
+    rb"(" + _IDENT + rb")" + SEP + rb"(?<![A-Za-z0-9_\x80-\xff])as" + SEP + rb"(" + _IDENT + rb")"
 )
 _ANY_WORD = re.compile(_IDENT)
-_OPENING = re.compile(_SEP + rb"\(")
-_METHOD_CALL = re.compile(_SEP + _IDENT + _SEP + rb"\(")
+_METHOD_CALL = re.compile(SEP + _IDENT + SEP + rb"\(")
 # Two patterns, each with a literal the regex engine looks for quickly (an alternation has none). In text
 # such as `def class X` (a comment), both names count: the scan only adds names to check.
 _DEFINED = tuple(re.compile(keyword + rb"[ \t\f\\]+(" + _IDENT + rb")") for keyword in (rb"def", rb"class"))
-# What changes the reading of a call's text: brackets, a comment, a string's opening quote.
-_CALL_SPECIAL = re.compile(rb"[()\[\]{}#'\"]")
-_LINE_END = re.compile(rb"[\r\n]")
-_QUOTED = re.compile(rb"[\"']([A-Za-z_\x80-\xff][A-Za-z0-9_\x80-\xff]*)[\"']")
-_ADJACENT_STRINGS = re.compile(rb"[\"'][ \t\f\r\n]*[rbuRBU]{0,2}[\"']")
-_STRING_BODY = {
-    (triple, quote): re.compile(
-        (rb"(%s)(?:[^\\%s]|\\.|%s(?!%s))*\1" % (bytes([quote]) * 3, bytes([quote]), bytes([quote]), bytes([quote]) * 2))
-        if triple
-        else rb"%s(?:[^\\%s\r\n]|\\.)*%s" % (bytes([quote]), bytes([quote]), bytes([quote])),
-        re.DOTALL,
-    )
-    for triple in (False, True)
-    for quote in b"'\""
-}
 # `def ` (or `async def `) right before a name: what follows is defined, not called.
 _DEFINES = re.compile(rb"(?<![A-Za-z0-9_\x80-\xff])def[ \t\f]+\Z")
 _DEFINITION = re.compile(rb"[\r\n][ \t\f]*(?:async[ \t\f]+def|def|class)[ \t\f\\]")
@@ -237,7 +219,7 @@ def _value_words(source: bytes, opening: int) -> set[bytes] | None:
     """The words of the call whose ``(`` is at ``opening`` after its first top-level comma (its arguments
     after the first, keywords included), outside strings and comments; None when its closing bracket
     cannot be found. ``self.patch_embed(x)`` has none: a helper needs a value to copy besides its target."""
-    extent = _call_extent(source, opening)
+    extent = call_extent(source, opening)
     if extent is None:
         return None
     words: set[bytes] = set()
@@ -251,37 +233,6 @@ def _value_words(source: bytes, opening: int) -> set[bytes] | None:
     return words
 
 
-def _call_extent(source: bytes, opening: int) -> tuple[list[tuple[int, int, int]], int] | None:
-    """The spans of code (outside strings and comments) of the call whose ``(`` is at ``opening``, each with
-    its bracket depth (1: the call's own arguments), and the end of its closing bracket; None when that
-    cannot be found."""
-    code: list[tuple[int, int, int]] = []
-    depth, at = 0, opening
-    while True:
-        special = _CALL_SPECIAL.search(source, at)
-        if special is None:
-            return None
-        code.append((at, special.start(), depth))
-        char, at = source[special.start()], special.end()
-        if char in b"([{":
-            depth += 1
-        elif char in b")]}":
-            depth -= 1
-            if depth == 0:
-                return code, at
-        elif char == ord("#"):
-            newline = _LINE_END.search(source, at)
-            if newline is None:
-                return None
-            at = newline.end()
-        else:  # a quote: the string's end
-            quotes = source[special.start() : special.start() + 3] == bytes([char]) * 3
-            end = _STRING_BODY[quotes, char].match(source, special.start())
-            if end is None:
-                return None
-            at = end.end()
-
-
 def _imports(source: bytes) -> tuple[dict[bytes, list[bytes]], set[bytes]]:
     """Alias -> the names an import statement binds to it with ``as``; and every word of the import
     statements after ``import`` (the names they can bind)."""
@@ -293,7 +244,7 @@ def _imports(source: bytes) -> tuple[dict[bytes, list[bytes]], set[bytes]]:
         if (before and before[0] in IDENTIFIER_BYTES) or (at < len(source) and source[at] in IDENTIFIER_BYTES):
             at = source.find(b"import", at)
             continue
-        opening = _OPENING.match(source, at)
+        opening = OPENING.match(source, at)
         if opening:  # `from m import (...)`: up to the closing bracket
             end = source.find(b")", opening.end())
         else:  # up to the end of the line, past continuations
@@ -386,7 +337,7 @@ def quick_index(source: bytes, path: str, known: frozenset[str]) -> ScannedIndex
 
 # `type(` called by its plain name, as `runtime_patches.builder_entry` requires (the byte before is read
 # apart: a look-behind would leave the regex engine no literal to search for).
-_TYPE_CALL = re.compile(rb"type" + _SEP + rb"\(")
+_TYPE_CALL = re.compile(rb"type" + SEP + rb"\(")
 
 
 def _may_build(source: bytes) -> bool:
@@ -398,49 +349,10 @@ def _may_build(source: bytes) -> bool:
     for match in _TYPE_CALL.finditer(source):
         if match.start() and (source[match.start() - 1] in IDENTIFIER_BYTES or source[match.start() - 1] == 0x2E):
             continue  # `mytype(`, `obj.type(`
-        extent = _call_extent(source, match.end() - 1)
+        extent = call_extent(source, match.end() - 1)
         if extent is None:
             return True
         spans, _ = extent
         if any(b"," in source[start:end] for start, end, depth in spans if depth == 1):
             return True
     return False
-
-
-def uses_pattern(names: frozenset[str] | set[str]) -> re.Pattern[bytes] | None:
-    """What :func:`may_use` looks for, compiled once per set of method names (None for none)."""
-    if not names:
-        return None
-    alternatives = b"|".join(re.escape(name.encode()) for name in sorted(names))
-    return re.compile(rb"\." + _SEP + rb"(?:" + alternatives + rb")(?![A-Za-z0-9_\x80-\xff])")
-
-
-def may_use(source: bytes, names: frozenset[str] | set[str], pattern: re.Pattern[bytes] | None) -> bool:
-    """Whether the file may call, reference or ``getattr`` one of the methods ``names`` (``pattern`` is
-    ``uses_pattern(names)``), as the call-site analysis records it: an attribute ``.name`` (blanks, line
-    continuations and comments may stand after the dot), or ``getattr(x, "name")``. Never False where the
-    exact index records such a use: a ``getattr`` whose text cannot be read plainly (its end not found,
-    a backslash, strings side by side, a comment) counts as using every name."""
-    if pattern is None:
-        return False
-    if pattern.search(source) is not None:
-        return True
-    at = source.find(b"getattr")
-    while at != -1:
-        opening = _OPENING.match(source, at + 7)
-        at = source.find(b"getattr", at + 7)
-        if opening is None:
-            continue  # `getattr` not called here: handed on, which the index does not follow either
-        text = _call_text(source, opening.end() - 1)
-        if text is None or b"\\" in text or b"#" in text or _ADJACENT_STRINGS.search(text):
-            return True
-        if any(name.encode() in _QUOTED.findall(text) for name in names):
-            return True
-    return False
-
-
-def _call_text(source: bytes, opening: int) -> bytes | None:
-    """The text of the call whose ``(`` is at ``opening``, up to its closing bracket; None when that
-    cannot be found."""
-    extent = _call_extent(source, opening)
-    return None if extent is None else source[opening : extent[1]]

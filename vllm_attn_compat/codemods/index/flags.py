@@ -19,8 +19,8 @@ import ast
 from collections.abc import Callable
 from typing import NamedTuple
 
-FLAG = "accept_output_buffer"
-FLAG_BYTES = FLAG.encode()
+from vllm_attn_compat.codemods.index.names import FLAG as FLAG
+from vllm_attn_compat.codemods.index.names import FLAG_BYTES as FLAG_BYTES
 
 
 class FlagRead(NamedTuple):

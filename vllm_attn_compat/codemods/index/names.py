@@ -33,6 +33,10 @@ _IN_TREE_SUFFIXES = ("Backend", "Impl")
 # then contains one of these), defines vLLM's own bases (a fork of vLLM), or derives from an
 # attention class of the run, whose names the runner adds as tokens
 # (`ClassHierarchy.attention_class_names`).
+# The attribute vLLM 0.20 removed from attention backends (`flags` indexes its reads and declarations).
+FLAG = "accept_output_buffer"
+FLAG_BYTES = FLAG.encode()
+
 BASE_TOKENS: tuple[bytes, ...] = (
     b"vllm.v1.attention",
     b"vllm.attention",

@@ -1,0 +1,100 @@
+"""Reading calls in a file's bytes without parsing it: the text between a call's brackets, and whether the file
+may use a method (`may_use`): what the class scan (`classscan`) reads calls with, and what the runner asks of
+files for the call-site analysis (`run.scans`).
+
+Light on purpose: a rerun that asks an edited file whether it may use a method imports this, not the index.
+"""
+
+from __future__ import annotations
+
+import re
+
+# What may stand between two tokens: blanks, line continuations, and (inside brackets) newlines and comments.
+# (A comment runs to its newline: one way to match it, whatever the number of '#' in it.)
+SEP = rb"[ \t\f\r\n\\]*(?:#[^\r\n]*[\r\n][ \t\f\r\n\\]*)*"
+OPENING = re.compile(SEP + rb"\(")
+# What changes the reading of a call's text: brackets, a comment, a string's opening quote.
+_CALL_SPECIAL = re.compile(rb"[()\[\]{}#'\"]")
+_LINE_END = re.compile(rb"[\r\n]")
+_QUOTED = re.compile(rb"[\"']([A-Za-z_\x80-\xff][A-Za-z0-9_\x80-\xff]*)[\"']")
+_ADJACENT_STRINGS = re.compile(rb"[\"'][ \t\f\r\n]*[rbuRBU]{0,2}[\"']")
+_STRING_BODY = {
+    (triple, quote): re.compile(
+        (rb"(%s)(?:[^\\%s]|\\.|%s(?!%s))*\1" % (bytes([quote]) * 3, bytes([quote]), bytes([quote]), bytes([quote]) * 2))
+        if triple
+        else rb"%s(?:[^\\%s\r\n]|\\.)*%s" % (bytes([quote]), bytes([quote]), bytes([quote])),
+        re.DOTALL,
+    )
+    for triple in (False, True)
+    for quote in b"'\""
+}
+
+
+def uses_pattern(names: frozenset[str] | set[str]) -> re.Pattern[bytes] | None:
+    """What :func:`may_use` looks for, compiled once per set of method names (None for none)."""
+    if not names:
+        return None
+    alternatives = b"|".join(re.escape(name.encode()) for name in sorted(names))
+    return re.compile(rb"\." + SEP + rb"(?:" + alternatives + rb")(?![A-Za-z0-9_\x80-\xff])")
+
+
+def may_use(source: bytes, names: frozenset[str] | set[str], pattern: re.Pattern[bytes] | None) -> bool:
+    """Whether the file may call, reference or ``getattr`` one of the methods ``names`` (``pattern`` is
+    ``uses_pattern(names)``), as the call-site analysis records it: an attribute ``.name`` (blanks, line
+    continuations and comments may stand after the dot), or ``getattr(x, "name")``. Never False where the
+    exact index records such a use: a ``getattr`` whose text cannot be read plainly (its end not found,
+    a backslash, strings side by side, a comment) counts as using every name."""
+    if pattern is None:
+        return False
+    if pattern.search(source) is not None:
+        return True
+    at = source.find(b"getattr")
+    while at != -1:
+        opening = OPENING.match(source, at + 7)
+        at = source.find(b"getattr", at + 7)
+        if opening is None:
+            continue  # `getattr` not called here: handed on, which the index does not follow either
+        text = call_text(source, opening.end() - 1)
+        if text is None or b"\\" in text or b"#" in text or _ADJACENT_STRINGS.search(text):
+            return True
+        if any(name.encode() in _QUOTED.findall(text) for name in names):
+            return True
+    return False
+
+
+def call_text(source: bytes, opening: int) -> bytes | None:
+    """The text of the call whose ``(`` is at ``opening``, up to its closing bracket; None when that
+    cannot be found."""
+    extent = call_extent(source, opening)
+    return None if extent is None else source[opening : extent[1]]
+
+
+def call_extent(source: bytes, opening: int) -> tuple[list[tuple[int, int, int]], int] | None:
+    """The spans of code (outside strings and comments) of the call whose ``(`` is at ``opening``, each with
+    its bracket depth (1: the call's own arguments), and the end of its closing bracket; None when that
+    cannot be found."""
+    code: list[tuple[int, int, int]] = []
+    depth, at = 0, opening
+    while True:
+        special = _CALL_SPECIAL.search(source, at)
+        if special is None:
+            return None
+        code.append((at, special.start(), depth))
+        char, at = source[special.start()], special.end()
+        if char in b"([{":
+            depth += 1
+        elif char in b")]}":
+            depth -= 1
+            if depth == 0:
+                return code, at
+        elif char == ord("#"):
+            newline = _LINE_END.search(source, at)
+            if newline is None:
+                return None
+            at = newline.end()
+        else:  # a quote: the string's end
+            quotes = source[special.start() : special.start() + 3] == bytes([char]) * 3
+            end = _STRING_BODY[quotes, char].match(source, special.start())
+            if end is None:
+                return None
+            at = end.end()

@@ -38,11 +38,12 @@ def test_the_scan_agrees_with_the_naive_test(source):
     assert TokenScan(RULE_TOKENS)(source) == any(token in source for token in RULE_TOKENS)
 
 
+@pytest.mark.parametrize("once", [False, True], ids=["anchored", "once"])
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.binary(min_size=1, max_size=12), min_size=1, max_size=6), st.binary(max_size=40))
-def test_the_scan_agrees_for_arbitrary_tokens(tokens, source):
+def test_the_scan_agrees_for_arbitrary_tokens(once, tokens, source):
     source = source + tokens[0] if source[:1] == b"\0" else source
-    assert TokenScan(tokens)(source) == any(token in source for token in tokens)
+    assert TokenScan(tokens, once=once)(source) == any(token in source for token in tokens)
 
 
 def test_whole_words_match_identifiers_not_parts_of_longer_names():
@@ -70,10 +71,11 @@ names = st.lists(st.sampled_from(WORDS), min_size=1, max_size=3).map(b"".join)
 texts = st.lists(st.one_of(st.sampled_from([*WORDS, b"_", b" ", b"(", b".", b"\n", b"\xc3\xa9"]), names), max_size=12)
 
 
+@pytest.mark.parametrize("once", [False, True], ids=["anchored", "once"])
 @settings(max_examples=200, deadline=None)
 @given(st.lists(names, min_size=1, max_size=12), texts.map(b"".join))
-def test_whole_words_sharing_short_anchors_agree_with_the_definition(tokens, source):
-    scan = TokenScan(tokens, whole_words=True)
+def test_whole_words_sharing_short_anchors_agree_with_the_definition(once, tokens, source):
+    scan = TokenScan(tokens, whole_words=True, once=once)
     assert scan(source) == any(contains_word(source, token) for token in tokens)
 
 

@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from vllm_attn_compat.codemods.engine import tokens
 from vllm_attn_compat.codemods.engine.rule import Rule
 from vllm_attn_compat.codemods.findings import Finding, FixSafety, Status
 from vllm_attn_compat.codemods.index.hierarchy import index_module
@@ -61,20 +62,10 @@ def prefilter_tokens(rules: Sequence[type[Rule]]) -> tuple[bytes, ...]:
 
 def needs_parsing(source: bytes, rules: Sequence[type[Rule]], class_names: frozenset[str] = frozenset()) -> bool:
     """Finer test than `prefilter_tokens`: some rule has both its own token and (if scoped)
-    a scope token or attention-class name in ``source``."""
-    in_scope: bool | None = None
-    for rule in rules:
-        if not any(token in source for token in rule.tokens):
-            continue
-        if not rule.scoped:
-            return True
-        if in_scope is None:
-            in_scope = any(token in source for token in BASE_TOKENS) or any(
-                name.encode() in source for name in class_names
-            )
-        if in_scope:
-            return True
-    return False
+    a scope token or attention-class name in ``source`` (`tokens.needs_libcst`)."""
+    return tokens.needs_libcst(
+        source, tokens.own_tokens(rules, scoped=False), tokens.own_tokens(rules, scoped=True), class_names
+    )
 
 
 def _may_apply(source: bytes, path: str, rules: Sequence[type[Rule]], hierarchy: Questions) -> bool:

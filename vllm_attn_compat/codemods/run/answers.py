@@ -31,9 +31,15 @@ _NAME = "answers.json"
 _FORMAT = "vllm-attn-compat-answers/1"
 
 
+def spell(terms: Iterable[str | bytes]) -> tuple[str, ...]:
+    """A question's terms as kept: a set (their order does not matter), of strings (bytes decoded)."""
+    spelled = {term.decode("utf-8", "surrogateescape") if isinstance(term, bytes) else term for term in terms}
+    return tuple(sorted(spelled))
+
+
 def question(kind: str, terms: Iterable[str | bytes]) -> str:
-    """The question ``kind`` with its terms (a set: their order does not matter), as the answers are kept."""
-    spelled = sorted(term.decode("utf-8", "surrogateescape") if isinstance(term, bytes) else term for term in terms)
+    """The question ``kind`` with its terms (`spell`), as the answers are kept."""
+    spelled = spell(terms)
     return f"{kind} {hashlib.sha256(chr(0).join(spelled).encode('utf-8', 'surrogateescape')).hexdigest()[:32]}"
 
 

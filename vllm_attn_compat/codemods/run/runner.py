@@ -20,15 +20,14 @@ from __future__ import annotations
 import itertools
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Set
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
 
 from vllm_attn_compat.codemods import registry
 from vllm_attn_compat.codemods.engine import migrate
 from vllm_attn_compat.codemods.index import classscan
-from vllm_attn_compat.codemods.index.flags import FLAG_BYTES
 from vllm_attn_compat.codemods.run import answers as answers_module
-from vllm_attn_compat.codemods.run import files, parallel, prefork, rerun, sources, stats, worker
+from vllm_attn_compat.codemods.run import files, parallel, prefork, rerun, scans, sources, stats, worker
 from vllm_attn_compat.codemods.run.dependencies import MissingDependency
 from vllm_attn_compat.codemods.run.handoff import Handoff, candidate_rules
 from vllm_attn_compat.codemods.run.options import Options
@@ -74,6 +73,8 @@ class _Reading:
     answers: answers_module.Answers
     table: stats.StatTable | None = None
     started: int = 0
+    # Every question of `scans` the run asked (of some file).
+    asked: set[tuple[str, tuple[str, ...]]] = field(default_factory=set)
 
     def read(self, source_file: files.SourceFile) -> _Scanned:
         """The file read once, as bytes, and checked to be decodable (`sources.SourceError` if not)."""
@@ -85,11 +86,13 @@ class _Reading:
             self.table.record(source_file.real_path, stat, scanned.digest, self.started)
         return scanned
 
-    def asking(
-        self, kind: str, terms: Iterable[str | bytes], test: Callable[[bytes], bool]
-    ) -> Callable[[_Scanned], bool]:
-        """``test`` of a file's bytes, the answer kept as that of the question ``kind`` with ``terms``."""
-        asked = answers_module.question(kind, terms)
+    def asking(self, kind: str, terms: Iterable[str | bytes]) -> Callable[[_Scanned], bool]:
+        """The question ``kind`` with ``terms`` (`scans.test`) of a file, its answer kept; the question is one
+        of those the run asked (`asked`)."""
+        spelled = answers_module.spell(terms)
+        self.asked.add((kind, spelled))
+        asked = answers_module.question(kind, spelled)
+        test = scans.test(kind, spelled)
         return lambda s: self.answers.ask(s.digest, asked, lambda: test(s.source))
 
 
@@ -109,11 +112,8 @@ def _read_and_filter(
     at once, so that its import of libcst (a quarter of a second) overlaps the reading and the
     class-hierarchy pass.
     """
-    unscoped = [rule for rule in rules if not rule.scoped]
-    worth_parsing = reading.asking("prefilter", prefilter.tokens, prefilter)
-    probably_parsed = reading.asking(
-        "probable", [rule.code for rule in rules], lambda source: _probably_parsed(source, rules, unscoped)
-    )
+    worth_parsing = reading.asking("prefilter", prefilter.tokens)
+    probably_parsed = reading.asking("probable", scans.rule_terms(rules))
     scanned: list[_Scanned] = []
     worth: list[_Scanned] = []
     may_start = not warm and prefork.worth_starting(options.jobs)
@@ -172,12 +172,12 @@ def _index_hierarchy(
         return guess_module_name(path).partition(".")[0] == "vllm"
 
     indexes: dict[str, IndexOutcome] = {}
-    names_vllm = reading.asking("vllm", [], lambda source: b"vllm" in source)
+    names_vllm = reading.asking("vllm", [])
     pending = [s for s in worth if names_vllm(s) or in_vllm_package(s.source_file.path)]
     # A read of `accept_output_buffer` anywhere in the run decides whether deleting a declaration is safe
     # (`ClassHierarchy.flag_readers`), whatever the file imports or the rules selected.
     first = {s.source_file.path for s in pending}
-    reads_flag = reading.asking("flag", [], lambda source: FLAG_BYTES in source)
+    reads_flag = reading.asking("flag", [])
     pending += [s for s in scanned if s.source_file.path not in first and reads_flag(s)]
     known_names: frozenset[str] = frozenset()
     must_parse: set[str] = set()  # files the class scan spared once, which later rounds need indexed
@@ -221,9 +221,7 @@ def _index_hierarchy(
         settled = built
         new_names = built.attention_class_names() - known_names
         known_names |= new_names
-        has_name = reading.asking(
-            "words", new_names, TokenScan((name.encode() for name in new_names), whole_words=True)
-        )
+        has_name = reading.asking("words", new_names)
         pending = [s for s in scanned if s.source_file.path not in indexes and has_name(s)]
         # A spared file is indexed once a name it uses in a class header or a patch, or defines, is an
         # attention class or patched code found since (`ScannedIndex.names_any`), or once it may use a
@@ -259,9 +257,8 @@ def _index_hierarchy(
 
 
 def _may_use(reading: _Reading, methods: frozenset[str]) -> Callable[[_Scanned], bool]:
-    """`classscan.may_use` of a file, for the methods ``methods``, as `answers` keep it."""
-    pattern = classscan.uses_pattern(methods)
-    return reading.asking("uses", methods, lambda source: classscan.may_use(source, methods, pattern))
+    """`calltext.may_use` of a file, for the methods ``methods``, as `answers` keep it."""
+    return reading.asking("uses", methods)
 
 
 def _defining_files(
@@ -462,15 +459,8 @@ def _read_context(
             context.append(reading.read(source_file))
         except sources.SourceError:
             continue
-    worth_parsing = reading.asking("prefilter", prefilter.tokens, prefilter)
+    worth_parsing = reading.asking("prefilter", prefilter.tokens)
     return context, [s for s in context if worth_parsing(s)]
-
-
-def _probably_parsed(source: bytes, rules: Sequence[type[Rule]], unscoped: Sequence[type[Rule]]) -> bool:
-    """Whether libcst will probably parse this file: it holds the token of a rule that acts anywhere,
-    or mentions vLLM and holds a scoped rule's token too. A file naming ``class Attention(`` alone
-    (torch has one) is left to the hierarchy pass: most such classes are no vLLM attention class."""
-    return migrate.needs_parsing(source, unscoped) or (b"vllm" in source and migrate.needs_parsing(source, rules))
 
 
 def _migrate_worth(
@@ -543,8 +533,8 @@ def _migrate_worth(
         acting = candidate_rules(rules, indexes.get(s.source_file.path), hierarchy, s.source_file.path)
         codes = tuple(rule.code for rule in acting)
         if codes not in tests:
-            terms = [*(f"rule {code}" for code in codes), *(f"class {name}" for name in names)]
-            tests[codes] = reading.asking("parse", terms, lambda source: migrate.needs_parsing(source, acting, names))
+            terms = [*scans.rule_terms(acting), *(f"class {name}" for name in names)]
+            tests[codes] = reading.asking("parse", terms)
         return tests[codes](s)
 
     candidates = [s for path, s in sorted(reachable.items()) if path not in failed and needs_parsing(s)]

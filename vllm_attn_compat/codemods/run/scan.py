@@ -89,14 +89,19 @@ class TokenScan:
 
     With ``whole_words``, the tokens are identifiers and count only as whole ones (see
     the tests' ``contains_word``): a class name found inside a longer name is no reference to that class.
+    With ``once``, the scan serves a file or two (a rerun asking an edited file again): choosing anchors
+    would cost more than it saves, so each token is its own.
     """
 
-    def __init__(self, tokens: Iterable[bytes], *, whole_words: bool = False) -> None:
+    def __init__(self, tokens: Iterable[bytes], *, whole_words: bool = False, once: bool = False) -> None:
         self.tokens = tuple(dict.fromkeys(token for token in tokens if token))
         self.whole_words = whole_words
+        self.once = once
         if whole_words and not all(_IDENTIFIER_BYTES.issuperset(token) for token in self.tokens):
             raise ValueError(f"whole words must be identifiers, found {self.tokens!r}")
-        anchors = choose_anchors(self.tokens, shortest=WORD_ANCHOR_SHORTEST if whole_words else None)
+        anchors = (
+            self.tokens if once else choose_anchors(self.tokens, shortest=WORD_ANCHOR_SHORTEST if whole_words else None)
+        )
         # Each anchor with the tokens containing it: a hit on an anchor is confirmed by those alone.
         self.groups = tuple((anchor, frozenset(t for t in self.tokens if anchor in t)) for anchor in anchors)
         # Without whole words, one regular-expression search of the bytes around an anchor's occurrence
@@ -105,7 +110,7 @@ class TokenScan:
         # occurrence of the anchor is visited, so that window is all there is to search.
         self._windows = (
             ()
-            if whole_words
+            if whole_words or once
             else tuple(
                 (
                     re.compile(b"|".join(re.escape(token) for token in sorted(group))),
@@ -123,6 +128,8 @@ class TokenScan:
     def __call__(self, source: bytes) -> bool:
         if self.whole_words:
             return any(_holds_word(source, anchor, words) for anchor, words in self.groups)
+        if self.once:
+            return any(token in source for token in self.tokens)
         for (anchor, tokens), (window, before, after) in zip(self.groups, self._windows, strict=True):
             at = source.find(anchor)
             if at == -1:

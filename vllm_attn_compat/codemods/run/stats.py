@@ -10,8 +10,9 @@ What the status cannot tell, and how it is handled:
 
 * A file modified again within its timestamps' granularity (a few milliseconds on Linux, up to 2 s on FAT)
   after the run read it keeps its ``mtime_ns``, and its size when the edit keeps it. Git's "racy" rule: a
-  row is not kept for a file whose ``mtime`` or ``ctime`` is less than `RACY_NS` older than the moment the
-  run started reading; such a file is hashed again by the next run, and kept once it is old enough.
+  row is not trusted for a file whose ``mtime`` or ``ctime`` is less than `RACY_NS` older than the moment the
+  run started reading; such a file is hashed again by the next run, and trusted once it is old enough. (Its
+  digest is kept, with a status no file has: what the run read is what an edit since changed, `bystanders`.)
 * ``ctime`` cannot be set by a user: an edit followed by ``os.utime`` restoring the old ``mtime_ns`` changes it.
   The one change the table cannot see keeps the size, the inode, and both timestamps to the nanosecond:
   that takes setting the system clock back.
@@ -41,6 +42,8 @@ _NAME = "stats.json"
 _FORMAT = "vllm-attn-compat-stats/1"
 
 Status = tuple[int, int, int, int]  # size, inode, mtime_ns, ctime_ns
+# The status recorded with the digest of a racy file: no file's, so its digest is never trusted by status.
+UNTRUSTED: Status = (-1, -1, -1, -1)
 
 
 def digest(source: bytes) -> str:
@@ -94,9 +97,7 @@ class StatTable:
         path = os.path.abspath(real_path)
         status = status_of(stat)
         if max(stat.st_mtime_ns, stat.st_ctime_ns) >= started_ns - RACY_NS:
-            if self.rows.pop(path, None) is not None:
-                self._changed = True
-            return
+            status = UNTRUSTED
         if self.rows.get(path) != (status, digest):
             self.rows[path] = (status, digest)
             self._changed = True

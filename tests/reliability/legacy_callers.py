@@ -33,7 +33,7 @@ STUBS = {
     "alloc.py": "def empty_like(values):\n    return [0] * len(values)\n",
 }
 
-_NAMES = ["forward_decode", "prefill", "decode", "run_chunk"]
+METHOD_NAMES = ["forward_decode", "prefill", "decode", "run_chunk"]
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,7 @@ def _method_text(method: Method, factor: int) -> list[str]:
 
 @st.composite
 def methods(draw) -> list[Method]:
-    names = draw(st.lists(st.sampled_from(_NAMES), min_size=1, max_size=3, unique=True))
+    names = draw(st.lists(st.sampled_from(METHOD_NAMES), min_size=1, max_size=3, unique=True))
     found = []
     for name in names:
         before = ("query", *draw(st.lists(st.sampled_from(["scale", "shift"]), max_size=1)))

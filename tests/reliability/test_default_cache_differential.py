@@ -26,7 +26,7 @@ from vllm_attn_compat.codemods.cli import main
 from vllm_attn_compat.codemods.run import cachedir, stats
 
 from .cli_run import LEGACY, PLAIN
-from .legacy_callers import STUBS, GeneratedPlugin, plugins_with_callers
+from .legacy_callers import METHOD_NAMES, STUBS, GeneratedPlugin, plugins_with_callers
 from .profile import reliability_settings
 
 EDITABLE = ("plugin/backend.py", "plugin/callers.py")
@@ -94,6 +94,50 @@ def test_after_an_edit_the_default_cache_reports_what_no_cache_does(
             os.utime(target, ns=(old.st_atime_ns, old.st_mtime_ns))
         note(f"--- {path}\n{after.files[path]}")
     _same_as_uncached(tree, mode)
+    shutil.rmtree(root)
+
+
+# Pieces of a file that starts as no part of the run: code that gives it none, and code that may give it one (a
+# rule's token, vLLM named, the flag read, an attention class or a method of the plugin named, `getattr`, a
+# syntax error, bytes that are no text). Successive edits of it are checked against --no-cache each time.
+BYSTANDER_PIECES = [
+    "def pop(queue):\n    return queue.pop()\n",
+    "# a comment naming nothing\n",
+    "import vllm\n",
+    "from vllm.v1.attention.backend import AttentionImpl\n",
+    "from plugin.backend import GenImpl\n",
+    "class Local(GenImpl):\n    pass\n",
+    "class Other(AttentionImpl):\n    def forward(self, q, output=None):\n        assert output is not None\n",
+    "def legacy(backend):\n    return backend.accept_output_buffer\n",
+    *(f"def go(impl):\n    return impl.{name}([1, 2, 3])\n" for name in METHOD_NAMES),
+    *(f'def go_by_name(impl):\n    return getattr(impl, "{name}")([1, 2, 3])\n' for name in METHOD_NAMES),
+    "splitting_ops = ['vllm::unified_attention']\n",
+    "def broken(:\n",
+]
+bystanders = st.lists(
+    st.lists(st.sampled_from(BYSTANDER_PIECES), max_size=3).map("\n".join) | st.just(b"\xff\xfe not text\n"),
+    min_size=1,
+    max_size=3,
+)
+
+
+@reliability_settings(ci=10, long=300)
+@given(plugin=plugins_with_callers(), edits=bystanders, restore_mtime=st.booleans())
+def test_edits_of_a_file_that_took_no_part_report_what_no_cache_does(
+    plugin: GeneratedPlugin, edits: list[str | bytes], restore_mtime: bool, tmp_path_factory
+) -> None:
+    root = tmp_path_factory.mktemp("bystander")
+    tree = root / "tree"
+    _write(tree, {**STUBS, **plugin.files, "engine/scheduler.py": BYSTANDER_PIECES[0]})
+    _same_as_uncached(tree, "--check")
+    target = tree / "engine/scheduler.py"
+    for text in edits:
+        old = os.stat(target)
+        target.write_bytes(text.encode() if isinstance(text, str) else text)
+        if restore_mtime:
+            os.utime(target, ns=(old.st_atime_ns, old.st_mtime_ns))
+        note(f"--- engine/scheduler.py\n{text!r}")
+        _same_as_uncached(tree, "--check")
     shutil.rmtree(root)
 
 

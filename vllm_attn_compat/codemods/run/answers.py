@@ -13,6 +13,9 @@ The answers live in one JSON file in the cache's folder, read once and written o
 package's code (`cache.Cache.prefix`): another version's answers are not read. A run keeps the answers of
 the files it saw (another tree's or branch's are asked again when it returns). An answers file that cannot
 be read or parsed is ignored, as if empty; an answer of the wrong shape is asked again.
+
+The file names the run (its key in the cache) whose every question of every file it holds, when the run that
+wrote it was one the cache keeps: `bystanders` compares an edited file's answers with its old bytes' only then.
 """
 
 from __future__ import annotations
@@ -54,6 +57,8 @@ class Answers:
         self._kept: dict[str, dict[str, object]] = {}
         self._used: dict[str, dict[str, object]] = {}
         self._changed = False
+        # The key of the run whose every question of each of its files these answers hold (`save`), if any.
+        self.run: str | None = None
         if self.path is None:
             return
         try:
@@ -61,8 +66,15 @@ class Answers:
                 data = json.loads(handle.read())
             if data.get("format") == _FORMAT and data.get("code") == self.code and isinstance(data["files"], dict):
                 self._kept = data["files"]
+                run = data.get("run")
+                self.run = run if isinstance(run, str) else None
         except (OSError, ValueError, TypeError, KeyError, AttributeError):
             self._kept = {}  # no answers, or answers this version cannot read: every question is asked
+
+    def kept(self, digest: str) -> dict[str, object]:
+        """The answers kept for the bytes of ``digest`` (question -> answer as kept), maybe none."""
+        kept = self._kept.get(digest)
+        return kept if isinstance(kept, dict) else {}
 
     def ask(self, digest: str | None, asked: str, answer: Callable[[], bool]) -> bool:
         """The answer to the question ``asked`` (`question`) of the file of ``digest``: the one kept, else
@@ -98,15 +110,22 @@ class Answers:
         self._changed = True
         return found
 
-    def save(self) -> None:
+    def save(self, run: str | None = None, *, replacing: Iterable[str] | None = None) -> None:
         """Write the answers this run used, when it asked a new question or left a file's answers out
         (atomically; one that cannot be written costs the next run its scans, silently: the cache's own
-        writes warn about an unwritable folder)."""
+        writes warn about an unwritable folder). ``run``: the key of the run whose every question of its
+        files they answer, if it is one the cache keeps. ``replacing``: the run read only the files it
+        changed, whose old bytes' answers, of these digests, go; the others' answers stay."""
         if self.path is None or self.root is None:
             return
-        if not self._changed and self._used.keys() == self._kept.keys():
+        files = self._used
+        if replacing is not None:
+            gone = set(replacing) - self._used.keys()
+            files = {**{d: kept for d, kept in self._kept.items() if d not in gone}, **self._used}
+        if not self._changed and files.keys() == self._kept.keys() and run == self.run:
             return
-        text = json.dumps({"format": _FORMAT, "code": self.code, "files": self._used}, separators=(",", ":"))
+        data = {"format": _FORMAT, "code": self.code, "run": run, "files": files}
+        text = json.dumps(data, separators=(",", ":"))
         with contextlib.suppress(OSError):
             cachedir.write_text(self.root, self.path, text)
 

@@ -1,6 +1,6 @@
 """The cache of the work of a run (on by default, `cachedir`; ``--cache-dir DIR``), for reruns in pre-commit and CI.
 
-Four kinds of entries, each keyed on the rules and options of the run, this tool's code, libcst's and
+Five kinds of entries, each keyed on the rules and options of the run, this tool's code, libcst's and
 Python's versions (:attr:`Cache.prefix`), and on what else decides it:
 
 * a file's class index (`index.hierarchy.index_module`): its path, module name and bytes. A run indexes
@@ -18,6 +18,9 @@ Python's versions (:attr:`Cache.prefix`), and on what else decides it:
   rerun in CI or pre-commit. Such an entry is kept for runs without errors that changed no file (or,
   with ``--check``, reported the files that would change), a run with nothing to migrate included.
 * the statuses of a run's files (``seen``): the key of the run over them (`rerun`).
+* what a run's report rests on (``basis``, `RunBasis`): the files that took part in it beyond answering its
+  questions, and those questions, from which a rerun after an edit of the others finds its report
+  (`bystanders`).
 
 Entries are JSON (never pickle: a cache folder is not trusted to hold code), one file per key, written
 atomically. An entry that cannot be read, does not parse, holds another key or has the wrong shape is
@@ -38,7 +41,7 @@ import re
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence, Set
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from vllm_attn_compat.codemods.findings import Finding, Status
 from vllm_attn_compat.codemods.index.names import normalize_path
@@ -124,6 +127,7 @@ class Cache:
         self._saying = _thread.allocate_lock()  # one warning when both writers find the folder unwritable
         self._made = False  # the root folder exists (tagged if this cache made it)
         self._kept: dict[str, list[Any]] = {}  # the migrations each file's entry held when loaded
+        self._spelled: dict[str, bytes] = {}  # each path of `run_key`, as given and as found, as it hashes them
         # Entries of class indexes made while deferring (`defer`), written later in a thread.
         self._deferred: list[tuple[str, Callable[[], dict[str, Any]]]] | None = None
 
@@ -137,8 +141,11 @@ class Cache:
         a rerun need not read the files."""
         digest = hashlib.sha256(self.prefix + b"\0run\0" + mode.encode())
         for path in sorted(digests):
-            digest.update(path.encode("utf-8", "surrogateescape") + b"\0")
-            digest.update(normalize_path(path).encode("utf-8", "surrogateescape") + b"\0")
+            spelled = self._spelled.get(path)
+            if spelled is None:  # a run may key two runs over the same files (`bystanders`)
+                both = path + "\0" + normalize_path(path) + "\0"
+                spelled = self._spelled[path] = both.encode("utf-8", "surrogateescape")
+            digest.update(spelled)
             digest.update(digests[path].encode() + (b"\0excluded\0" if path in excluded else b"\0"))
         return digest.hexdigest()
 
@@ -173,6 +180,14 @@ class Cache:
     def store_run(self, key: str, findings: Iterable[tuple[str, Finding]], changed: list[str], parsed: int) -> None:
         rows = [[path, *_row(finding)] for path, finding in findings]
         self._write(key, {"kind": "run", "findings": rows, "changed": changed, "parsed": parsed})
+
+    def load_basis(self, run_key: str) -> RunBasis | None:
+        """What the report of the run ``run_key`` rests on, or None."""
+        return self._load(_basis_key(run_key), "basis", _basis)
+
+    def store_basis(self, run_key: str, basis: RunBasis) -> None:
+        asked = [[kind, list(terms)] for kind, terms in sorted(basis.asked)]
+        self._write(_basis_key(run_key), {"kind": "basis", "involved": sorted(basis.involved), "asked": asked})
 
     # --- single files ---
 
@@ -366,6 +381,35 @@ class Cache:
                 if not self._unwritable:
                     self._unwritable = True
                     _warn(path, f"cannot be written ({error.strerror or error}); this run writes no more entries")
+
+
+class RunBasis(NamedTuple):
+    """What a run's report rests on: the files (path as given) that took part in the run beyond answering
+    its questions of their bytes (indexed, scanned for classes, parsed, or with a finding or an error), and
+    every question of `scans` it asked of some file (kind and spelled terms)."""
+
+    involved: frozenset[str]
+    asked: frozenset[tuple[str, tuple[str, ...]]]
+
+
+def _basis_key(run_key: str) -> str:
+    return hashlib.sha256(b"basis\0" + run_key.encode()).hexdigest()
+
+
+def _basis(entry: dict[str, Any]) -> RunBasis:
+    involved, asked = entry["involved"], entry["asked"]
+    if not (isinstance(involved, list) and all(isinstance(path, str) for path in involved)):
+        raise TypeError("involved must be a list of paths")
+    if not (
+        isinstance(asked, list)
+        and all(
+            isinstance(row, list) and len(row) == 2 and isinstance(row[0], str) and isinstance(row[1], list)
+            and all(isinstance(term, str) for term in row[1])
+            for row in asked
+        )
+    ):  # fmt: skip
+        raise TypeError("asked must be a list of [kind, [term, ...]]")
+    return RunBasis(frozenset(involved), frozenset((kind, tuple(terms)) for kind, terms in asked))
 
 
 def _run(entry: dict[str, Any]) -> tuple[list[tuple[str, Finding]], list[str], int]:

@@ -14,7 +14,9 @@ Two ways to the run's entry, the first a shortcut for the second:
   It trusts a status exactly as the `stats` table does, without loading the table or hashing every path.
 * the table: each file's digest by its status; a file whose status changed is read and hashed again. When
   its bytes are still those of the cached run (``touch``, a checkout that wrote them back), the run is
-  replayed all the same.
+  replayed all the same; when the cache holds a run over the new bytes (a branch checked out again), that
+  run is. When a few files' bytes changed, and none took part in the run before beyond answering its
+  questions alike, the report is that run's (`bystanders`).
 
 Anything else is a miss, and `runner.run_paths` does the run, taking what was found here along.
 """
@@ -124,19 +126,25 @@ def replay(prepared: Prepared, mode: str, report: RunReport) -> bool:
     excluded = prepared.excluded_paths
     run_key = cache.load_seen(cache.seen_key([(f, stats.status_of(s)) for f, s in statuses], excluded, mode))
     remembered = run_key is not None
+    edited: dict[str, tuple[str, bytes]] = {}
     if run_key is None:
         table = prepared.table
         if table is None or not table.rows:
             return False  # a first run: no file is known, the run that reads them all hashes them
         try:
-            digests = _digests(prepared, table, statuses)
+            read = _digests(prepared, table, statuses)
         finally:
             table.save()
-        if digests is None:
+        if read is None:
             return False
+        digests, edited = read
         run_key = cache.run_key(digests, excluded, mode)
     prepared.tried = run_key
     replayed = cache.load_run(run_key)
+    if replayed is None and edited:
+        from vllm_attn_compat.codemods.run import bystanders
+
+        replayed = bystanders.derive(cache, run_key, digests, edited, excluded, mode)
     if replayed is None:
         return False
     if not remembered:
@@ -165,15 +173,21 @@ def _by_path(source_file: files.SourceFile) -> str:
     return source_file.path
 
 
+# Past this many files whose bytes changed (a checkout of another branch), the rerun is left to the runner:
+# what a run over them, or over their old bytes, asks of each is more than the runner's reading of them.
+EDITS_DERIVED = 32
+
+
 def _digests(
     prepared: Prepared, table: stats.StatTable, statuses: list[tuple[files.SourceFile, os.stat_result]]
-) -> dict[str, str] | None:
+) -> tuple[dict[str, str], dict[str, tuple[str, bytes]]] | None:
     """The digest of each file found (path as given), from its status where the table knows it, else from its
-    bytes; None at the first file that cannot be read as source, or whose bytes are not those recorded for
-    it last: the run is not the cached one (the cache may hold a run over them from another branch, but the
-    runner reading every file again costs more than it would save). A file read has its status replaced in
-    ``statuses`` by the one it had when read."""
+    bytes; and the files whose bytes changed since the table recorded them last (path -> the digest then,
+    the bytes now). None at the first file that cannot be read as source, or the first past `EDITS_DERIVED`
+    changed. A file read has its status replaced in ``statuses`` by the one it
+    had when read."""
     digests = {}
+    edited: dict[str, tuple[str, bytes]] = {}
     for number, (source_file, stat) in enumerate(statuses):
         known = table.digest(source_file.real_path, stats.status_of(stat))
         if known is None:
@@ -187,6 +201,8 @@ def _digests(
             last = table.last_digest(source_file.real_path)
             table.record(source_file.real_path, stat, known, prepared.started)
             if last is not None and last != known:
-                return None
+                if len(edited) == EDITS_DERIVED:
+                    return None
+                edited[source_file.path] = (last, source)
         digests[source_file.path] = known
-    return digests
+    return digests, edited

@@ -73,7 +73,7 @@ class _Reading:
     answers: answers_module.Answers
     table: stats.StatTable | None = None
     started: int = 0
-    # Every question of `scans` the run asked (of some file).
+    # Every question of `scans` the run asked (of some file): what a rerun asks an edited file (`bystanders`).
     asked: set[tuple[str, tuple[str, ...]]] = field(default_factory=set)
 
     def read(self, source_file: files.SourceFile) -> _Scanned:
@@ -411,6 +411,7 @@ def run_paths(
         replayed = cache.load_run(run_key) if cache and run_key is not None and run_key != prepared.tried else None
         stored = replayed is not None
         errors = len(report.errors)
+        involved: set[str] = set()
         if replayed is not None:
             findings, changed, report.parsed = replayed
             report.findings += findings
@@ -424,9 +425,10 @@ def run_paths(
                 # would only pay for it.
                 second = warm[0].sibling() or prefork.start(worker.preload)
                 warm += [second] if second else []
-            _migrate_worth(
+            involved = _migrate_worth(
                 scanned, worth, rules, options, report, emit_diff, warm, cache, context, context_worth, reading=reading
             )
+        based = None
         if (
             cache
             and replayed is None
@@ -434,12 +436,17 @@ def run_paths(
             and len(report.errors) == errors
             and (options.mode == "check" or not report.changed)
         ):
+            from vllm_attn_compat.codemods.run.cache import RunBasis
+
             cache.store_run(run_key, report.findings, report.changed, report.parsed)
             stored = True
+            involved |= {path for path, _ in report.findings} | set(report.changed)
+            cache.store_basis(run_key, RunBasis(frozenset(involved), frozenset(reading.asked)))
+            based = run_key  # the answers hold every question this run asked of its files
         if stored and run_key is not None:
             prepared.remember(options.mode, run_key, [(s.source_file, s.stat) for s in [*scanned, *context]])
         if cache:
-            answers.save()
+            answers.save(based)
             cache.prune()
     finally:
         for early in warm:
@@ -476,9 +483,10 @@ def _migrate_worth(
     context_worth: Sequence[_Scanned] = (),
     *,
     reading: _Reading,
-) -> None:
+) -> set[str]:
     """Index, then migrate the candidates among ``scanned`` (``worth``: those the prefilter kept). The
-    ``context`` files (excluded; ``context_worth``: those the prefilter kept) take part in the index alone."""
+    ``context`` files (excluded; ``context_worth``: those the prefilter kept) take part in the index alone.
+    Returns the files that took part beyond answering the run's questions: indexed, scanned, or parsed."""
     sources = {s.source_file.path: s.source for s in scanned}  # the files this run may migrate
     excluded = {s.source_file.path for s in context}
     early = (
@@ -538,6 +546,7 @@ def _migrate_worth(
         return tests[codes](s)
 
     candidates = [s for path, s in sorted(reachable.items()) if path not in failed and needs_parsing(s)]
+    involved = set(indexes) | {c.source_file.path for c in candidates}
     report.parsed = len((set(indexes) - excluded) | {c.source_file.path for c in candidates})
     diffs: dict[str, str] = {}
     keys: dict[str, str] = {}
@@ -603,6 +612,7 @@ def _migrate_worth(
     for path in sorted(diffs):  # workers finish in any order; the output must not depend on it
         emit_diff(diffs[path])
     report.changed.sort()
+    return involved
 
 
 class _Unmigrated(Mapping[str, bytes]):

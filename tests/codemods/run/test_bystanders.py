@@ -1,0 +1,183 @@
+"""After an edit of files that took no part in the run (not indexed, scanned, parsed or reported), the rerun
+reads only them, asks them the run's questions again, and reports the run before's report when each answer is
+the same; any other edit is the runner's. Every outcome is checked against a run without a cache."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from vllm_attn_compat.codemods.run import rerun, sources, stats
+from vllm_attn_compat.codemods.run.runner import Options, run_paths
+
+from runner_trees import BASE, IMPL, MANUAL, UNRELATED, write_tree
+
+STUB_VLLM = {"vllm/__init__.py": "", "vllm/v1/attention/backend.py": "class AttentionImpl:\n    pass\n"}
+SCHEDULER = "import heapq\n\n\ndef pop(queue):\n    return heapq.heappop(queue)\n"
+# `output` defaults to None: whether making it required is safe depends on every call of `prefill` in the run.
+PREFILL = """\
+from vllm.v1.attention.backend import AttentionImpl
+
+
+class PrefillImpl(AttentionImpl):
+    def prefill(self, query, output=None):
+        assert output is not None
+        output.copy_(query)
+"""
+
+
+@pytest.fixture
+def tree(tmp_path: Path, monkeypatch) -> Path:
+    monkeypatch.setattr(stats, "RACY_NS", 0)  # files written by the test are trusted at once: the worst case
+    return write_tree(
+        tmp_path / "tree",
+        {**STUB_VLLM, "plugin/base.py": BASE, "plugin/impl.py": IMPL, "plugin/manual.py": MANUAL,
+         "plugin/helpers.py": UNRELATED, "plugin/prefill.py": PREFILL, "engine/scheduler.py": SCHEDULER,
+         "engine/queue.py": SCHEDULER},
+    )  # fmt: skip
+
+
+@pytest.fixture
+def reads(monkeypatch) -> list[str]:
+    """Every file read as source, by any part of the run."""
+    read: list[str] = []
+    original = sources.read_source
+
+    def recording(path: str):
+        read.append(os.path.relpath(path))
+        return original(path)
+
+    monkeypatch.setattr(sources, "read_source", recording)
+    return read
+
+
+def _options(tmp_path: Path, **more) -> Options:
+    return Options(**{"mode": "check", "jobs": 1, "cache_dir": str(tmp_path / "cache"), **more})
+
+
+def _outcome(report):
+    return sorted(report.findings), sorted(report.changed), sorted(report.errors), report.scanned, report.parsed
+
+
+def _rerun(tree: Path, options: Options):
+    """The rerun's report, or None when it is left to the runner."""
+    prepared = rerun.prepare([str(tree)], options)
+    report = prepared.report(options.mode)
+    return _outcome(report) if rerun.replay(prepared, options.mode, report) else None
+
+
+def _uncached(tree: Path):
+    return _outcome(run_paths([str(tree)], Options(mode="check", jobs=1)))
+
+
+def test_an_edit_of_a_file_taking_no_part_reads_it_alone_and_reports_what_an_uncached_run_does(tree, tmp_path, reads):
+    options = _options(tmp_path)
+    before = _outcome(run_paths([str(tree)], options))
+    (tree / "engine/scheduler.py").write_text(SCHEDULER + "\n\ndef push(queue, item):\n    heapq.heappush(queue, 1)\n")
+    reads.clear()
+    assert _rerun(tree, options) == before
+    assert reads == [os.path.relpath(tree / "engine/scheduler.py")]
+    assert before == _uncached(tree)
+
+
+def test_a_run_of_edits_is_found_edit_after_edit(tree, tmp_path, reads):
+    options = _options(tmp_path)
+    before = _outcome(run_paths([str(tree)], options))
+    helpers = tree / "plugin/helpers.py"
+    for number in range(3):
+        helpers.write_text(UNRELATED + f"\n\nLIMIT = {number}\n")
+        reads.clear()
+        assert _rerun(tree, options) == before
+        assert reads == [os.path.relpath(helpers)]
+        assert before == _uncached(tree)
+
+
+@pytest.mark.parametrize(
+    ("path", "text"),
+    [
+        # The scheduler now defines an attention impl: it holds a rule's tokens (the prefilter's answer changes).
+        ("engine/scheduler.py", MANUAL.replace("OtherImpl", "SchedulerImpl")),
+        # It reads the flag vLLM 0.20 removed: whether deleting the flag's declarations is safe depends on it.
+        ("engine/scheduler.py", SCHEDULER + "\n\ndef legacy(backend):\n    return backend.accept_output_buffer\n"),
+        # It names an attention class of the run: the hierarchy's rounds index it.
+        ("engine/scheduler.py", "from plugin.impl import MyImpl\n\n\nclass Faster(MyImpl):\n    pass\n"),
+        # It calls a method whose fix the call-site analysis decides (`prefill` without `output`).
+        ("engine/scheduler.py", SCHEDULER + "\n\ndef run(impl, q):\n    return impl.prefill(q)\n"),
+        # A file that took part, its answers the same: its finding is suppressed now.
+        ("plugin/impl.py", IMPL.replace('"Output tensor must be provided."', '""  # noqa: VAC001')),
+    ],
+    ids=["attention-code", "flag-read", "names-a-class", "calls-a-method", "took-part"],
+)
+def test_an_edit_that_may_give_a_file_a_part_is_left_to_the_runner(tree, tmp_path, path, text):
+    options = _options(tmp_path)
+    run_paths([str(tree)], options)
+    (tree / path).write_text(text)
+    assert _rerun(tree, options) is None
+    assert _outcome(run_paths([str(tree)], options)) == _uncached(tree)
+
+
+def test_answers_written_by_another_run_since_leave_the_edit_to_the_runner(tree, tmp_path):
+    options = _options(tmp_path)
+    run_paths([str(tree)], options)
+    run_paths([str(tree)], _options(tmp_path, mode="diff"))  # the answers file now holds that run's answers
+    (tree / "engine/scheduler.py").write_text(SCHEDULER + "\nQUEUED = 0\n")
+    assert _rerun(tree, options) is None
+    assert _outcome(run_paths([str(tree)], options)) == _uncached(tree)
+    (tree / "engine/scheduler.py").write_text(SCHEDULER + "\nQUEUED = 1\n")
+    assert _rerun(tree, options) == _uncached(tree)  # that run was this one's: found again
+
+
+def test_files_that_shared_their_bytes_keep_their_answers_when_one_is_edited(tree, tmp_path):
+    options = _options(tmp_path)
+    run_paths([str(tree)], options)
+    (tree / "engine/scheduler.py").write_text(SCHEDULER + "\nQUEUED = 0\n")  # queue.py had the same bytes
+    assert _rerun(tree, options) == _uncached(tree)
+    (tree / "engine/queue.py").write_text(SCHEDULER + "\nLENGTH = 0\n")
+    assert _rerun(tree, options) == _uncached(tree)
+
+
+def test_an_edit_just_before_the_run_is_found_from_the_run_before(tree, tmp_path, monkeypatch, reads):
+    # Every file modified "just now" (pre-commit right after an edit): none is trusted by its status, each is
+    # read and hashed, and the edited one is asked the run's questions.
+    monkeypatch.setattr(stats, "RACY_NS", 3600 * 10**9)
+    options = _options(tmp_path)
+    run_paths([str(tree)], options)
+    (tree / "engine/scheduler.py").write_text(SCHEDULER + "\nQUEUED = 0\n")
+    reads.clear()
+    found = _rerun(tree, options)
+    assert os.path.relpath(tree / "engine/scheduler.py") in reads
+    assert found == _uncached(tree)
+
+
+def test_the_rerun_found_is_kept_as_a_run_of_its_own(tree, tmp_path, reads):
+    options = _options(tmp_path)
+    run_paths([str(tree)], options)
+    (tree / "engine/scheduler.py").write_text(SCHEDULER + "\nQUEUED = 0\n")
+    found = _rerun(tree, options)
+    reads.clear()
+    assert _rerun(tree, options) == found and reads == []  # by the statuses alone
+
+
+@pytest.mark.parametrize(
+    "spoil",
+    [lambda entry: {**entry, "involved": "plugin"}, lambda entry: {**entry, "asked": [["words", "MyImpl"]]}],
+    ids=["involved-not-a-list", "terms-not-a-list"],
+)
+def test_a_basis_not_trusted_is_ignored_with_a_warning(tree, tmp_path, spoil, capsys):
+    options = _options(tmp_path)
+    run_paths([str(tree)], options)
+    spoiled = 0
+    for path in (tmp_path / "cache").rglob("*"):
+        entry = json.loads(path.read_bytes()) if path.is_file() and path.read_bytes().startswith(b"{") else None
+        if isinstance(entry, dict) and entry.get("kind") == "basis":
+            path.write_text(json.dumps(spoil(entry)))
+            spoiled += 1
+    assert spoiled == 1
+    (tree / "engine/scheduler.py").write_text(SCHEDULER + "\nQUEUED = 0\n")
+    capsys.readouterr()
+    assert _rerun(tree, options) is None
+    assert "warning: ignoring the cache entry" in capsys.readouterr().err
+    assert _outcome(run_paths([str(tree)], options)) == _uncached(tree)

@@ -1,0 +1,76 @@
+"""A rerun after edits of files that took no part in the run: the report of the run before, found without
+reading any other file.
+
+Most commits to a fork change files that are neither attention code nor call into it: the scheduler, a model
+without attention layers, a test. The run over the tree before the edit read such a file only to ask it the
+questions of `scans` (does it hold a rule's token, name vLLM, read the flag, name an attention class found so
+far, may it use a method whose fix the call-site analysis decides, does it need libcst), and no answer gave it
+a part: it was not indexed, scanned for classes, parsed or reported. Every other use the run makes of a file
+goes through its path, which an edit keeps.
+
+So when the edited bytes answer every question the run asked of the old bytes as they did, a run over the new
+tree asks every file the same questions, in the same order, gets the same answers, builds the same class
+hierarchy and reports the same findings: its report is the run before's. The run before's `cache.RunBasis`
+says which files took part and which questions it asked; `answers` holds the old bytes' answers, and names
+the run it holds every answer of (written by another run since, it cannot serve). Anything else, an edited
+file that took part first of all, is the runner's.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping, Set
+from typing import TYPE_CHECKING
+
+from vllm_attn_compat.codemods.run import answers as answers_module
+from vllm_attn_compat.codemods.run import scans
+
+if TYPE_CHECKING:
+    from vllm_attn_compat.codemods.findings import Finding
+    from vllm_attn_compat.codemods.run.cache import Cache
+
+
+def derive(
+    cache: Cache,
+    run_key: str,
+    digests: Mapping[str, str],
+    edited: Mapping[str, tuple[str, bytes]],
+    excluded: Set[str],
+    mode: str,
+) -> tuple[list[tuple[str, Finding]], list[str], int] | None:
+    """The report of the run ``run_key`` over the files of ``digests`` (path as given -> digest of the bytes
+    now), of which those of ``edited`` (path -> the digest of their bytes in the run before, their bytes now)
+    changed, found from that run; kept under ``run_key``, with its basis and answers, so that the next edit
+    finds it too. None when the run before is not kept, or an edited file may take part."""
+    before = {**digests, **{path: old for path, (old, _) in edited.items()}}
+    old_key = cache.run_key(before, excluded, mode)
+    basis = cache.load_basis(old_key)
+    if basis is None or not basis.involved.isdisjoint(edited):
+        return None
+    answers = answers_module.Answers(cache.root, cache.prefix)
+    if answers.run != old_key:
+        return None
+    run = cache.load_run(old_key)
+    if run is None:
+        return None
+    tests: dict[tuple[str, tuple[str, ...]], scans.Test] = {}
+    for path, (old, source) in edited.items():
+        kept = answers.kept(old)
+        for kind, terms in basis.asked:
+            asked = answers_module.question(kind, terms)
+            if asked not in kept:
+                # The run asked the old bytes only what their earlier answers led to: with each answer the
+                # same, the new bytes are asked just what the old ones were.
+                continue
+            if (kind, terms) not in tests:
+                try:
+                    tests[kind, terms] = scans.test(kind, terms, once=True)
+                except scans.UnknownQuestion:
+                    return None
+            test = tests[kind, terms]
+            if answers.ask(digests[path], asked, functools.partial(test, source)) is not kept[asked]:
+                return None
+    cache.store_run(run_key, *run)
+    cache.store_basis(run_key, basis)
+    answers.save(run_key, replacing={old for old, _ in edited.values()} - set(digests.values()))
+    return run

@@ -163,8 +163,13 @@ def test_the_rerun_found_is_kept_as_a_run_of_its_own(tree, tmp_path, reads):
 
 @pytest.mark.parametrize(
     "spoil",
-    [lambda entry: {**entry, "involved": "plugin"}, lambda entry: {**entry, "asked": [["words", "MyImpl"]]}],
-    ids=["involved-not-a-list", "terms-not-a-list"],
+    [
+        lambda entry: {**entry, "involved": "plugin"},
+        lambda entry: {**entry, "asked": [["words", "MyImpl"]]},
+        lambda entry: {**entry, "answered": "../run"},
+        lambda entry: {**entry, "answers": {"0" * 64: {"words 0": "yes"}}},
+    ],
+    ids=["involved-not-a-list", "terms-not-a-list", "answered-not-a-key", "answer-not-a-boolean"],
 )
 def test_a_basis_not_trusted_is_ignored_with_a_warning(tree, tmp_path, spoil, capsys):
     options = _options(tmp_path)

@@ -110,21 +110,16 @@ class Answers:
         self._changed = True
         return found
 
-    def save(self, run: str | None = None, *, replacing: Iterable[str] | None = None) -> None:
+    def save(self, run: str | None = None) -> None:
         """Write the answers this run used, when it asked a new question or left a file's answers out
         (atomically; one that cannot be written costs the next run its scans, silently: the cache's own
         writes warn about an unwritable folder). ``run``: the key of the run whose every question of its
-        files they answer, if it is one the cache keeps. ``replacing``: the run read only the files it
-        changed, whose old bytes' answers, of these digests, go; the others' answers stay."""
+        files they answer, if it is one the cache keeps."""
         if self.path is None or self.root is None:
             return
-        files = self._used
-        if replacing is not None:
-            gone = set(replacing) - self._used.keys()
-            files = {**{d: kept for d, kept in self._kept.items() if d not in gone}, **self._used}
-        if not self._changed and files.keys() == self._kept.keys() and run == self.run:
+        if not self._changed and self._used.keys() == self._kept.keys() and run == self.run:
             return
-        data = {"format": _FORMAT, "code": self.code, "run": run, "files": files}
+        data = {"format": _FORMAT, "code": self.code, "run": run, "files": self._used}
         text = json.dumps(data, separators=(",", ":"))
         with contextlib.suppress(OSError):
             cachedir.write_text(self.root, self.path, text)

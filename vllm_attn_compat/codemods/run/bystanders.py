@@ -11,14 +11,14 @@ goes through its path, which an edit keeps.
 So when the edited bytes answer every question the run asked of the old bytes as they did, a run over the new
 tree asks every file the same questions, in the same order, gets the same answers, builds the same class
 hierarchy and reports the same findings: its report is the run before's. The run before's `cache.RunBasis`
-says which files took part and which questions it asked; `answers` holds the old bytes' answers, and names
-the run it holds every answer of (written by another run since, it cannot serve). Anything else, an edited
-file that took part first of all, is the runner's.
+says which files took part and which questions it asked, and holds the answers of the bytes of files edited
+since the run that wrote the answers file (`answers`, which holds the others' and names that run: written by
+another run since, it cannot serve). Anything else, an edited file that took part first of all, is the
+runner's.
 """
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping, Set
 from typing import TYPE_CHECKING
 
@@ -47,15 +47,22 @@ def derive(
     basis = cache.load_basis(old_key)
     if basis is None or not basis.involved.isdisjoint(edited):
         return None
-    answers = answers_module.Answers(cache.root, cache.prefix)
-    if answers.run != old_key:
-        return None
     run = cache.load_run(old_key)
     if run is None:
         return None
+    answers: answers_module.Answers | None = None  # the answers file, read for bytes the basis has none of
     tests: dict[tuple[str, tuple[str, ...]], scans.Test] = {}
+    found: dict[str, dict[str, bool]] = {}
     for path, (old, source) in edited.items():
-        kept = answers.kept(old)
+        kept: Mapping[str, object]
+        if old in basis.answers:
+            kept = basis.answers[old]
+        else:
+            answers = answers or answers_module.Answers(cache.root, cache.prefix)
+            if answers.run != basis.answered:
+                return None
+            kept = answers.kept(old)
+        found[digests[path]] = now = {}
         for kind, terms in basis.asked:
             asked = answers_module.question(kind, terms)
             if asked not in kept:
@@ -67,10 +74,12 @@ def derive(
                     tests[kind, terms] = scans.test(kind, terms, once=True)
                 except scans.UnknownQuestion:
                     return None
-            test = tests[kind, terms]
-            if answers.ask(digests[path], asked, functools.partial(test, source)) is not kept[asked]:
+            now[asked] = tests[kind, terms](source)
+            if now[asked] is not kept[asked]:
                 return None
     cache.store_run(run_key, *run)
-    cache.store_basis(run_key, basis)
-    answers.save(run_key, replacing={old for old, _ in edited.values()} - set(digests.values()))
+    # The answers of files edited since the answers file was written, kept with the basis of the run over them.
+    present = set(digests.values())
+    carried = {digest: kept for digest, kept in basis.answers.items() if digest in present}
+    cache.store_basis(run_key, basis._replace(answers={**carried, **found}))
     return run

@@ -127,7 +127,6 @@ class Cache:
         self._saying = _thread.allocate_lock()  # one warning when both writers find the folder unwritable
         self._made = False  # the root folder exists (tagged if this cache made it)
         self._kept: dict[str, list[Any]] = {}  # the migrations each file's entry held when loaded
-        self._spelled: dict[str, bytes] = {}  # each path of `run_key`, as given and as found, as it hashes them
         # Entries of class indexes made while deferring (`defer`), written later in a thread.
         self._deferred: list[tuple[str, Callable[[], dict[str, Any]]]] | None = None
 
@@ -141,11 +140,8 @@ class Cache:
         a rerun need not read the files."""
         digest = hashlib.sha256(self.prefix + b"\0run\0" + mode.encode())
         for path in sorted(digests):
-            spelled = self._spelled.get(path)
-            if spelled is None:  # a run may key two runs over the same files (`bystanders`)
-                both = path + "\0" + normalize_path(path) + "\0"
-                spelled = self._spelled[path] = both.encode("utf-8", "surrogateescape")
-            digest.update(spelled)
+            digest.update(path.encode("utf-8", "surrogateescape") + b"\0")
+            digest.update(normalize_path(path).encode("utf-8", "surrogateescape") + b"\0")
             digest.update(digests[path].encode() + (b"\0excluded\0" if path in excluded else b"\0"))
         return digest.hexdigest()
 
@@ -187,7 +183,9 @@ class Cache:
 
     def store_basis(self, run_key: str, basis: RunBasis) -> None:
         asked = [[kind, list(terms)] for kind, terms in sorted(basis.asked)]
-        self._write(_basis_key(run_key), {"kind": "basis", "involved": sorted(basis.involved), "asked": asked})
+        answers = {digest: dict(kept) for digest, kept in basis.answers.items()}
+        entry = {"kind": "basis", "involved": sorted(basis.involved), "asked": asked, "answered": basis.answered}
+        self._write(_basis_key(run_key), {**entry, "answers": answers})
 
     # --- single files ---
 
@@ -385,11 +383,15 @@ class Cache:
 
 class RunBasis(NamedTuple):
     """What a run's report rests on: the files (path as given) that took part in the run beyond answering
-    its questions of their bytes (indexed, scanned for classes, parsed, or with a finding or an error), and
-    every question of `scans` it asked of some file (kind and spelled terms)."""
+    its questions of their bytes (indexed, scanned for classes, parsed, or with a finding), every question
+    of `scans` it asked of some file (kind and spelled terms), and where its answers are: those of the bytes
+    of files edited since the run that made the answers file (`answered`, its key) are in ``answers``
+    (digest -> question -> answer), the others in that file (`answers.Answers`)."""
 
     involved: frozenset[str]
     asked: frozenset[tuple[str, tuple[str, ...]]]
+    answered: str
+    answers: Mapping[str, Mapping[str, bool]]
 
 
 def _basis_key(run_key: str) -> str:
@@ -409,7 +411,16 @@ def _basis(entry: dict[str, Any]) -> RunBasis:
         )
     ):  # fmt: skip
         raise TypeError("asked must be a list of [kind, [term, ...]]")
-    return RunBasis(frozenset(involved), frozenset((kind, tuple(terms)) for kind, terms in asked))
+    answered, answers = entry["answered"], entry["answers"]
+    if not (isinstance(answered, str) and _WRITTEN.fullmatch(answered) and "." not in answered):
+        raise TypeError(f"malformed run key {answered!r:.80}")
+    if not (
+        isinstance(answers, dict)
+        and all(isinstance(kept, dict) and all(type(answer) is bool for answer in kept.values())
+                for kept in answers.values())
+    ):  # fmt: skip
+        raise TypeError("answers must map digests to questions to booleans")
+    return RunBasis(frozenset(involved), frozenset((kind, tuple(terms)) for kind, terms in asked), answered, answers)
 
 
 def _run(entry: dict[str, Any]) -> tuple[list[tuple[str, Finding]], list[str], int]:

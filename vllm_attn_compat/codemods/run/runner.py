@@ -441,7 +441,7 @@ def run_paths(
             cache.store_run(run_key, report.findings, report.changed, report.parsed)
             stored = True
             involved |= {path for path, _ in report.findings} | set(report.changed)
-            cache.store_basis(run_key, RunBasis(frozenset(involved), frozenset(reading.asked)))
+            cache.store_basis(run_key, RunBasis(frozenset(involved), frozenset(reading.asked), run_key, {}))
             based = run_key  # the answers hold every question this run asked of its files
         if stored and run_key is not None:
             prepared.remember(options.mode, run_key, [(s.source_file, s.stat) for s in [*scanned, *context]])

@@ -138,12 +138,13 @@ class Cache:
         entry depends only on whether its rewrite passed the safety checks, which ``--check`` skips: the
         settings say so; a run's report depends on the mode). The digests may come from `stats.StatTable`:
         a rerun need not read the files."""
-        digest = hashlib.sha256(self.prefix + b"\0run\0" + mode.encode())
+        # Where the files are: each path as given, from the working directory (which decides where a relative
+        # path leads, as `normalize_path` would find it for each).
+        parts = [self.prefix + b"\0run\0" + mode.encode() + b"\0" + os.getcwd().encode("utf-8", "surrogateescape")]
         for path in sorted(digests):
-            digest.update(path.encode("utf-8", "surrogateescape") + b"\0")
-            digest.update(normalize_path(path).encode("utf-8", "surrogateescape") + b"\0")
-            digest.update(digests[path].encode() + (b"\0excluded\0" if path in excluded else b"\0"))
-        return digest.hexdigest()
+            spelled = path.encode("utf-8", "surrogateescape") + b"\0" + digests[path].encode()
+            parts.append(spelled + (b"\0excluded\0" if path in excluded else b"\0"))
+        return hashlib.sha256(b"".join(parts)).hexdigest()
 
     def seen_key(self, statuses: Sequence[tuple[SourceFile, FileStatus]], excluded: Set[str], mode: str) -> str:
         """The key under which a run over files of these statuses (`stats.status_of`, in the order of their

@@ -12,8 +12,10 @@ commands taking turns (medians):
   and ``migrate --check`` with its default cache (``.vllm-attn-compat-cache`` at the project's root), both
   warm (filled by an untimed first round); on vLLM's tree, on the same tree in a git work tree (as
   pre-commit and CI see it: ``migrate`` lists the files with ``git ls-files`` there), then after an edit of a backend
-  (``flash_attn.py``) and of a model (``deepseek_v2.py``, whose calls the call-site analysis reads), a line
-  added at its top before each run, seen by both tools; on torch's tree;
+  (``flash_attn.py``), of a model (``deepseek_v2.py``, whose calls the call-site analysis reads) and of the
+  KV-cache manager (``v1/core/kv_cache_manager.py``, which takes no part in the run: neither attention code,
+  nor naming an attention class, nor calling one's methods), a line added at its top before each run, seen
+  by both tools; on torch's tree;
 * **cold runs**: ``ruff check --no-cache --select UP``, ``migrate --check --no-cache``, ``migrate --check``
   filling its default cache (removed before each run, untimed), ``migrate --no-cache`` (write mode, on a
   fresh copy each time), ``migrate --check --no-cache`` without the preforked worker (a copy of the package
@@ -306,6 +308,7 @@ def main() -> int:
 
         backend_tree, edit_backend = edited("v1/attention/backends/flash_attn.py")
         model_tree, edit_model = edited("model_executor/models/deepseek_v2.py")
+        manager_tree, edit_manager = edited("v1/core/kv_cache_manager.py")
 
         migrate = [python, "-m", "vllm_attn_compat", "migrate", "--format", "json", "--jobs", str(args.jobs)]
         inputs = os.path.join(scratch, "parser-inputs.pickle")
@@ -329,6 +332,10 @@ def main() -> int:
             "ruff, a model edited": ([*ruff_default, "vllm"], {"cwd": model_tree, "prepare": edit_model}),
             "migrate --check, a model edited": (
                 [*check, "vllm"], {"env": env, "cwd": model_tree, "prepare": edit_model}),
+            "ruff, the KV-cache manager edited": (
+                [*ruff_default, "vllm"], {"cwd": manager_tree, "prepare": edit_manager}),
+            "migrate --check, the KV-cache manager edited": (
+                [*check, "vllm"], {"env": env, "cwd": manager_tree, "prepare": edit_manager}),
             "torch: ruff, warm (its default cache)": ([*ruff_default, "torch"], {"cwd": torch_tree}),
             "torch: migrate --check, warm (its default cache)": ([*check, "torch"], {"env": env, "cwd": torch_tree}),
             "torch: ruff --no-cache": ([*ruff_cold, "torch"], {"cwd": torch_tree}),
@@ -386,6 +393,7 @@ def main() -> int:
               "(target <= 1x)")  # fmt: skip
         ratio("migrate --check, a backend edited", "ruff, a backend edited", "(target <= 1.5x)")
         ratio("migrate --check, a model edited", "ruff, a model edited", "(no target)")
+        ratio("migrate --check, the KV-cache manager edited", "ruff, the KV-cache manager edited", "(no target)")
         print("the cache against none (wall time; never slower):")
         ratio("migrate --check, warm (its default cache)", "migrate --check --no-cache", "(target <= 1x)")
         ratio("torch: migrate --check, warm (its default cache)", "torch: migrate --check --no-cache",

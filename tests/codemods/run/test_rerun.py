@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from vllm_attn_compat.codemods.run import rerun, sources, stats
+from vllm_attn_compat.codemods.run import rerun, stats
 from vllm_attn_compat.codemods.run.runner import Options, run_paths
 
 from runner_trees import BASE, IMPL, MANUAL, UNRELATED, write_tree
@@ -26,20 +26,6 @@ def tree(tmp_path: Path, monkeypatch) -> Path:
         {**STUB_VLLM, "plugin/base.py": BASE, "plugin/impl.py": IMPL, "plugin/manual.py": MANUAL,
          "plugin/helpers.py": UNRELATED},
     )  # fmt: skip
-
-
-@pytest.fixture
-def reads(monkeypatch) -> list[str]:
-    """Every file read as source, by any part of the run."""
-    read: list[str] = []
-    original = sources.read_source
-
-    def recording(path: str):
-        read.append(os.path.basename(path))
-        return original(path)
-
-    monkeypatch.setattr(sources, "read_source", recording)
-    return read
 
 
 def _options(tmp_path: Path, **more) -> Options:

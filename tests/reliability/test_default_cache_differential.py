@@ -121,7 +121,7 @@ bystanders = st.lists(
 )
 
 
-@reliability_settings(ci=10, long=300)
+@reliability_settings(ci=30, long=300)
 @given(plugin=plugins_with_callers(), edits=bystanders, restore_mtime=st.booleans())
 def test_edits_of_a_file_that_took_no_part_report_what_no_cache_does(
     plugin: GeneratedPlugin, edits: list[str | bytes], restore_mtime: bool, tmp_path_factory

@@ -1,8 +1,8 @@
 """A rerun after edits of files that took no part in the run: the report of the run before, found without
 reading any other file.
 
-Most commits to a fork change files that are neither attention code nor call into it: the scheduler, a model
-without attention layers, a test. The run over the tree before the edit read such a file only to ask it the
+Most commits to a fork change files that are neither attention code nor name it nor call into it: an entry
+point, a cache manager, a model without attention layers, a test. The run over the tree before the edit read such a file only to ask it the
 questions of `scans` (does it hold a rule's token, name vLLM, read the flag, name an attention class found so
 far, may it use a method whose fix the call-site analysis decides, does it need libcst), and no answer gave it
 a part: it was not indexed, scanned for classes, parsed or reported. Every other use the run makes of a file

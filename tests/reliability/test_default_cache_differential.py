@@ -97,9 +97,9 @@ def test_after_an_edit_the_default_cache_reports_what_no_cache_does(
     shutil.rmtree(root)
 
 
-# Pieces of a file that starts as no part of the run: code that gives it none, and code that may give it one (a
-# rule's token, vLLM named, the flag read, an attention class or a method of the plugin named, `getattr`, a
-# syntax error, bytes that are no text). Successive edits of it are checked against --no-cache each time.
+# Pieces of a file that takes no part in the run, or is added: code that gives it none, and code that may give it
+# one (a rule's token, vLLM named, the flag read, an attention class or a method of the plugin named, `getattr`,
+# a syntax error, bytes that are no text). Successive edits are checked against --no-cache each time.
 BYSTANDER_PIECES = [
     "def pop(queue):\n    return queue.pop()\n",
     "# a comment naming nothing\n",
@@ -114,29 +114,43 @@ BYSTANDER_PIECES = [
     "splitting_ops = ['vllm::unified_attention']\n",
     "def broken(:\n",
 ]
-bystanders = st.lists(
-    st.lists(st.sampled_from(BYSTANDER_PIECES), max_size=3).map("\n".join) | st.just(b"\xff\xfe not text\n"),
-    min_size=1,
-    max_size=3,
+bystander_texts = st.lists(st.sampled_from(BYSTANDER_PIECES), max_size=3).map("\n".join) | st.just(
+    b"\xff\xfe not text\n"
 )
+# The file edited (it exists from the start) or added: a module of its own, a package marker, or a module named
+# like a class the run may look for by path (the plugin's own base of a flag-declaring class).
+bystander_paths = st.sampled_from(["engine/scheduler.py", "engine/limits.py", "engine/__init__.py", "common.py"])
 
 
 @reliability_settings(ci=30, long=300)
-@given(plugin=plugins_with_callers(), edits=bystanders, restore_mtime=st.booleans())
-def test_edits_of_a_file_that_took_no_part_report_what_no_cache_does(
-    plugin: GeneratedPlugin, edits: list[str | bytes], restore_mtime: bool, tmp_path_factory
-) -> None:
+@given(
+    plugin=plugins_with_callers(),
+    flagged=st.booleans(),
+    edits=st.lists(st.tuples(bystander_paths, bystander_texts), min_size=1, max_size=3),
+    restore_mtime=st.booleans(),
+)
+def test_edits_of_files_that_took_no_part_report_what_no_cache_does(
+    plugin: GeneratedPlugin, flagged: bool, edits: list[tuple[str, str | bytes]], restore_mtime: bool,
+    tmp_path_factory,
+) -> None:  # fmt: skip
     root = tmp_path_factory.mktemp("bystander")
     tree = root / "tree"
-    _write(tree, {**STUBS, **plugin.files, "engine/scheduler.py": BYSTANDER_PIECES[0]})
+    files = {**STUBS, **plugin.files, "engine/scheduler.py": BYSTANDER_PIECES[0]}
+    if flagged:  # a backend declaring the flag on a base no file defines: the run looks for `common` modules
+        files["plugin/flagged.py"] = (
+            "from plugin.common import CommonBackend\n\n\n"
+            "class Flagged(CommonBackend):\n    accept_output_buffer = True\n"
+        )
+    _write(tree, files)
     _same_as_uncached(tree, "--check")
-    target = tree / "engine/scheduler.py"
-    for text in edits:
-        old = os.stat(target)
+    for path, text in edits:
+        target = tree / path
+        old = os.stat(target) if target.exists() else None
+        target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(text.encode() if isinstance(text, str) else text)
-        if restore_mtime:
+        if restore_mtime and old is not None:
             os.utime(target, ns=(old.st_atime_ns, old.st_mtime_ns))
-        note(f"--- engine/scheduler.py\n{text!r}")
+        note(f"--- {path}\n{text!r}")
         _same_as_uncached(tree, "--check")
     shutil.rmtree(root)
 

@@ -171,3 +171,48 @@ def test_a_basis_not_trusted_is_ignored_with_a_warning(tree, tmp_path, spoil, ca
     assert _rerun(tree, options) is None
     assert "warning: ignoring the cache entry" in capsys.readouterr().err
     assert _outcome(run_paths([str(tree)], options)) == _uncached(tree)
+
+
+def test_a_file_added_that_takes_no_part_is_read_alone(tree, tmp_path, reads):
+    options = _options(tmp_path)
+    run_paths([str(tree)], options)
+    (tree / "engine/limits.py").write_text("MAX_BATCH = 256\n")
+    reads.clear()
+    found = _rerun(tree, options)
+    assert reads == ["limits.py"]
+    assert found == _uncached(tree) and found[3] == 10  # one more file scanned, the same findings
+
+
+@pytest.mark.parametrize(
+    ("path", "text"),
+    [
+        ("engine/limits.py", MANUAL.replace("OtherImpl", "LimitsImpl")),  # attention code
+        ("engine/limits.py", "from plugin.impl import MyImpl\n"),  # names an attention class
+        ("engine/limits.py", "def run(impl, q):\n    return impl.prefill(q)\n"),  # a call whose fix is decided
+        ("engine/limits.py", "def legacy(backend):\n    return backend.accept_output_buffer\n"),  # a flag read
+        ("engine/__init__.py", ""),  # the package's modules get other names
+    ],
+    ids=["attention-code", "names-a-class", "calls-a-method", "flag-read", "package-marker"],
+)
+def test_a_file_added_that_may_take_part_is_left_to_the_runner(tree, tmp_path, path, text):
+    options = _options(tmp_path)
+    run_paths([str(tree)], options)
+    (tree / path).write_text(text)
+    assert _rerun(tree, options) is None
+    assert _outcome(run_paths([str(tree)], options)) == _uncached(tree)
+
+
+def test_a_file_added_where_the_run_looked_for_a_base_class_is_left_to_the_runner(tree, tmp_path):
+    # The flag is declared on a backend whose base, the project's own `CommonBackend`, no file of the run
+    # defines: the run looked for it by the files' paths (a module named `common`).
+    (tree / "plugin/flagged.py").write_text(
+        "from plugin.common import CommonBackend\n\n\n"
+        "class FlaggedBackend(CommonBackend):\n    accept_output_buffer = True\n"
+    )
+    options = _options(tmp_path)
+    run_paths([str(tree)], options)
+    (tree / "engine/common.py").write_text("MAX_BATCH = 256\n")
+    assert _rerun(tree, options) is None
+    assert _outcome(run_paths([str(tree)], options)) == _uncached(tree)
+    (tree / "engine/limits.py").write_text("MAX_BATCH = 256\n")  # a module named otherwise: no part
+    assert _rerun(tree, options) == _uncached(tree)

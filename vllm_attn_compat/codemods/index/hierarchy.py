@@ -500,13 +500,6 @@ def _asked(kind: str) -> str:
     return runtime_patches.MEMBERS if kind == runtime_patches.BUILT else kind
 
 
-def may_define(module: str, dotted: str) -> bool:
-    """Whether the module named ``module`` may be where the class ``dotted`` is defined (a guessed module name may
-    lack its package prefix: `_names_match`)."""
-    owner = dotted.rpartition(".")[0]
-    return bool(owner) and _names_match(owner, module)
-
-
 def _in_module(dotted: str, module: str) -> bool:
     """Whether ``dotted`` names something defined in ``module`` (see `_names_match` on guessed names)."""
     owner = dotted.rpartition(".")[0]

@@ -77,6 +77,13 @@ def names_match(reference: str, defined: str) -> bool:
     return reference == defined or defined.endswith("." + reference) or reference.endswith("." + defined)
 
 
+def may_define(module: str, dotted: str) -> bool:
+    """Whether the module named ``module`` may be where the class ``dotted`` is defined (a guessed module name may
+    lack its package prefix: `names_match`)."""
+    owner = dotted.rpartition(".")[0]
+    return bool(owner) and names_match(owner, module)
+
+
 def is_vllm_base(dotted: str) -> bool:
     """True for vLLM's attention base classes (and in-tree backends) by their full dotted name."""
     module, _, name = dotted.rpartition(".")

@@ -186,7 +186,7 @@ class Cache:
         asked = [[kind, list(terms)] for kind, terms in sorted(basis.asked)]
         answers = {digest: dict(kept) for digest, kept in basis.answers.items()}
         entry = {"kind": "basis", "involved": sorted(basis.involved), "asked": asked, "answered": basis.answered}
-        self._write(_basis_key(run_key), {**entry, "answers": answers})
+        self._write(_basis_key(run_key), {**entry, "looked_for": sorted(basis.looked_for), "answers": answers})
 
     # --- single files ---
 
@@ -385,12 +385,14 @@ class Cache:
 class RunBasis(NamedTuple):
     """What a run's report rests on: the files (path as given) that took part in the run beyond answering
     its questions of their bytes (indexed, scanned for classes, parsed, or with a finding), every question
-    of `scans` it asked of some file (kind and spelled terms), and where its answers are: those of the bytes
-    of files edited since the run that made the answers file (`answered`, its key) are in ``answers``
-    (digest -> question -> answer), the others in that file (`answers.Answers`)."""
+    of `scans` it asked of some file (kind and spelled terms), the classes whose module it looked for by the
+    files' paths, and where its answers are: those of the bytes of files edited or added since the run that
+    made the answers file (`answered`, its key) are in ``answers`` (digest -> question -> answer), the others
+    in that file (`answers.Answers`)."""
 
     involved: frozenset[str]
     asked: frozenset[tuple[str, tuple[str, ...]]]
+    looked_for: frozenset[str]
     answered: str
     answers: Mapping[str, Mapping[str, bool]]
 
@@ -421,7 +423,11 @@ def _basis(entry: dict[str, Any]) -> RunBasis:
                 for kept in answers.values())
     ):  # fmt: skip
         raise TypeError("answers must map digests to questions to booleans")
-    return RunBasis(frozenset(involved), frozenset((kind, tuple(terms)) for kind, terms in asked), answered, answers)
+    looked_for = entry["looked_for"]
+    if not (isinstance(looked_for, list) and all(isinstance(name, str) for name in looked_for)):
+        raise TypeError("looked_for must be a list of class names")
+    asked_set = frozenset((kind, tuple(terms)) for kind, terms in asked)
+    return RunBasis(frozenset(involved), asked_set, frozenset(looked_for), answered, answers)
 
 
 def _run(entry: dict[str, Any]) -> tuple[list[tuple[str, Finding]], list[str], int]:

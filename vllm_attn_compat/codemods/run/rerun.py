@@ -15,8 +15,8 @@ Two ways to the run's entry, the first a shortcut for the second:
 * the table: each file's digest by its status; a file whose status changed is read and hashed again. When
   its bytes are still those of the cached run (``touch``, a checkout that wrote them back), the run is
   replayed all the same; when the cache holds a run over the new bytes (a branch checked out again), that
-  run is. When a few files' bytes changed, and none took part in the run before beyond answering its
-  questions alike, the report is that run's (`bystanders`).
+  run is. When a few files' bytes changed, or a few files are new, and none takes part in the run beyond
+  answering its questions alike, the report is the run before's (`bystanders`).
 
 Anything else is a miss, and `runner.run_paths` does the run, taking what was found here along.
 """
@@ -127,6 +127,7 @@ def replay(prepared: Prepared, mode: str, report: RunReport) -> bool:
     run_key = cache.load_seen(cache.seen_key([(f, stats.status_of(s)) for f, s in statuses], excluded, mode))
     remembered = run_key is not None
     edited: dict[str, tuple[str, bytes]] = {}
+    added: dict[str, bytes] = {}
     if run_key is None:
         table = prepared.table
         if table is None or not table.rows:
@@ -137,14 +138,14 @@ def replay(prepared: Prepared, mode: str, report: RunReport) -> bool:
             table.save()
         if read is None:
             return False
-        digests, edited = read
+        digests, edited, added = read
         run_key = cache.run_key(digests, excluded, mode)
     prepared.tried = run_key
     replayed = cache.load_run(run_key)
-    if replayed is None and edited:
+    if replayed is None and (edited or added):
         from vllm_attn_compat.codemods.run import bystanders
 
-        replayed = bystanders.derive(cache, run_key, digests, edited, excluded, mode)
+        replayed = bystanders.derive(cache, run_key, digests, bystanders.Edits(edited, added), excluded, mode)
     if replayed is None:
         return False
     if not remembered:
@@ -173,21 +174,22 @@ def _by_path(source_file: files.SourceFile) -> str:
     return source_file.path
 
 
-# Past this many files whose bytes changed (a checkout of another branch), the rerun is left to the runner:
-# what a run over them, or over their old bytes, asks of each is more than the runner's reading of them.
+# Past this many files whose bytes changed or that are new (a checkout of another branch), the rerun is left to
+# the runner: what a run over them, or over their old bytes, asks of each is more than the runner's reading.
 EDITS_DERIVED = 32
 
 
 def _digests(
     prepared: Prepared, table: stats.StatTable, statuses: list[tuple[files.SourceFile, os.stat_result]]
-) -> tuple[dict[str, str], dict[str, tuple[str, bytes]]] | None:
+) -> tuple[dict[str, str], dict[str, tuple[str, bytes]], dict[str, bytes]] | None:
     """The digest of each file found (path as given), from its status where the table knows it, else from its
-    bytes; and the files whose bytes changed since the table recorded them last (path -> the digest then,
-    the bytes now). None at the first file that cannot be read as source, or the first past `EDITS_DERIVED`
-    changed. A file read has its status replaced in ``statuses`` by the one it
-    had when read."""
+    bytes; the files whose bytes changed since the table recorded them last (path -> the digest then, the
+    bytes now); and those the table has no record of (path -> bytes: new since). None at the first file that
+    cannot be read as source, or the first past `EDITS_DERIVED` changed or new. A file read has its status
+    replaced in ``statuses`` by the one it had when read."""
     digests = {}
     edited: dict[str, tuple[str, bytes]] = {}
+    added: dict[str, bytes] = {}
     for number, (source_file, stat) in enumerate(statuses):
         known = table.digest(source_file.real_path, stats.status_of(stat))
         if known is None:
@@ -200,9 +202,12 @@ def _digests(
             known = stats.digest(source)
             last = table.last_digest(source_file.real_path)
             table.record(source_file.real_path, stat, known, prepared.started)
-            if last is not None and last != known:
-                if len(edited) == EDITS_DERIVED:
+            if last != known:
+                if len(edited) + len(added) == EDITS_DERIVED:
                     return None
-                edited[source_file.path] = (last, source)
+                if last is None:
+                    added[source_file.path] = source
+                else:
+                    edited[source_file.path] = (last, source)
         digests[source_file.path] = known
-    return digests, edited
+    return digests, edited, added

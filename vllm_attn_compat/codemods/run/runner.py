@@ -75,6 +75,8 @@ class _Reading:
     started: int = 0
     # Every question of `scans` the run asked (of some file): what a rerun asks an edited file (`bystanders`).
     asked: set[tuple[str, tuple[str, ...]]] = field(default_factory=set)
+    # The classes whose module the run looked for among the files, by their paths (`_defining_files`).
+    looked_for: set[str] = field(default_factory=set)
 
     def read(self, source_file: files.SourceFile) -> _Scanned:
         """The file read once, as bytes, and checked to be decodable (`sources.SourceError` if not)."""
@@ -239,7 +241,9 @@ def _index_hierarchy(
             if spared.names_any(new_names) or (uses(s) if path in spared_now else new_uses(s)):
                 must_parse.add(path)
                 pending.append(s)
-        pending += _defining_files(built.missing_flag_bases(), scanned, indexes, pending, must_parse)
+        missing = built.missing_flag_bases()
+        reading.looked_for |= missing
+        pending += _defining_files(missing, scanned, indexes, pending, must_parse)
         if not pending:
             # Every caller in the run counts, whatever it imports (`runner.py` calling `engine.impl.prefill(x)`):
             # once the rounds have settled, a file not indexed is parsed if it may use a method with a fix still
@@ -272,8 +276,7 @@ def _defining_files(
     scan spared are parsed this time (``must_parse``)."""
     if not names:
         return []
-    from vllm_attn_compat.codemods.index.hierarchy import may_define
-    from vllm_attn_compat.codemods.index.names import guess_module_name
+    from vllm_attn_compat.codemods.index.names import guess_module_name, may_define
 
     queued = {s.source_file.path for s in pending}
     # A module that may define ``a.b.C`` ends in ``b`` (`names_match`): its file is ``b.py`` (or a package's
@@ -441,7 +444,8 @@ def run_paths(
             cache.store_run(run_key, report.findings, report.changed, report.parsed)
             stored = True
             involved |= {path for path, _ in report.findings} | set(report.changed)
-            cache.store_basis(run_key, RunBasis(frozenset(involved), frozenset(reading.asked), run_key, {}))
+            asked, looked_for = frozenset(reading.asked), frozenset(reading.looked_for)
+            cache.store_basis(run_key, RunBasis(frozenset(involved), asked, looked_for, run_key, {}))
             based = run_key  # the answers hold every question this run asked of its files
         if stored and run_key is not None:
             prepared.remember(options.mode, run_key, [(s.source_file, s.stat) for s in [*scanned, *context]])

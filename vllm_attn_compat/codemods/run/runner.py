@@ -101,7 +101,7 @@ class _Reading:
 def _read_and_filter(
     source_files: Sequence[files.SourceFile],
     rules: Sequence[type[Rule]],
-    prefilter: TokenScan,
+    prefilter: Sequence[bytes],
     options: Options,
     report: RunReport,
     warm: list[prefork.PreforkedWorker],
@@ -114,7 +114,7 @@ def _read_and_filter(
     at once, so that its import of libcst (a quarter of a second) overlaps the reading and the
     class-hierarchy pass.
     """
-    worth_parsing = reading.asking("prefilter", prefilter.tokens)
+    worth_parsing = reading.asking("prefilter", prefilter)
     probably_parsed = reading.asking("probable", scans.rule_terms(rules))
     scanned: list[_Scanned] = []
     worth: list[_Scanned] = []
@@ -401,7 +401,7 @@ def run_paths(
         found, rules, cache, table, started = (
             prepared.found, prepared.rules, prepared.cache, prepared.table, prepared.started
         )  # fmt: skip
-        prefilter = TokenScan(migrate.prefilter_tokens(rules))
+        prefilter = migrate.prefilter_tokens(rules)
         answers = answers_module.Answers(cache.root if cache else None, cache.prefix if cache else b"")
         reading = _Reading(answers, table if cache else None, started)
         scanned, worth, warm, probable = _read_and_filter(found.files, rules, prefilter, options, report, warm, reading)
@@ -459,7 +459,7 @@ def run_paths(
 
 
 def _read_context(
-    excluded: Sequence[files.SourceFile], prefilter: TokenScan, reading: _Reading
+    excluded: Sequence[files.SourceFile], prefilter: Sequence[bytes], reading: _Reading
 ) -> tuple[list[_Scanned], list[_Scanned]]:
     """The excluded files that can be read as source, and those of them the ``prefilter`` keeps: what they
     define and call still decides the fixes of the others. One that cannot be read is left out silently:
@@ -470,7 +470,7 @@ def _read_context(
             context.append(reading.read(source_file))
         except sources.SourceError:
             continue
-    worth_parsing = reading.asking("prefilter", prefilter.tokens)
+    worth_parsing = reading.asking("prefilter", prefilter)
     return context, [s for s in context if worth_parsing(s)]
 
 
@@ -738,7 +738,7 @@ def run_source(source: bytes, path: str, options: Options) -> tuple[RunReport, b
     except sources.SourceError as error:
         report.errors.append(FileError(path, error.line, error.column, error.message))
         return report, source, ""
-    if not TokenScan(migrate.prefilter_tokens(rules))(source):
+    if not TokenScan(migrate.prefilter_tokens(rules), once=True)(source):
         return report, source, ""
     from vllm_attn_compat.codemods.index import callsites, hierarchy
 

@@ -84,7 +84,7 @@ def derive(
             kept = answers.kept(old)
         # The run asked the old bytes only what their earlier answers led to: with each answer the same, the
         # new bytes are asked just what the old ones were.
-        asked = [(kind, terms) for kind, terms in basis.asked if answers_module.question(kind, terms) in kept]
+        asked = [(kind, terms) for kind, terms in basis.asked if tests.question(kind, terms) in kept]
         now = tests.answers(asked, source)
         if now is None or any(answer is not kept[question] for question, answer in now.items()):
             return None
@@ -117,10 +117,18 @@ def _may_take_no_part(path: str, looked_for: Set[str]) -> bool:
 
 
 class _Tests:
-    """The tests of the questions asked, each made once (`scans.test`, for a file or two)."""
+    """The tests of the questions asked, and the questions as `answers` keeps them, each made once (`scans.test`,
+    for a file or two)."""
 
     def __init__(self) -> None:
         self._made: dict[tuple[str, tuple[str, ...]], scans.Test] = {}
+        self._spelled: dict[tuple[str, tuple[str, ...]], str] = {}
+
+    def question(self, kind: str, terms: tuple[str, ...]) -> str:
+        """`answers.question` of ``kind`` and ``terms``."""
+        if (kind, terms) not in self._spelled:
+            self._spelled[kind, terms] = answers_module.question(kind, terms)
+        return self._spelled[kind, terms]
 
     def answers(self, asked: Iterable[tuple[str, tuple[str, ...]]], source: bytes) -> dict[str, bool] | None:
         """The answer of ``source`` to each question (as `answers` keeps them); None for a question of a kind this
@@ -132,5 +140,5 @@ class _Tests:
                     self._made[kind, terms] = scans.test(kind, terms, once=True)
                 except scans.UnknownQuestion:
                     return None
-            found[answers_module.question(kind, terms)] = self._made[kind, terms](source)
+            found[self.question(kind, terms)] = self._made[kind, terms](source)
         return found

@@ -158,14 +158,7 @@ class Cache:
 
     def load_seen(self, key: str) -> str | None:
         """The key of the run recorded under ``key`` (:meth:`seen_key`), or None."""
-
-        def run(entry: dict[str, Any]) -> str:
-            run_key = entry["run"]
-            if not (isinstance(run_key, str) and _WRITTEN.fullmatch(run_key) and "." not in run_key):
-                raise TypeError(f"malformed run key {run_key!r:.80}")
-            return run_key
-
-        return self._load(key, "seen", run)
+        return self._load(key, "seen", lambda entry: _run_key(entry["run"]))
 
     def store_seen(self, key: str, run_key: str) -> None:
         self._write(key, {"kind": "seen", "run": run_key})
@@ -397,6 +390,13 @@ class RunBasis(NamedTuple):
     answers: Mapping[str, Mapping[str, bool]]
 
 
+def _run_key(value: object) -> str:
+    """``value`` if it is a run's key (`Cache.run_key`), as an entry names it."""
+    if not (isinstance(value, str) and _WRITTEN.fullmatch(value) and "." not in value):
+        raise TypeError(f"malformed run key {value!r:.80}")
+    return value
+
+
 def _basis_key(run_key: str) -> str:
     return hashlib.sha256(b"basis\0" + run_key.encode()).hexdigest()
 
@@ -414,9 +414,7 @@ def _basis(entry: dict[str, Any]) -> RunBasis:
         )
     ):  # fmt: skip
         raise TypeError("asked must be a list of [kind, [term, ...]]")
-    answered, answers = entry["answered"], entry["answers"]
-    if not (isinstance(answered, str) and _WRITTEN.fullmatch(answered) and "." not in answered):
-        raise TypeError(f"malformed run key {answered!r:.80}")
+    answered, answers = _run_key(entry["answered"]), entry["answers"]
     if not (
         isinstance(answers, dict)
         and all(isinstance(kept, dict) and all(type(answer) is bool for answer in kept.values())

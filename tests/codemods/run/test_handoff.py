@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
+
 from vllm_attn_compat.codemods.index.hierarchy import ClassHierarchy, index_module
 from vllm_attn_compat.codemods.run import prefork, worker
-from vllm_attn_compat.codemods.run.handoff import settles
+from vllm_attn_compat.codemods.run.handoff import Handoff, settles
 from vllm_attn_compat.codemods.run.runner import Options, run_paths
 
 from runner_trees import BASE, IMPL, IMPL_MIGRATED, write_tree
@@ -68,6 +70,82 @@ def test_settled_files_are_sent_before_the_later_rounds_and_the_result_is_the_sa
     assert (pooled / "plugin/impl.py").read_text() == IMPL_MIGRATED
 
 
+def _sends(monkeypatch) -> list[str]:
+    """The files sent to an early worker to migrate, in order (by their names), from now on."""
+    sent: list[str] = []
+    real_send = Handoff.send
+
+    def send(self, path, source, pickled, to):
+        sent.append(path.rsplit("/", 1)[1])
+        real_send(self, path, source, pickled, to)
+
+    monkeypatch.setattr(Handoff, "send", send)
+    return sent
+
+
+def _relative(report, root) -> list[tuple[object, ...]]:
+    """The report's findings, the paths in them relative to ``root``."""
+    return [
+        (os.path.relpath(path, root), f.line, f.column, f.code, f.message.replace(str(root), ""), f.status)
+        for path, f in report.findings
+    ]
+
+
+# `output=None` on a backend, and a caller that does not pass it in a file that names nothing of vLLM: the caller
+# is read only once the rounds have settled (`runner._index_hierarchy`), so the file is sent ahead of it.
+CALLER = "def step(impl, q):\n    return impl.forward()\n"
+
+
+def test_a_file_sent_ahead_of_the_last_round_is_migrated_again_when_a_later_round_changes_its_answers(
+    tmp_path, monkeypatch
+):
+    sent = _sends(monkeypatch)
+    layout = {"plugin/__init__.py": "", "plugin/base.py": BASE_WITH_DEFAULT, "plugin/runner.py": CALLER}
+    ahead, alone = write_tree(tmp_path / "a", layout), write_tree(tmp_path / "b", layout)
+    report = run_paths([str(ahead)], Options(mode="check", jobs=2))
+    # Sent while the worker was idle, with the first round's hierarchy (no caller: the fix looked safe), then
+    # again with the last round's.
+    assert sent == ["base.py", "base.py"]
+    expected = run_paths([str(alone)], Options(mode="check", jobs=1))
+    assert report.errors == expected.errors == []
+    assert _relative(report, ahead) == _relative(expected, alone)
+    assert report.changed == [] and expected.changed == []
+    (withheld,) = [f for path, f in report.findings if path.endswith("base.py")]
+    assert withheld.code == "VAC002" and "runner.py:2 calls it without `output`" in withheld.message
+
+
+def test_a_file_sent_ahead_whose_answers_the_last_round_gives_alike_is_migrated_once(tmp_path, monkeypatch):
+    sent = _sends(monkeypatch)
+    caller = CALLER.replace("impl.forward()", "impl.forward(output=q)")
+    layout = {"plugin/__init__.py": "", "plugin/base.py": BASE_WITH_DEFAULT, "plugin/runner.py": caller}
+    ahead, alone = write_tree(tmp_path / "a", layout), write_tree(tmp_path / "b", layout)
+    report = run_paths([str(ahead)], Options(jobs=2))
+    assert sent == ["base.py"]
+    expected = run_paths([str(alone)], Options(jobs=1))
+    assert report.errors == expected.errors == []
+    assert _relative(report, ahead) == _relative(expected, alone)
+    assert report.changed == [str(ahead / "plugin/base.py")]
+    migrated = (ahead / "plugin/base.py").read_bytes()
+    assert migrated == (alone / "plugin/base.py").read_bytes() != BASE_WITH_DEFAULT.encode()
+
+
+def test_a_file_sent_ahead_is_answered_only_where_the_last_rounds_hierarchy_gives_its_answers_alike(tmp_path):
+    """`Handoff.results` (the workers are not all the jobs): a file whose answers changed is left to migrate again."""
+    from vllm_attn_compat.codemods.registry import all_rules
+
+    layout = {"plugin/__init__.py": "", "plugin/base.py": BASE_WITH_DEFAULT, "plugin/runner.py": CALLER}
+    root = write_tree(tmp_path, layout)
+    path, source = str(root / "plugin/base.py"), BASE_WITH_DEFAULT.encode()
+    first = ClassHierarchy.build([_index(BASE_WITH_DEFAULT, path)])
+    last = ClassHierarchy.build([_index(BASE_WITH_DEFAULT, path), _index(CALLER, str(root / "plugin/runner.py"))])
+    for settled, answered, left in ((first, [path], []), (last, [], [(path, source)])):
+        early = Handoff([prefork.PreforkedWorker(worker.preload)], all_rules(), False, limit=None)
+        early.ahead[path] = source
+        early.send(path, source, early.settings(first), 0)
+        assert [key for key, _ in early.results(settled)] == answered
+        assert early.left == left
+
+
 def test_the_last_files_go_to_the_worker_that_is_free_not_by_their_size(monkeypatch):
     from vllm_attn_compat.codemods.registry import all_rules
     from vllm_attn_compat.codemods.run.handoff import Handoff
@@ -79,7 +157,7 @@ def test_the_last_files_go_to_the_worker_that_is_free_not_by_their_size(monkeypa
     # The largest file costs the most time, whatever its size says: by size, the worker taking it would take
     # two or three of the others too; handed out as the workers finish, one waits behind it, at most.
     files = [("slow-1.5.py", bytes(50_000))] + [(f"fast{n}.py", bytes(10_000)) for n in range(8)]
-    answers = dict(early.stream(files, early.settings(ClassHierarchy.build([]))))
+    answers = dict(early.stream(files, ClassHierarchy.build([])))
     assert sorted(answers) == sorted(path for path, _ in files) and early.left == []
     slow_pid = answers["slow-1.5.py"][1]
     assert sum(pid == slow_pid for _, pid in answers.values()) == 2

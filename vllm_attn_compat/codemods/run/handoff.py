@@ -1,10 +1,17 @@
-"""Handing files to the workers started early as soon as their migration is settled.
+"""Handing files to the workers started early as soon as their migration is settled, or ahead of it.
 
 The class hierarchy grows round after round (see :mod:`runner`), and a file's migration depends on it
 only through whether the file's own classes are attention classes. That answer only ever turns from
 no to yes as rounds add classes, so a file whose classes are all attention classes already, or which
 defines none, migrates now exactly as it would after the last round: it goes to an early worker at once,
 and its migration overlaps the rounds still to come instead of waiting for them.
+
+A file whose migration later rounds may still change (a backend whose fix its callers decide, a flag's
+declaration) goes ahead all the same when a worker has nothing else to do: a rerun after a backend was
+edited has the one file to migrate, and the worker would idle through the rounds. A migration records
+every question it asked of the hierarchy (`index.questions`); where the last round's hierarchy answers
+them all alike, the file migrates with it exactly so (the argument the cache rests on), else it is
+migrated again with it.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from vllm_attn_compat.codemods.engine import migrate
 from vllm_attn_compat.codemods.engine.rule import Rule
 from vllm_attn_compat.codemods.index.classscan import ScannedIndex
 from vllm_attn_compat.codemods.index.hierarchy import ClassHierarchy, ModuleIndex
+from vllm_attn_compat.codemods.index.questions import still_holds
 from vllm_attn_compat.codemods.run import worker
 from vllm_attn_compat.codemods.run.prefork import PreforkedWorker
 
@@ -74,6 +82,8 @@ class Handoff:
         self.left: list[tuple[str, bytes]] = []  # files `stream` could not hand out (no worker ran any more)
         # The worker that indexed a file it will probably migrate, and kept its syntax tree for that.
         self.holders: dict[str, int] = {}
+        # The files sent before the rounds settled them (path -> source), until their answer is judged.
+        self.ahead: dict[str, bytes] = {}
 
     def will_migrate(self, source: bytes) -> bool:
         """Whether a file being indexed will probably be migrated (a rule's tokens: `migrate.needs_parsing`)."""
@@ -99,6 +109,13 @@ class Handoff:
         running = self.running()
         return min(running, key=self.loads.__getitem__) if running else None
 
+    def idle(self) -> int | None:
+        """A running worker with no file to index or migrate, to take a file ahead of the last round; None
+        past the limit, or when none is idle."""
+        if self.limit is not None and len(self.sent) >= self.limit:
+            return None
+        return next((number for number in self.running() if not self.workers[number].unanswered()), None)
+
     def send(self, path: str, source: bytes, pickled: bytes, to: int) -> None:
         """Migrate ``source`` in worker number ``to``, with the settings ``pickled``."""
         if self._configured[to] != pickled:
@@ -111,32 +128,38 @@ class Handoff:
     def after_round(
         self, hierarchy: ClassHierarchy, indexes: Mapping[str, object], sources: Mapping[str, bytes]
     ) -> None:
-        """Send the candidates this round settles; ``sources`` holds the files the run may migrate (an
-        excluded file is indexed for the others' sake, never migrated)."""
+        """Send the candidates this round settles, and, to a worker that is idle, one it does not; ``sources``
+        holds the files the run may migrate (an excluded file is indexed for the others' sake, never migrated)."""
         names = hierarchy.attention_class_names()
         for path, index in indexes.items():
             if path in self.sent or path not in sources or not isinstance(index, ModuleIndex):
                 continue
-            if not settles(index, hierarchy):
+            settled = settles(index, hierarchy)
+            # (A file the class scan spared is no candidate yet: a later round may have it parsed.)
+            if not settled and (isinstance(index, ScannedIndex) or self.idle() is None):
                 continue
             if not migrate.needs_parsing(sources[path], candidate_rules(self.rules, index, hierarchy, path), names):
                 continue
-            to = self.least_loaded()
+            to = self.least_loaded() if settled else self.idle()
             if to is None:
                 return
             held = self.holders.get(path)
-            if held is not None and self.workers[held].running():
+            if held is not None and self.workers[held].running() and (settled or not self.workers[held].unanswered()):
                 to = held
+            if not settled:
+                self.ahead[path] = sources[path]
             self.send(path, sources[path], self.settings(hierarchy), to)
 
-    def stream(self, files: Sequence[tuple[str, bytes]], pickled: bytes) -> Iterator[tuple[Any, Any]]:
-        """The answers of every worker, while ``files`` (migrated with the settings ``pickled``) go to them
-        largest first, each to a worker that is down to one unanswered file: the workers end together
+    def stream(self, files: Sequence[tuple[str, bytes]], hierarchy: ClassHierarchy) -> Iterator[tuple[Any, Any]]:
+        """The answers of every worker, while ``files`` (migrated with the last round's ``hierarchy``) go to
+        them largest first, each to a worker that is down to one unanswered file: the workers end together
         however the files' costs differ from their sizes. A worker takes the files it holds the tree of
-        first, then those nobody holds, then the others'. The files left once no worker runs any more are
-        in :attr:`left`; the workers are stopped."""
+        first, then those nobody holds, then the others'. A file sent ahead whose migration that hierarchy
+        would not give again goes with them. The files left once no worker runs any more are in
+        :attr:`left`; the workers are stopped."""
         import threading
 
+        pickled = self.settings(hierarchy)
         answered = threading.Event()
         for early in self.workers:
             early.on_frame = answered.set
@@ -145,7 +168,11 @@ class Handoff:
             while True:
                 # Read what has come (before the wait below, or before this stream began: no event for that).
                 for early in self.workers:
-                    yield from early.ready()
+                    for key, result in early.ready():
+                        if self._holds(key, result, hierarchy):
+                            yield key, result
+                        else:
+                            queue.appendleft((key, self.ahead.pop(key)))
                 running = self.running()
                 for number in running:
                     while queue and self.workers[number].unanswered() < 2:  # one at work, one waiting
@@ -159,7 +186,7 @@ class Handoff:
             for early in self.workers:
                 early.on_frame = None
         self.left = list(queue)
-        yield from self.results()
+        yield from self.results(hierarchy)
 
     def _next(self, queue: collections.deque[tuple[str, bytes]], number: int, running: list[int]) -> tuple[str, bytes]:
         """The file of ``queue`` (largest first) for worker ``number`` to take: its own, else one no running
@@ -177,8 +204,26 @@ class Handoff:
         del queue[at]
         return file
 
-    def results(self) -> Iterator[tuple[Any, Any]]:
+    def results(self, hierarchy: ClassHierarchy) -> Iterator[tuple[Any, Any]]:
         """The answers of every worker that was sent files, worker after worker (each drains its own pipe
-        meanwhile); the others are stopped."""
+        meanwhile); the others are stopped. A file sent ahead whose migration the last round's ``hierarchy``
+        would not give again is added to :attr:`left`, to be migrated with it."""
         for early in self.workers:
-            yield from early.results()
+            for key, result in early.results():
+                if self._holds(key, result, hierarchy):
+                    yield key, result
+                else:
+                    self.left.append((key, self.ahead.pop(key)))
+
+    def _holds(self, key: str, result: object, hierarchy: ClassHierarchy) -> bool:
+        """Whether ``result`` is the file's migration with ``hierarchy``: it was sent once settled, or it
+        records its questions and ``hierarchy`` answers each alike. (Only a `worker.Migrated` records them:
+        a file that failed ahead is migrated again.)"""
+        if key not in self.ahead:
+            return True
+        if not (isinstance(result, worker.Migrated) and result.answers is not None):
+            return False
+        if not still_holds(result.answers, hierarchy):
+            return False
+        del self.ahead[key]
+        return True

@@ -578,10 +578,11 @@ def _migrate_worth(
     settings = (rules, hierarchy, options.unsafe_fixes, options.old_op_calls, options.verifies)
     outcomes: Iterable[tuple[str, MigrateOutcome | parallel.WorkerCrashed]]
     others = 0 if len(candidates) <= parallel.IN_PROCESS_BELOW else max(jobs - len(running), 0)
-    if early is not None and rest and running and not others:
-        # The early workers are all the jobs: each takes the next file as it finishes one.
+    if early is not None and running and not others:
+        # The early workers are all the jobs: each takes the next file as it finishes one (a file sent ahead of
+        # the last round too, if it must be migrated again).
         files = [(item.source_file.path, item.source) for item in rest]
-        outcomes = _streamed(early, files, early.settings(hierarchy), jobs, settings)
+        outcomes = _from_early(early.stream(files, hierarchy), early, jobs, settings)
     else:
         if early is not None and rest and running:
             share, rest = _early_share(rest, [early.loads[number] for number in running], others)
@@ -596,7 +597,7 @@ def _migrate_worth(
         if early is not None:
             # The early workers are at their tasks already (their answers wait, read as they come): start the
             # rest first, so that all run at once.
-            outcomes = itertools.chain(outcomes, early.results())
+            outcomes = itertools.chain(outcomes, _from_early(early.results(hierarchy), early, jobs, settings))
     # libcst missing or broken: every file fails alike, and the command names it once (cli.py)
     missing: MissingDependency | None = None
     written = cache.write_deferred() if cache is not None else None
@@ -647,16 +648,16 @@ class _Unmigrated(Mapping[str, bytes]):
         return sum(1 for _ in self)
 
 
-def _streamed(
+def _from_early(
+    answers: Iterable[tuple[str, MigrateOutcome | parallel.WorkerCrashed]],
     early: Handoff,
-    files: Sequence[tuple[str, bytes]],
-    pickled: bytes,
     jobs: int,
     settings: tuple[object, ...],
 ) -> Iterator[tuple[str, MigrateOutcome | parallel.WorkerCrashed]]:
-    """The early workers' answers as they take ``files`` one by one (`Handoff.stream`), then those of the
-    files they could not take (none of them ran any more), from a pool."""
-    yield from early.stream(files, pickled)
+    """The early workers' ``answers`` (`Handoff.stream` or `Handoff.results`), then those of the files left to
+    migrate once they stopped (`Handoff.left`: no worker ran any more, or a file sent ahead of the last round
+    must be migrated again), from a pool."""
+    yield from answers
     tasks = [(path, (source, path)) for path, source in early.left]
     yield from parallel.parallel_map(worker.migrate_file, tasks, jobs=jobs, initializer=worker.setup, initargs=settings)
 

@@ -94,8 +94,14 @@ class _Reading:
         spelled = answers_module.spell(terms)
         self.asked.add((kind, spelled))
         asked = answers_module.question(kind, spelled)
-        test = scans.test(kind, spelled)
-        return lambda s: self.answers.ask(s.digest, asked, lambda: test(s.source))
+        made: list[scans.Test] = []  # the test, made once a file's answer is not kept (a rerun keeps most)
+
+        def test(s: _Scanned) -> bool:
+            if not made:
+                made.append(scans.test(kind, spelled))
+            return made[0](s.source)
+
+        return lambda s: self.answers.ask(s.digest, asked, lambda: test(s))
 
 
 def _read_and_filter(

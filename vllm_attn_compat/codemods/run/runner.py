@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Set
@@ -30,6 +31,7 @@ from vllm_attn_compat.codemods.run import answers as answers_module
 from vllm_attn_compat.codemods.run import files, parallel, prefork, rerun, scans, sources, stats, worker
 from vllm_attn_compat.codemods.run.dependencies import MissingDependency
 from vllm_attn_compat.codemods.run.handoff import Handoff, candidate_rules
+from vllm_attn_compat.codemods.run.indexing import RoundIndexing
 from vllm_attn_compat.codemods.run.options import Options
 from vllm_attn_compat.codemods.run.report import FileError, RunReport, unified_diff
 from vllm_attn_compat.codemods.run.scan import TokenScan
@@ -169,8 +171,9 @@ def _index_hierarchy(
     a ``class Attention(nn.Module)``) take part only if they name an attention class. Later rounds index
     every file naming (as a whole identifier) an attention class found so far. ``after_round(hierarchy,
     indexes)`` runs for each round, once the next one's files are handed out (the last's, at the end).
-    The files are indexed in the ``early`` workers when they are all the jobs (`_index_files`), those the
-    ``cache`` holds not at all. A file of ``excluded`` that does not parse is left out unreported.
+    The files are indexed in the ``early`` workers, as the class scan finds them, when they are all the jobs
+    (`indexing.RoundIndexing`), those the ``cache`` holds not at all. A file of ``excluded`` that does not
+    parse is left out unreported.
     """
     from vllm_attn_compat.codemods.index import callsites
     from vllm_attn_compat.codemods.index import hierarchy as hierarchy_module
@@ -196,32 +199,35 @@ def _index_hierarchy(
     while pending:
         # Files whose class headers show no class that can be an attention class (nor a patch, nor a
         # backend's shape) skip the parse until a later round needs them (below).
-        parse: list[_Scanned] = []
         spared_now: set[str] = set()
+        indexing = RoundIndexing(options.jobs, early, len(pending))
+        scans = _ClassScans(known_names, reading)
+        listed = {s.source_file.path: s for s in pending}
         for s in pending:
             path = s.source_file.path
-            scanned_index = None if path in must_parse else _class_scan(s, known_names, reading)
-            if scanned_index is None:
-                parse.append(s)
-            else:
+            scanned_index = None if path in must_parse else scans.scan(s)
+            if scanned_index is not None:
                 indexes[path] = scanned_index
                 spared_now.add(path)
-        keys = _cached_indexes(parse, cache, indexes) if cache else {}
-        to_index = [s for s in parse if not cache or s.source_file.path in keys]
-        tasks = [(s.source_file.path, (s.source, s.source_file.path)) for s in to_index]
-        outcomes = _index_files(tasks, options.jobs, early)
+                continue
+            cached = cache.load_index(_index_key(cache, s)) if cache is not None else None
+            if cached is not None:
+                indexes[path] = cached
+                continue
+            indexing.add(path, s.source)
+        outcomes = indexing.outcomes()
         if settled is not None:
             # The last round's settled files go to the early workers after this round's files, which the run
             # waits for when they index them. (The entries just added are the class scan's: `after_round` skips them.)
             after_round(settled, indexes)
-        for path, outcome in _with_progress(outcomes, len(tasks), options.progress, "index classes"):
+        for path, outcome in _with_progress(outcomes, len(indexing), options.progress, "index classes"):
             if isinstance(outcome, FileError):
                 if path not in excluded:
                     report.errors.append(outcome)
             elif isinstance(outcome, parallel.WorkerCrashed):
                 report.errors.append(FileError(path, 1, 1, f"internal error: {outcome}"))
             elif cache:
-                cache.store_index(keys[path], outcome)
+                cache.store_index(_index_key(cache, listed[path]), outcome)
             indexes[path] = outcome
         built = hierarchy_module.ClassHierarchy.build(
             index for index in indexes.values() if isinstance(index, hierarchy_module.ModuleIndex)
@@ -305,60 +311,47 @@ def _defining_files(
     return found
 
 
-def _class_scan(s: _Scanned, known: frozenset[str], reading: _Reading) -> classscan.ScannedIndex | None:
-    """`classscan.quick_index` of the file, as the answers keep it (by its bytes, path, module name and the
-    attention-class names ``known``)."""
-    from vllm_attn_compat.codemods.index import records
+class _ClassScans:
+    """`classscan.quick_index` of the files of a round, as the answers keep it (by the file's bytes, path, module
+    name, and the attention-class names ``known`` when the round began)."""
+
+    def __init__(self, known: frozenset[str], reading: _Reading) -> None:
+        self.known = known
+        self.reading = reading
+        # The question's terms are the names (the same for each file of the round) and the file's path and module
+        # name, spelled in that order (`answers.spell` sorts them: "class ..." < "module ..." < "path ..."):
+        # hashed once for the names (`answers.question`).
+        names = "\0".join(sorted(f"class {name}" for name in known))
+        self._names = hashlib.sha256(f"{names}\0".encode("utf-8", "surrogateescape") if names else b"")
+
+    def question(self, path: str) -> str:
+        """`answers.question` of the scan of the file of ``path``."""
+        from vllm_attn_compat.codemods.index.names import guess_module_name
+
+        spelled = self._names.copy()
+        spelled.update(f"module {guess_module_name(path)}\0path {path}".encode("utf-8", "surrogateescape"))
+        return f"scan {spelled.hexdigest()[:32]}"
+
+    def scan(self, s: _Scanned) -> classscan.ScannedIndex | None:
+        """The file's `classscan.ScannedIndex`, or None where it must be parsed."""
+        from vllm_attn_compat.codemods.index import records
+
+        path = s.source_file.path
+        return self.reading.answers.recall(
+            s.digest,
+            self.question(path),
+            lambda: classscan.quick_index(s.source, path, self.known),
+            lambda spared: None if spared is None else records.scan_to_data(spared),
+            lambda data: None if data is None else records.scan_from_data(data),
+        )
+
+
+def _index_key(cache: Cache, s: _Scanned) -> str:
+    """The cache's key of the file's index."""
     from vllm_attn_compat.codemods.index.names import guess_module_name
 
     path = s.source_file.path
-    terms = [f"path {path}", f"module {guess_module_name(path)}", *(f"class {name}" for name in known)]
-    return reading.answers.recall(
-        s.digest,
-        answers_module.question("scan", terms),
-        lambda: classscan.quick_index(s.source, path, known),
-        lambda spared: None if spared is None else records.scan_to_data(spared),
-        lambda data: None if data is None else records.scan_from_data(data),
-    )
-
-
-def _cached_indexes(parse: Sequence[_Scanned], cache: Cache, indexes: dict[str, IndexOutcome]) -> dict[str, str]:
-    """Put the cached index of each file of ``parse`` the cache holds into ``indexes``; returns the key of
-    each of the others (to be indexed)."""
-    from vllm_attn_compat.codemods.index.names import guess_module_name
-
-    keys: dict[str, str] = {}
-    for s in parse:
-        path = s.source_file.path
-        key = cache.index_key(path, guess_module_name(path), _digest_of(s))
-        cached = cache.load_index(key)
-        if cached is None:
-            keys[path] = key
-        else:
-            indexes[path] = cached
-    return keys
-
-
-def _index_files(
-    tasks: Sequence[tuple[str, tuple[bytes, str]]], jobs: int, early: Handoff | None
-) -> Iterable[tuple[str, IndexOutcome | parallel.WorkerCrashed]]:
-    """``(path, outcome)`` of :func:`worker.index_file` for each task: in the early workers when they are
-    all the jobs there are (they are running already, and would wait for the rounds), else in a pool. A
-    worker keeps the syntax tree of a file it will probably migrate (`Handoff.holders`)."""
-    running = early.running() if early else []  # one that died takes no more
-    if early is None or len(running) < 2 or jobs > len(running) or len(tasks) < parallel.IN_PROCESS_BELOW:
-        return parallel.parallel_map(worker.index_file, tasks, jobs=jobs, initializer=worker.no_setup)
-    loads = dict.fromkeys(running, 0)
-    keys: dict[int, list[str]] = {number: [] for number in running}
-    for path, (source, _) in sorted(tasks, key=lambda task: -len(task[1][0])):
-        to = min(running, key=loads.__getitem__)
-        keep = early.will_migrate(source)
-        early.workers[to].submit(path, worker.index_file, (source, path, keep))
-        if keep:
-            early.holders[path] = to
-        keys[to].append(path)
-        loads[to] += len(source)
-    return itertools.chain.from_iterable(early.workers[number].answers(keys[number]) for number in running)
+    return cache.index_key(path, guess_module_name(path), _digest_of(s))
 
 
 def _parse_scanned(

@@ -219,15 +219,18 @@ def _cache_dir(args: argparse.Namespace, config: Config) -> str | None:
     return config.cache_dir or cachedir.default_folder(config.base)
 
 
-def _early_workers(args: argparse.Namespace, options: Options) -> list[PreforkedWorker]:
+def _early_workers(args: argparse.Namespace, options: Options, *, missed: bool = False) -> list[PreforkedWorker]:
     """A worker forked as soon as the command line is read, when the run is over folders: those very
     likely hold a file that needs libcst, and the worker imports it while this process lists and reads
     the files (the modules imported so far serve both processes; those imported after, only this one).
-    Once the run has read the files, this worker forks a second one if they are worth it (`runner`)."""
+    Once the run has read the files, this worker forks a second one if they are worth it (`runner`).
+    A rerun (the cache holds a status table) forks it only once the cache has ``missed`` (`rerun.replay`),
+    before this process imports the runner."""
     from vllm_attn_compat.codemods.run import cachedir, stats
 
-    if options.cache_dir is not None and os.path.exists(stats.table_path(cachedir.entries_folder(options.cache_dir))):
-        # Most likely a rerun the cache answers without libcst; else the first file that needs it starts one.
+    cache = options.cache_dir
+    if not missed and cache is not None and os.path.exists(stats.table_path(cachedir.entries_folder(cache))):
+        # Most likely a rerun the cache answers without libcst: none yet.
         return []
     from vllm_attn_compat.codemods.run import parallel, prefork, worker
 
@@ -278,6 +281,8 @@ def _migrate_with(args: argparse.Namespace, options: Options, config: Config, wa
         prepared = rerun.prepare(args.paths, options)
         report = prepared.report(options.mode)
         if not rerun.replay(prepared, options.mode, report):  # the runner and its imports only after a miss
+            if not warm:  # (the first file needing libcst would start it, after the runner's imports and more)
+                warm += _early_workers(args, options, missed=True)
             from vllm_attn_compat.codemods.run.runner import run_paths
 
             _check_configured_codes(args, config)

@@ -29,7 +29,7 @@ def tree(tmp_path: Path, monkeypatch) -> Path:
 
 
 def _options(tmp_path: Path, **more) -> Options:
-    return Options(mode="check", jobs=1, cache_dir=str(tmp_path / "cache"), **more)
+    return Options(**{"mode": "check", "jobs": 1, "cache_dir": str(tmp_path / "cache"), **more})
 
 
 def _outcome(report):
@@ -151,3 +151,65 @@ def test_other_excludes_miss_and_the_run_reports_what_an_uncached_run_does(tree,
     uncached = _outcome(run_paths([str(tree)], _options(tmp_path / "none", exclude=exclude, base=str(tree))))
     assert _outcome(run_paths([str(tree)], excluding)) == uncached
     assert _replayed(tree, excluding)
+
+
+def _edit(path: Path, text: str) -> None:
+    """Write ``text`` with a status unlike the one before (a later ``mtime_ns``, whatever the clock's grain)."""
+    before = path.stat().st_mtime_ns
+    path.write_text(text)
+    later = max(path.stat().st_mtime_ns, before + 10**9)
+    os.utime(path, ns=(later, later))
+
+
+@pytest.mark.parametrize("mode", ["check", "diff"])
+def test_a_rerun_that_misses_reads_only_the_files_whose_bytes_it_needs(tree, tmp_path, reads, mode):
+    """A file that takes part edited (the runner runs): the others' answers and entries are kept, so their bytes
+    are not read again; the report is an uncached run's."""
+    options = _options(tmp_path, mode=mode)
+    run_paths([str(tree)], options)
+    _edit(tree / "plugin/impl.py", IMPL.replace("# the buffer comes from the layer", "# edited"))
+    reads.clear()
+    report = run_paths([str(tree)], options)
+    assert reads == ["impl.py"]  # by the rerun, which hands its bytes on
+    assert _outcome(report) == _outcome(run_paths([str(tree)], Options(mode=mode, jobs=1)))
+
+
+def test_a_run_that_writes_reads_every_file_before_writing_any(tree, tmp_path, reads):
+    options = _options(tmp_path, mode="write")
+    copy = write_tree(tmp_path / "copy", {p: (tree / p).read_text() for p in ("plugin/base.py", "plugin/impl.py")})
+    run_paths([str(copy)], options)  # (the tree itself keeps its findings for the runs below)
+    run_paths([str(tree)], _options(tmp_path))
+    _edit(tree / "plugin/manual.py", MANUAL + "\n# edited\n")
+    reads.clear()
+    run_paths([str(tree)], options)
+    assert sorted(reads) == sorted(["manual.py", *(p.name for p in tree.rglob("*.py"))])
+
+
+def test_a_file_edited_during_a_rerun_has_the_run_start_again_reading_every_file(tree, tmp_path, monkeypatch):
+    """The rerun took the statuses; the file changes before the runner asks for its bytes: what was asked of it
+    may mix two versions, so the run reads every file anew (`runner._Changed`)."""
+    from vllm_attn_compat.codemods.run import runner
+
+    first = run_paths([str(tree)], _options(tmp_path, select=["VAC001"]))
+    assert any(path.endswith("impl.py") for path, _ in first.findings)
+    # Other rules: the table knows every file, but no answer of the run below is kept: it asks for every file's bytes.
+    real_replay, real_run = rerun.replay, runner._run
+    runs = []
+
+    def replay(prepared, mode, report):
+        replayed = real_replay(prepared, mode, report)
+        assert not replayed and prepared.known
+        _edit(tree / "plugin/impl.py", IMPL.replace('assert output is not None, "Output tensor must be provided."', ""))
+        return replayed
+
+    def counted(*args):
+        runs.append(len(args[0].known))
+        return real_run(*args)
+
+    monkeypatch.setattr(rerun, "replay", replay)
+    monkeypatch.setattr(runner, "_run", counted)
+    report = run_paths([str(tree)], _options(tmp_path))
+    assert runs == [len(list(tree.rglob("*.py"))), 0]
+    monkeypatch.setattr(rerun, "replay", real_replay)
+    assert _outcome(report) == _outcome(run_paths([str(tree)], Options(mode="check", jobs=1)))
+    assert not any(path.endswith("impl.py") for path, _ in report.findings)  # its assert is gone: the new bytes

@@ -435,13 +435,14 @@ def _caller_message(blocker: Blocker, keys: list[tuple[str, str]], codes: set[st
 def findings_for_run(
     analysis: CallAnalysis, files: Mapping[str, bytes], codes: Iterable[str]
 ) -> list[tuple[str, Finding]]:
-    """``caller_findings`` for every file of the run that holds a withholding use, by the path it was given as."""
+    """``caller_findings`` for every file of the run that holds a withholding use, by the path it was given as
+    (the bytes of the others are not asked for)."""
     codes = tuple(codes)
     holding = {b.path for by_code in analysis.withheld.values() for bs in by_code.values() for b in bs}
     found = []
-    for path, source in files.items():
+    for path in files:
         if normalize_path(path) in holding:
-            found += [(path, finding) for finding in caller_findings(analysis, path, source, codes)]
+            found += [(path, finding) for finding in caller_findings(analysis, path, files[path], codes)]
     return found
 
 

@@ -26,30 +26,36 @@ if TYPE_CHECKING:
 
 
 class RoundIndexing:
-    """The files of one round to index: :meth:`add` each, then read :meth:`outcomes`. ``expected``: how many
-    files the round may index at most (its pending files), which decides whether they go to the ``early``
-    workers (where there are at least two, they are all the ``jobs``, and the round is worth it)."""
+    """The files of one round to index: :meth:`add` each, then read :meth:`outcomes`. They go to the ``early``
+    workers where there are at least two and they are all the ``jobs``, once the round has enough files to be
+    worth it (`parallel.IN_PROCESS_BELOW`: a rerun's round often indexes one file, which this process indexes
+    sooner than a worker still importing libcst)."""
 
-    def __init__(self, jobs: int, early: Handoff | None, expected: int) -> None:
+    def __init__(self, jobs: int, early: Handoff | None) -> None:
         self.jobs = jobs
         self._running = early.running() if early else []  # one that died takes no more
-        streamed = len(self._running) >= 2 and jobs <= len(self._running) and expected >= parallel.IN_PROCESS_BELOW
-        self._early = early if streamed else None
+        self._early = early if len(self._running) >= 2 and jobs <= len(self._running) else None
         self._tasks: list[tuple[str, tuple[bytes, str]]] = []
+        self._sent = 0  # how many of the tasks went to the early workers
         self._loads = dict.fromkeys(self._running, 0)
         self._keys: dict[int, list[str]] = {number: [] for number in self._running}
 
     def add(self, path: str, source: bytes) -> None:
-        """Index the file: now, in the early worker with the least work so far (which keeps its syntax tree if
-        it will probably migrate it: `Handoff.holders`), or with the others once all are added."""
+        """Index the file: in the early worker with the least work so far (which keeps its syntax tree if it will
+        probably migrate it: `Handoff.holders`) once the round is worth it, else with the others once all are
+        added."""
         self._tasks.append((path, (source, path)))
-        if self._early is None:
-            return
+        if self._early is not None and len(self._tasks) >= parallel.IN_PROCESS_BELOW:
+            for task_path, (task_source, _) in self._tasks[self._sent :]:
+                self._send(self._early, task_path, task_source)
+            self._sent = len(self._tasks)
+
+    def _send(self, early: Handoff, path: str, source: bytes) -> None:
         to = min(self._running, key=self._loads.__getitem__)
-        keep = self._early.will_migrate(source)
-        self._early.workers[to].submit(path, worker.index_file, (source, path, keep))
+        keep = early.will_migrate(source)
+        early.workers[to].submit(path, worker.index_file, (source, path, keep))
         if keep:
-            self._early.holders[path] = to
+            early.holders[path] = to
         self._keys[to].append(path)
         self._loads[to] += len(source)
 
@@ -58,7 +64,7 @@ class RoundIndexing:
 
     def outcomes(self) -> Iterable[tuple[str, ModuleIndex | FileError | parallel.WorkerCrashed]]:
         """``(path, outcome)`` of :func:`worker.index_file` for each file added, as they come."""
-        if self._early is None:
+        if not self._sent:
             return parallel.parallel_map(worker.index_file, self._tasks, jobs=self.jobs, initializer=worker.no_setup)
-        workers = self._early.workers
+        workers = self._early.workers if self._early is not None else []
         return itertools.chain.from_iterable(workers[number].answers(self._keys[number]) for number in self._running)

@@ -26,7 +26,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from vllm_attn_compat.codemods.run import files, sources, stats
 from vllm_attn_compat.codemods.run.report import FileError, RunReport
@@ -35,6 +35,15 @@ if TYPE_CHECKING:
     from vllm_attn_compat.codemods.engine.rule import Rule
     from vllm_attn_compat.codemods.run.cache import Cache
     from vllm_attn_compat.codemods.run.options import Options
+
+
+class Known(NamedTuple):
+    """What the rerun found of a file: the status it took, the digest of the bytes of that status (the `stats`
+    table's, or of the bytes it read), and the bytes where it read them."""
+
+    stat: os.stat_result
+    digest: str
+    source: bytes | None
 
 
 class Prepared:
@@ -49,6 +58,9 @@ class Prepared:
         self.cache = cache
         self.started = started
         self.tried: str | None = None  # the key of the run `replay` looked up (the runner does not look it up again)
+        # Each file `replay` took the status of, by its path as given, when it found no report: the runner reads
+        # none of them again unless asked for its bytes.
+        self.known: dict[str, Known] = {}
         self._rules: list[type[Rule]] | None = None
         self._table: stats.StatTable | None = None
 
@@ -192,6 +204,7 @@ def _digests(
     added: dict[str, bytes] = {}
     for number, (source_file, stat) in enumerate(statuses):
         known = table.digest(source_file.real_path, stats.status_of(stat))
+        source = None
         if known is None:
             try:
                 source, stat = sources.read_source(source_file.real_path)
@@ -210,4 +223,5 @@ def _digests(
                 else:
                     edited[source_file.path] = (last, source)
         digests[source_file.path] = known
+        prepared.known[source_file.path] = Known(stat, known, source)
     return digests, edited, added

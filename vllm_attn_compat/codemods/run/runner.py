@@ -52,14 +52,43 @@ if TYPE_CHECKING:
 Item = TypeVar("Item")
 
 
+class _Changed(Exception):
+    """A file whose status changed since the rerun took it (`rerun.Prepared.known`), read at last: the run reads
+    every file again (`run_paths`)."""
+
+
 @dataclass(eq=False)
 class _Scanned:
+    """A file of the run: its status, its bytes, how they decode, and their digest (`stats.digest`, known with a
+    cache: the run's key, and what its answers are kept by). A file whose digest the rerun knew by its status
+    (`rerun.Prepared.known`) is read only once something asks for its bytes: a rerun keeps most answers."""
+
     source_file: files.SourceFile
-    source: bytes
     stat: os.stat_result
-    encoding: str
-    # The digest of its bytes (`stats.digest`), known with a cache: the run's key, and what its answers are kept by.
     digest: str | None = None
+    _source: bytes | None = None
+    _encoding: str | None = None
+
+    @property
+    def source(self) -> bytes:
+        if self._source is None:
+            try:
+                source, stat = sources.read_source(self.source_file.real_path)
+            except sources.SourceError:
+                raise _Changed(self.source_file.path) from None
+            if stats.status_of(stat) != stats.status_of(self.stat):
+                raise _Changed(self.source_file.path)
+            self._source = source
+        return self._source
+
+    @property
+    def encoding(self) -> str:
+        if self._encoding is None:
+            try:
+                self._encoding = sources.source_encoding(self.source)
+            except sources.SourceError:  # (the table only knows files that decode)
+                raise _Changed(self.source_file.path) from None
+        return self._encoding
 
 
 def _digest_of(s: _Scanned) -> str:
@@ -75,15 +104,21 @@ class _Reading:
     answers: answers_module.Answers
     table: stats.StatTable | None = None
     started: int = 0
+    # What the rerun found of each file it took the status of (`rerun.Prepared.known`): none is read again for that.
+    known: Mapping[str, rerun.Known] = field(default_factory=dict)
     # Every question of `scans` the run asked (of some file): what a rerun asks an edited file (`bystanders`).
     asked: set[tuple[str, tuple[str, ...]]] = field(default_factory=set)
     # The classes whose module the run looked for among the files, by their paths (`_defining_files`).
     looked_for: set[str] = field(default_factory=set)
 
     def read(self, source_file: files.SourceFile) -> _Scanned:
-        """The file read once, as bytes, and checked to be decodable (`sources.SourceError` if not)."""
+        """The file read once, as bytes, and checked to be decodable (`sources.SourceError` if not); one the rerun
+        knew is read when first asked for its bytes."""
+        seen = self.known.get(source_file.path)
+        if seen is not None:
+            return _Scanned(source_file, seen.stat, seen.digest, seen.source)
         source, stat = sources.read_source(source_file.real_path)
-        scanned = _Scanned(source_file, source, stat, sources.source_encoding(source))
+        scanned = _Scanned(source_file, stat, _source=source, _encoding=sources.source_encoding(source))
         if self.table is not None:
             known = self.table.digest(source_file.real_path, stats.status_of(stat))
             scanned.digest = known if known is not None else stats.digest(source)
@@ -200,7 +235,7 @@ def _index_hierarchy(
         # Files whose class headers show no class that can be an attention class (nor a patch, nor a
         # backend's shape) skip the parse until a later round needs them (below).
         spared_now: set[str] = set()
-        indexing = RoundIndexing(options.jobs, early, len(pending))
+        indexing = RoundIndexing(options.jobs, early)
         scans = _ClassScans(known_names, reading)
         listed = {s.source_file.path: s for s in pending}
         for s in pending:
@@ -388,21 +423,37 @@ def run_paths(
     stops them when done. ``prepared``: the files found for ``paths`` by a caller that tried
     `rerun.replay` already (the cache held no run over them).
     """
-    warm = list(warm)
+    if prepared is None:
+        prepared = rerun.prepare(paths, options)
+        report = prepared.report(options.mode)
+        if rerun.replay(prepared, options.mode, report):
+            for early in warm:
+                early.close()
+            return report  # a rerun over files whose status says they are unchanged: none was read
     try:
-        if prepared is None:
-            prepared = rerun.prepare(paths, options)
-            report = prepared.report(options.mode)
-            if rerun.replay(prepared, options.mode, report):
-                return report  # a rerun over files whose status says they are unchanged: none was read
-        else:  # the caller tried the replay (the command line, before importing this module)
-            report = prepared.report(options.mode)
+        return _run(prepared, options, emit_diff, list(warm))
+    except _Changed:
+        # A file the rerun took the status of changed since (it was edited during the run): what the run asked of
+        # its bytes may mix two versions. The run starts again, reading every file. (Nothing was written: a run
+        # that writes reads every file first.)
+        prepared.known.clear()
+        return _run(prepared, options, emit_diff, [])
+
+
+def _run(
+    prepared: rerun.Prepared, options: Options, emit_diff: Callable[[str], object], warm: list[prefork.PreforkedWorker]
+) -> RunReport:
+    """`run_paths` over the files found, the rerun having found no report of them."""
+    report = prepared.report(options.mode)
+    try:
         found, rules, cache, table, started = (
             prepared.found, prepared.rules, prepared.cache, prepared.table, prepared.started
         )  # fmt: skip
         prefilter = migrate.prefilter_tokens(rules)
         answers = answers_module.Answers(cache.root if cache else None, cache.prefix if cache else b"")
-        reading = _Reading(answers, table if cache else None, started)
+        # A run that writes reads each file before it writes any (`_Changed` would start it again half-written).
+        known = prepared.known if options.mode != "write" else {}
+        reading = _Reading(answers, table if cache else None, started, known)
         scanned, worth, warm, probable = _read_and_filter(found.files, rules, prefilter, options, report, warm, reading)
         context, context_worth = _read_context(found.excluded, prefilter, reading)
         run_key = None
@@ -490,7 +541,7 @@ def _migrate_worth(
     """Index, then migrate the candidates among ``scanned`` (``worth``: those the prefilter kept). The
     ``context`` files (excluded; ``context_worth``: those the prefilter kept) take part in the index alone.
     Returns the files that took part beyond answering the run's questions: indexed, scanned, or parsed."""
-    sources = {s.source_file.path: s.source for s in scanned}  # the files this run may migrate
+    sources = _Sources({s.source_file.path: s for s in scanned})  # the files this run may migrate
     excluded = {s.source_file.path for s in context}
     early = (
         Handoff(
@@ -530,7 +581,9 @@ def _migrate_worth(
     from vllm_attn_compat.codemods.index import callsites
 
     report.findings += callsites.findings_for_run(
-        hierarchy.calls, {path: sources[path] for path in indexes if path in sources}, [rule.code for rule in rules]
+        hierarchy.calls,
+        _Sources({path: sources.scanned[path] for path in indexes if path in sources.scanned}),
+        [rule.code for rule in rules],
     )
     failed = {error.path for error in report.errors}
     names = hierarchy.attention_class_names()
@@ -617,6 +670,22 @@ def _migrate_worth(
         emit_diff(diffs[path])
     report.changed.sort()
     return involved
+
+
+class _Sources(Mapping[str, bytes]):
+    """The bytes of the files of ``scanned`` by path, each read when first asked for (`_Scanned.source`)."""
+
+    def __init__(self, scanned: Mapping[str, _Scanned]) -> None:
+        self.scanned = scanned
+
+    def __getitem__(self, path: str) -> bytes:
+        return self.scanned[path].source
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.scanned)
+
+    def __len__(self) -> int:
+        return len(self.scanned)
 
 
 class _Unmigrated(Mapping[str, bytes]):

@@ -236,11 +236,11 @@ def _index_hierarchy(
         # backend's shape) skip the parse until a later round needs them (below).
         spared_now: set[str] = set()
         indexing = RoundIndexing(options.jobs, early)
-        scans = _ClassScans(known_names, reading)
+        class_scans = _ClassScans(known_names, reading)
         listed = {s.source_file.path: s for s in pending}
         for s in pending:
             path = s.source_file.path
-            scanned_index = None if path in must_parse else scans.scan(s)
+            scanned_index = None if path in must_parse else class_scans.scan(s)
             if scanned_index is not None:
                 indexes[path] = scanned_index
                 spared_now.add(path)

@@ -84,11 +84,11 @@ def _sends(monkeypatch) -> list[str]:
 
 
 def _relative(report, root) -> list[tuple[object, ...]]:
-    """The report's findings, the paths in them relative to ``root``."""
-    return [
-        (os.path.relpath(path, root), f.line, f.column, f.code, f.message.replace(str(root), ""), f.status)
+    """The report's findings, the paths in them relative to ``root``, in order (workers finish in any)."""
+    return sorted(
+        (os.path.relpath(path, root), f.line, f.column, f.code, f.message.replace(str(root), ""), f.status.value)
         for path, f in report.findings
-    ]
+    )
 
 
 # `output=None` on a backend, and a caller that does not pass it in a file that names nothing of vLLM: the caller
@@ -127,6 +127,34 @@ def test_a_file_sent_ahead_whose_answers_the_last_round_gives_alike_is_migrated_
     assert report.changed == [str(ahead / "plugin/base.py")]
     migrated = (ahead / "plugin/base.py").read_bytes()
     assert migrated == (alone / "plugin/base.py").read_bytes() != BASE_WITH_DEFAULT.encode()
+
+
+def test_with_more_jobs_than_early_workers_a_file_sent_ahead_in_vain_is_migrated_again_in_this_process(
+    tmp_path, monkeypatch
+):
+    """The other jobs take a share (`runner._early_share`), the early workers' answers come last
+    (`Handoff.results`): a file whose answers changed is left to `runner._from_early`, which migrates it."""
+    direct = IMPL.replace("plugin.base import PluginImplBase", "vllm.v1.attention.backend import AttentionImpl")
+    direct = direct.replace("MyImpl(PluginImplBase)", "MyImpl(AttentionImpl)")
+    layout = {"plugin/__init__.py": "", "plugin/base.py": BASE_WITH_DEFAULT, "plugin/runner.py": CALLER}
+    layout |= {f"z_impl{n}.py": direct for n in range(8)}  # listed after the base: it is sent first
+    ahead, alone = write_tree(tmp_path / "a", layout), write_tree(tmp_path / "b", layout)
+    sent = _sends(monkeypatch)
+    left: list[str] = []
+    real_results = Handoff.results
+
+    def results(self, hierarchy):
+        yield from real_results(self, hierarchy)
+        left.extend(os.path.basename(path) for path, _ in self.left)
+
+    monkeypatch.setattr(Handoff, "results", results)
+    report = run_paths([str(ahead)], Options(mode="check", jobs=3))
+    assert sent[0] == "base.py" and left == ["base.py"]
+    expected = run_paths([str(alone)], Options(mode="check", jobs=1))
+    assert report.errors == expected.errors == []
+    assert _relative(report, ahead) == _relative(expected, alone)
+    (withheld,) = [f for path, f in report.findings if path.endswith("base.py")]
+    assert "runner.py:2 calls it without `output`" in withheld.message
 
 
 def test_a_file_sent_ahead_is_answered_only_where_the_last_rounds_hierarchy_gives_its_answers_alike(tmp_path):

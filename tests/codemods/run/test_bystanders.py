@@ -12,9 +12,9 @@ import pytest
 from vllm_attn_compat.codemods.run import rerun, stats
 from vllm_attn_compat.codemods.run.runner import Options, run_paths
 
+from reruns import STUB_VLLM, cached, outcome
 from runner_trees import BASE, IMPL, MANUAL, UNRELATED, write_tree
 
-STUB_VLLM = {"vllm/__init__.py": "", "vllm/v1/attention/backend.py": "class AttentionImpl:\n    pass\n"}
 SCHEDULER = "import heapq\n\n\ndef pop(queue):\n    return heapq.heappop(queue)\n"
 # `output` defaults to None: whether making it required is safe depends on every call of `prefill` in the run.
 PREFILL = """\
@@ -39,28 +39,20 @@ def tree(tmp_path: Path, monkeypatch) -> Path:
     )  # fmt: skip
 
 
-def _options(tmp_path: Path, **more) -> Options:
-    return Options(**{"mode": "check", "jobs": 1, "cache_dir": str(tmp_path / "cache"), **more})
-
-
-def _outcome(report):
-    return sorted(report.findings), sorted(report.changed), sorted(report.errors), report.scanned, report.parsed
-
-
 def _rerun(tree: Path, options: Options):
     """The rerun's report, or None when it is left to the runner."""
     prepared = rerun.prepare([str(tree)], options)
     report = prepared.report(options.mode)
-    return _outcome(report) if rerun.replay(prepared, options.mode, report) else None
+    return outcome(report) if rerun.replay(prepared, options.mode, report) else None
 
 
 def _uncached(tree: Path):
-    return _outcome(run_paths([str(tree)], Options(mode="check", jobs=1)))
+    return outcome(run_paths([str(tree)], Options(mode="check", jobs=1)))
 
 
 def test_an_edit_of_a_file_taking_no_part_reads_it_alone_and_reports_what_an_uncached_run_does(tree, tmp_path, reads):
-    options = _options(tmp_path)
-    before = _outcome(run_paths([str(tree)], options))
+    options = cached(tmp_path)
+    before = outcome(run_paths([str(tree)], options))
     (tree / "engine/scheduler.py").write_text(SCHEDULER + "\n\ndef push(queue, item):\n    heapq.heappush(queue, 1)\n")
     reads.clear()
     assert _rerun(tree, options) == before
@@ -69,8 +61,8 @@ def test_an_edit_of_a_file_taking_no_part_reads_it_alone_and_reports_what_an_unc
 
 
 def test_a_run_of_edits_is_found_edit_after_edit(tree, tmp_path, reads):
-    options = _options(tmp_path)
-    before = _outcome(run_paths([str(tree)], options))
+    options = cached(tmp_path)
+    before = outcome(run_paths([str(tree)], options))
     helpers = tree / "plugin/helpers.py"
     for number in range(3):
         helpers.write_text(UNRELATED + f"\n\nLIMIT = {number}\n")
@@ -97,26 +89,26 @@ def test_a_run_of_edits_is_found_edit_after_edit(tree, tmp_path, reads):
     ids=["attention-code", "flag-read", "names-a-class", "calls-a-method", "took-part"],
 )
 def test_an_edit_that_may_give_a_file_a_part_is_left_to_the_runner(tree, tmp_path, path, text):
-    options = _options(tmp_path)
+    options = cached(tmp_path)
     run_paths([str(tree)], options)
     (tree / path).write_text(text)
     assert _rerun(tree, options) is None
-    assert _outcome(run_paths([str(tree)], options)) == _uncached(tree)
+    assert outcome(run_paths([str(tree)], options)) == _uncached(tree)
 
 
 def test_answers_written_by_another_run_since_leave_the_edit_to_the_runner(tree, tmp_path):
-    options = _options(tmp_path)
+    options = cached(tmp_path)
     run_paths([str(tree)], options)
-    run_paths([str(tree)], _options(tmp_path, mode="diff"))  # the answers file now holds that run's answers
+    run_paths([str(tree)], cached(tmp_path, mode="diff"))  # the answers file now holds that run's answers
     (tree / "engine/scheduler.py").write_text(SCHEDULER + "\nQUEUED = 0\n")
     assert _rerun(tree, options) is None
-    assert _outcome(run_paths([str(tree)], options)) == _uncached(tree)
+    assert outcome(run_paths([str(tree)], options)) == _uncached(tree)
     (tree / "engine/scheduler.py").write_text(SCHEDULER + "\nQUEUED = 1\n")
     assert _rerun(tree, options) == _uncached(tree)  # that run was this one's: found again
 
 
 def test_files_that_shared_their_bytes_keep_their_answers_when_one_is_edited(tree, tmp_path):
-    options = _options(tmp_path)
+    options = cached(tmp_path)
     run_paths([str(tree)], options)
     (tree / "engine/scheduler.py").write_text(SCHEDULER + "\nQUEUED = 0\n")  # queue.py had the same bytes
     assert _rerun(tree, options) == _uncached(tree)
@@ -128,7 +120,7 @@ def test_an_edit_just_before_the_run_is_found_from_the_run_before(tree, tmp_path
     # Every file modified "just now" (pre-commit right after an edit): none is trusted by its status, each is
     # read and hashed, and the edited one is asked the run's questions.
     monkeypatch.setattr(stats, "RACY_NS", 3600 * 10**9)
-    options = _options(tmp_path)
+    options = cached(tmp_path)
     run_paths([str(tree)], options)
     (tree / "engine/scheduler.py").write_text(SCHEDULER + "\nQUEUED = 0\n")
     reads.clear()
@@ -138,7 +130,7 @@ def test_an_edit_just_before_the_run_is_found_from_the_run_before(tree, tmp_path
 
 
 def test_the_rerun_found_is_kept_as_a_run_of_its_own(tree, tmp_path, reads):
-    options = _options(tmp_path)
+    options = cached(tmp_path)
     run_paths([str(tree)], options)
     (tree / "engine/scheduler.py").write_text(SCHEDULER + "\nQUEUED = 0\n")
     found = _rerun(tree, options)
@@ -157,7 +149,7 @@ def test_the_rerun_found_is_kept_as_a_run_of_its_own(tree, tmp_path, reads):
     ids=["involved-not-a-list", "terms-not-a-list", "answered-not-a-key", "answer-not-a-boolean"],
 )
 def test_a_basis_not_trusted_is_ignored_with_a_warning(tree, tmp_path, spoil, capsys):
-    options = _options(tmp_path)
+    options = cached(tmp_path)
     run_paths([str(tree)], options)
     spoiled = 0
     for path in (tmp_path / "cache").rglob("*"):
@@ -170,11 +162,11 @@ def test_a_basis_not_trusted_is_ignored_with_a_warning(tree, tmp_path, spoil, ca
     capsys.readouterr()
     assert _rerun(tree, options) is None
     assert "warning: ignoring the cache entry" in capsys.readouterr().err
-    assert _outcome(run_paths([str(tree)], options)) == _uncached(tree)
+    assert outcome(run_paths([str(tree)], options)) == _uncached(tree)
 
 
 def test_a_file_added_that_takes_no_part_is_read_alone(tree, tmp_path, reads):
-    options = _options(tmp_path)
+    options = cached(tmp_path)
     run_paths([str(tree)], options)
     (tree / "engine/limits.py").write_text("MAX_BATCH = 256\n")
     reads.clear()
@@ -195,11 +187,11 @@ def test_a_file_added_that_takes_no_part_is_read_alone(tree, tmp_path, reads):
     ids=["attention-code", "names-a-class", "calls-a-method", "flag-read", "package-marker"],
 )
 def test_a_file_added_that_may_take_part_is_left_to_the_runner(tree, tmp_path, path, text):
-    options = _options(tmp_path)
+    options = cached(tmp_path)
     run_paths([str(tree)], options)
     (tree / path).write_text(text)
     assert _rerun(tree, options) is None
-    assert _outcome(run_paths([str(tree)], options)) == _uncached(tree)
+    assert outcome(run_paths([str(tree)], options)) == _uncached(tree)
 
 
 def test_a_file_added_where_the_run_looked_for_a_base_class_is_left_to_the_runner(tree, tmp_path):
@@ -209,10 +201,10 @@ def test_a_file_added_where_the_run_looked_for_a_base_class_is_left_to_the_runne
         "from plugin.common import CommonBackend\n\n\n"
         "class FlaggedBackend(CommonBackend):\n    accept_output_buffer = True\n"
     )
-    options = _options(tmp_path)
+    options = cached(tmp_path)
     run_paths([str(tree)], options)
     (tree / "engine/common.py").write_text("MAX_BATCH = 256\n")
     assert _rerun(tree, options) is None
-    assert _outcome(run_paths([str(tree)], options)) == _uncached(tree)
+    assert outcome(run_paths([str(tree)], options)) == _uncached(tree)
     (tree / "engine/limits.py").write_text("MAX_BATCH = 256\n")  # a module named otherwise: no part
     assert _rerun(tree, options) == _uncached(tree)

@@ -12,9 +12,8 @@ import pytest
 from vllm_attn_compat.codemods.run import rerun, stats
 from vllm_attn_compat.codemods.run.runner import Options, run_paths
 
+from reruns import STUB_VLLM, cached, outcome
 from runner_trees import BASE, IMPL, MANUAL, UNRELATED, write_tree
-
-STUB_VLLM = {"vllm/__init__.py": "", "vllm/v1/attention/backend.py": "class AttentionImpl:\n    pass\n"}
 
 
 @pytest.fixture
@@ -28,30 +27,22 @@ def tree(tmp_path: Path, monkeypatch) -> Path:
     )  # fmt: skip
 
 
-def _options(tmp_path: Path, **more) -> Options:
-    return Options(**{"mode": "check", "jobs": 1, "cache_dir": str(tmp_path / "cache"), **more})
-
-
-def _outcome(report):
-    return sorted(report.findings), sorted(report.changed), sorted(report.errors), report.scanned, report.parsed
-
-
 def _replayed(tree: Path, options: Options) -> bool:
     prepared = rerun.prepare([str(tree)], options)
     return rerun.replay(prepared, options.mode, prepared.report(options.mode))
 
 
 def test_a_rerun_over_unchanged_files_reads_none_and_reports_the_same(tree, tmp_path, reads):
-    options = _options(tmp_path)
-    cold = _outcome(run_paths([str(tree)], options))
+    options = cached(tmp_path)
+    cold = outcome(run_paths([str(tree)], options))
     assert reads
     reads.clear()
-    assert _outcome(run_paths([str(tree)], options)) == cold
+    assert outcome(run_paths([str(tree)], options)) == cold
     assert reads == []
 
 
 def test_files_whose_status_changed_but_not_their_bytes_are_read_and_the_run_replayed(tree, tmp_path, reads):
-    options = _options(tmp_path)
+    options = cached(tmp_path)
     run_paths([str(tree)], options)
     reads.clear()
     earlier = time.time_ns() - 3600 * 10**9
@@ -73,23 +64,23 @@ def test_files_whose_status_changed_but_not_their_bytes_are_read_and_the_run_rep
     ids=["same-size-edit", "file-added", "file-removed", "base-edited"],
 )
 def test_any_change_misses_and_the_run_reports_what_an_uncached_run_does(tree, tmp_path, change):
-    options = _options(tmp_path)
+    options = cached(tmp_path)
     run_paths([str(tree)], options)
     change(tree)
     assert not _replayed(tree, options)
-    assert _outcome(run_paths([str(tree)], options)) == _outcome(run_paths([str(tree)], _options(tmp_path / "none")))
+    assert outcome(run_paths([str(tree)], options)) == outcome(run_paths([str(tree)], cached(tmp_path / "none")))
 
 
 def test_options_and_mode_key_the_run(tree, tmp_path):
-    run_paths([str(tree)], _options(tmp_path))
-    assert _replayed(tree, _options(tmp_path))
+    run_paths([str(tree)], cached(tmp_path))
+    assert _replayed(tree, cached(tmp_path))
     assert not _replayed(tree, Options(mode="diff", jobs=1, cache_dir=str(tmp_path / "cache")))
-    assert not _replayed(tree, _options(tmp_path, select=("VAC001",)))
-    assert not _replayed(tree, _options(tmp_path, unsafe_fixes=True))
+    assert not _replayed(tree, cached(tmp_path, select=("VAC001",)))
+    assert not _replayed(tree, cached(tmp_path, unsafe_fixes=True))
 
 
 def test_an_edit_of_an_excluded_file_misses(tree, tmp_path):
-    options = _options(tmp_path, exclude=("base.py",), base=str(tree))
+    options = cached(tmp_path, exclude=("base.py",), base=str(tree))
     run_paths([str(tree)], options)
     assert _replayed(tree, options)
     (tree / "plugin/base.py").write_text("class PluginImplBase:\n    pass\n")
@@ -98,25 +89,25 @@ def test_an_edit_of_an_excluded_file_misses(tree, tmp_path):
 
 def test_a_file_that_cannot_be_read_as_source_is_never_replayed_over(tree, tmp_path):
     (tree / "plugin/binary.py").write_bytes(b"x = 1\n\0")
-    options = _options(tmp_path)
-    first = _outcome(run_paths([str(tree)], options))
+    options = cached(tmp_path)
+    first = outcome(run_paths([str(tree)], options))
     assert [error.path for error in first[2]] == [str(tree / "plugin/binary.py")]
     assert not _replayed(tree, options)  # the runner reads it, and reports it again
-    assert _outcome(run_paths([str(tree)], options)) == first
+    assert outcome(run_paths([str(tree)], options)) == first
 
 
 def test_a_tree_with_nothing_to_migrate_is_replayed_too(tmp_path, reads, monkeypatch):
     monkeypatch.setattr(stats, "RACY_NS", 0)
     tree = write_tree(tmp_path / "plain", {f"pkg/m{n}.py": UNRELATED for n in range(5)})
-    options = _options(tmp_path)
-    assert _outcome(run_paths([str(tree)], options)) == ([], [], [], 5, 0)
+    options = cached(tmp_path)
+    assert outcome(run_paths([str(tree)], options)) == ([], [], [], 5, 0)
     reads.clear()
     assert _replayed(tree, options) and reads == []
 
 
 def test_a_rerun_over_the_same_statuses_needs_neither_the_table_nor_a_read(tree, tmp_path, reads, monkeypatch):
-    options = _options(tmp_path)
-    cold = _outcome(run_paths([str(tree)], options))  # records the run's statuses (no file is racy here)
+    options = cached(tmp_path)
+    cold = outcome(run_paths([str(tree)], options))  # records the run's statuses (no file is racy here)
     reads.clear()
 
     def no_table(root: str) -> stats.StatTable:
@@ -126,18 +117,18 @@ def test_a_rerun_over_the_same_statuses_needs_neither_the_table_nor_a_read(tree,
     prepared = rerun.prepare([str(tree)], options)
     report = prepared.report(options.mode)
     assert rerun.replay(prepared, options.mode, report)
-    assert _outcome(report) == cold and reads == []
+    assert outcome(report) == cold and reads == []
 
 
 def test_a_racy_file_keeps_the_run_from_being_found_by_its_statuses(tree, tmp_path, reads, monkeypatch):
     monkeypatch.setattr(stats, "RACY_NS", 3600 * 10**9)  # every file was modified "just now"
-    options = _options(tmp_path)
-    cold = _outcome(run_paths([str(tree)], options))
+    options = cached(tmp_path)
+    cold = outcome(run_paths([str(tree)], options))
     for _ in range(2):  # no status is trusted: each file is read and hashed again, and found to be the same
         reads.clear()
         assert _replayed(tree, options) and sorted(reads) == sorted(path.name for path in tree.rglob("*.py"))
     monkeypatch.setattr(stats, "RACY_NS", 0)  # old enough now: read, hashed, the run's entry found, statuses kept
-    assert _outcome(run_paths([str(tree)], options)) == cold
+    assert outcome(run_paths([str(tree)], options)) == cold
     reads.clear()
     assert _replayed(tree, options) and reads == []
 
@@ -145,11 +136,11 @@ def test_a_racy_file_keeps_the_run_from_being_found_by_its_statuses(tree, tmp_pa
 @pytest.mark.parametrize("exclude", [("impl.py",), ("helpers.py",)])
 def test_other_excludes_miss_and_the_run_reports_what_an_uncached_run_does(tree, tmp_path, exclude):
     # The same files and bytes, another split between the files to migrate and those read for context only.
-    run_paths([str(tree)], _options(tmp_path, base=str(tree)))
-    excluding = _options(tmp_path, exclude=exclude, base=str(tree))
+    run_paths([str(tree)], cached(tmp_path, base=str(tree)))
+    excluding = cached(tmp_path, exclude=exclude, base=str(tree))
     assert not _replayed(tree, excluding)
-    uncached = _outcome(run_paths([str(tree)], _options(tmp_path / "none", exclude=exclude, base=str(tree))))
-    assert _outcome(run_paths([str(tree)], excluding)) == uncached
+    uncached = outcome(run_paths([str(tree)], cached(tmp_path / "none", exclude=exclude, base=str(tree))))
+    assert outcome(run_paths([str(tree)], excluding)) == uncached
     assert _replayed(tree, excluding)
 
 
@@ -165,20 +156,20 @@ def _edit(path: Path, text: str) -> None:
 def test_a_rerun_that_misses_reads_only_the_files_whose_bytes_it_needs(tree, tmp_path, reads, mode):
     """A file that takes part edited (the runner runs): the others' answers and entries are kept, so their bytes
     are not read again; the report is an uncached run's."""
-    options = _options(tmp_path, mode=mode)
+    options = cached(tmp_path, mode=mode)
     run_paths([str(tree)], options)
     _edit(tree / "plugin/impl.py", IMPL.replace("# the buffer comes from the layer", "# edited"))
     reads.clear()
     report = run_paths([str(tree)], options)
     assert reads == ["impl.py"]  # by the rerun, which hands its bytes on
-    assert _outcome(report) == _outcome(run_paths([str(tree)], Options(mode=mode, jobs=1)))
+    assert outcome(report) == outcome(run_paths([str(tree)], Options(mode=mode, jobs=1)))
 
 
 def test_a_run_that_writes_reads_every_file_before_writing_any(tree, tmp_path, reads):
-    options = _options(tmp_path, mode="write")
+    options = cached(tmp_path, mode="write")
     copy = write_tree(tmp_path / "copy", {p: (tree / p).read_text() for p in ("plugin/base.py", "plugin/impl.py")})
     run_paths([str(copy)], options)  # (the tree itself keeps its findings for the runs below)
-    run_paths([str(tree)], _options(tmp_path))
+    run_paths([str(tree)], cached(tmp_path))
     _edit(tree / "plugin/manual.py", MANUAL + "\n# edited\n")
     reads.clear()
     run_paths([str(tree)], options)
@@ -190,7 +181,7 @@ def test_a_file_edited_during_a_rerun_has_the_run_start_again_reading_every_file
     may mix two versions, so the run reads every file anew (`runner._Changed`)."""
     from vllm_attn_compat.codemods.run import runner
 
-    first = run_paths([str(tree)], _options(tmp_path, select=["VAC001"]))
+    first = run_paths([str(tree)], cached(tmp_path, select=["VAC001"]))
     assert any(path.endswith("impl.py") for path, _ in first.findings)
     # Other rules: the table knows every file, but no answer of the run below is kept: it asks for every file's bytes.
     real_replay, real_run = rerun.replay, runner._run
@@ -208,8 +199,8 @@ def test_a_file_edited_during_a_rerun_has_the_run_start_again_reading_every_file
 
     monkeypatch.setattr(rerun, "replay", replay)
     monkeypatch.setattr(runner, "_run", counted)
-    report = run_paths([str(tree)], _options(tmp_path))
+    report = run_paths([str(tree)], cached(tmp_path))
     assert runs == [len(list(tree.rglob("*.py"))), 0]
     monkeypatch.setattr(rerun, "replay", real_replay)
-    assert _outcome(report) == _outcome(run_paths([str(tree)], Options(mode="check", jobs=1)))
+    assert outcome(report) == outcome(run_paths([str(tree)], Options(mode="check", jobs=1)))
     assert not any(path.endswith("impl.py") for path, _ in report.findings)  # its assert is gone: the new bytes

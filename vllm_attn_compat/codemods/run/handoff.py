@@ -136,11 +136,12 @@ class Handoff:
                 continue
             settled = settles(index, hierarchy)
             # (A file the class scan spared is no candidate yet: a later round may have it parsed.)
-            if not settled and (isinstance(index, ScannedIndex) or self.idle() is None):
+            idle = None if settled or isinstance(index, ScannedIndex) else self.idle()
+            if not settled and idle is None:
                 continue
             if not migrate.needs_parsing(sources[path], candidate_rules(self.rules, index, hierarchy, path), names):
                 continue
-            to = self.least_loaded() if settled else self.idle()
+            to = self.least_loaded() if settled else idle
             if to is None:
                 return
             held = self.holders.get(path)

@@ -64,7 +64,7 @@ class RoundIndexing:
 
     def outcomes(self) -> Iterable[tuple[str, ModuleIndex | FileError | parallel.WorkerCrashed]]:
         """``(path, outcome)`` of :func:`worker.index_file` for each file added, as they come."""
-        if not self._sent:
+        if self._early is None or not self._sent:
             return parallel.parallel_map(worker.index_file, self._tasks, jobs=self.jobs, initializer=worker.no_setup)
-        workers = self._early.workers if self._early is not None else []
+        workers = self._early.workers
         return itertools.chain.from_iterable(workers[number].answers(self._keys[number]) for number in self._running)

@@ -6,6 +6,8 @@ an index that is wrong in some corner."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
+import operator
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -24,20 +26,33 @@ def _of_types(*types: type) -> Callable[[list[Any]], bool]:
 
 
 def _lists_of(kind: type) -> Callable[[list[Any]], bool]:
-    return lambda column: set(map(type, column)) <= {list} and all(set(map(type, row)) <= {kind} for row in column)
+    return lambda column: set(map(type, column)) <= {list} and set(
+        map(type, itertools.chain.from_iterable(column))
+    ) <= {kind}
 
 
-# Per record type, per field: the check of a column of JSON values, and how the column becomes field values.
-# Records are stored by column: the checks and conversions run over a whole column at once, in C, and a
-# fork's index holds tens of thousands of uses.
-_Field = tuple[Callable[[list[Any]], bool], Callable[[list[Any]], Iterable[object]]]
-_SCALAR: _Field = (_of_types(int), iter)
-_TEXT: _Field = (_of_types(str), iter)
-_FLAG: _Field = (_of_types(bool), iter)
-_MAYBE_TEXT: _Field = (_of_types(str, _NONE), iter)
-_NAMES: _Field = (_lists_of(str), lambda column: map(tuple, column))
-_NAME_SET: _Field = (_lists_of(str), lambda column: map(frozenset, column))
-_NUMBERS: _Field = (_lists_of(int), lambda column: map(tuple, column))
+def _as_lists(column: list[Any]) -> list[Any]:
+    return list(map(list, column))
+
+
+def _as_sorted(column: list[Any]) -> list[Any]:
+    return list(map(sorted, column))
+
+
+# Per record type, per field: the check of a column of JSON values, how the column becomes field values, and
+# how field values become the column (None: they are JSON values as they are). Records are stored by column:
+# the checks and conversions run over a whole column at once, in C, and a fork's index holds tens of
+# thousands of uses.
+_Field = tuple[
+    Callable[[list[Any]], bool], Callable[[list[Any]], Iterable[object]], Callable[[list[Any]], list[Any]] | None
+]
+_SCALAR: _Field = (_of_types(int), iter, None)
+_TEXT: _Field = (_of_types(str), iter, None)
+_FLAG: _Field = (_of_types(bool), iter, None)
+_MAYBE_TEXT: _Field = (_of_types(str, _NONE), iter, None)
+_NAMES: _Field = (_lists_of(str), lambda column: map(tuple, column), _as_lists)
+_NAME_SET: _Field = (_lists_of(str), lambda column: map(frozenset, column), _as_sorted)
+_NUMBERS: _Field = (_lists_of(int), lambda column: map(tuple, column), _as_lists)
 
 _FIELDS: dict[type, tuple[_Field, ...]] = {
     ClassEntry: (_TEXT, _NAMES, _SCALAR, _FLAG, _FLAG, _FLAG),
@@ -51,13 +66,17 @@ _FIELDS: dict[type, tuple[_Field, ...]] = {
 }
 
 
-def _plain(value: object) -> object:
-    return sorted(value) if isinstance(value, frozenset) else list(value) if isinstance(value, tuple) else value
+# The records that are tuples (`typing.NamedTuple`): their columns are transposed, and their records made, in C.
+_TUPLES = (Use, FlagRead)
 
 
 def _columns(kind: type, records: Sequence[Any]) -> list[list[object]]:
-    names = kind._fields if kind in (Use, FlagRead) else [field.name for field in dataclasses.fields(kind)]
-    return [[_plain(getattr(record, name)) for record in records] for name in names]
+    fields = _FIELDS[kind]
+    if kind in _TUPLES:
+        columns = list(map(list, zip(*records))) if records else [[] for _ in fields]
+    else:
+        columns = [list(map(operator.attrgetter(field.name), records)) for field in dataclasses.fields(kind)]
+    return [column if plain is None else plain(column) for (_, _, plain), column in zip(fields, columns, strict=True)]
 
 
 def _records(kind: type, columns: object) -> tuple[Any, ...]:
@@ -66,10 +85,12 @@ def _records(kind: type, columns: object) -> tuple[Any, ...]:
         raise ValueError(f"expected {len(fields)} columns of {kind.__name__} values, found {columns!r:.80}")
     if len({len(column) if type(column) is list else -1 for column in columns}) > 1:
         raise ValueError(f"the columns of {kind.__name__} values are no lists of one length")
-    for (valid, _), column in zip(fields, columns, strict=True):
+    for (valid, _, _), column in zip(fields, columns, strict=True):
         if not valid(column):
             raise ValueError(f"a column of {kind.__name__} values holds a value of the wrong type: {column!r:.80}")
-    values = [convert(column) for (_, convert), column in zip(fields, columns, strict=True)]
+    values = [convert(column) for (_, convert, _), column in zip(fields, columns, strict=True)]
+    if kind in _TUPLES:  # as `kind._make` does, without a call of Python code per record
+        return tuple(map(tuple.__new__, itertools.repeat(kind), zip(*values)))
     return tuple(map(kind, *values))
 
 

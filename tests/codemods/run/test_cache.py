@@ -384,10 +384,11 @@ def test_entries_no_run_used_for_a_month_are_deleted_once_a_day_and_nothing_else
     marker = folder / ".pruned"
     entries = _entries(cache)
     assert marker.is_file() and entries
-    shard = entries[0].parent
-    leftover = shard / (shard.name + "1" * 62 + ".4242.tmp")  # the write of a run that was killed
+    assert {entry.parent for entry in entries} == {folder}  # one folder, none made per entry
+    leftover = folder / ("1" * 64 + ".4242.tmp")  # the write of a run that was killed
     leftover.write_text("{")
-    foreign = [shard / "notes.txt", folder / "README", shard / ("ff" + "2" * 62)]  # not named so, or misplaced
+    (folder / "ff").mkdir()
+    foreign = [folder / "notes.txt", folder / "README", folder / ("2" * 63), folder / "ff" / ("ff" + "3" * 62)]
     for path in foreign:
         path.write_text("kept")
     for path in [*entries, leftover, *foreign]:

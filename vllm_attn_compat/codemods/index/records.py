@@ -26,9 +26,9 @@ def _of_types(*types: type) -> Callable[[list[Any]], bool]:
 
 
 def _lists_of(kind: type) -> Callable[[list[Any]], bool]:
-    return lambda column: set(map(type, column)) <= {list} and set(
-        map(type, itertools.chain.from_iterable(column))
-    ) <= {kind}
+    return lambda column: (
+        set(map(type, column)) <= {list} and set(map(type, itertools.chain.from_iterable(column))) <= {kind}
+    )
 
 
 def _as_lists(column: list[Any]) -> list[Any]:
@@ -73,7 +73,7 @@ _TUPLES = (Use, FlagRead)
 def _columns(kind: type, records: Sequence[Any]) -> list[list[object]]:
     fields = _FIELDS[kind]
     if kind in _TUPLES:
-        columns = list(map(list, zip(*records))) if records else [[] for _ in fields]
+        columns = list(map(list, zip(*records, strict=True))) if records else [[] for _ in fields]
     else:
         columns = [list(map(operator.attrgetter(field.name), records)) for field in dataclasses.fields(kind)]
     return [column if plain is None else plain(column) for (_, _, plain), column in zip(fields, columns, strict=True)]
@@ -90,7 +90,7 @@ def _records(kind: type, columns: object) -> tuple[Any, ...]:
             raise ValueError(f"a column of {kind.__name__} values holds a value of the wrong type: {column!r:.80}")
     values = [convert(column) for (_, convert, _), column in zip(fields, columns, strict=True)]
     if kind in _TUPLES:  # as `kind._make` does, without a call of Python code per record
-        return tuple(map(tuple.__new__, itertools.repeat(kind), zip(*values)))
+        return tuple(map(tuple.__new__, itertools.repeat(kind), zip(*values, strict=True)))
     return tuple(map(kind, *values))
 
 

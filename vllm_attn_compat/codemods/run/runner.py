@@ -237,7 +237,7 @@ def _index_hierarchy(
         spared_now: set[str] = set()
         indexing = RoundIndexing(options.jobs, early)
         class_scans = _ClassScans(known_names, reading)
-        listed = {s.source_file.path: s for s in pending}
+        index_keys: dict[str, str] = {}  # the cache's key of each file of the round to index (looked up, then stored)
         for s in pending:
             path = s.source_file.path
             scanned_index = None if path in must_parse else class_scans.scan(s)
@@ -245,10 +245,12 @@ def _index_hierarchy(
                 indexes[path] = scanned_index
                 spared_now.add(path)
                 continue
-            cached = cache.load_index(_index_key(cache, s)) if cache is not None else None
-            if cached is not None:
-                indexes[path] = cached
-                continue
+            if cache is not None:
+                index_keys[path] = _index_key(cache, s)
+                cached = cache.load_index(index_keys[path])
+                if cached is not None:
+                    indexes[path] = cached
+                    continue
             indexing.add(path, s.source)
         outcomes = indexing.outcomes()
         if settled is not None:
@@ -262,7 +264,7 @@ def _index_hierarchy(
             elif isinstance(outcome, parallel.WorkerCrashed):
                 report.errors.append(FileError(path, 1, 1, f"internal error: {outcome}"))
             elif cache:
-                cache.store_index(_index_key(cache, listed[path]), outcome)
+                cache.store_index(index_keys[path], outcome)
             indexes[path] = outcome
         built = hierarchy_module.ClassHierarchy.build(
             index for index in indexes.values() if isinstance(index, hierarchy_module.ModuleIndex)

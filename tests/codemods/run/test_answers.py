@@ -138,15 +138,3 @@ def test_data_kept_is_read_back_by_its_decoder_and_asked_again_if_it_does_not_de
         {"words": ["B"]},
         1,
     )
-
-
-@pytest.mark.parametrize("known", [frozenset(), frozenset({"Impl"}), frozenset({"B", "A", "Ünïcode"})])
-def test_the_class_scan_of_a_round_is_asked_as_its_terms_spell_it(tmp_path, known):
-    """The round hashes the names once (`runner._ClassScans`): the question is `answers.question` of its terms."""
-    from vllm_attn_compat.codemods.index.names import guess_module_name
-    from vllm_attn_compat.codemods.run.runner import _ClassScans
-
-    root = write_tree(tmp_path, {"plugin/__init__.py": "", "plugin/impl.py": IMPL, "loose.py": UNRELATED})
-    for path in (str(root / "plugin/impl.py"), "loose.py", "plugin/impl.py"):
-        terms = [f"path {path}", f"module {guess_module_name(path)}", *(f"class {name}" for name in known)]
-        assert _ClassScans(known, None).question(path) == question("scan", terms)  # type: ignore[arg-type]

@@ -92,7 +92,7 @@ def _relative(report, root) -> list[tuple[object, ...]]:
 
 
 # `output=None` on a backend, and a caller that does not pass it in a file that names nothing of vLLM: the caller
-# is read only once the rounds have settled (`runner._index_hierarchy`), so the file is sent ahead of it.
+# is read only once the rounds have settled (`rounds.index_hierarchy`), so the file is sent ahead of it.
 CALLER = "def step(impl, q):\n    return impl.forward()\n"
 
 

@@ -178,7 +178,7 @@ def test_a_run_that_writes_reads_every_file_before_writing_any(tree, tmp_path, r
 
 def test_a_file_edited_during_a_rerun_has_the_run_start_again_reading_every_file(tree, tmp_path, monkeypatch):
     """The rerun took the statuses; the file changes before the runner asks for its bytes: what was asked of it
-    may mix two versions, so the run reads every file anew (`runner._Changed`)."""
+    may mix two versions, so the run reads every file anew (`reading.Changed`)."""
     from vllm_attn_compat.codemods.run import runner
 
     first = run_paths([str(tree)], cached(tmp_path, select=["VAC001"]))

@@ -199,22 +199,6 @@ def test_findings_keep_their_statuses_per_file(plugin):
     assert (plugin / "plugin/impl.py").read_text() == IMPL
 
 
-def test_progress_is_drawn_by_tqdm_for_long_stages_only_when_enabled(capsys):
-    import time
-
-    from vllm_attn_compat.codemods.run import runner
-
-    def slow_outcomes():
-        for n in range(8):
-            time.sleep(0.1)  # past tqdm's delay: short runs never show a bar
-            yield f"file{n}.py", n
-
-    assert [n for _, n in runner._with_progress(slow_outcomes(), 8, False, "migrate")] == list(range(8))
-    assert capsys.readouterr().err == ""
-    assert [n for _, n in runner._with_progress(slow_outcomes(), 8, True, "migrate")] == list(range(8))
-    assert "migrate:" in capsys.readouterr().err
-
-
 # --- issue #25: what decides whether deleting `accept_output_buffer` is safe is read wherever it is -------
 
 _FLAGGED_BACKEND = """

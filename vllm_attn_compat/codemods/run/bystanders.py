@@ -107,7 +107,7 @@ def derive(
 def _may_take_no_part(path: str, looked_for: Set[str]) -> bool:
     """Whether a file new since the run may take no part in it for what its path says: no ``__init__.py`` (which
     makes the modules of the folder's files a package's, and so their names), and no module where the run
-    looked for a class by its name (`runner._defining_files`)."""
+    looked for a class by its name (`rounds._defining_files`)."""
     from vllm_attn_compat.codemods.index.names import guess_module_name, may_define
 
     if os.path.basename(path) == "__init__.py":

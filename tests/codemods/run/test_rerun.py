@@ -120,6 +120,23 @@ def test_a_rerun_over_the_same_statuses_needs_neither_the_table_nor_a_read(tree,
     assert outcome(report) == cold and reads == []
 
 
+def test_a_first_run_takes_no_status_of_its_files_to_look_for_a_run_to_replay(tree, tmp_path, monkeypatch):
+    """Without a status table (every run with a cache saves one) there is no run to replay: the rerun's pass over
+    the files' statuses is skipped, and taken again once the table exists."""
+    taken = []
+    real_statuses = rerun._statuses
+
+    def statuses(prepared):
+        taken.append(len(prepared.found.files))
+        return real_statuses(prepared)
+
+    monkeypatch.setattr(rerun, "_statuses", statuses)
+    options = cached(tmp_path)
+    first = outcome(run_paths([str(tree)], options))
+    assert taken == [] and first == outcome(run_paths([str(tree)], Options(mode="check", jobs=1)))
+    assert _replayed(tree, options) and taken == [len(list(tree.rglob("*.py")))]
+
+
 def test_a_racy_file_keeps_the_run_from_being_found_by_its_statuses(tree, tmp_path, reads, monkeypatch):
     monkeypatch.setattr(stats, "RACY_NS", 3600 * 10**9)  # every file was modified "just now"
     options = cached(tmp_path)

@@ -106,3 +106,14 @@ def test_an_unwritable_folder_costs_the_table_only(tmp_path, source):
     table.record(str(source), os.stat(source), stats.digest(source.read_bytes()), time.time_ns() + HOUR_NS)
     table.save()  # no exception
     assert stats.StatTable(str(blocked)).rows == {}
+
+
+@pytest.mark.parametrize("given", ["backend.py", "./pkg/../backend.py", "pkg//m.py", "ABSOLUTE"])
+def test_rows_are_by_the_absolute_path_of_the_working_directory_the_table_was_made_in(tmp_path, monkeypatch, given):
+    monkeypatch.chdir(tmp_path)
+    given = str(tmp_path / "x.py") if given == "ABSOLUTE" else given
+    table = stats.StatTable(str(tmp_path / "cache"))
+    table.record(given, os.stat(tmp_path), "0" * 64, 0)
+    assert list(table.rows) == [os.path.abspath(given)]
+    monkeypatch.chdir("/")  # a later change of directory changes nothing
+    assert table.last_digest(given) == "0" * 64

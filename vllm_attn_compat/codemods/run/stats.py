@@ -69,6 +69,9 @@ class StatTable:
         self.path = table_path(cachedir.entries_folder(root))
         self.rows: dict[str, tuple[Status, str]] = {}
         self._changed = False
+        # Rows are by absolute path: `os.path.abspath` would ask the system for the working directory for each
+        # file, twice a file on a first run (a run does not change directory).
+        self._cwd = os.getcwd()
         try:
             with open(self.path, "rb") as handle:
                 data = json.loads(handle.read())
@@ -83,24 +86,30 @@ class StatTable:
 
     def digest(self, real_path: str, status: Status) -> str | None:
         """The digest of the file's bytes when its status is the one recorded, else None."""
-        row = self.rows.get(os.path.abspath(real_path))
+        if not self.rows:  # a first run
+            return None
+        row = self.rows.get(self._absolute(real_path))
         return row[1] if row is not None and row[0] == status else None
 
     def last_digest(self, real_path: str) -> str | None:
         """The digest recorded for the file, whatever its status now."""
-        row = self.rows.get(os.path.abspath(real_path))
+        row = self.rows.get(self._absolute(real_path))
         return None if row is None else row[1]
 
     def record(self, real_path: str, stat: os.stat_result, digest: str, started_ns: int) -> None:
         """Remember the digest of the bytes a run read from ``real_path`` after taking ``stat``, unless the
         file is racy (modified too close to ``started_ns``, the moment the run started reading)."""
-        path = os.path.abspath(real_path)
+        path = self._absolute(real_path)
         status = status_of(stat)
         if max(stat.st_mtime_ns, stat.st_ctime_ns) >= started_ns - RACY_NS:
             status = UNTRUSTED
         if self.rows.get(path) != (status, digest):
             self.rows[path] = (status, digest)
             self._changed = True
+
+    def _absolute(self, real_path: str) -> str:
+        """``os.path.abspath(real_path)``, with the working directory the run started in."""
+        return os.path.normpath(os.path.join(self._cwd, real_path))
 
     def save(self, seen: Iterable[str] = ()) -> None:
         """Write the table if it changed (atomically; a failure costs the next run a hash of each file).

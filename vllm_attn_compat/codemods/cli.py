@@ -226,10 +226,10 @@ def _early_workers(args: argparse.Namespace, options: Options, *, missed: bool =
     Once the run has read the files, this worker forks a second one if they are worth it (`runner`).
     A rerun (the cache holds a status table) forks it only once the cache has ``missed`` (`rerun.replay`),
     before this process imports the runner."""
-    from vllm_attn_compat.codemods.run import cachedir, stats
+    from vllm_attn_compat.codemods.run import stats
 
     cache = options.cache_dir
-    if not missed and cache is not None and os.path.exists(stats.table_path(cachedir.entries_folder(cache))):
+    if not missed and cache is not None and stats.has_run(cache):
         # Most likely a rerun the cache answers without libcst: none yet.
         return []
     from vllm_attn_compat.codemods.run import parallel, prefork, worker

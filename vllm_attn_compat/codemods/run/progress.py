@@ -15,5 +15,5 @@ def bar(outcomes: Iterable[Item], total: int, enabled: bool, stage: str) -> Iter
 
     # No monitor thread: the worker processes are forked while the bar is alive.
     tqdm.monitor_interval = 0
-    bar: Iterable[Item] = tqdm(outcomes, total=total, unit="file", desc=stage, delay=0.5, leave=False)
-    return bar
+    shown: Iterable[Item] = tqdm(outcomes, total=total, unit="file", desc=stage, delay=0.5, leave=False)
+    return shown

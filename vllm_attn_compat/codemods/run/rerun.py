@@ -132,9 +132,7 @@ def replay(prepared: Prepared, mode: str, report: RunReport) -> bool:
     cache = prepared.cache
     if cache is None:
         return False
-    if not os.path.exists(stats.table_path(cache.folder)):
-        # A first run (every run with a cache saves the table of what it read): nothing to replay, and no status
-        # to take of each file for that.
+    if not stats.has_run(cache.root):  # a first run: nothing to replay, and no status to take of each file for that
         return False
     statuses = _statuses(prepared)
     if statuses is None:

@@ -60,6 +60,12 @@ def table_path(folder: str) -> str:
     return os.path.join(folder, _NAME)
 
 
+def has_run(root: str) -> bool:
+    """Whether the cache in ``root`` (``--cache-dir``) holds a table: every run with a cache saves the one of the
+    files it read, so without it this is a first run, with nothing to replay."""
+    return os.path.exists(table_path(cachedir.entries_folder(root)))
+
+
 class StatTable:
     """Digests of files by their status: load once per run, look up, then record what the run read."""
 

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 class Changed(Exception):
     """A file whose status changed since the rerun took it (`rerun.Prepared.known`), read at last: the run reads
-    every file again (`run_paths`)."""
+    every file again (`runner.run_paths`)."""
 
 
 @dataclass(eq=False)

@@ -23,6 +23,9 @@ commands taking turns (medians):
   whose ``prefork.worth_starting`` says no: index and migration go to ``run/parallel.py``'s pool alone),
   the two parsers alone on the input a cold ``--check`` hands them (``parsers_alone.py``, a floor under this
   design), ``grep -rlE`` of the rules' tokens, ``ast-grep run -p 'assert output is not None'``;
+* **what keeping libcst's dataclass code buys** (`run/dataclass_code.py`): ``migrate --check --no-cache`` and
+  the backend edit again from a copy of the package that does not keep it, next to the copy that does (as its
+  first run leaves it wherever Python writes bytecode);
 * **the field**, with ``--field`` (minutes; one run each): Fixit 2.2's ``fixit lint`` with one rule that
   drops ``assert output is not None`` in a function taking ``output`` (with its autofix), and libcst's own
   ``python -m libcst.tool codemod`` running the same rule, on vLLM's tree.
@@ -214,12 +217,21 @@ def _tool(name: str, folder: str | None) -> str | None:
     return found
 
 
-def _without_prefork(site: str, scratch: str) -> str:
-    """A second copy of the installed package whose ``prefork.worth_starting`` always says no."""
+def _copy(site: str, scratch: str, name: str) -> str:
+    """Another compiled copy of the installed package in ``site``, without libcst's kept dataclass code."""
     import compileall
 
-    copy = os.path.join(scratch, "site-no-prefork")
+    copy = os.path.join(scratch, name)
     shutil.copytree(site, copy, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    compileall.compile_dir(copy, quiet=1)
+    return copy
+
+
+def _without_prefork(site: str, scratch: str) -> str:
+    """A copy of the installed package whose ``prefork.worth_starting`` always says no."""
+    import compileall
+
+    copy = _copy(site, scratch, "site-no-prefork")
     path = os.path.join(copy, "vllm_attn_compat", "codemods", "run", "prefork.py")
     with open(path, encoding="utf-8") as handle:
         text = handle.read()
@@ -228,8 +240,20 @@ def _without_prefork(site: str, scratch: str) -> str:
         raise SystemExit(f"{path}: worth_starting() no longer reads as this benchmark expects; update it")
     with open(path, "w", encoding="utf-8") as handle:
         handle.write(patched)
-    compileall.compile_dir(copy, quiet=1)
+    compileall.compile_file(path, quiet=1, force=True)
     return copy
+
+
+def _keep_dataclass_code(python: str, site: str, env: dict[str, str]) -> None:
+    """Have the copy in ``site`` keep libcst's dataclass code (`run/dataclass_code.py`) as its first run leaves it
+    wherever Python writes bytecode (pre-commit's and pipx's environments; not this machine, which sets
+    PYTHONDONTWRITEBYTECODE)."""
+    writing = {key: value for key, value in env.items() if key != "PYTHONDONTWRITEBYTECODE"}
+    writing["PYTHONPATH"] = site
+    code = "from vllm_attn_compat.codemods.run import dataclass_code as d; d.import_libcst(); print(d.store_path())"
+    kept = subprocess.run([python, "-c", code], env=writing, capture_output=True, text=True, check=True).stdout.strip()
+    if not kept.startswith(site) or not os.path.exists(kept):
+        raise SystemExit(f"libcst's dataclass code was not kept in {site} (expected it at {kept})")
 
 
 def main() -> int:
@@ -282,7 +306,14 @@ def main() -> int:
         imported = subprocess.run(where, capture_output=True, text=True, env=env, cwd=read_only, check=True).stdout
         if not imported.startswith(site):
             raise SystemExit(f"the benchmark would time {imported.strip()}, expected the copy in {site}")
-        no_prefork = {**env, "PYTHONPATH": _without_prefork(site, scratch) + env["PYTHONPATH"][len(site) :]}
+        elsewhere = env["PYTHONPATH"][len(site) :]
+        without_prefork = _without_prefork(site, scratch)
+        for copy in (site, without_prefork):
+            _keep_dataclass_code(python, copy, env)
+        no_prefork = {**env, "PYTHONPATH": without_prefork + elsewhere}
+        # The same package, where libcst's dataclass code is not kept: compiled at each import, as before.
+        not_kept = {**env, "PYTHONPATH": _copy(site, scratch, "site-not-kept") + elsewhere}
+        not_kept["PYTHONDONTWRITEBYTECODE"] = "1"
 
         def fresh_copy() -> None:
             shutil.rmtree(written, ignore_errors=True)
@@ -332,6 +363,8 @@ def main() -> int:
             "ruff, a backend edited": ([*ruff_default, "vllm"], {"cwd": backend_tree, "prepare": edit_backend}),
             "migrate --check, a backend edited": (
                 [*check, "vllm"], {"env": env, "cwd": backend_tree, "prepare": edit_backend}),
+            "migrate --check, a backend edited, dataclass code not kept": (
+                [*check, "vllm"], {"env": not_kept, "cwd": backend_tree, "prepare": edit_backend}),
             "ruff, a model edited": ([*ruff_default, "vllm"], {"cwd": model_tree, "prepare": edit_model}),
             "migrate --check, a model edited": (
                 [*check, "vllm"], {"env": env, "cwd": model_tree, "prepare": edit_model}),
@@ -354,6 +387,8 @@ def main() -> int:
                 [*migrate, "--no-cache", "vllm"], {"env": env, "cwd": written, "prepare": fresh_copy}),
             "migrate --check --no-cache, no prefork": (
                 [*check, "--no-cache", "vllm"], {"env": no_prefork, "cwd": read_only}),
+            "migrate --check --no-cache, dataclass code not kept": (
+                [*check, "--no-cache", "vllm"], {"env": not_kept, "cwd": read_only}),
             "ast + libcst parses alone (floor)": (
                 [python, PARSERS_ALONE, "parse", inputs, "vllm"], {"env": env, "cwd": read_only}),
             f"grep -rlE ({len(tokens)} tokens)": (
@@ -374,10 +409,10 @@ def main() -> int:
         peaks = {name: peak_memory(commands[name][0], **commands[name][1]) for name in measured}
 
         print(f"medians of {args.repeat} runs of each, the commands taking turns; peak memory from one more run")
-        print(f"{'command':<50} {'wall s':>7} {'CPU s':>7} {'peak MiB':>9}")
+        print(f"{'command':<60} {'wall s':>7} {'CPU s':>7} {'peak MiB':>9}")
         for name, (wall, cpu, _) in results.items():
             memory = f"{peaks[name][0]:6.0f} ({peaks[name][1]} processes)" if name in peaks else ""
-            print(f"{name:<50} {wall:7.3f} {cpu:7.3f} {memory}")
+            print(f"{name:<60} {wall:7.3f} {cpu:7.3f} {memory}")
         for name in measured:
             done = results[name][2]
             summary = json.loads(done.stdout)["summary"]
@@ -399,6 +434,8 @@ def main() -> int:
         ratio("migrate --check, a backend edited", "ruff, a backend edited", "(target <= 1.5x)")
         ratio("migrate --check, a model edited", "ruff, a model edited", "(no target)")
         ratio("migrate --check, the KV-cache manager edited", "ruff, the KV-cache manager edited", "(no target)")
+        ratio("migrate --check, a backend edited", "migrate --check, a backend edited, dataclass code not kept",
+              "(what keeping libcst's dataclass code buys)")  # fmt: skip
         print("the cache against none (wall time; never slower):")
         ratio("migrate --check, warm (its default cache)", "migrate --check --no-cache", "(target <= 1x)")
         ratio("torch: migrate --check, warm (its default cache)", "torch: migrate --check --no-cache",
@@ -413,6 +450,8 @@ def main() -> int:
         ratio(
             "migrate --check --no-cache", "migrate --check --no-cache, no prefork", "(what the preforked worker buys)"
         )
+        ratio("migrate --check --no-cache", "migrate --check --no-cache, dataclass code not kept",
+              "(what keeping libcst's dataclass code buys)")  # fmt: skip
         ratio("ast + libcst parses alone (floor)", "ruff --no-cache", "(a floor: the rest of a run comes on top)")
         print("cold (CPU time, less sensitive to other load):")
         ratio("migrate --check --no-cache", "ruff --no-cache", "", cpu=True)

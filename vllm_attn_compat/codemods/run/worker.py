@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from vllm_attn_compat.codemods.findings import Finding
-from vllm_attn_compat.codemods.run import dependencies
+from vllm_attn_compat.codemods.run import dataclass_code, dependencies
 from vllm_attn_compat.codemods.run.report import FileError
 
 if TYPE_CHECKING:
@@ -114,7 +114,7 @@ def preload() -> None:
     # collector's passes over them while they are made cost a tenth of the import, and find nothing.
     gc.disable()
     try:
-        import libcst  # noqa: F401 - the point is the import itself
+        dataclass_code.import_libcst()
 
         from vllm_attn_compat.codemods import registry
         from vllm_attn_compat.codemods.engine import (  # noqa: F401 - imported to have them loaded
@@ -141,6 +141,7 @@ def setup_pickled(settings: bytes) -> None:
 
 
 def _migrate(source: bytes, path: str, hierarchy: Recorder, *, with_findings: bool = True) -> MigrationResult:
+    dataclass_code.import_libcst()  # (not imported yet: a run that migrates in this process, or a pool's worker)
     from vllm_attn_compat.codemods.engine.migrate import migrate_source
 
     return migrate_source(

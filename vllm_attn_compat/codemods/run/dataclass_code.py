@@ -1,0 +1,119 @@
+"""libcst imported with the code of its dataclasses' methods kept between runs, as Python keeps modules' bytecode.
+
+Importing libcst makes some 200 dataclasses, and `dataclasses` writes each one's ``__init__``, ``__eq__``,
+``__hash__``, ``__repr__`` and ``__setattr__`` as source text and compiles it with ``exec``: 600 compiles, half of
+the import (0.1 s of 0.2 s here), paid by every run that migrates a file; after one edit, most of that run. The
+compiled code depends on the source text and the interpreter alone (``exec`` compiles it as ``"<string>"`` with
+no inherited flags), so it is kept, keyed by that text, in one file beside this package's bytecode (the folder
+``__pycache__``, or ``sys.pycache_prefix``'s) under the same rules: written only where Python would write
+bytecode (``sys.dont_write_bytecode``), read only by the interpreter that wrote it (its magic number), and a
+file that does not check out (a CRC of its contents) is ignored and written again. It lives with the installed
+code, not in the project's cache folder: a project is not trusted to supply code that runs. Each ``exec`` of
+such source while libcst imports is given the kept code of the same text, else compiles it; the dataclasses
+made are the same either way. The file keeps what the last import used (an upgraded libcst replaces it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib.util
+import marshal
+import os
+import sys
+import types
+import zlib
+from collections.abc import Iterator
+from typing import Any
+
+_NAME = f"libcst-dataclasses.{sys.implementation.cache_tag}.bin"
+
+
+def import_libcst() -> None:
+    """Import libcst, unless it is already; raises ImportError as ``import libcst`` does."""
+    if "libcst" in sys.modules:
+        return
+    with kept_code(store_path()):
+        import libcst  # noqa: F401 - the point is the import itself
+
+
+def store_path() -> str:
+    """Where the kept code lives: this module's bytecode folder (``sys.pycache_prefix`` honoured)."""
+    return os.path.join(os.path.dirname(importlib.util.cache_from_source(__file__)), _NAME)
+
+
+class KeptCode:
+    """The code objects of the source texts ``exec`` was given, kept and newly compiled."""
+
+    def __init__(self, kept: dict[str, types.CodeType]) -> None:
+        self.kept = kept
+        self.used: dict[str, types.CodeType] = {}
+        self.compiled = 0  # how many texts were not kept, each compiled once
+
+    def exec(self, source: str | bytes | types.CodeType, globals: Any = None, locals: Any = None) -> None:
+        """``exec(source, globals, locals)``, a source text's code taken from those kept."""
+        if not isinstance(source, str):
+            exec(source, globals, locals)  # what dataclasses asked for, unchanged
+            return
+        code = self.kept.get(source)
+        if code is None:  # (a third of the texts are made twice or more: by classes with the same fields)
+            code = self.kept[source] = compile(source, "<string>", "exec", dont_inherit=True)
+            self.compiled += 1
+        self.used[source] = code
+        exec(code, globals, locals)
+
+
+@contextlib.contextmanager
+def kept_code(path: str) -> Iterator[KeptCode]:
+    """Within the block, the dataclasses made compile their methods' source once per text for all runs: the code
+    kept in ``path`` is used, and the file is written again afterwards if some text was not in it."""
+    code = KeptCode(load(path))
+    # `dataclasses` calls `exec` by its global name: a module global of that name comes before the builtin.
+    shadowed = dataclasses.__dict__.get("exec")
+    dataclasses.exec = code.exec  # type: ignore[attr-defined]
+    try:
+        yield code
+    finally:
+        if shadowed is None:
+            del dataclasses.exec  # type: ignore[attr-defined]
+        else:
+            dataclasses.exec = shadowed  # type: ignore[attr-defined]
+    if code.compiled and not sys.dont_write_bytecode:
+        store(path, code.used)
+
+
+def load(path: str) -> dict[str, types.CodeType]:
+    """The code kept in ``path``; none if the file is missing, another interpreter's, or does not check out."""
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read()
+    except OSError:
+        return {}
+    magic = importlib.util.MAGIC_NUMBER
+    header = len(magic) + 4
+    if data[: len(magic)] != magic or int.from_bytes(data[len(magic) : header], "little") != zlib.crc32(data[header:]):
+        return {}
+    try:
+        kept = marshal.loads(data[header:])
+    except (ValueError, EOFError, TypeError):
+        return {}
+    if not isinstance(kept, dict) or not all(
+        type(text) is str and type(code) is types.CodeType for text, code in kept.items()
+    ):
+        return {}
+    return kept
+
+
+def store(path: str, used: dict[str, types.CodeType]) -> None:
+    """Write ``used`` to ``path`` atomically; a folder that cannot be written keeps nothing, silently (as bytecode)."""
+    payload = marshal.dumps(used)
+    data = importlib.util.MAGIC_NUMBER + zlib.crc32(payload).to_bytes(4, "little") + payload
+    temporary = f"{path}.{os.getpid()}.tmp"
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(temporary, "wb") as handle:
+            handle.write(data)
+        os.replace(temporary, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)

@@ -23,9 +23,11 @@ commands taking turns (medians):
   whose ``prefork.worth_starting`` says no: index and migration go to ``run/parallel.py``'s pool alone),
   the two parsers alone on the input a cold ``--check`` hands them (``parsers_alone.py``, a floor under this
   design), ``grep -rlE`` of the rules' tokens, ``ast-grep run -p 'assert output is not None'``;
-* **what keeping libcst's dataclass code buys** (`run/dataclass_code.py`): ``migrate --check --no-cache`` and
-  the backend edit again from a copy of the package that does not keep it, next to the copy that does (as its
-  first run leaves it wherever Python writes bytecode);
+* **one file** (``flash_attn.py``), as an editor or a hook given the changed files runs it: ``ruff check
+  --no-cache --select UP`` and ``migrate --check --no-cache`` (which migrates it in its own process);
+* **what keeping libcst's dataclass code buys** (`run/dataclass_code.py`): ``migrate --check --no-cache``, the
+  backend edit and the one file again from a copy of the package that does not keep it, next to the copy
+  that does (as its first run leaves it wherever Python writes bytecode);
 * **the field**, with ``--field`` (minutes; one run each): Fixit 2.2's ``fixit lint`` with one rule that
   drops ``assert output is not None`` in a function taking ``output`` (with its autofix), and libcst's own
   ``python -m libcst.tool codemod`` running the same rule, on vLLM's tree.
@@ -251,7 +253,8 @@ def _keep_dataclass_code(python: str, site: str, env: dict[str, str]) -> None:
     writing = {key: value for key, value in env.items() if key != "PYTHONDONTWRITEBYTECODE"}
     writing["PYTHONPATH"] = site
     code = "from vllm_attn_compat.codemods.run import dataclass_code as d; d.import_libcst(); print(d.store_path())"
-    kept = subprocess.run([python, "-c", code], env=writing, capture_output=True, text=True, check=True).stdout.strip()
+    done = subprocess.run([python, "-c", code], env=writing, cwd=site, capture_output=True, text=True, check=True)
+    kept = done.stdout.strip()
     if not kept.startswith(site) or not os.path.exists(kept):
         raise SystemExit(f"libcst's dataclass code was not kept in {site} (expected it at {kept})")
 
@@ -353,6 +356,7 @@ def main() -> int:
         ruff_default = [ruff, "check", "--select", "UP"]
         ruff_cold = [ruff, "check", "--no-cache", "--select", "UP"]
         check = [*migrate, "--check"]
+        one_backend = "vllm/v1/attention/backends/flash_attn.py"
         commands = {
             # The runs users repeat: each tool at its defaults, warm.
             "ruff, warm (its default cache)": (
@@ -389,6 +393,12 @@ def main() -> int:
                 [*check, "--no-cache", "vllm"], {"env": no_prefork, "cwd": read_only}),
             "migrate --check --no-cache, dataclass code not kept": (
                 [*check, "--no-cache", "vllm"], {"env": not_kept, "cwd": read_only}),
+            # One file, as an editor or a hook given the changed files runs it: migrated in this process.
+            "ruff --no-cache, one backend": ([*ruff_cold, one_backend], {"cwd": read_only}),
+            "migrate --check --no-cache, one backend": (
+                [*check, "--no-cache", one_backend], {"env": env, "cwd": read_only}),
+            "migrate --check --no-cache, one backend, dataclass code not kept": (
+                [*check, "--no-cache", one_backend], {"env": not_kept, "cwd": read_only}),
             "ast + libcst parses alone (floor)": (
                 [python, PARSERS_ALONE, "parse", inputs, "vllm"], {"env": env, "cwd": read_only}),
             f"grep -rlE ({len(tokens)} tokens)": (
@@ -409,10 +419,10 @@ def main() -> int:
         peaks = {name: peak_memory(commands[name][0], **commands[name][1]) for name in measured}
 
         print(f"medians of {args.repeat} runs of each, the commands taking turns; peak memory from one more run")
-        print(f"{'command':<60} {'wall s':>7} {'CPU s':>7} {'peak MiB':>9}")
+        print(f"{'command':<66} {'wall s':>7} {'CPU s':>7} {'peak MiB':>9}")
         for name, (wall, cpu, _) in results.items():
             memory = f"{peaks[name][0]:6.0f} ({peaks[name][1]} processes)" if name in peaks else ""
-            print(f"{name:<60} {wall:7.3f} {cpu:7.3f} {memory}")
+            print(f"{name:<66} {wall:7.3f} {cpu:7.3f} {memory}")
         for name in measured:
             done = results[name][2]
             summary = json.loads(done.stdout)["summary"]
@@ -452,6 +462,9 @@ def main() -> int:
         )
         ratio("migrate --check --no-cache", "migrate --check --no-cache, dataclass code not kept",
               "(what keeping libcst's dataclass code buys)")  # fmt: skip
+        ratio("migrate --check --no-cache, one backend", "ruff --no-cache, one backend", "(no target)")
+        one = "migrate --check --no-cache, one backend"
+        ratio(one, f"{one}, dataclass code not kept", "(what keeping libcst's dataclass code buys)")
         ratio("ast + libcst parses alone (floor)", "ruff --no-cache", "(a floor: the rest of a run comes on top)")
         print("cold (CPU time, less sensitive to other load):")
         ratio("migrate --check --no-cache", "ruff --no-cache", "", cpu=True)

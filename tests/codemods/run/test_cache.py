@@ -281,6 +281,7 @@ def test_an_index_entry_serves_only_the_module_its_folders_make_of_the_file(tree
     _run(tree, cache)
     (tree / "plugin/__init__.py").unlink()  # `plugin.impl` is now the module `impl`
     names.guess_module_name.cache_clear()  # (each run of the command is a process of its own)
+    names._package_parts.cache_clear()
     indexed.clear()
     warm = _run(tree, cache)
     assert sorted(indexed) == ["base.py", "impl.py", "manual.py", "prefill.py", "warm.py"]

@@ -62,13 +62,18 @@ def guess_module_name(path: str) -> str:
         return "__stdin__"
     head, name = os.path.split(normalize_path(path))
     stem = name.rsplit(".", 1)[0]
-    parts = [] if stem == "__init__" else [stem]
-    while head and os.path.isfile(os.path.join(head, "__init__.py")):
-        head, package = os.path.split(head)
-        parts.insert(0, package)
-        if not package:
-            break
+    parts = _package_parts(head) + (() if stem == "__init__" else (stem,))
     return ".".join(parts) or stem
+
+
+@lru_cache(maxsize=4096)
+def _package_parts(folder: str) -> tuple[str, ...]:
+    """The names of the packages ``folder`` is in, outermost first, itself last: each folder holding an
+    ``__init__.py``, up to the first that does not. Asked once per folder (a run's files share them)."""
+    if not folder or not os.path.isfile(os.path.join(folder, "__init__.py")):
+        return ()
+    parent, name = os.path.split(folder)
+    return ("",) if not name else (*_package_parts(parent), name)
 
 
 def names_match(reference: str, defined: str) -> bool:

@@ -93,6 +93,22 @@ def test_the_builtin_exec_is_dataclasses_own_again_after_the_block_even_when_it_
     assert not os.path.exists(tmp_path / "code.bin")
 
 
+def test_without_a_namespace_the_code_runs_in_the_callers_as_the_builtin_runs_it():
+    kept = dataclass_code.KeptCode({})
+    ran_in: list[str] = []
+
+    def caller() -> None:
+        local = "the caller's"
+        kept.exec("ran_in.append(__name__ + ' ' + local)")
+        kept.exec(compile("ran_in.append(local)", "<code>", "exec"))
+        kept.exec("ran_in.append(local)", {"ran_in": ran_in}, {"local": "given"})
+        assert local == "the caller's"
+
+    caller()
+    assert ran_in == [f"{__name__} the caller's", "the caller's", "given"]
+    assert kept.compiled == 2
+
+
 def test_the_file_keeps_what_the_last_import_used(tmp_path, writes_bytecode):
     path = str(tmp_path / "code.bin")
     with dataclass_code.kept_code(path):

@@ -52,11 +52,14 @@ class KeptCode:
 
     def exec(self, source: str | bytes | types.CodeType, globals: Any = None, locals: Any = None) -> None:
         """``exec(source, globals, locals)``, a source text's code taken from those kept."""
+        if globals is None:  # the caller's namespace, as the builtin's (dataclasses always gives its own)
+            caller = sys._getframe(1)
+            globals, locals = caller.f_globals, caller.f_locals if locals is None else locals
         if not isinstance(source, str):
             exec(source, globals, locals)  # what dataclasses asked for, unchanged
             return
         code = self.kept.get(source)
-        if code is None:  # (a third of the texts are made twice or more: by classes with the same fields)
+        if code is None:  # (a third of the calls repeat a text: classes with the same fields)
             code = self.kept[source] = compile(source, "<string>", "exec", dont_inherit=True)
             self.compiled += 1
         self.used[source] = code

@@ -2,7 +2,7 @@
 
 Importing libcst makes some 200 dataclasses, and `dataclasses` writes each one's ``__init__``, ``__eq__``,
 ``__hash__``, ``__repr__`` and ``__setattr__`` as source text and compiles it with ``exec``: 600 compiles, half of
-the import (0.1 s of 0.2 s here), paid by every run that migrates a file; after one edit, most of that run. The
+the import (0.1 s of 0.2 s here), paid by every run that migrates a file: on one file, about half of that run. The
 compiled code depends on the source text and the interpreter alone (``exec`` compiles it as ``"<string>"`` with
 no inherited flags), so it is kept, keyed by that text, in one file beside this package's bytecode (the folder
 ``__pycache__``, or ``sys.pycache_prefix``'s) under the same rules: written only where Python would write

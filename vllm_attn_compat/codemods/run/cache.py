@@ -352,7 +352,6 @@ class Cache:
         if self._unwritable:
             return
         path = self._file(key)
-        temporary = f"{path}.{os.getpid()}.tmp"
         try:
             if not self._made:
                 cachedir.make(self.root)
@@ -361,12 +360,8 @@ class Cache:
             # json.dumps, not json.dump: only the one-shot encoding runs in C (json.dump streams the text through
             # the pure-Python encoder, which made a third of a cold run's cost of filling the cache).
             text = json.dumps({"format": FORMAT, "key": key, **content})
-            with open(temporary, "w", encoding="utf-8") as handle:
-                handle.write(text)
-            os.replace(temporary, path)
+            cachedir.write_atomically(path, text.encode("utf-8"))
         except OSError as error:  # a read-only or full cache folder costs the cache, not the run
-            with contextlib.suppress(OSError):
-                os.unlink(temporary)
             with self._saying:  # the thread writing the index's entries may fail at the same moment
                 if not self._unwritable:
                     self._unwritable = True

@@ -42,12 +42,18 @@ def disabled_by_environment() -> bool:
 def write_text(root: str, path: str, text: str) -> None:
     """Write ``text`` to ``path``, a file in the cache ``root`` (made as `make` makes it), atomically: the file
     is complete or as it was. Raises OSError, leaving no temporary file behind."""
+    make(root)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    write_atomically(path, text.encode("utf-8"))
+
+
+def write_atomically(path: str, data: bytes) -> None:
+    """Write ``data`` to ``path``, in an existing folder, so that a reader finds the file complete or as it was.
+    Raises OSError, leaving no temporary file behind."""
     temporary = f"{path}.{os.getpid()}.tmp"
     try:
-        make(root)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(temporary, "w", encoding="utf-8") as handle:
-            handle.write(text)
+        with open(temporary, "wb") as handle:
+            handle.write(data)
         os.replace(temporary, path)
     except OSError:
         with contextlib.suppress(OSError):

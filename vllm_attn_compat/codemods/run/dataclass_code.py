@@ -26,6 +26,8 @@ import zlib
 from collections.abc import Iterator
 from typing import Any
 
+from vllm_attn_compat.codemods.run import cachedir
+
 _NAME = f"libcst-dataclasses.{sys.implementation.cache_tag}.bin"
 
 
@@ -111,12 +113,6 @@ def store(path: str, used: dict[str, types.CodeType]) -> None:
     """Write ``used`` to ``path`` atomically; a folder that cannot be written keeps nothing, silently (as bytecode)."""
     payload = marshal.dumps(used)
     data = importlib.util.MAGIC_NUMBER + zlib.crc32(payload).to_bytes(4, "little") + payload
-    temporary = f"{path}.{os.getpid()}.tmp"
-    try:
+    with contextlib.suppress(OSError):
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(temporary, "wb") as handle:
-            handle.write(data)
-        os.replace(temporary, path)
-    except OSError:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
+        cachedir.write_atomically(path, data)

@@ -193,3 +193,27 @@ def test_with_a_cache_the_early_workers_migrate_during_the_rounds_only_files_it_
     assert sent() == ["direct3.py"]  # the others' migrations come from the cache, each once
     assert edited == outcome(run_paths([str(tree)], Options(mode="check", jobs=1)))
     assert len(edited[0]) == len(uncached[0])
+
+
+HELPER = "from vllm.v1.attention.backend import AttentionImpl\n\n\nclass Helper(AttentionImpl):\n    def size(self):\n        return 1\n"
+
+
+def test_a_rerun_after_an_edit_reads_no_other_file_to_hand_files_to_the_early_workers(tmp_path, monkeypatch, reads):
+    """Whether a settled file needs libcst is kept with the other answers: the rounds of a rerun do not read the
+    attention code the cache holds no migration of (it needs none) to tell."""
+    from vllm_attn_compat.codemods.run import stats
+
+    monkeypatch.setattr(stats, "RACY_NS", 0)
+    started = _record_warm_pools(monkeypatch)
+    helpers = {f"helper{n}.py": HELPER.replace("Helper", f"Helper{n}") for n in range(4)}
+    tree = write_tree(tmp_path / "tree", {f"direct{n}.py": DIRECT for n in range(2)} | helpers)
+    options = Options(mode="check", jobs=2, cache_dir=str(tmp_path / "cache"))
+    run_paths([str(tree)], options)
+    (tree / "direct1.py").write_text("# edited\n" + DIRECT)
+    reads.clear()
+    started.clear()
+    report = run_paths([str(tree)], options)
+    assert started  # the rerun had an early worker to hand files to
+    assert reads == ["direct1.py"]
+    uncached = run_paths([str(tree)], Options(mode="check", jobs=1))
+    assert sorted(report.findings) == sorted(uncached.findings) and report.changed == uncached.changed

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import collections
 import pickle
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from vllm_attn_compat.codemods.engine import migrate
@@ -58,19 +58,26 @@ def candidate_rules(
     return [rule for rule in rules if not rule.scoped]
 
 
+# Whether the file at a path needs libcst for some of the rules that can act in it, the attention classes of the
+# run being those named (`migrate.needs_parsing` of its bytes).
+NeedsParsing = Callable[[str, Sequence[type[Rule]], frozenset[str]], bool]
+
+
 class Handoff:
     """Sends settled candidates to the early workers after each round, each file to the worker that indexed
     it (and kept its syntax tree: `holders`), else to the one with the least work so far. Where other jobs
     will start besides them, they take at most ``limit`` files in all during the rounds (a few early workers
     should not take on a whole fork's worth of files: a full pool shares the rest); where they are all the
-    jobs there are, ``limit`` is None."""
+    jobs there are, ``limit`` is None. ``needs_parsing`` answers whether a file needs libcst (the runner's
+    answers keep it: a rerun reads no file for that); by default, from the bytes `after_round` is given."""
 
     def __init__(
         self, workers: Sequence[PreforkedWorker], rules: Sequence[type[Rule]], unsafe_fixes: bool, limit: int | None,
-        old_op_calls: str = "with-output", verify: bool = True,
+        old_op_calls: str = "with-output", verify: bool = True, needs_parsing: NeedsParsing | None = None,
     ) -> None:  # fmt: skip
         self.workers = list(workers)
         self.rules = rules
+        self.needs_parsing = needs_parsing
         self.unsafe_fixes = unsafe_fixes
         self.old_op_calls = old_op_calls
         self.verify = verify
@@ -139,7 +146,11 @@ class Handoff:
             idle = None if settled or isinstance(index, ScannedIndex) else self.idle()
             if not settled and idle is None:
                 continue
-            if not migrate.needs_parsing(sources[path], candidate_rules(self.rules, index, hierarchy, path), names):
+            acting = candidate_rules(self.rules, index, hierarchy, path)
+            if self.needs_parsing is not None:
+                if not self.needs_parsing(path, acting, names):
+                    continue
+            elif not migrate.needs_parsing(sources[path], acting, names):
                 continue
             to = self.least_loaded() if settled else idle
             if to is None:

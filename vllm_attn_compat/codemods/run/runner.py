@@ -185,6 +185,17 @@ def _migrate_worth(
     Returns the files that took part beyond answering the run's questions: indexed, scanned, or parsed."""
     sources = _Sources({s.source_file.path: s for s in scanned})  # the files this run may migrate
     excluded = {s.source_file.path for s in context}
+    tests: dict[tuple[tuple[str, ...], frozenset[str]], Callable[[Scanned], bool]] = {}
+
+    def needs_libcst(path: str, acting: Sequence[type[Rule]], names: frozenset[str]) -> bool:
+        """`migrate.needs_parsing` of a file the run may migrate, as the answers keep it (by the codes of the
+        rules ``acting`` and the attention classes ``names``)."""
+        key = (tuple(rule.code for rule in acting), names)
+        if key not in tests:
+            terms = [*scans.rule_terms(acting), *(f"class {name}" for name in names)]
+            tests[key] = reading.asking("parse", terms)
+        return tests[key](sources.scanned[path])
+
     early = (
         Handoff(
             warm,
@@ -193,6 +204,7 @@ def _migrate_worth(
             limit=None if options.jobs <= len(warm) else parallel.IN_PROCESS_BELOW,
             old_op_calls=options.old_op_calls,
             verify=options.verifies,
+            needs_parsing=needs_libcst,
         )
         if warm
         else None
@@ -233,15 +245,10 @@ def _migrate_worth(
     # rules scoped to attention classes matter only where the index shows such a class.
     reachable = {s.source_file.path: s for s in scanned if s.source_file.path in indexes}
     reachable |= {s.source_file.path: s for s in worth}
-    tests: dict[tuple[str, ...], Callable[[Scanned], bool]] = {}
 
     def needs_parsing(s: Scanned) -> bool:
-        acting = candidate_rules(rules, indexes.get(s.source_file.path), hierarchy, s.source_file.path)
-        codes = tuple(rule.code for rule in acting)
-        if codes not in tests:
-            terms = [*scans.rule_terms(acting), *(f"class {name}" for name in names)]
-            tests[codes] = reading.asking("parse", terms)
-        return tests[codes](s)
+        path = s.source_file.path
+        return needs_libcst(path, candidate_rules(rules, indexes.get(path), hierarchy, path), names)
 
     candidates = [s for path, s in sorted(reachable.items()) if path not in failed and needs_parsing(s)]
     involved = set(indexes) | {c.source_file.path for c in candidates}

@@ -138,3 +138,25 @@ def test_data_kept_is_read_back_by_its_decoder_and_asked_again_if_it_does_not_de
         {"words": ["B"]},
         1,
     )
+
+
+@pytest.mark.parametrize("run", [None, "a-run-key"])
+def test_answers_encoded_ahead_are_saved_as_the_save_would_encode_them(tmp_path, run):
+    """A run encodes its answers while its workers migrate (`Answers.prepare`); an answer used after that is
+    saved all the same."""
+    written = {}
+    for prepared in (False, True):
+        folder = tmp_path / str(prepared)
+        kept = Answers(str(folder), CODE)
+        kept.ask("d1", "q1", lambda: True)
+        kept.ask("d2", "q1", lambda: False)
+        if prepared:
+            kept.prepare()
+        kept.ask("d2", "q2", lambda: True)  # after the encoding: it must not be lost
+        kept.save(run)
+        written[prepared] = (folder / "vllm-attn-compat" / "answers.json").read_bytes()
+    assert written[True] == written[False]
+    data = json.loads(written[True])
+    assert data["run"] == run and data["files"] == {"d1": {"q1": True}, "d2": {"q1": False, "q2": True}}
+    reread = Answers(str(tmp_path / "True"), CODE)
+    assert reread.run == run and reread.ask("d2", "q2", lambda: False)

@@ -57,6 +57,7 @@ class Answers:
         self._kept: dict[str, dict[str, object]] = {}
         self._used: dict[str, dict[str, object]] = {}
         self._changed = False
+        self._encoded: str | None = None  # `_used` as JSON text (`prepare`), until another answer is used
         # The key of the run whose every question of each of its files these answers hold (`save`), if any.
         self.run: str | None = None
         if self.path is None:
@@ -104,11 +105,19 @@ class Answers:
                 pass
             else:
                 used[asked] = kept[asked]
+                self._encoded = None
                 return found
         found = answer()
         used[asked] = encode(found)
         self._changed = True
+        self._encoded = None
         return found
+
+    def prepare(self) -> None:
+        """Encode the answers used so far, which `save` writes unless another is used meanwhile: a run does it
+        while its workers migrate, instead of after."""
+        if self.path is not None and self._encoded is None:
+            self._encoded = json.dumps(self._used, separators=(",", ":"))
 
     def save(self, run: str | None = None) -> None:
         """Write the answers this run used, when it asked a new question or left a file's answers out
@@ -119,8 +128,9 @@ class Answers:
             return
         if not self._changed and self._used.keys() == self._kept.keys() and run == self.run:
             return
-        data = {"format": _FORMAT, "code": self.code, "run": run, "files": self._used}
-        text = json.dumps(data, separators=(",", ":"))
+        self.prepare()
+        head = json.dumps({"format": _FORMAT, "code": self.code, "run": run}, separators=(",", ":"))
+        text = f'{head[:-1]},"files":{self._encoded}}}'
         with contextlib.suppress(OSError):
             cachedir.write_text(self.root, self.path, text)
 

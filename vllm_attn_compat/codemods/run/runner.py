@@ -302,6 +302,7 @@ def _migrate_worth(
     # libcst missing or broken: every file fails alike, and the command names it once (cli.py)
     missing: MissingDependency | None = None
     written = cache.write_deferred() if cache is not None else None
+    reading.answers.prepare()  # every question is asked: encoded while the workers migrate
     try:
         for path, outcome in progress.bar(outcomes, len(candidates), options.progress, "migrate"):
             if isinstance(outcome, MissingDependency):

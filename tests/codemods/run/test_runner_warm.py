@@ -195,7 +195,10 @@ def test_with_a_cache_the_early_workers_migrate_during_the_rounds_only_files_it_
     assert len(edited[0]) == len(uncached[0])
 
 
-HELPER = "from vllm.v1.attention.backend import AttentionImpl\n\n\nclass Helper(AttentionImpl):\n    def size(self):\n        return 1\n"
+HELPER = (
+    "from vllm.v1.attention.backend import AttentionImpl\n\n\nclass Helper(AttentionImpl):\n"
+    "    def size(self):\n        return 1\n"
+)
 
 
 def test_a_rerun_after_an_edit_reads_no_other_file_to_hand_files_to_the_early_workers(tmp_path, monkeypatch, reads):

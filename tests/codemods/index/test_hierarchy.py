@@ -42,6 +42,23 @@ def test_bases_resolve_through_imports_aliases_and_subscripts():
     assert hierarchy.attention_class_names() == frozenset("ABCD")
 
 
+def test_the_attention_class_names_follow_each_module_added():
+    """The names are kept once asked (each round asks twice), and made again once another module joins."""
+    base = index(
+        "plugin/base.py", "from vllm.v1.attention.backend import AttentionImpl\nclass Base(AttentionImpl): ...\n"
+    )
+    hierarchy = ClassHierarchy.build([base])
+    assert hierarchy.attention_class_names() == {"Base"}
+    assert hierarchy.attention_class_names() is hierarchy.attention_class_names()
+    hierarchy.add(index("plugin/impl.py", "from plugin.base import Base\nclass Impl(Base): ...\n"))
+    assert hierarchy.attention_class_names() == {"Base", "Impl"}
+    extended = hierarchy.extended(index("plugin/more.py", "from plugin.impl import Impl\nclass More(Impl): ...\n"))
+    assert extended.attention_class_names() == {"Base", "Impl", "More"}
+    assert hierarchy.attention_class_names() == {"Base", "Impl"}  # the copy's module did not join it
+    again = pickle.loads(pickle.dumps(extended))  # as the workers get it
+    assert again.attention_class_names() == {"Base", "Impl", "More"}
+
+
 def test_classes_nested_in_functions_use_qualnames():
     module = index(
         "m.py",

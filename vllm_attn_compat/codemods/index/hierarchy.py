@@ -324,6 +324,7 @@ class ClassHierarchy(FlagOwners):
     _patched: list[tuple[str, str]] | None = None  # `_patched_in_scope`, once asked (asked once per file)
     _from_vllm: dict[str, bool] = field(default_factory=dict)
     _subclasses: dict[str, list[str]] | None = None  # in-run class -> its direct subclasses in the run
+    _names: frozenset[str] | None = None  # `attention_class_names`, once asked (each round asks it twice)
 
     @classmethod
     def build(cls, indexes: Iterable[ModuleIndex]) -> ClassHierarchy:
@@ -355,6 +356,7 @@ class ClassHierarchy(FlagOwners):
         self._from_vllm.clear()
         self._patched = None
         self._subclasses = None
+        self._names = None
 
     def extended(self, index: ModuleIndex) -> ClassHierarchy:
         """A copy that also holds ``index`` (the hierarchy itself is left alone)."""
@@ -470,11 +472,15 @@ class ClassHierarchy(FlagOwners):
     def attention_class_names(self) -> frozenset[str]:
         """Plain names (``PluginBase``) of the attention classes of the run, for the prefilter; with them the
         names of functions patched onto one from another module (their file is attention code too)."""
-        classes = {full.rpartition(".")[2] for full in self.bases if self.is_attention_class(full)}
-        functions = {
-            source.rpartition(".")[2] for source, module in self._patched_in_scope() if not _in_module(source, module)
-        }
-        return frozenset(classes | functions)
+        if self._names is None:
+            classes = {full.rpartition(".")[2] for full in self.bases if self.is_attention_class(full)}
+            functions = {
+                source.rpartition(".")[2]
+                for source, module in self._patched_in_scope()
+                if not _in_module(source, module)
+            }
+            self._names = frozenset(classes | functions)
+        return self._names
 
     def declares_flag_in_base(self) -> bool:
         """Whether the run is a fork whose own ``AttentionBackend`` still declares ``accept_output_buffer``:

@@ -76,6 +76,7 @@ def index_hierarchy(
     checked_methods: frozenset[str] = frozenset()  # the methods each file spared in earlier rounds was checked for
     read_for: frozenset[str] = frozenset()  # the methods each file not indexed was checked for
     built = hierarchy_module.ClassHierarchy.build([])
+    stems = _Stems(scanned)
     settled: ClassHierarchy | None = None  # the last round's hierarchy, for `after_round` once the next is under way
     while pending:
         # Files whose class headers show no class that can be an attention class (nor a patch, nor a
@@ -138,7 +139,7 @@ def index_hierarchy(
                 pending.append(s)
         missing = built.missing_flag_bases()
         reading.looked_for |= missing
-        pending += _defining_files(missing, scanned, indexes, pending, must_parse)
+        pending += _defining_files(missing, stems, indexes, pending, must_parse)
         if not pending:
             # Every caller in the run counts, whatever it imports (`runner.py` calling `engine.impl.prefill(x)`):
             # once the rounds have settled, a file not indexed is parsed if it may use a method with a fix still
@@ -162,7 +163,7 @@ def _may_use(reading: Reading, methods: frozenset[str]) -> Callable[[Scanned], b
 
 def _defining_files(
     names: Set[str],
-    scanned: Sequence[Scanned],
+    stems: _Stems,
     indexes: Mapping[str, IndexOutcome],
     pending: Sequence[Scanned],
     must_parse: set[str],
@@ -179,19 +180,40 @@ def _defining_files(
     # is guessed only for those files.
     lasts = {name.rpartition(".")[0].rpartition(".")[2] for name in names}
     found = []
-    for s in scanned:
+    for s in stems.named(lasts):
         path = s.source_file.path
         index = indexes.get(path)
         if path in queued or not (index is None or isinstance(index, classscan.ScannedIndex)):
-            continue
-        stem = os.path.basename(path).rsplit(".", 1)[0]  # as `guess_module_name` takes it
-        if stem != "__init__" and stem.rpartition(".")[2] not in lasts:
             continue
         module = guess_module_name(path)
         if any(may_define(module, name) for name in names):
             must_parse.add(path)
             found.append(s)
     return found
+
+
+class _Stems:
+    """The files of a run by the last part of their module's name as `guess_module_name` takes it from the file's
+    name (``b`` for ``a/b.py`` and ``a/x.b.py``), and its packages' ``__init__.py`` files apart; made when first
+    asked (a round looks for the modules that may define a class)."""
+
+    def __init__(self, scanned: Sequence[Scanned]) -> None:
+        self._scanned = scanned
+        self._by_last: dict[str, list[int]] | None = None
+        self._inits: list[int] = []
+
+    def named(self, lasts: Set[str]) -> list[Scanned]:
+        """The files whose name ends a module name in ``lasts``, and every ``__init__.py``, in the run's order."""
+        if self._by_last is None:
+            self._by_last = {}
+            for number, s in enumerate(self._scanned):
+                stem = os.path.basename(s.source_file.path).rsplit(".", 1)[0]  # as `guess_module_name` takes it
+                if stem == "__init__":
+                    self._inits.append(number)
+                else:
+                    self._by_last.setdefault(stem.rpartition(".")[2], []).append(number)
+        numbers = [*self._inits, *(number for last in lasts for number in self._by_last.get(last, ()))]
+        return [self._scanned[number] for number in sorted(numbers)]
 
 
 class ClassScans:

@@ -85,6 +85,7 @@ def index_hierarchy(
         indexing = RoundIndexing(options.jobs, early)
         class_scans = ClassScans(known_names, reading)
         index_keys: dict[str, str] = {}  # the cache's key of each file of the round to index (looked up, then stored)
+        held: list[Scanned] = []  # the files whose index the cache holds an entry of, loaded below
         for s in pending:
             path = s.source_file.path
             scanned_index = None if path in must_parse else class_scans.scan(s)
@@ -94,15 +95,27 @@ def index_hierarchy(
                 continue
             if cache is not None:
                 index_keys[path] = index_key(cache, s)
-                cached = cache.load_index(index_keys[path])
-                if cached is not None:
-                    indexes[path] = cached
+                if cache.holds(index_keys[path]):
+                    held.append(s)
                     continue
             indexing.add(path, s.source)
+        if settled is not None and not len(indexing):
+            # Nothing of this round to index (a rerun's later rounds): the last round's settled files go to the early
+            # workers at once, and migrate while this process loads the round's indexes. (The entries added this
+            # round are the class scan's: `after_round` skips them.)
+            after_round(settled, indexes)
+            settled = None
+        for s in held:
+            path = s.source_file.path
+            cached = cache.load_index(index_keys[path]) if cache is not None else None
+            if cached is not None:
+                indexes[path] = cached
+            else:  # an entry that is not one after all (warned of): the file is indexed
+                indexing.add(path, s.source)
         outcomes = indexing.outcomes()
         if settled is not None:
             # The last round's settled files go to the early workers after this round's files, which the run
-            # waits for when they index them. (The entries just added are the class scan's: `after_round` skips them.)
+            # waits for when they index them.
             after_round(settled, indexes)
         for path, outcome in progress.bar(outcomes, len(indexing), options.progress, "index classes"):
             if isinstance(outcome, FileError):

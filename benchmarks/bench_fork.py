@@ -73,7 +73,7 @@ PARSERS_ALONE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "parser
 
 # A fresh interpreter importing libcst as a worker of migrate does (its dataclass code kept), and nothing else: the
 # least a rerun pays that migrates an edited file again, whatever it knows of the rest of the tree.
-EDIT_FLOOR = "libcst's import alone (floor under a rerun that migrates a file)"
+EDIT_FLOOR = "libcst's import alone (the floor under a rerun after an edit)"
 IMPORT_LIBCST = "from vllm_attn_compat.codemods.run.dataclass_code import import_libcst; import_libcst()"
 
 VLLM_VERSION = "0.19.1"

@@ -51,7 +51,8 @@ def index_hierarchy(
     themselves: they mention vLLM, or belong to a package named ``vllm`` (a fork). The others (torch has
     a ``class Attention(nn.Module)``) take part only if they name an attention class. Later rounds index
     every file naming (as a whole identifier) an attention class found so far. ``after_round(hierarchy,
-    indexes)`` runs for each round, once the next one's files are handed out (the last's, at the end).
+    indexes)`` runs for each round, once the next one's files are handed out to be indexed, or before the next
+    one loads its indexes when it has none to index (the last round's, at the end).
     The files are indexed in the ``early`` workers, as the class scan finds them, when they are all the jobs
     (`indexing.RoundIndexing`), those the ``cache`` holds not at all. A file of ``excluded`` that does not
     parse is left out unreported.

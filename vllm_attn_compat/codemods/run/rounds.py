@@ -111,7 +111,7 @@ def index_hierarchy(
             cached = cache.load_index(index_keys[path]) if cache is not None else None
             if cached is not None:
                 indexes[path] = cached
-            else:  # an entry that is not one after all (warned of): the file is indexed
+            else:  # gone since, or no valid entry (a warning says so): the file is indexed
                 indexing.add(path, s.source)
         outcomes = indexing.outcomes()
         if settled is not None:

@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 
 from vllm_attn_compat.codemods.cli import main
-from vllm_attn_compat.codemods.index import names
 from vllm_attn_compat.codemods.run import cache as cache_module
 from vllm_attn_compat.codemods.run import worker
 from vllm_attn_compat.codemods.run.runner import Options, run_paths
@@ -279,9 +278,7 @@ def test_after_an_edit_a_warm_run_reports_what_an_uncached_one_does_and_migrates
 def test_an_index_entry_serves_only_the_module_its_folders_make_of_the_file(tree, tmp_path, indexed):
     cache = tmp_path / "cache"
     _run(tree, cache)
-    (tree / "plugin/__init__.py").unlink()  # `plugin.impl` is now the module `impl`
-    names.guess_module_name.cache_clear()  # (each run of the command is a process of its own)
-    names._package_parts.cache_clear()
+    (tree / "plugin/__init__.py").unlink()  # `plugin.impl` is now the module `impl` (the next run asks afresh)
     indexed.clear()
     warm = _run(tree, cache)
     assert sorted(indexed) == ["base.py", "impl.py", "manual.py", "prefill.py", "warm.py"]

@@ -12,7 +12,7 @@ from vllm_attn_compat.codemods.findings import Status
 from vllm_attn_compat.codemods.run import worker
 from vllm_attn_compat.codemods.run.runner import Options, run_paths
 
-from runner_trees import BASE, IMPL, IMPL_MIGRATED, UNRELATED, write_tree
+from runner_trees import BASE, IMPL, IMPL_MIGRATED, MANUAL, UNRELATED, write_tree
 
 
 def test_the_funnel_parses_only_files_with_tokens(tmp_path, plugin):
@@ -234,3 +234,24 @@ def test_a_projects_own_base_behind_a_class_no_round_would_index_keeps_the_flag_
     write_tree(tmp_path, layout)
     report = run_paths([str(tmp_path)], Options(jobs=1))
     assert report.errors == [] and report.changed == [] and report.findings == []
+
+
+@pytest.mark.parametrize("entry", ["paths", "source"])
+def test_a_run_leaves_no_guess_of_module_names_behind(tmp_path, monkeypatch, entry):
+    """A run guesses module names from the folders it sees, a relative path as given: what it found is not kept for
+    a later run, or another caller, in another working directory or after the folders changed."""
+    from vllm_attn_compat.codemods.index.names import guess_module_name
+    from vllm_attn_compat.codemods.run.runner import run_source
+
+    package = write_tree(
+        tmp_path / "package", {"plugin/__init__.py": "", "plugin/base.py": BASE, "plugin/impl.py": IMPL}
+    )
+    loose = write_tree(tmp_path / "loose", {"plugin/base.py": BASE, "plugin/impl.py": IMPL})
+    monkeypatch.chdir(package)
+    if entry == "paths":
+        report = run_paths(["plugin"], Options(mode="check", jobs=1))
+    else:
+        report, _, _ = run_source(MANUAL.encode(), "plugin/impl.py", Options(mode="check", jobs=1))
+    assert report.findings  # the run read plugin/impl.py, as the module plugin.impl
+    monkeypatch.chdir(loose)
+    assert guess_module_name("plugin/impl.py") == "impl"

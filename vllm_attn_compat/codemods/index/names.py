@@ -66,6 +66,14 @@ def guess_module_name(path: str) -> str:
     return ".".join(parts) or stem
 
 
+def forget_folders() -> None:
+    """Forget the module names guessed and which folders are packages, as a process of its own knows none: each
+    run asks the file system afresh (an earlier run in this process may have seen other files, or guessed from
+    another working directory: `guess_module_name` keeps a path as given)."""
+    guess_module_name.cache_clear()
+    _package_parts.cache_clear()
+
+
 @lru_cache(maxsize=4096)
 def _package_parts(folder: str) -> tuple[str, ...]:
     """The names of the packages ``folder`` is in, outermost first, itself last: each folder holding an

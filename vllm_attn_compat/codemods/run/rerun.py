@@ -109,6 +109,9 @@ class Prepared:
 
 
 def prepare(paths: Sequence[str], options: Options) -> Prepared:
+    from vllm_attn_compat.codemods.index.names import forget_folders
+
+    forget_folders()  # a run asks which folders are packages afresh (another run in this process may have asked)
     started = time.time_ns()  # before the listing, which may take the files' statuses (`files.SourceFile.status`)
     found = files.discover(paths, options.exclude, options.base)
     cache = _cache(options.cache_dir, options) if options.cache_dir else None

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 from vllm_attn_compat.codemods import registry
 from vllm_attn_compat.codemods.engine import migrate
 from vllm_attn_compat.codemods.index import classscan
+from vllm_attn_compat.codemods.index.names import forget_folders
 from vllm_attn_compat.codemods.run import answers as answers_module
 from vllm_attn_compat.codemods.run import parallel, prefork, progress, rerun, scans, sources, worker
 from vllm_attn_compat.codemods.run.dependencies import MissingDependency
@@ -81,21 +82,24 @@ def run_paths(
     stops them when done. ``prepared``: the files found for ``paths`` by a caller that tried
     `rerun.replay` already (the cache held no run over them).
     """
-    if prepared is None:
-        prepared = rerun.prepare(paths, options)
-        report = prepared.report(options.mode)
-        if rerun.replay(prepared, options.mode, report):
-            for early in warm:
-                early.close()
-            return report  # a rerun over files whose status says they are unchanged: none was read
     try:
-        return _run(prepared, options, emit_diff, list(warm))
-    except Changed:
-        # A file the rerun took the status of changed since (it was edited during the run): what the run asked of
-        # its bytes may mix two versions. The run starts again, reading every file. (Nothing was written: a run
-        # that writes reads every file first.)
-        prepared.known.clear()
-        return _run(prepared, options, emit_diff, [])
+        if prepared is None:
+            prepared = rerun.prepare(paths, options)
+            report = prepared.report(options.mode)
+            if rerun.replay(prepared, options.mode, report):
+                for early in warm:
+                    early.close()
+                return report  # a rerun over files whose status says they are unchanged: none was read
+        try:
+            return _run(prepared, options, emit_diff, list(warm))
+        except Changed:
+            # A file the rerun took the status of changed since (it was edited during the run): what the run asked
+            # of its bytes may mix two versions. The run starts again, reading every file. (Nothing was written: a
+            # run that writes reads every file first.)
+            prepared.known.clear()
+            return _run(prepared, options, emit_diff, [])
+    finally:
+        forget_folders()  # what this run found of the folders is not the next's to trust (nor another caller's)
 
 
 def _run(
@@ -439,6 +443,14 @@ def run_source(source: bytes, path: str, options: Options) -> tuple[RunReport, b
     Returns the report, the resulting source (the input itself when nothing changed or the file
     failed, so a pipe never loses code) and the unified diff (empty when unchanged).
     """
+    forget_folders()
+    try:
+        return _run_source(source, path, options)
+    finally:
+        forget_folders()
+
+
+def _run_source(source: bytes, path: str, options: Options) -> tuple[RunReport, bytes, str]:
     report = RunReport(mode=options.mode, scanned=1)
     rules = registry.select_rules(options.select, options.ignore)
     try:

@@ -138,6 +138,9 @@ class Handoff:
         """Send the candidates this round settles, and, to a worker that is idle, one it does not; ``sources``
         holds the files the run may migrate (an excluded file is indexed for the others' sake, never migrated)."""
         names = hierarchy.attention_class_names()
+        needs_parsing = self.needs_parsing or (
+            lambda path, acting, known: migrate.needs_parsing(sources[path], acting, known)
+        )
         for path, index in indexes.items():
             if path in self.sent or path not in sources or not isinstance(index, ModuleIndex):
                 continue
@@ -146,11 +149,7 @@ class Handoff:
             idle = None if settled or isinstance(index, ScannedIndex) else self.idle()
             if not settled and idle is None:
                 continue
-            acting = candidate_rules(self.rules, index, hierarchy, path)
-            if self.needs_parsing is not None:
-                if not self.needs_parsing(path, acting, names):
-                    continue
-            elif not migrate.needs_parsing(sources[path], acting, names):
+            if not needs_parsing(path, candidate_rules(self.rules, index, hierarchy, path), names):
                 continue
             to = self.least_loaded() if settled else idle
             if to is None:

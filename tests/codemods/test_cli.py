@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import subprocess
@@ -324,6 +325,32 @@ def test_the_process_exits_with_main_s_code_after_all_its_output(tmp_path, capsy
     assert len(completed.stdout) > 1 << 16 and completed.stdout.decode() == expected.out
     assert completed.stderr.decode() == expected.err
     assert run_cli("migrate", "--check", str(tmp_path / "plugin/base.py")).returncode == 0
+
+
+def test_the_console_script_collects_cycles_less_often_in_its_process_and_its_workers(tmp_path):
+    # cli.run owns its process: main() and the workers it forks run at the slower pace; a caller of main()
+    # (this test session) keeps its own collector.
+    probe = (
+        "import gc\n"
+        "from vllm_attn_compat.codemods import cli\n"
+        "from vllm_attn_compat.codemods.run import prefork\n"
+        "def main(argv=None):\n"
+        "    worker = prefork.start(gc.collect)\n"
+        "    worker.submit('in the worker', gc.get_threshold, ())\n"
+        "    print(gc.get_threshold(), *dict(worker.results()).values())\n"
+        "    return 3\n"
+        "cli.main = main\n"
+        "cli.run()\n"
+    )
+    completed = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, env={**os.environ, "PYTHONPATH": REPO}
+    )
+    assert completed.returncode == 3, completed.stderr
+    young, middle, oldest = gc.get_threshold()
+    slower = (cli.YOUNG_COLLECTION_THRESHOLD, middle, oldest)
+    assert completed.stdout.split("\n")[0] == f"{slower} {slower}"
+    assert main(["rules"]) == 0
+    assert gc.get_threshold() == (young, middle, oldest)
 
 
 def _caches(root) -> list[str]:

@@ -151,3 +151,36 @@ def test_a_noqa_comment_on_the_use_s_lines_silences_its_caller_finding(call, new
     hierarchy = ClassHierarchy.build(indexes)
     found = callsites.findings_for_run(hierarchy.calls, {"caller.py": caller}, ["VAC002"])
     assert [(path, finding.line, finding.status) for path, finding in found] == [("caller.py", 2, status)]
+
+
+@pytest.mark.parametrize(
+    ("caller", "receiver"),
+    [
+        ("def f(impl, a):\n    return impl.forward(a, a, a, a, a, a)\n", "`impl`"),  # a parameter
+        ("def f(a):\n    return make().forward(a, a, a, a, a, a)\n", "its receiver"),  # a call's result
+        ("def f(models, a):\n    return models['x'].forward(*a)\n", "its receiver"),
+        ("import functools\n\ndef f(net):\n    return functools.partial(net.forward)\n", "`net`"),
+        # The receiver resolves to the class: no doubt to state.
+        ("from plugin_mod import MyImpl\n\ndef f(a):\n    return MyImpl.forward(a, a, a, a, a, a, a)\n", None),
+    ],
+)
+def test_a_caller_finding_says_when_the_run_cannot_tell_the_receiver_and_how_to_say_it_is_another(caller, receiver):
+    # A generic name gathers uses from all over a tree (`mlp.forward` handed on in a test): the finding at such a
+    # use says that it may be another class's method, and how the person who knows silences it there.
+    from vllm_attn_compat.codemods.index import callsites
+
+    second = IMPL.replace("class MyImpl", "class OtherImpl")
+    indexes = [index_module(IMPL.encode(), "plugin_mod.py"), index_module(second.encode(), "other_mod.py")]
+    indexes.append(index_module(caller.encode(), "caller.py"))
+    hierarchy = ClassHierarchy.build(indexes)
+    [(_, finding)] = callsites.findings_for_run(hierarchy.calls, {"caller.py": caller.encode()}, ["VAC002"])
+    doubt = "; the run cannot tell what "
+    if receiver is None:
+        assert doubt not in finding.message
+        return
+    assert finding.message.endswith(
+        f"{doubt}{receiver} is: if it is never an instance of `MyImpl` or `OtherImpl`, add `# noqa: VAC002` here"
+    )
+    noqa = caller.replace("\n", "  # noqa: VAC002\n").encode()
+    [(_, silenced)] = callsites.findings_for_run(hierarchy.calls, {"caller.py": noqa}, ["VAC002"])
+    assert silenced.status is Status.SUPPRESSED

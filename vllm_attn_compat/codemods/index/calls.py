@@ -43,6 +43,10 @@ class OutputMethod:
     fallback: str | None  # the allocation of an ``if output is None: output = ...`` opening the method
 
 
+# How a receiver that is no dotted name (a call's result, a subscript) reads in messages.
+UNSHOWN = "..."
+
+
 class Use(NamedTuple):  # a tuple: tens of thousands are made and pickled on a fork
     """An attribute call (``x.m(...)``), an attribute handed on as a value, or ``getattr(x, "m")``."""
 
@@ -242,7 +246,7 @@ class _Collector:
             return "super", None, "super()"
         dotted = _dotted(node)
         if dotted is None:
-            return "other", None, "..."
+            return "other", None, UNSHOWN
         head = dotted.partition(".")[0]
         local = [s.local_classes for s in scopes if s.local_classes]
         if head in self.bound or any(head in classes for classes in local):

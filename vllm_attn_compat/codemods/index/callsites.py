@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from vllm_attn_compat.codemods.findings import Finding, Status
-from vllm_attn_compat.codemods.index.calls import CallIndex, OutputMethod, Use
+from vllm_attn_compat.codemods.index.calls import UNSHOWN, CallIndex, OutputMethod, Use
 from vllm_attn_compat.codemods.index.names import is_vllm_base, normalize_path
 
 if TYPE_CHECKING:
@@ -112,6 +112,9 @@ class Blocker:
     end_line: int
     how: str  # "omits", "none", "starred", "reference", "getattr" or "layer"
     text: str  # the receiver as written
+    # False where the run cannot tell what the receiver is (`calls.Use.receiver` "other"): the use counts, since
+    # it may reach the method, but it may as well be another class's method of the same name.
+    resolved: bool = True
 
     def describe(self, name: str, here: str) -> str:
         where = f"line {self.line}" if self.path == here else f"{_shown(self.path)}:{self.line}"
@@ -311,7 +314,8 @@ def _withheld(
             for key, method in by_name.get(use.name, ()):
                 how = _how(use, index.module, key[0], method, relations)
                 if how is not None:
-                    blocker = Blocker(index.path, use.line, use.column, use.end_line, how, use.text)
+                    resolved = use.receiver != "other"
+                    blocker = Blocker(index.path, use.line, use.column, use.end_line, how, use.text, resolved)
                     block(key, _codes(method, how), blocker)
     withheld = {
         key: {code: tuple(sorted(blockers, key=_order)) for code, blockers in codes.items()}
@@ -400,6 +404,8 @@ def caller_findings(analysis: CallAnalysis, path: str, source: bytes, codes: Ite
             suppresses(noqa[number], code) for number in range(line, blocker.end_line + 1) if number in noqa
         )
         message = _caller_message(blocker, keys, {c for c, _, _ in entries}, analysis)
+        if not blocker.resolved:
+            message += _unresolved(blocker, keys, code)
         findings.append(Finding(line, column, code, message, Status.SUPPRESSED if suppressed else Status.MANUAL))
     return findings
 
@@ -430,6 +436,16 @@ def _caller_message(blocker: Blocker, keys: list[tuple[str, str]], codes: set[st
         f"`{blocker.text}.{name}` hands the method on as a value, so its callers cannot be checked and "
         f"{what[3:]}: make every call through it pass `output`"
     )
+
+
+def _unresolved(blocker: Blocker, keys: list[tuple[str, str]], code: str) -> str:
+    """What to do about a use whose receiver the run cannot tell (`Blocker.resolved`): a generic name such as
+    ``forward`` gathers such uses from all over a tree (``mlp.forward`` handed on in a test), and the person who
+    knows that the receiver is something else says so where it is."""
+    classes = [f"`{name}`" for name in sorted({full.rpartition(".")[2] for full, _ in keys})]
+    which = "an instance of " + (classes[0] if len(classes) == 1 else f"{', '.join(classes[:-1])} or {classes[-1]}")
+    receiver = "its receiver" if blocker.text == UNSHOWN else f"`{blocker.text}`"
+    return f"; the run cannot tell what {receiver} is: if it is never {which}, add `# noqa: {code}` here"
 
 
 def findings_for_run(

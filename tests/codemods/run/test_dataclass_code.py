@@ -225,7 +225,8 @@ def test_a_worker_imports_libcst_with_the_code_the_previous_one_kept(tmp_path, e
         return json.loads(done.stdout)
 
     first, second = preload(), preload()
-    assert first["compiled"] == first["used"] > 500  # the methods of libcst's node classes
+    # The methods of libcst's node classes: a text each up to Python 3.12 (over 500), one text a class from 3.13.
+    assert first["compiled"] == first["used"] > 100
     assert second["compiled"] == 0 and second["used"] == first["used"]
     assert first["same"] and second["same"]
     assert first["code"] == second["code"] == "def f(x, output=None):\n    assert output is not None  # c\n"

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
     from concurrent.futures import Future
+    from multiprocessing.context import BaseContext
 
 Key = TypeVar("Key")
 Result = TypeVar("Result")
@@ -48,12 +49,24 @@ def _run_pool(
     # Imported here: most runs never start a pool, and this import is a third of the CLI's start-up.
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
-    with ProcessPoolExecutor(max_workers=min(jobs, len(tasks)), initializer=initializer, initargs=initargs) as pool:
+    workers = min(jobs, len(tasks))
+    with ProcessPoolExecutor(workers, _start_method(), initializer=initializer, initargs=initargs) as pool:
         futures = {pool.submit(function, *arguments): key for key, arguments in tasks}
         for future in as_completed(futures):
             result = _outcome(future)
             if not isinstance(result, _Broken):
                 yield futures[future], result
+
+
+def _start_method() -> BaseContext | None:
+    """Fork, where this platform forks safely (`prefork.available`): the workers start with what this process
+    imported and holds, as the preforked worker does. Python 3.14 makes ``forkserver`` the default on Linux: each
+    worker would import libcst again and be sent the run's hierarchy as a pickle. Elsewhere, the default."""
+    import multiprocessing
+
+    from vllm_attn_compat.codemods.run import prefork
+
+    return multiprocessing.get_context("fork") if prefork.available() else None
 
 
 class _Broken:

@@ -327,7 +327,7 @@ def test_the_process_exits_with_main_s_code_after_all_its_output(tmp_path, capsy
     assert run_cli("migrate", "--check", str(tmp_path / "plugin/base.py")).returncode == 0
 
 
-def test_the_console_script_collects_cycles_less_often_in_its_process_and_its_workers(tmp_path):
+def test_the_console_script_collects_cycles_less_often_in_its_process_and_its_workers():
     # cli.run owns its process: main() and the workers it forks run at the slower pace; a caller of main()
     # (this test session) keeps its own collector.
     probe = (

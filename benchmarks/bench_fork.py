@@ -245,7 +245,7 @@ def _without_prefork(site: str, scratch: str) -> str:
     path = os.path.join(copy, "vllm_attn_compat", "codemods", "run", "prefork.py")
     with open(path, encoding="utf-8") as handle:
         text = handle.read()
-    patched = text.replace("    return jobs > 1 and available()\n", "    return False\n")
+    patched = text.replace("    return jobs > 1 and forks_safely()\n", "    return False\n")
     if patched == text:
         raise SystemExit(f"{path}: worth_starting() no longer reads as this benchmark expects; update it")
     with open(path, "w", encoding="utf-8") as handle:

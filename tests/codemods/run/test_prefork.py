@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from vllm_attn_compat.codemods.run import prefork
+from vllm_attn_compat.codemods.run import parallel
 from vllm_attn_compat.codemods.run.parallel import WorkerCrashed
 from vllm_attn_compat.codemods.run.prefork import PreforkedWorker
 
@@ -26,7 +26,7 @@ from pool_tasks import (
     write_pid,
 )
 
-pytestmark = pytest.mark.skipif(not prefork.available(), reason="no safe fork on this platform")
+pytestmark = pytest.mark.skipif(not parallel.forks_safely(), reason="no safe fork on this platform")
 
 
 def refuse(number: int) -> tuple[int, object]:

@@ -10,6 +10,7 @@ cost more than the work.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
@@ -58,15 +59,19 @@ def _run_pool(
                 yield futures[future], result
 
 
+def forks_safely() -> bool:
+    """Whether this platform can fork a worker safely: not on Windows (no fork), nor on macOS, whose
+    system libraries are not fork-safe (why ``multiprocessing`` spawns there)."""
+    return hasattr(os, "fork") and sys.platform != "darwin"
+
+
 def _start_method() -> BaseContext | None:
-    """Fork, where this platform forks safely (`prefork.available`): the workers start with what this process
-    imported and holds, as the preforked worker does. Python 3.14 makes ``forkserver`` the default on Linux: each
-    worker would import libcst again and be sent the run's hierarchy as a pickle. Elsewhere, the default."""
+    """Fork, where this platform forks safely: the workers start with what this process imported and holds, as the
+    preforked worker does (`prefork`). Python 3.14 makes ``forkserver`` the default on Linux: each worker would
+    import libcst again and be sent the run's hierarchy as a pickle. Elsewhere, the default."""
     import multiprocessing
 
-    from vllm_attn_compat.codemods.run import prefork
-
-    return multiprocessing.get_context("fork") if prefork.available() else None
+    return multiprocessing.get_context("fork") if forks_safely() else None
 
 
 class _Broken:

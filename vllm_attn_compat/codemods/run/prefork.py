@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import os
 import pickle
-import sys
 from collections import deque
 from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
@@ -25,20 +24,14 @@ from typing import IO, TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     import queue
 
-from vllm_attn_compat.codemods.run.parallel import WorkerCrashed, retry
+from vllm_attn_compat.codemods.run.parallel import WorkerCrashed, forks_safely, retry
 
 _LENGTH = 8  # bytes of the length prefix of each frame; a frame of length 0 asks the worker to stop
 
 
-def available() -> bool:
-    """Whether this platform can fork a worker safely: not on Windows (no fork), nor on macOS, whose
-    system libraries are not fork-safe (why ``multiprocessing`` spawns there)."""
-    return hasattr(os, "fork") and sys.platform != "darwin"
-
-
 def worth_starting(jobs: int) -> bool:
     """Whether a run allowed ``jobs`` processes should fork a worker before it knows it needs one."""
-    return jobs > 1 and available()
+    return jobs > 1 and forks_safely()
 
 
 def start(

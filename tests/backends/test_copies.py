@@ -124,9 +124,9 @@ def flex_kernels_outside_the_mode(monkeypatch):
 
         return run
 
-    compiled = flex._compiled_flex()
+    compiled = flex._compiled_flex
     monkeypatch.setattr(flex, "flex_attention", suspended(flex.flex_attention))
-    monkeypatch.setattr(flex, "_compiled_flex", lambda: suspended(compiled))
+    monkeypatch.setattr(flex, "_compiled_flex", lambda on_cuda: suspended(compiled(on_cuda)))
 
 
 @pytest.mark.parametrize("name", BACKENDS, ids=list(BACKENDS))

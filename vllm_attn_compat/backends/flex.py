@@ -6,10 +6,18 @@ document mask (a token sees only its own sequence) and the causal mask are combi
 `BlockMask` when the metadata is built (`FlexAttentionMetadata`), outside the op: building
 it inside a compiled graph would run vmap inside the op (torch-notes 4.3).
 
-Kernels, on the CPU:
+Kernels:
 
-- no epilogue: the compiled flex kernel (``torch.compile(flex_attention, fullgraph=True)``;
-  the first call for a new shape compiles, which takes seconds);
+- no epilogue: the compiled flex kernel, ``torch.compile(flex_attention)``, not fullgraph: a
+  serving process meets a new token count almost every step, and once dynamo's recompile limit
+  is reached a fullgraph function raises where this one runs the eager kernel (dynamo warns).
+  On CUDA its shapes are dynamic after the first recompile (measured on an H200, torch 2.11:
+  3 compiles of about 4 s over 8 batch shapes, against one a shape when static), and it is
+  always flex's main Triton kernel: the decoding kernel it would pick for fewer than 128
+  packed query tokens found no valid configuration there for 8 query heads over 2 KV heads.
+  The Triton kernel needs head sizes of at least 16: smaller ones are refused before anything
+  is written. On the CPU its shapes are static (torch 2.13 fails to compile the CPU template
+  for symbolic ones), so each new shape compiles, which takes seconds;
 - with ``out_transform``: the eager kernel with ``return_aux=AuxRequest(lse=True)``, since
   compiled flex on the CPU cannot return the log-sum-exp (torch 2.13 raises
   NotImplementedError). The eager kernel materialises the full score matrix and warns so.
@@ -41,9 +49,15 @@ from vllm_attn_compat.backends.paged import gather_kv
 OutTransform = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
+# flex's Triton template (CUDA) refuses smaller head sizes ("NYI: embedding dimension ... must be at least 16").
+MIN_CUDA_HEAD_SIZE = 16
+
+
 @functools.cache
-def _compiled_flex() -> Callable[..., Any]:
-    return torch.compile(flex_attention, fullgraph=True, dynamic=False)
+def _compiled_flex(on_cuda: bool) -> Callable[..., Any]:
+    # Not fullgraph: past `torch._dynamo.config.recompile_limit` shapes, a fullgraph function raises
+    # (FailOnRecompileLimitHit) where this one runs flex_attention eagerly. Static shapes on the CPU only.
+    return torch.compile(flex_attention, dynamic=None if on_cuda else False)
 
 
 @dataclasses.dataclass(eq=False)
@@ -117,6 +131,14 @@ class FlexAttentionImpl(AttentionImpl):
                 f"expected FlexAttentionMetadata, got {type(attn_metadata).__name__}"
             )
         attn_metadata.check_fits(query.shape[0], kv_cache)
+        if self.compile_kernel and self.out_transform is None and query.is_cuda:
+            smallest = min(self.head_size, self.head_size_v)
+            if smallest < MIN_CUDA_HEAD_SIZE:
+                raise ValueError(
+                    f"flex: the compiled kernel on CUDA needs head sizes of at least {MIN_CUDA_HEAD_SIZE}, "
+                    f"got head_size={self.head_size}, head_size_v={self.head_size_v}; "
+                    "pass compile_kernel=False for the eager kernel, or use another backend"
+                )
         n = attn_metadata.num_actual_tokens
         if n == 0:
             return output
@@ -128,8 +150,13 @@ class FlexAttentionImpl(AttentionImpl):
         mask, scale = attn_metadata.block_mask, self.scale
         result: torch.Tensor
         if self.out_transform is None:
-            if self.compile_kernel:
-                result = _compiled_flex()(*args, block_mask=mask, scale=scale, enable_gqa=gqa)
+            if self.compile_kernel and query.is_cuda:
+                options = {"FORCE_USE_FLEX_ATTENTION": True}  # never the decoding kernel (module docstring)
+                result = _compiled_flex(True)(
+                    *args, block_mask=mask, scale=scale, enable_gqa=gqa, kernel_options=options
+                )
+            elif self.compile_kernel:
+                result = _compiled_flex(False)(*args, block_mask=mask, scale=scale, enable_gqa=gqa)
             else:
                 result = flex_attention(*args, block_mask=mask, scale=scale, enable_gqa=gqa)
         else:

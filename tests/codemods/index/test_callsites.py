@@ -42,6 +42,10 @@ class MyImpl(AttentionImpl):
         ),
         # `output=None` still binds once `output` is required (only deleting a fallback breaks it).
         "def f(impl, a):\n    return impl.forward(a, a, a, a, a, a, output=None)\n",
+        # Keywords forward does not take: whatever `**kw` holds, the call raises TypeError today.
+        "def f(model, kw):\n    return model.forward(input_ids=kw, positions=kw, **kw)\n",
+        # `*args` beside the buffer passed by keyword.
+        "def f(impl, args, out):\n    return impl.forward(*args, output=out)\n",
     ],
 )
 def test_uses_that_cannot_break_leave_the_fix_safe(caller):

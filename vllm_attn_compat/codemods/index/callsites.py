@@ -249,13 +249,15 @@ def _how(use: Use, module: str, target: str, method: OutputMethod, relations: _R
         explicit_self = method.kind == "method"
     if use.kind != "call":
         return use.kind
-    if use.starred:
-        return "starred"
     parameters = (("<self>",) if explicit_self else ()) + method.positional
     if use.positional > len(parameters) and not method.varargs:
         return None  # raises TypeError today
     if any(name not in method.keywords for name in use.keywords) and not method.varkw:
-        return None
+        return None  # likewise, whatever ``*args`` or ``**kwargs`` hold
+    if use.starred:
+        if "output" in use.keywords:
+            return "none" if use.output_none else None
+        return "starred"
     bound = set(parameters[: use.positional]) | use.keywords
     if (explicit_self and use.positional == 0) or not method.required <= bound:
         return None

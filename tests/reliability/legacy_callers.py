@@ -1,7 +1,8 @@
 """Hypothesis strategies that write a runnable old-API plugin together with code that calls it.
 
 The plugin's impl derives from a stub vLLM ``AttentionImpl``; its methods take an ``output`` in the
-old forms (``output=None``, annotated, keyword-only, required) with or without an allocation fallback.
+old forms (``output=None``, annotated, keyword-only, required) with or without an allocation fallback or
+an ``assert output is not None``.
 Callers, in the plugin's own module, in a subclass, in another file of the run and in a file that
 imports neither vLLM nor the plugin (``engine.impl.m(...)`` on an object it is handed), call those
 methods in every way Python allows: omitting ``output``, passing it positionally or by keyword,
@@ -44,6 +45,7 @@ class Method:
     output: str  # "positional", "keyword-only"
     output_default: bool
     fallback: bool
+    asserts: bool = False  # opens with `assert output is not None` (VAC001), when it has no fallback
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,8 @@ def _method_text(method: Method, factor: int) -> list[str]:
     default = "=None" if method.output_default else ""
     params += (["*"] if method.output == "keyword-only" else []) + [f"output{default}"]
     lines = [f"    def {method.name}({', '.join(params)}):"]
+    if method.asserts:
+        lines.append("        assert output is not None")
     if method.fallback:
         lines += ["        if output is None:", "            output = alloc.empty_like(query)"]
     extra = " + ".join(name for name in method.before if name != "query") or "0"
@@ -77,7 +81,9 @@ def methods(draw) -> list[Method]:
         output_default = draw(st.sampled_from([True, True, True, False]))
         if output == "positional" and not output_default:
             defaults = tuple(False for _ in before)  # a required parameter cannot follow a defaulted one
-        found.append(Method(name, before, defaults, output, output_default, draw(st.booleans())))
+        fallback = draw(st.booleans())
+        asserts = not fallback and draw(st.booleans())
+        found.append(Method(name, before, defaults, output, output_default, fallback, asserts))
     return found
 
 

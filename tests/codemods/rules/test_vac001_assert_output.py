@@ -1,6 +1,8 @@
-"""VAC001 beyond its examples: formatting, comments, scope."""
+"""VAC001 beyond its examples: formatting, comments, scope, the calls that withhold it."""
 
 from __future__ import annotations
+
+import pytest
 
 from vllm_attn_compat.codemods.findings import Status
 
@@ -460,3 +462,64 @@ def test_a_forks_mla_layer_loses_the_assert_upstream_deleted(tmp_path):
     assert result.source.decode() == text.replace(
         '        assert output is not None, "Output tensor must be provided."\n\n', ""
     )
+
+
+ASSERTING = """\
+from vllm.v1.attention.backend import AttentionImpl
+
+
+class MyImpl(AttentionImpl):
+    def forward(self, layer, query, key, value, kv_cache, attn_metadata, output=None):
+        assert output is not None
+        output.copy_(query)
+        return output
+"""
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        "impl.forward(a, a, a, a, a, a, output=None)",
+        "impl.forward(a, a, a, a, a, a, None)",
+        "impl.forward(a, a, a, a, a, a)",  # `output` defaults to None
+    ],
+)
+def test_a_call_seen_passing_none_withholds_the_deletion_and_is_reported(call):
+    """Such a call fails at the assert today; without it, it would run on (a test may expect the AssertionError)."""
+    caller = f"def f(impl, a):\n    return {call}\n"
+    result = run(ASSERTING, ["VAC001"], others=[("caller.py", caller)])
+    assert [(f.code, f.status) for f in result.findings] == [("VAC001", Status.UNSAFE_FIX_AVAILABLE)]
+    assert "caller.py:2" in result.findings[0].message
+    reported = run(caller, ["VAC001"], path="caller.py", others=[("plugin_mod.py", ASSERTING)])
+    [finding] = reported.findings
+    assert finding.status == Status.MANUAL and "deleting `assert output is not None`" in finding.message
+
+
+@pytest.mark.parametrize(
+    "caller",
+    [
+        "def f(impl, a, out):\n    return impl.forward(a, a, a, a, a, a, output=out)\n",
+        # Unknown arguments or callers: vLLM passes the buffer; only a call seen to pass None withholds.
+        "def f(impl, args):\n    return impl.forward(*args)\n",
+        "def f(impl, table):\n    table['attn'] = impl.forward\n",
+    ],
+)
+def test_calls_not_seen_passing_none_leave_the_deletion_safe(caller):
+    result = run(ASSERTING, ["VAC001"], others=[("caller.py", caller)])
+    assert statuses(result) == [Status.FIXED]
+
+
+def test_omitting_a_required_output_withholds_nothing():
+    required = ASSERTING.replace("output=None", "output")
+    result = run(
+        required, ["VAC001"], others=[("caller.py", "def f(impl, a):\n    return impl.forward(a, a, a, a, a, a)\n")]
+    )
+    assert statuses(result) == [Status.FIXED]  # the call raises TypeError before reaching the assert
+
+
+def test_a_use_withholding_both_fixes_is_reported_under_vac002_first():
+    caller = "def f(impl, a):\n    return impl.forward(a, a, a, a, a, a)  # noqa: VAC002\n"
+    result = run(caller, ["VAC001", "VAC002"], path="caller.py", others=[("plugin_mod.py", ASSERTING)])
+    [finding] = result.findings
+    assert finding.code == "VAC002" and finding.status == Status.SUPPRESSED
+    assert "making `output` required and deleting `assert output is not None`" in finding.message

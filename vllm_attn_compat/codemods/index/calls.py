@@ -41,6 +41,7 @@ class OutputMethod:
     varkw: bool
     output_default_none: bool
     fallback: str | None  # the allocation of an ``if output is None: output = ...`` opening the method
+    asserts_output: bool = False  # its body holds ``assert output is not None`` (VAC001 deletes it)
 
 
 # How a receiver that is no dotted name (a call's result, a subscript) reads in messages.
@@ -126,6 +127,27 @@ def _fallback(body: list[ast.stmt]) -> str | None:
     return None
 
 
+def _asserts_output(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """Whether the method's own body (not a nested definition's) asserts ``output is not None``."""
+    pending: list[ast.AST] = list(node.body)
+    while pending:
+        statement = pending.pop()
+        if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            continue
+        if isinstance(statement, ast.Assert):
+            test = statement.test
+            if (
+                isinstance(test, ast.Compare)
+                and isinstance(test.left, ast.Name)
+                and test.left.id == "output"
+                and [type(op) for op in test.ops] == [ast.IsNot]
+                and _is_none(test.comparators[0])
+            ):
+                return True
+        pending.extend(ast.iter_child_nodes(statement))
+    return False
+
+
 def _method_kind(node: ast.FunctionDef | ast.AsyncFunctionDef) -> str:
     for decorator in node.decorator_list:
         name = (_dotted(decorator) or "").rpartition(".")[2]
@@ -162,6 +184,7 @@ def _output_method(owner: str, node: ast.FunctionDef | ast.AsyncFunctionDef) -> 
         varkw=args.kwarg is not None,
         output_default_none="output" in default and _is_none(default["output"]),
         fallback=_fallback(node.body),
+        asserts_output=_asserts_output(node),
     )
 
 

@@ -1,5 +1,5 @@
-"""Who calls the methods whose ``output`` a fix would make required (VAC002) or whose None fallback a
-fix would delete (VAC003), across the run.
+"""Who calls the methods whose ``output`` a fix would make required (VAC002), whose None fallback a fix
+would delete (VAC003), or whose ``assert output is not None`` a fix would delete (VAC001), across the run.
 
 A safe fix preserves the behaviour of every call the run can see. vLLM >= 0.20 passes ``output`` to
 an impl's ``forward``, but a plugin's own warm-up path, test or subclass may call a method without
@@ -7,7 +7,10 @@ it, relying on the default or the fallback; making ``output`` required breaks th
 fixes are safe only when every call of the method that the run can see passes ``output`` (by
 keyword, or positionally at its index) and the method is never handed on as a value (a callback,
 ``functools.partial``, ``getattr``), which would make its callers unknowable. Otherwise the fix is
-withheld (``[unsafe]``) and each call that omits ``output`` is reported where it is.
+withheld (``[unsafe]``) and each call that omits ``output`` is reported where it is. Deleting the assert
+changes only a call that passes None (``output=None``, or nothing where ``output`` defaults to None): such a
+call fails at the assert today and would fail later, after work the assert stopped (a test may expect the
+`AssertionError`); one the run sees withholds that fix.
 
 Every file of the run counts, whatever it imports. The files the class-hierarchy pass indexes (those
 mentioning vLLM or naming an attention class of the run) have their call sites recorded while that pass
@@ -95,6 +98,9 @@ class MethodFrame(Protocol):
 # The rules whose fixes a call omitting ``output`` can block, in the order a caller finding picks its code.
 REQUIRED_OUTPUT = "VAC002"
 NONE_FALLBACK = "VAC003"
+ASSERT_OUTPUT = "VAC001"
+# The code a caller finding carries when its use withholds several fixes: the first of these.
+_FIRST = (REQUIRED_OUTPUT, NONE_FALLBACK, ASSERT_OUTPUT)
 # nn.Module layers run ``forward`` through ``layer(...)``: calls the run cannot attribute to them.
 _MODULE_BASES = frozenset({"Attention", "MLAAttention", "AttentionLayerBase", "Module"})
 
@@ -272,23 +278,27 @@ def _codes(method: OutputMethod, how: str) -> tuple[str, ...]:
         codes.append(REQUIRED_OUTPUT)
     if method.fallback is not None:
         codes.append(NONE_FALLBACK)
+    # Deleting the assert changes what a call passing None does (it fails later, maybe after writing the KV
+    # cache, or not at all): only a use seen to pass None withholds it, by `output=None` or by omitting it.
+    if method.asserts_output and (how == "none" or (how == "omits" and method.output_default_none)):
+        codes.append(ASSERT_OUTPUT)
     return tuple(codes)
 
 
 def _targets(hierarchy: ClassHierarchy, indexes: Iterable[ModuleIndex]) -> dict[tuple[str, str], OutputMethod]:
-    """The methods of attention classes whose ``output`` VAC002 would make required or whose fallback
-    VAC003 would delete."""
+    """The methods of attention classes whose ``output`` VAC002 would make required, whose fallback VAC003
+    would delete, or whose ``assert output is not None`` VAC001 would."""
     methods: dict[tuple[str, str], OutputMethod] = {}
     for index in indexes:
         for method in index.calls.methods:
             full = f"{index.module}.{method.owner}"
-            if (method.output_default_none or method.fallback) and hierarchy.is_attention_class(full):
+            if _has_fix(method) and hierarchy.is_attention_class(full):
                 methods[(full, method.name)] = method
     return methods
 
 
 def analyse(hierarchy: ClassHierarchy, indexes: Iterable[ModuleIndex]) -> CallAnalysis:
-    """Which VAC002/VAC003 fixes the uses in ``indexes`` withhold, given the run's ``hierarchy``."""
+    """Which VAC001-VAC003 fixes the uses in ``indexes`` withhold, given the run's ``hierarchy``."""
     indexes = list(indexes)
     return _withheld(hierarchy, indexes, _targets(hierarchy, indexes))
 
@@ -339,13 +349,17 @@ def open_method_names(analysis: CallAnalysis) -> frozenset[str]:
     return frozenset(
         method.name
         for key, method in analysis.methods.items()
-        if not set(_codes(method, "omits")) <= set(analysis.withheld.get(key, ()))
+        if not {*_codes(method, "omits"), *_codes(method, "none")} <= set(analysis.withheld.get(key, ()))
     )
+
+
+def _has_fix(method: OutputMethod) -> bool:
+    return method.output_default_none or method.fallback is not None or method.asserts_output
 
 
 def has_methods(index: ModuleIndex) -> bool:
     """Whether a fix in this module could be withheld by calls in other modules (found in later rounds)."""
-    return any(method.output_default_none or method.fallback for method in index.calls.methods)
+    return any(_has_fix(method) for method in index.calls.methods)
 
 
 # --- the caller findings ---------------------------------------------------------------------------
@@ -376,8 +390,8 @@ def _noqa_lines(source: bytes) -> dict[int, frozenset[str]]:
 
 def caller_findings(analysis: CallAnalysis, path: str, source: bytes, codes: Iterable[str]) -> list[Finding]:
     """The findings at the uses in the file at ``path`` that withhold a fix of a rule in ``codes``: each
-    says what to pass. They carry the code of the fix they withhold (VAC002 first), so ``# noqa: VAC002``
-    on the line silences them (the fix stays withheld)."""
+    says what to pass. They carry the code of the first fix they withhold (in the order VAC002, VAC003,
+    VAC001), so ``# noqa: VAC002`` on the line silences them (the fix stays withheld)."""
     from vllm_attn_compat.codemods.noqa import suppresses
 
     selected = set(codes)
@@ -399,7 +413,7 @@ def caller_findings(analysis: CallAnalysis, path: str, source: bytes, codes: Ite
     noqa = _noqa_lines(source) if may_suppress else {}
     findings = []
     for (line, column), entries in sorted(sites.items()):
-        code = min(code for code, _, _ in entries)  # VAC002 before VAC003
+        code = min((code for code, _, _ in entries), key=_FIRST.index)
         blocker = entries[0][2]
         keys = sorted({key for _, key, _ in entries})
         suppressed = any(
@@ -416,7 +430,11 @@ def _caller_message(blocker: Blocker, keys: list[tuple[str, str]], codes: set[st
     full, name = keys[0]
     owner = full.rpartition(".")[2] if "<locals>" not in full else full.rsplit(".", 1)[1]
     method = f"`{owner}.{name}`" + (f" and {len(keys) - 1} other method(s) of the run" if len(keys) > 1 else "")
-    texts = ((REQUIRED_OUTPUT, "making `output` required"), (NONE_FALLBACK, "deleting the `output is None` fallback"))
+    texts = (
+        (REQUIRED_OUTPUT, "making `output` required"),
+        (NONE_FALLBACK, "deleting the `output is None` fallback"),
+        (ASSERT_OUTPUT, "deleting `assert output is not None`"),
+    )
     fixes = " and ".join(text for code, text in texts if code in codes)
     plural = len(codes) > 1
     what = f"so the safe fix{'es' if plural else ''} {fixes} in {method} {'are' if plural else 'is'} withheld"
@@ -473,6 +491,8 @@ def withheld_reason(ctx: RuleContext, method: MethodFrame, code: str) -> str | N
     assert isinstance(method.node, cst.FunctionDef), type(method.node)
     name = method.node.name.value
     if method.attention_class is None:
+        if code == ASSERT_OUTPUT:
+            return None  # only a call seen to pass None withholds it, and none is tied to the function
         # A module-level function patched onto a class at run time: its calls go through the patched
         # attribute of any instance, which the index does not tie to the function.
         return (

@@ -58,7 +58,7 @@ _FIELDS: dict[type, tuple[_Field, ...]] = {
     ClassEntry: (_TEXT, _NAMES, _SCALAR, _FLAG, _FLAG, _FLAG),
     FlagRead: (_SCALAR, _MAYBE_TEXT, _TEXT, _TEXT),
     PatchEntry: (_TEXT, _TEXT, _NAMES, _SCALAR),
-    OutputMethod: (_TEXT, _TEXT, _SCALAR, _TEXT, _NAMES, _NAME_SET, _NAME_SET, _FLAG, _FLAG, _FLAG, _MAYBE_TEXT),
+    OutputMethod: (_TEXT, _TEXT, _SCALAR, _TEXT, _NAMES, _NAME_SET, _NAME_SET, _FLAG, _FLAG, _FLAG, _MAYBE_TEXT, _FLAG),
     Use: (
         *(_TEXT, _SCALAR, _SCALAR, _SCALAR, _TEXT, _TEXT, _MAYBE_TEXT, _MAYBE_TEXT, _TEXT),
         *(_SCALAR, _NUMBERS, _NAME_SET, _FLAG, _FLAG),

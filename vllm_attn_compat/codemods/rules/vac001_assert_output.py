@@ -30,7 +30,9 @@ class AssertOutputNotNone(Rule):
     a loop around it), or outside attention classes stays. A reassignment *after* the assert, such
     as ``output = output[:num_actual_tokens]``, does not keep it: at the assert ``output`` is still
     the parameter, and upstream deleted exactly these asserts. An assert that tests more than
-    ``output is not None`` is reported for a person to simplify.
+    ``output is not None`` is reported for a person to simplify. A call the run sees passing None
+    (``output=None``, or no ``output`` where it defaults to None) fails at the assert today and would
+    run on without it: the deletion is then unsafe, and the call is reported where it is.
     """
 
     code = "VAC001"
@@ -183,12 +185,12 @@ class AssertOutputNotNone(Rule):
         path = stack[next(i for i, n in enumerate(stack) if n is method.node) :]
         guards = patterns.none_guards(method.node, "output")
         if exact and not patterns.rebinds_before(path, "output", ignore=guards):
-            self.ctx.report(
-                self,
-                node,
-                "`assert output is not None` is always true: vLLM >= 0.20 always passes the output buffer",
-                RemoveStatement(node),
-            )
+            message = "`assert output is not None` is always true: vLLM >= 0.20 always passes the output buffer"
+            reason = self.ctx.withheld_reason(method, self.code)
+            if reason is None:
+                self.ctx.report(self, node, message, RemoveStatement(node))
+            else:
+                self.ctx.report(self, node, f"{message}; {reason}", RemoveStatement(node), safety=FixSafety.UNSAFE)
         elif patterns.none_test(node.test) is None:
             self.ctx.report(
                 self,

@@ -183,7 +183,8 @@ def test_a_caller_finding_says_when_the_run_cannot_tell_the_receiver_and_how_to_
         assert doubt not in finding.message
         return
     assert finding.message.endswith(
-        f"{doubt}{receiver} is: if it is never an instance of `MyImpl` or `OtherImpl`, add `# noqa: VAC002` here"
+        f"{doubt}{receiver} is: if it is never an instance of `MyImpl` or `OtherImpl`, the fix is yours to apply "
+        "(`--unsafe-fixes`); `# noqa: VAC002` here silences this report and the fix stays withheld"
     )
     noqa = caller.replace("\n", "  # noqa: VAC002\n").encode()
     [(_, silenced)] = callsites.findings_for_run(hierarchy.calls, {"caller.py": noqa}, ["VAC002"])

@@ -44,8 +44,8 @@ class OutputMethod:
     asserts_output: bool = False  # its body holds ``assert output is not None`` (VAC001 deletes it)
 
 
-# How a receiver that is no dotted name (a call's result, a subscript) reads in messages.
-UNSHOWN = "..."
+# How a receiver that is no dotted name (a call's result, a subscript) reads in messages: `(...).forward(...)`.
+UNSHOWN = "(...)"
 
 
 class Use(NamedTuple):  # a tuple: tens of thousands are made and pickled on a fork

@@ -460,12 +460,16 @@ def _caller_message(blocker: Blocker, keys: list[tuple[str, str]], codes: set[st
 
 def _unresolved(blocker: Blocker, keys: list[tuple[str, str]], code: str) -> str:
     """What to do about a use whose receiver the run cannot tell (`Blocker.resolved`): a generic name such as
-    ``forward`` gathers such uses from all over a tree (``mlp.forward`` handed on in a test), and the person who
-    knows that the receiver is something else says so where it is."""
+    ``forward`` gathers such uses from all over a tree (``mlp.forward`` handed on in a test). The person who
+    knows that the receiver is something else may apply the fix; a noqa comment there only silences the report,
+    since one written to silence it would otherwise release a fix that breaks the call."""
     classes = [f"`{name}`" for name in sorted({full.rpartition(".")[2] for full, _ in keys})]
     which = "an instance of " + (classes[0] if len(classes) == 1 else f"{', '.join(classes[:-1])} or {classes[-1]}")
     receiver = "its receiver" if blocker.text == UNSHOWN else f"`{blocker.text}`"
-    return f"; the run cannot tell what {receiver} is: if it is never {which}, add `# noqa: {code}` here"
+    return (
+        f"; the run cannot tell what {receiver} is: if it is never {which}, the fix is yours to apply "
+        f"(`--unsafe-fixes`); `# noqa: {code}` here silences this report and the fix stays withheld"
+    )
 
 
 def findings_for_run(

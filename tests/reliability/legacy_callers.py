@@ -45,7 +45,7 @@ class Method:
     output: str  # "positional", "keyword-only"
     output_default: bool
     fallback: bool
-    asserts: bool = False  # opens with `assert output is not None` (VAC001), when it has no fallback
+    asserts: bool = False  # opens with `assert output is not None` (VAC001): `output=None`, no fallback
 
 
 @dataclass(frozen=True)
@@ -82,7 +82,8 @@ def methods(draw) -> list[Method]:
         if output == "positional" and not output_default:
             defaults = tuple(False for _ in before)  # a required parameter cannot follow a defaulted one
         fallback = draw(st.booleans())
-        asserts = not fallback and draw(st.booleans())
+        # The run looks for the uses that may pass None where `output` defaults to None (`callsites._codes`).
+        asserts = not fallback and output_default and draw(st.booleans())
         found.append(Method(name, before, defaults, output, output_default, fallback, asserts))
     return found
 

@@ -8,9 +8,9 @@ fixes are safe only when every call of the method that the run can see passes ``
 keyword, or positionally at its index) and the method is never handed on as a value (a callback,
 ``functools.partial``, ``getattr``), which would make its callers unknowable. Otherwise the fix is
 withheld (``[unsafe]``) and each call that omits ``output`` is reported where it is. Deleting the assert
-changes only a call that passes None (``output=None``, or nothing where ``output`` defaults to None): such a
-call fails at the assert today and would fail later, after work the assert stopped (a test may expect the
-`AssertionError`); one the run sees withholds that fix.
+changes only a call that passes None: such a call fails at the assert today and would fail later, after work
+the assert stopped (a test may expect the `AssertionError`). Where ``output`` defaults to None, the uses that
+withhold VAC002's fix withhold it too, and so does ``output=None``.
 
 Every file of the run counts, whatever it imports. The files the class-hierarchy pass indexes (those
 mentioning vLLM or naming an attention class of the run) have their call sites recorded while that pass
@@ -279,20 +279,22 @@ def _codes(method: OutputMethod, how: str) -> tuple[str, ...]:
     if method.fallback is not None:
         codes.append(NONE_FALLBACK)
     # Deleting the assert changes what a call passing None does (it fails later, maybe after writing the KV
-    # cache, or not at all): only a use seen to pass None withholds it, by `output=None` or by omitting it.
-    if method.asserts_output and (how == "none" or (how == "omits" and method.output_default_none)):
+    # cache, or not at all): every use that may pass None withholds it, as it withholds VAC002's fix, and
+    # `output=None`. Only where `output` defaults to None (the old API's signature): a method that already
+    # requires it settles in an early round (`handoff.settles`), and an explicit None passed to it is not looked for.
+    if method.asserts_output and method.output_default_none:
         codes.append(ASSERT_OUTPUT)
     return tuple(codes)
 
 
 def _targets(hierarchy: ClassHierarchy, indexes: Iterable[ModuleIndex]) -> dict[tuple[str, str], OutputMethod]:
-    """The methods of attention classes whose ``output`` VAC002 would make required, whose fallback VAC003
-    would delete, or whose ``assert output is not None`` VAC001 would."""
+    """The methods of attention classes whose ``output`` VAC002 would make required or whose fallback VAC003
+    would delete (those whose assert VAC001 would delete are among the first)."""
     methods: dict[tuple[str, str], OutputMethod] = {}
     for index in indexes:
         for method in index.calls.methods:
             full = f"{index.module}.{method.owner}"
-            if _has_fix(method) and hierarchy.is_attention_class(full):
+            if (method.output_default_none or method.fallback) and hierarchy.is_attention_class(full):
                 methods[(full, method.name)] = method
     return methods
 
@@ -349,17 +351,13 @@ def open_method_names(analysis: CallAnalysis) -> frozenset[str]:
     return frozenset(
         method.name
         for key, method in analysis.methods.items()
-        if not {*_codes(method, "omits"), *_codes(method, "none")} <= set(analysis.withheld.get(key, ()))
+        if not set(_codes(method, "omits")) <= set(analysis.withheld.get(key, ()))
     )
-
-
-def _has_fix(method: OutputMethod) -> bool:
-    return method.output_default_none or method.fallback is not None or method.asserts_output
 
 
 def has_methods(index: ModuleIndex) -> bool:
     """Whether a fix in this module could be withheld by calls in other modules (found in later rounds)."""
-    return any(_has_fix(method) for method in index.calls.methods)
+    return any(method.output_default_none or method.fallback for method in index.calls.methods)
 
 
 # --- the caller findings ---------------------------------------------------------------------------

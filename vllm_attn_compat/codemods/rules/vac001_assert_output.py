@@ -30,9 +30,10 @@ class AssertOutputNotNone(Rule):
     a loop around it), or outside attention classes stays. A reassignment *after* the assert, such
     as ``output = output[:num_actual_tokens]``, does not keep it: at the assert ``output`` is still
     the parameter, and upstream deleted exactly these asserts. An assert that tests more than
-    ``output is not None`` is reported for a person to simplify. A call the run sees passing None
-    (``output=None``, or no ``output`` where it defaults to None) fails at the assert today and would
-    run on without it: the deletion is then unsafe, and the call is reported where it is.
+    ``output is not None`` is reported for a person to simplify. Where ``output`` defaults to None, a
+    call the run sees passing ``output=None``, or no ``output``, fails at the assert today and would run
+    on without it: the deletion is then unsafe, and the call is reported where it is; so it is where the
+    method's callers cannot all be seen (``*args``, the method handed on), as for VAC002.
     """
 
     code = "VAC001"

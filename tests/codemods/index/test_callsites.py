@@ -189,3 +189,61 @@ def test_a_caller_finding_says_when_the_run_cannot_tell_the_receiver_and_how_to_
     noqa = caller.replace("\n", "  # noqa: VAC002\n").encode()
     [(_, silenced)] = callsites.findings_for_run(hierarchy.calls, {"caller.py": noqa}, ["VAC002"])
     assert silenced.status is Status.SUPPRESSED
+
+
+REQUIRING = IMPL.replace("output=None", "output")
+
+
+@pytest.mark.parametrize(
+    ("caller", "reported"),
+    [
+        ("from plugin_mod import MyImpl\n\ndef f(impl, a):\n    return MyImpl.forward(impl, a, a, a, a, a, a)\n", True),
+        (
+            "from plugin_mod import MyImpl\n\nclass Sub(MyImpl):\n    def warm(self, a):\n"
+            "        return self.forward(a, a, a, a, a, a)\n",
+            True,
+        ),
+        # A receiver the run cannot tell: `forward` is everywhere (vLLM 0.20.0 would get 15 such reports).
+        ("def f(impl, a):\n    return impl.forward(a, a, a, a, a, a)\n", False),
+        (
+            "from plugin_mod import MyImpl\n\ndef f(impl, a, o):\n"
+            "    return MyImpl.forward(impl, a, a, a, a, a, a, o)\n",
+            False,
+        ),
+        (
+            "from plugin_mod import MyImpl\n\ndef f(impl, a):\n    return MyImpl.forward(impl, a, a)\n",
+            False,
+        ),  # more missing
+        ("from plugin_mod import MyImpl\n\ndef f(impl, a):\n    return MyImpl.forward(impl, *a)\n", False),
+    ],
+)
+def test_a_call_omitting_a_required_output_on_a_known_receiver_is_reported(caller, reported):
+    """After vLLM 0.20 (or `--unsafe-fixes`) made `output` required, such a call raises TypeError: a `--check`
+    must not pass over it."""
+    from vllm_attn_compat.codemods.index import callsites
+
+    indexes = [index_module(REQUIRING.encode(), "plugin_mod.py"), index_module(caller.encode(), "caller.py")]
+    hierarchy = ClassHierarchy.build(indexes)
+    found = callsites.findings_for_run(hierarchy.calls, {"caller.py": caller.encode()}, ["VAC002"])
+    if not reported:
+        assert found == []
+        return
+    [(_, finding)] = found
+    assert finding.code == "VAC002" and finding.status is Status.MANUAL
+    assert "which `MyImpl.forward` requires (vLLM >= 0.20): the call raises TypeError" in finding.message
+    assert callsites.findings_for_run(hierarchy.calls, {"caller.py": caller.encode()}, ["VAC001"]) == []
+
+
+def test_in_a_run_taking_the_unsafe_fixes_a_caller_finding_says_the_fix_breaks_the_call():
+    from vllm_attn_compat.codemods.index import callsites
+
+    caller = b"def f(impl, a):\n    return impl.forward(a, a, a, a, a, a)\n"
+    indexes = [index_module(IMPL.encode(), "plugin_mod.py"), index_module(caller, "caller.py")]
+    calls = ClassHierarchy.build(indexes).calls
+    [(_, safe)] = callsites.findings_for_run(calls, {"caller.py": caller}, ["VAC002"])
+    [(_, taken)] = callsites.findings_for_run(calls, {"caller.py": caller}, ["VAC002"], unsafe_fixes=True)
+    assert "is withheld" in safe.message and "the fix is yours to apply" in safe.message
+    assert "withheld" not in taken.message and "yours to apply" not in taken.message
+    assert "so the fix making `output` required in `MyImpl.forward`, taken by `--unsafe-fixes`, breaks it" in (
+        taken.message
+    )

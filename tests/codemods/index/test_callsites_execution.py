@@ -245,6 +245,22 @@ def test_the_withheld_fixes_are_what_would_break_those_calls(plugin: Path) -> No
     }
 
 
+def test_after_the_unsafe_fixes_a_check_still_fails_at_each_call_they_broke(plugin: Path) -> None:
+    """`--unsafe-fixes` made `output` required where calls omit it; the next `--check` (a CI gate) must not pass:
+    each call that now raises TypeError on a receiver the run resolves is reported (not the smoke test's
+    `impl.forward(...)` on a parameter, nor through the `partial` callback or the `getattr`)."""
+    _migrate(plugin, "--unsafe-fixes")
+    completed = _migrate(plugin, "--check")
+    assert completed.returncode == 1, completed.stdout + completed.stderr
+    broken = [line for line in completed.stdout.splitlines() if "the call raises TypeError" in line]
+    assert sorted(line.split(":", 1)[0] for line in broken) == [
+        "tree/plugin/backend.py",  # self.prefill(query, query, query) in warm_up
+        "tree/plugin/sub.py",  # super().decode(query=query)
+        "tree/plugin/sub.py",  # MyImpl.prefill(self, query, query, query)
+    ], completed.stdout
+    assert all("VAC002" in line and "pass the output buffer as `output=`" in line for line in broken)
+
+
 def test_noqa_silences_a_caller_finding_but_keeps_the_fix_withheld(plugin: Path) -> None:
     smoke = plugin / "tree/tests_plugin/test_smoke.py"
     smoke.write_text(smoke.read_text().replace("None, None)", "None, None)  # noqa: VAC002"))

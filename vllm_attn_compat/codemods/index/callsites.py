@@ -116,7 +116,7 @@ class Blocker:
     line: int
     column: int
     end_line: int
-    how: str  # "omits", "none", "starred", "reference", "getattr" or "layer"
+    how: str  # "omits", "none", "starred", "reference", "getattr", "layer" or "missing"
     text: str  # the receiver as written
     # False where the run cannot tell what the receiver is (`calls.Use.receiver` "other"): the use counts, since
     # it may reach the method, but it may as well be another class's method of the same name.
@@ -156,6 +156,10 @@ class CallAnalysis:
 
     withheld: Withheld = field(default_factory=dict)
     methods: dict[tuple[str, str], OutputMethod] = field(default_factory=dict)  # every target
+    # The calls that omit the `output` a method requires (vLLM >= 0.20's signature, or an unsafe fix's), on a
+    # receiver the run resolves (`self`, `super()`, the class): each raises TypeError. Reported at the call under
+    # VAC002, so that a run after `--unsafe-fixes` still fails there.
+    missing: dict[tuple[str, str], tuple[Blocker, ...]] = field(default_factory=dict)
 
     def blockers(self, class_name: str, method: str, code: str) -> tuple[Blocker, ...]:
         """What withholds ``code``'s fix in ``class_name.method`` (empty: the fix stays safe)."""
@@ -180,7 +184,10 @@ class CallAnalysis:
             mine = withheld.setdefault(key, {})
             for code, found in codes.items():
                 mine[code] = tuple(sorted(set(mine.get(code, ())) | set(found), key=_order))
-        return CallAnalysis(withheld, {**self.methods, **other.methods})
+        missing = dict(self.missing)
+        for key, found in other.missing.items():
+            missing[key] = tuple(sorted(set(missing.get(key, ())) | set(found), key=_order))
+        return CallAnalysis(withheld, {**self.methods, **other.methods}, missing)
 
 
 _PLAINEST = {"layer": 0, "omits": 1, "none": 1, "starred": 2}
@@ -265,8 +272,11 @@ def _how(use: Use, module: str, target: str, method: OutputMethod, relations: _R
             return "none" if use.output_none else None
         return "starred"
     bound = set(parameters[: use.positional]) | use.keywords
-    if (explicit_self and use.positional == 0) or not method.required <= bound:
+    if explicit_self and use.positional == 0:
         return None
+    if not method.required <= bound:
+        # The method requires `output` and the call binds all else: it raises TypeError (`CallAnalysis.missing`).
+        return "missing" if method.required - bound == {"output"} else None
     if "output" in parameters[: use.positional]:
         return "none" if parameters.index("output") in use.none_at else None
     return "none" if use.output_none else "omits"
@@ -289,12 +299,14 @@ def _codes(method: OutputMethod, how: str) -> tuple[str, ...]:
 
 def _targets(hierarchy: ClassHierarchy, indexes: Iterable[ModuleIndex]) -> dict[tuple[str, str], OutputMethod]:
     """The methods of attention classes whose ``output`` VAC002 would make required or whose fallback VAC003
-    would delete (those whose assert VAC001 would delete are among the first)."""
+    would delete (those whose assert VAC001 would delete are among the first), and those that require
+    ``output`` (calls omitting it raise TypeError)."""
     methods: dict[tuple[str, str], OutputMethod] = {}
     for index in indexes:
         for method in index.calls.methods:
             full = f"{index.module}.{method.owner}"
-            if (method.output_default_none or method.fallback) and hierarchy.is_attention_class(full):
+            wanted = method.output_default_none or method.fallback or "output" in method.required
+            if wanted and hierarchy.is_attention_class(full):
                 methods[(full, method.name)] = method
     return methods
 
@@ -315,6 +327,7 @@ def _withheld(
     for key, method in methods.items():
         by_name.setdefault(method.name, []).append((key, method))
     found: dict[tuple[str, str], dict[str, set[Blocker]]] = {}
+    missing: dict[tuple[str, str], set[Blocker]] = {}
 
     def block(key: tuple[str, str], codes: tuple[str, ...], blocker: Blocker) -> None:
         for code in codes:
@@ -330,12 +343,18 @@ def _withheld(
                 if how is not None:
                     resolved = use.receiver != "other"
                     blocker = Blocker(index.path, use.line, use.column, use.end_line, how, use.text, resolved)
-                    block(key, _codes(method, how), blocker)
+                    if how == "missing":
+                        # Only where the receiver is known: a generic name (`forward`, `forward_native`) called on
+                        # anything else would be reported as broken in a tree that works (15 times in vLLM 0.20.0).
+                        if resolved:
+                            missing.setdefault(key, set()).add(blocker)
+                    else:
+                        block(key, _codes(method, how), blocker)
     withheld = {
         key: {code: tuple(sorted(blockers, key=_order)) for code, blockers in codes.items()}
         for key, codes in found.items()
     }
-    return CallAnalysis(withheld, methods)
+    return CallAnalysis(withheld, methods, {key: tuple(sorted(found, key=_order)) for key, found in missing.items()})
 
 
 def extend(analysis: CallAnalysis, hierarchy: ClassHierarchy, index: ModuleIndex) -> CallAnalysis:
@@ -386,7 +405,9 @@ def _noqa_lines(source: bytes) -> dict[int, frozenset[str]]:
     return lines
 
 
-def caller_findings(analysis: CallAnalysis, path: str, source: bytes, codes: Iterable[str]) -> list[Finding]:
+def caller_findings(
+    analysis: CallAnalysis, path: str, source: bytes, codes: Iterable[str], unsafe_fixes: bool = False
+) -> list[Finding]:
     """The findings at the uses in the file at ``path`` that withhold a fix of a rule in ``codes``: each
     says what to pass. They carry the code of the first fix they withhold (in the order VAC002, VAC003,
     VAC001), so ``# noqa: VAC002`` on the line silences them (the fix stays withheld)."""
@@ -402,6 +423,11 @@ def caller_findings(analysis: CallAnalysis, path: str, source: bytes, codes: Ite
             for blocker in blockers:
                 if blocker.path == here:
                     sites.setdefault((blocker.line, blocker.column), []).append((code, key, blocker))
+    if REQUIRED_OUTPUT in selected:
+        for key, blockers in analysis.missing.items():
+            for blocker in blockers:
+                if blocker.path == here and (blocker.line, blocker.column) not in sites:
+                    sites.setdefault((blocker.line, blocker.column), []).append((REQUIRED_OUTPUT, key, blocker))
     if not sites:
         return []
     # The tokenizer finds which `noqa` is a comment; it runs only when a use's lines hold one.
@@ -417,17 +443,25 @@ def caller_findings(analysis: CallAnalysis, path: str, source: bytes, codes: Ite
         suppressed = any(
             suppresses(noqa[number], code) for number in range(line, blocker.end_line + 1) if number in noqa
         )
-        message = _caller_message(blocker, keys, {c for c, _, _ in entries}, analysis)
+        message = _caller_message(blocker, keys, {c for c, _, _ in entries}, analysis, unsafe_fixes)
         if not blocker.resolved:
-            message += _unresolved(blocker, keys, code)
+            message += _unresolved(blocker, keys, code, unsafe_fixes)
         findings.append(Finding(line, column, code, message, Status.SUPPRESSED if suppressed else Status.MANUAL))
     return findings
 
 
-def _caller_message(blocker: Blocker, keys: list[tuple[str, str]], codes: set[str], analysis: CallAnalysis) -> str:
+def _caller_message(
+    blocker: Blocker, keys: list[tuple[str, str]], codes: set[str], analysis: CallAnalysis, unsafe_fixes: bool
+) -> str:
     full, name = keys[0]
     owner = full.rpartition(".")[2] if "<locals>" not in full else full.rsplit(".", 1)[1]
     method = f"`{owner}.{name}`" + (f" and {len(keys) - 1} other method(s) of the run" if len(keys) > 1 else "")
+    if blocker.how == "missing":
+        requires = "requires" if len(keys) == 1 else "require"
+        return (
+            f"`{blocker.text}.{name}(...)` does not pass `output`, which {method} {requires} (vLLM >= 0.20): "
+            "the call raises TypeError; pass the output buffer as `output=`"
+        )
     texts = (
         (REQUIRED_OUTPUT, "making `output` required"),
         (NONE_FALLBACK, "deleting the `output is None` fallback"),
@@ -436,6 +470,10 @@ def _caller_message(blocker: Blocker, keys: list[tuple[str, str]], codes: set[st
     fixes = " and ".join(text for code, text in texts if code in codes)
     plural = len(codes) > 1
     what = f"so the safe fix{'es' if plural else ''} {fixes} in {method} {'are' if plural else 'is'} withheld"
+    callers = what[3:]  # for a method handed on, whose callers are unknown
+    if unsafe_fixes:  # the run takes the fix all the same: the call is what breaks
+        taken = f"the fix{'es' if plural else ''} {fixes} in {method}, taken by `--unsafe-fixes`,"
+        what, callers = f"so {taken} break{'' if plural else 's'} it", f"{taken} may break them"
     fallback = analysis.methods[keys[0]].fallback
     buffer = f"`output={fallback}`, as the method allocates it" if fallback else "the output buffer as `output=`"
     call = f"`{blocker.text}.{name}(...)`"
@@ -448,15 +486,15 @@ def _caller_message(blocker: Blocker, keys: list[tuple[str, str]], codes: set[st
     if blocker.how == "getattr":
         return (
             f'`getattr({blocker.text}, "{name}")` hands the method on, so its callers cannot be checked and '
-            f"{what[3:]}: make every call through it pass `output`"
+            f"{callers}: make every call through it pass `output`"
         )
     return (
         f"`{blocker.text}.{name}` hands the method on as a value, so its callers cannot be checked and "
-        f"{what[3:]}: make every call through it pass `output`"
+        f"{callers}: make every call through it pass `output`"
     )
 
 
-def _unresolved(blocker: Blocker, keys: list[tuple[str, str]], code: str) -> str:
+def _unresolved(blocker: Blocker, keys: list[tuple[str, str]], code: str, unsafe_fixes: bool) -> str:
     """What to do about a use whose receiver the run cannot tell (`Blocker.resolved`): a generic name such as
     ``forward`` gathers such uses from all over a tree (``mlp.forward`` handed on in a test). The person who
     knows that the receiver is something else may apply the fix; a noqa comment there only silences the report,
@@ -464,6 +502,8 @@ def _unresolved(blocker: Blocker, keys: list[tuple[str, str]], code: str) -> str
     classes = [f"`{name}`" for name in sorted({full.rpartition(".")[2] for full, _ in keys})]
     which = "an instance of " + (classes[0] if len(classes) == 1 else f"{', '.join(classes[:-1])} or {classes[-1]}")
     receiver = "its receiver" if blocker.text == UNSHOWN else f"`{blocker.text}`"
+    if unsafe_fixes:
+        return f"; the run cannot tell what {receiver} is: if it is never {which}, the call is unaffected"
     return (
         f"; the run cannot tell what {receiver} is: if it is never {which}, the fix is yours to apply "
         f"(`--unsafe-fixes`); `# noqa: {code}` here silences this report and the fix stays withheld"
@@ -471,16 +511,17 @@ def _unresolved(blocker: Blocker, keys: list[tuple[str, str]], code: str) -> str
 
 
 def findings_for_run(
-    analysis: CallAnalysis, files: Mapping[str, bytes], codes: Iterable[str]
+    analysis: CallAnalysis, files: Mapping[str, bytes], codes: Iterable[str], unsafe_fixes: bool = False
 ) -> list[tuple[str, Finding]]:
     """``caller_findings`` for every file of the run that holds a withholding use, by the path it was given as
-    (the bytes of the others are not asked for)."""
+    (the bytes of the others are not asked for); ``unsafe_fixes``: the run takes the withheld fixes."""
     codes = tuple(codes)
     holding = {b.path for by_code in analysis.withheld.values() for bs in by_code.values() for b in bs}
+    holding |= {b.path for bs in analysis.missing.values() for b in bs}
     found = []
     for path in files:
         if normalize_path(path) in holding:
-            found += [(path, finding) for finding in caller_findings(analysis, path, files[path], codes)]
+            found += [(path, f) for f in caller_findings(analysis, path, files[path], codes, unsafe_fixes)]
     return found
 
 

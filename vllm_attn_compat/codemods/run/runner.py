@@ -242,6 +242,7 @@ def _migrate_worth(
         hierarchy.calls,
         _Sources({path: sources.scanned[path] for path in indexes if path in sources.scanned}),
         [rule.code for rule in rules],
+        options.unsafe_fixes,
     )
     failed = {error.path for error in report.errors}
     names = hierarchy.attention_class_names()
@@ -468,7 +469,8 @@ def _run_source(source: bytes, path: str, options: Options) -> tuple[RunReport, 
         return report, source, ""
     report.parsed = 1
     built = hierarchy.ClassHierarchy.build([index])
-    report.findings += callsites.findings_for_run(built.calls, {path: source}, [rule.code for rule in rules])
+    codes = [rule.code for rule in rules]
+    report.findings += callsites.findings_for_run(built.calls, {path: source}, codes, options.unsafe_fixes)
     acting = rules if built.has_attention_classes(path) else [rule for rule in rules if not rule.scoped]
     if not migrate.needs_parsing(source, acting, built.attention_class_names()):
         return report, source, ""

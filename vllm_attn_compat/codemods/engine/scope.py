@@ -188,6 +188,17 @@ class FileContext:
         return self.stack[index] if index >= 0 else None
 
     # --- reporting --------------------------------------------------------------------
+    def report_unless_withheld(
+        self, rule: Reporting, node: cst.CSTNode, method: FunctionFrame, message: str, edit: Edit
+    ) -> None:
+        """Report a fix the run's uses of ``method`` may withhold (`withheld_reason`): the rule's safety where
+        none does, else unsafe, the message saying why."""
+        reason = self.withheld_reason(method, rule.code)
+        if reason is None:
+            self.report(rule, node, message, edit)
+        else:
+            self.report(rule, node, f"{message}; {reason}", edit, safety=FixSafety.UNSAFE)
+
     def report(
         self,
         rule: Reporting,

@@ -187,11 +187,7 @@ class AssertOutputNotNone(Rule):
         guards = patterns.none_guards(method.node, "output")
         if exact and not patterns.rebinds_before(path, "output", ignore=guards):
             message = "`assert output is not None` is always true: vLLM >= 0.20 always passes the output buffer"
-            reason = self.ctx.withheld_reason(method, self.code)
-            if reason is None:
-                self.ctx.report(self, node, message, RemoveStatement(node))
-            else:
-                self.ctx.report(self, node, f"{message}; {reason}", RemoveStatement(node), safety=FixSafety.UNSAFE)
+            self.ctx.report_unless_withheld(self, node, method, message, RemoveStatement(node))
         elif patterns.none_test(node.test) is None:
             self.ctx.report(
                 self,

@@ -390,8 +390,4 @@ class RequiredOutputParameter(Rule):
             )
 
         message = "`output` defaults to None, but vLLM >= 0.20 always passes the output buffer: make it required"
-        reason = self.ctx.withheld_reason(method, self.code)
-        if reason is None:
-            self.ctx.report(self, node, message, Replace(node, build))
-        else:
-            self.ctx.report(self, node, f"{message}; {reason}", Replace(node, build), safety=FixSafety.UNSAFE)
+        self.ctx.report_unless_withheld(self, node, method, message, Replace(node, build))

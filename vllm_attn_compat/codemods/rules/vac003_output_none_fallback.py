@@ -194,11 +194,7 @@ class OutputNoneFallback(Rule):
             and _at_method_start(body, fallback)
         ):
             message = "this fallback is dead: vLLM >= 0.20 always passes the output buffer"
-            reason = self.ctx.withheld_reason(method, self.code)
-            if reason is None:
-                self.ctx.report(self, node, message, RemoveStatement(fallback))
-            else:
-                self.ctx.report(self, node, f"{message}; {reason}", RemoveStatement(fallback), safety=FixSafety.UNSAFE)
+            self.ctx.report_unless_withheld(self, node, method, message, RemoveStatement(fallback))
             return
         truth = "never true" if kind == "is" else "always true"
         self.ctx.report(

@@ -349,7 +349,8 @@ class FlagReads(Rule):
             )
         else:
             message = (
-                f"{what} was removed in vLLM 0.20 (reading it raises AttributeError); every backend now "
+                f"{what} was removed in vLLM 0.20 (reading it raises AttributeError unless the class declares it "
+                "itself); every backend now "
                 "writes into the output buffer, so this read is always true"
             )
         parent = self.ctx.parent()

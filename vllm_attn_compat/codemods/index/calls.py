@@ -94,6 +94,18 @@ def _dotted(node: ast.expr) -> str | None:
     return ".".join(reversed(parts))
 
 
+def _tests_output(test: ast.expr, operator: type[ast.cmpop]) -> bool:
+    """Whether ``test`` is ``output is None`` (``operator`` `ast.Is`) or ``output is not None`` (`ast.IsNot`)."""
+    return (
+        isinstance(test, ast.Compare)
+        and isinstance(test.left, ast.Name)
+        and test.left.id == "output"
+        and len(test.ops) == 1
+        and isinstance(test.ops[0], operator)
+        and _is_none(test.comparators[0])
+    )
+
+
 def _fallback(body: list[ast.stmt]) -> str | None:
     """The allocation of an ``if output is None: output = <alloc>(...)`` that opens ``body`` (after a
     docstring, asserts or ``pass``): the fallback VAC003 deletes."""
@@ -105,14 +117,7 @@ def _fallback(body: list[ast.stmt]) -> str | None:
         if not (isinstance(statement, ast.If) and not statement.orelse and len(statement.body) == 1):
             return None
         test, assign = statement.test, statement.body[0]
-        if not (
-            isinstance(test, ast.Compare)
-            and isinstance(test.left, ast.Name)
-            and test.left.id == "output"
-            and len(test.ops) == 1
-            and isinstance(test.ops[0], ast.Is)
-            and _is_none(test.comparators[0])
-        ):
+        if not _tests_output(test, ast.Is):
             return None
         if not (
             isinstance(assign, ast.Assign)
@@ -134,16 +139,8 @@ def _asserts_output(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
         statement = pending.pop()
         if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
             continue
-        if isinstance(statement, ast.Assert):
-            test = statement.test
-            if (
-                isinstance(test, ast.Compare)
-                and isinstance(test.left, ast.Name)
-                and test.left.id == "output"
-                and [type(op) for op in test.ops] == [ast.IsNot]
-                and _is_none(test.comparators[0])
-            ):
-                return True
+        if isinstance(statement, ast.Assert) and _tests_output(statement.test, ast.IsNot):
+            return True
         pending.extend(ast.iter_child_nodes(statement))
     return False
 

@@ -183,10 +183,10 @@ class CallAnalysis:
         for key, codes in other.withheld.items():
             mine = withheld.setdefault(key, {})
             for code, found in codes.items():
-                mine[code] = tuple(sorted(set(mine.get(code, ())) | set(found), key=_order))
+                mine[code] = _in_order({*mine.get(code, ()), *found})
         missing = dict(self.missing)
         for key, found in other.missing.items():
-            missing[key] = tuple(sorted(set(missing.get(key, ())) | set(found), key=_order))
+            missing[key] = _in_order({*missing.get(key, ()), *found})
         return CallAnalysis(withheld, {**self.methods, **other.methods}, missing)
 
 
@@ -195,6 +195,10 @@ _PLAINEST = {"layer": 0, "omits": 1, "none": 1, "starred": 2}
 
 def _order(blocker: Blocker) -> tuple[str, int, int, str]:
     return (blocker.path, blocker.line, blocker.column, blocker.how)
+
+
+def _in_order(blockers: Iterable[Blocker]) -> tuple[Blocker, ...]:
+    return tuple(sorted(blockers, key=_order))
 
 
 class _Relations:
@@ -350,11 +354,8 @@ def _withheld(
                             missing.setdefault(key, set()).add(blocker)
                     else:
                         block(key, _codes(method, how), blocker)
-    withheld = {
-        key: {code: tuple(sorted(blockers, key=_order)) for code, blockers in codes.items()}
-        for key, codes in found.items()
-    }
-    return CallAnalysis(withheld, methods, {key: tuple(sorted(found, key=_order)) for key, found in missing.items()})
+    withheld = {key: {code: _in_order(blockers) for code, blockers in codes.items()} for key, codes in found.items()}
+    return CallAnalysis(withheld, methods, {key: _in_order(found) for key, found in missing.items()})
 
 
 def extend(analysis: CallAnalysis, hierarchy: ClassHierarchy, index: ModuleIndex) -> CallAnalysis:

@@ -87,20 +87,22 @@ def test_decode_reads_the_paged_cache(make_layer, backend, dtype):
         done = seq_lens
 
 
-def test_compiled_flex_serves_more_shapes_than_dynamo_recompiles(make_layer, monkeypatch):
+def test_compiled_flex_serves_more_shapes_than_dynamo_recompiles(make_layer):
     layer = make_layer(4, 64, 2, backend="flex")
     torch._dynamo.reset()
-    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 2)
+    # `config.patch`, not monkeypatch: newer pytest deletes on undo an attribute a module serves through
+    # `__getattr__`, as torch's config does, and later compiles then fail for want of the key.
     try:
-        for query_lens in ([3], [2, 2], [5], [1, 6], [40, 9]):
-            q, k, v = random_qkv(layer, sum(query_lens), torch.bfloat16)
-            output = torch.full((len(q), 4, 64), SENTINEL, dtype=torch.bfloat16, device="cuda")
-            md = layer.attn_backend.get_metadata_cls().from_lengths(query_lens, device="cuda")
-            with set_forward_context({layer.layer_name: md}), warnings.catch_warnings():
-                warnings.simplefilter("ignore", UserWarning)  # past the limit: the unfused kernel warns
-                layer(*_on_cuda([q, k, v]), output=output)
-            expected = expected_prefill(layer, q, k, v, query_lens, causal=True)
-            torch.testing.assert_close(output.double().cpu(), expected, **TOLERANCE[torch.bfloat16])
+        with torch._dynamo.config.patch(recompile_limit=2):
+            for query_lens in ([3], [2, 2], [5], [1, 6], [40, 9]):
+                q, k, v = random_qkv(layer, sum(query_lens), torch.bfloat16)
+                output = torch.full((len(q), 4, 64), SENTINEL, dtype=torch.bfloat16, device="cuda")
+                md = layer.attn_backend.get_metadata_cls().from_lengths(query_lens, device="cuda")
+                with set_forward_context({layer.layer_name: md}), warnings.catch_warnings():
+                    warnings.simplefilter("ignore", UserWarning)  # past the limit: the unfused kernel warns
+                    layer(*_on_cuda([q, k, v]), output=output)
+                expected = expected_prefill(layer, q, k, v, query_lens, causal=True)
+                torch.testing.assert_close(output.double().cpu(), expected, **TOLERANCE[torch.bfloat16])
     finally:
         torch._dynamo.reset()
 

@@ -1,15 +1,15 @@
 """Hypothesis strategies that write a runnable old-API plugin together with code that calls it.
 
-The plugin's impl derives from a stub vLLM ``AttentionImpl``; its methods take an ``output`` in the
-old forms (``output=None``, annotated, keyword-only, required) with or without an allocation fallback or
-an ``assert output is not None``.
-Callers, in the plugin's own module, in a subclass, in another file of the run and in a file that
-imports neither vLLM nor the plugin (``engine.impl.m(...)`` on an object it is handed), call those
-methods in every way Python allows: omitting ``output``, passing it positionally or by keyword,
-passing ``None``, through ``super()``, ``Class.m(obj, ...)``, ``functools.partial``, ``getattr``,
-``*args`` and ``**kwargs``. Each caller is a module-level function without arguments, so a probe can
-call them all and compare what they return before and after migration. Lists stand in for tensors
-(``alloc.empty_like`` is an allocation as VAC003 sees one), so running them needs no torch.
+The plugin's impl derives from a stub vLLM ``AttentionImpl``; its methods take an ``output`` in the old
+forms (``output=None``, annotated, keyword-only, required) with or without an allocation fallback or an
+``assert output is not None``. Callers, in the plugin's own module, in a subclass, in another file of the
+run and in a file that imports neither vLLM nor the plugin (``engine.impl.m(...)`` on an object it is
+handed), call those methods in every way Python allows: omitting ``output``, passing it positionally or by
+keyword, passing ``None``, through ``super()``, ``Class.m(obj, ...)``, ``functools.partial``, ``getattr``,
+``*args`` and ``**kwargs``; or read its signature (``inspect.signature``), which calls nothing. Each caller
+is a module-level function without arguments, so a probe can call them all and compare what they return
+before and after migration. Lists stand in for tensors (``alloc.empty_like`` is an allocation as VAC003 sees
+one), so running them needs no torch.
 """
 
 from __future__ import annotations
@@ -137,14 +137,15 @@ def plugins_with_callers(draw) -> GeneratedPlugin:
     else:
         found_for_sub = []
 
-    callers = ["import functools", "import types", "", "from plugin import engine"]
+    callers = ["import functools", "import inspect", "import types", "", "from plugin import engine"]
     callers += ["from plugin.backend import GenImpl" + (", GenSub" if subclass else ""), ""]
     engine = ["# Imports nothing: its callers hand it the impl.", ""]
     names = []
     for index in range(draw(st.integers(1, 6))):
         method = draw(st.sampled_from(found + found_for_sub))
         owner = "GenSub" if method in found_for_sub or (subclass and draw(st.booleans())) else "GenImpl"
-        form = draw(st.sampled_from(["bound", "bound", "class", "partial", "getattr", "warm", "elsewhere"]))
+        forms = ["bound", "bound", "class", "partial", "getattr", "warm", "elsewhere", "signature"]
+        form = draw(st.sampled_from(forms))
         if form == "elsewhere":
             call = f"engine.impl.{method.name}({_arguments(method, draw)})"
             engine += ["", f"def warm_{index}(engine):", f"    return {call}"]
@@ -155,6 +156,8 @@ def plugins_with_callers(draw) -> GeneratedPlugin:
             expression = f"{owner}.{method.name}({_arguments(method, draw, explicit_self=f'{owner}()')})"
         elif form == "partial":
             expression = f"functools.partial({owner}().{method.name})({_arguments(method, draw)})"
+        elif form == "signature":
+            expression = f"str(inspect.signature({owner}.{method.name}))"
         elif form == "getattr":
             expression = f'getattr({owner}(), "{method.name}")({_arguments(method, draw)})'
         else:

@@ -70,6 +70,43 @@ def test_uses_that_may_break_withhold_the_fix(caller):
     assert "caller.py:" in result.findings[0].message
 
 
+@pytest.mark.parametrize(
+    "caller",
+    [
+        "import inspect\n\ndef f(impl):\n    return inspect.signature(impl.forward).parameters\n",
+        "from inspect import Signature\n\ndef f(impl):\n    return Signature.from_callable(impl.forward)\n",
+    ],
+)
+def test_reading_the_signature_withholds_only_the_fix_that_changes_it(caller):
+    """A signature read never calls the method: deleting its fallback changes nothing it reads, making
+    `output` required changes `output`'s default."""
+    text = IMPL.replace(
+        "        return output",
+        "        if output is None:\n            output = torch.empty_like(query)\n        return output",
+    )
+    result = run(text, ["VAC002", "VAC003"], others=[("caller.py", caller)])
+    assert [(f.code, f.status) for f in result.findings] == [
+        ("VAC002", Status.UNSAFE_FIX_AVAILABLE),
+        ("VAC003", Status.FIXED),
+    ]
+    assert "has its signature read, which making `output` required changes" in result.findings[0].message
+    [reported] = run(caller, ["VAC002"], path="caller.py", others=[("plugin_mod.py", text)]).findings
+    assert reported.status == Status.MANUAL
+    assert reported.message.startswith("`impl.forward`'s signature is read here, so the safe fix making `output`")
+
+
+def test_a_handed_on_method_that_only_looks_like_a_signature_read_withholds_everything():
+    caller = (
+        "import inspect\n\ndef f(impl, signature):\n    return signature(impl.forward), inspect.stack(impl.forward)\n"
+    )
+    text = IMPL.replace(
+        "        return output",
+        "        if output is None:\n            output = torch.empty_like(query)\n        return output",
+    )
+    result = run(text, ["VAC002", "VAC003"], others=[("caller.py", caller)])
+    assert statuses(result) == [Status.UNSAFE_FIX_AVAILABLE, Status.UNSAFE_FIX_AVAILABLE]
+
+
 def test_a_layer_forward_runs_through_calls_of_the_layer():
     layer = """
     from vllm.model_executor.layers.attention import Attention

@@ -69,9 +69,8 @@ def _reference_scope(
         ):
             receiver, target, text = self._receiver(node.value, scope, scopes)
             end = node.end_lineno or node.lineno
-            use = calls.Use(
-                node.attr, node.lineno, node.col_offset + 1, end, "reference", receiver, scope.owner, target, text
-            )
+            kind = "signature" if self._reads_signature(node, parent) else "reference"  # (not the walk's concern)
+            use = calls.Use(node.attr, node.lineno, node.col_offset + 1, end, kind, receiver, scope.owner, target, text)
             self.uses.append(use)
         for name in (field for field in node._fields if field not in _REFERENCE_LEAF_FIELDS):
             value = getattr(node, name, None)

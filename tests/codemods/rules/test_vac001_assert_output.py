@@ -508,6 +508,18 @@ def test_calls_passing_the_buffer_leave_the_deletion_safe(caller):
     assert statuses(result) == [Status.FIXED]
 
 
+@pytest.mark.parametrize(
+    "caller",
+    [
+        "import inspect\nfrom plugin_mod import MyImpl\n\nSIGNATURE = inspect.signature(MyImpl.forward)\n",
+        "from inspect import getfullargspec\n\ndef f(impl):\n    return getfullargspec(impl.forward).args\n",
+    ],
+)
+def test_reading_the_signature_never_calls_the_method_so_the_deletion_stays_safe(caller):
+    result = run(ASSERTING, ["VAC001"], others=[("caller.py", caller)])
+    assert statuses(result) == [Status.FIXED]
+
+
 def test_omitting_a_required_output_withholds_nothing():
     required = ASSERTING.replace("output=None", "output")
     result = run(

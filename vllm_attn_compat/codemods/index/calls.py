@@ -55,7 +55,7 @@ class Use(NamedTuple):  # a tuple: tens of thousands are made and pickled on a f
     line: int
     column: int  # 1-based
     end_line: int
-    kind: str  # "call", "reference" or "getattr"
+    kind: str  # "call", "reference", "signature" (`SIGNATURE_READERS`) or "getattr"
     receiver: str  # "self", "super", "class" (a name bound by an import or a class) or "other"
     scope: str | None  # qualname of the class whose method holds it (self and super receivers)
     target: str | None  # dotted name of a "class" receiver
@@ -237,6 +237,9 @@ class _ChildFields(dict[type, tuple[str, ...]]):
 
 
 _CHILDREN = _ChildFields()
+# Functions that read a callable's signature and never call it: a method handed to one of them is not handed
+# on (deleting its assert or fallback changes nothing they read; making `output` required does).
+SIGNATURE_READERS = frozenset({"inspect.signature", "inspect.getfullargspec", "inspect.Signature.from_callable"})
 # Where an attribute is not handed on: it is the object of another attribute, subscript or operator.
 _NOT_ESCAPING = frozenset({ast.Attribute, ast.Subscript, ast.Compare, ast.BinOp, ast.UnaryOp, ast.BoolOp})
 _DEF_TYPES = frozenset({ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda})
@@ -340,7 +343,7 @@ class _Collector:
                             node.lineno,
                             node.col_offset + 1,
                             end,
-                            "reference",
+                            "signature" if self._reads_signature(node, parent) else "reference",
                             receiver,
                             scope.owner,
                             target,
@@ -374,6 +377,17 @@ class _Collector:
                             push((item, node))
                 elif children[type(value)]:
                     push((value, node))
+
+    def _reads_signature(self, node: ast.Attribute, parent: ast.AST | None) -> bool:
+        """Whether ``node`` is the callable a `SIGNATURE_READERS` function is given (its first argument)."""
+        if not (type(parent) is ast.Call and isinstance(parent, ast.Call) and parent.args and parent.args[0] is node):
+            return False
+        dotted = _dotted(parent.func)
+        if dotted is None:
+            return False
+        head, dot, rest = dotted.partition(".")
+        bound = self.indexer.imports.get(head)
+        return bound is not None and f"{bound}{dot}{rest}" in SIGNATURE_READERS
 
     def _call(self, node: ast.Call, scope: _Scope, scopes: list[_Scope]) -> None:
         func = node.func

@@ -101,6 +101,8 @@ NONE_FALLBACK = "VAC003"
 ASSERT_OUTPUT = "VAC001"
 # The code a caller finding carries when its use withholds several fixes: the first of these.
 _FIRST = (REQUIRED_OUTPUT, NONE_FALLBACK, ASSERT_OUTPUT)
+# Uses that do not call the method: they read as `x.m` in messages, not `x.m(...)`.
+_NOT_CALLS = ("getattr", "reference", "signature")
 # nn.Module layers run ``forward`` through ``layer(...)``: calls the run cannot attribute to them.
 _MODULE_BASES = frozenset({"Attention", "MLAAttention", "AttentionLayerBase", "Module"})
 
@@ -116,7 +118,7 @@ class Blocker:
     line: int
     column: int
     end_line: int
-    how: str  # "omits", "none", "starred", "reference", "getattr", "layer" or "missing"
+    how: str  # "omits", "none", "starred", "reference", "signature", "getattr", "layer" or "missing"
     text: str  # the receiver as written
     # False where the run cannot tell what the receiver is (`calls.Use.receiver` "other"): the use counts, since
     # it may reach the method, but it may as well be another class's method of the same name.
@@ -124,7 +126,7 @@ class Blocker:
 
     def describe(self, name: str, here: str) -> str:
         where = f"line {self.line}" if self.path == here else f"{_shown(self.path)}:{self.line}"
-        call = f"`{self.text}.{name}(...)`" if self.how not in ("getattr", "reference") else f"`{self.text}.{name}`"
+        call = f"`{self.text}.{name}(...)`" if self.how not in _NOT_CALLS else f"`{self.text}.{name}`"
         if self.how == "omits":
             return f"{call} at {where} calls it without `output`"
         if self.how == "none":
@@ -135,6 +137,8 @@ class Blocker:
             return f'`getattr({self.text}, "{name}")` at {where} hands it on, so its callers cannot be checked'
         if self.how == "reference":
             return f"{call} at {where} hands it on as a value, so its callers cannot be checked"
+        if self.how == "signature":
+            return f"{call} at {where} has its signature read, which making `output` required changes"
         return "a layer's `forward` runs through `layer(...)` calls, which cannot be attributed to it"
 
 
@@ -290,6 +294,8 @@ def _codes(method: OutputMethod, how: str) -> tuple[str, ...]:
     codes = []
     if method.output_default_none and how != "none":
         codes.append(REQUIRED_OUTPUT)
+    if how == "signature":
+        return tuple(codes)  # read, never called: only the signature's change shows (`calls.SIGNATURE_READERS`)
     if method.fallback is not None:
         codes.append(NONE_FALLBACK)
     # Deleting the assert changes what a call passing None does (it fails later, maybe after writing the KV
@@ -484,6 +490,11 @@ def _caller_message(
         return f"{call} passes `output=None`, {what}: pass {buffer}"
     if blocker.how == "starred":
         return f"{call} passes `*args`/`**kwargs` that may lack `output`, {what}: pass {buffer} explicitly"
+    if blocker.how == "signature":
+        return (
+            f"{call.replace('(...)', '')}'s signature is read here, {what}: check what this code expects of "
+            "`output`'s default"
+        )
     if blocker.how == "getattr":
         return (
             f'`getattr({blocker.text}, "{name}")` hands the method on, so its callers cannot be checked and '

@@ -22,6 +22,12 @@ class MyImpl(AttentionImpl):
         return output
 """
 
+# The same method opening with an allocation fallback (VAC003's).
+WITH_FALLBACK = IMPL.replace(
+    "        return output",
+    "        if output is None:\n            output = torch.empty_like(query)\n        return output",
+)
+
 
 @pytest.mark.parametrize(
     "caller",
@@ -80,17 +86,13 @@ def test_uses_that_may_break_withhold_the_fix(caller):
 def test_reading_the_signature_withholds_only_the_fix_that_changes_it(caller):
     """A signature read never calls the method: deleting its fallback changes nothing it reads, making
     `output` required changes `output`'s default."""
-    text = IMPL.replace(
-        "        return output",
-        "        if output is None:\n            output = torch.empty_like(query)\n        return output",
-    )
-    result = run(text, ["VAC002", "VAC003"], others=[("caller.py", caller)])
+    result = run(WITH_FALLBACK, ["VAC002", "VAC003"], others=[("caller.py", caller)])
     assert [(f.code, f.status) for f in result.findings] == [
         ("VAC002", Status.UNSAFE_FIX_AVAILABLE),
         ("VAC003", Status.FIXED),
     ]
     assert "has its signature read, which making `output` required changes" in result.findings[0].message
-    [reported] = run(caller, ["VAC002"], path="caller.py", others=[("plugin_mod.py", text)]).findings
+    [reported] = run(caller, ["VAC002"], path="caller.py", others=[("plugin_mod.py", WITH_FALLBACK)]).findings
     assert reported.status == Status.MANUAL
     assert reported.message.startswith("`impl.forward`'s signature is read here, so the safe fix making `output`")
 
@@ -99,11 +101,7 @@ def test_a_handed_on_method_that_only_looks_like_a_signature_read_withholds_ever
     caller = (
         "import inspect\n\ndef f(impl, signature):\n    return signature(impl.forward), inspect.stack(impl.forward)\n"
     )
-    text = IMPL.replace(
-        "        return output",
-        "        if output is None:\n            output = torch.empty_like(query)\n        return output",
-    )
-    result = run(text, ["VAC002", "VAC003"], others=[("caller.py", caller)])
+    result = run(WITH_FALLBACK, ["VAC002", "VAC003"], others=[("caller.py", caller)])
     assert statuses(result) == [Status.UNSAFE_FIX_AVAILABLE, Status.UNSAFE_FIX_AVAILABLE]
 
 
@@ -130,12 +128,8 @@ def test_the_analysis_travels_to_the_workers_without_the_call_index():
 
 
 def test_passing_none_withholds_only_the_fallback_deletion():
-    text = IMPL.replace(
-        "        return output",
-        "        if output is None:\n            output = torch.empty_like(query)\n        return output",
-    )
     caller = "def f(impl, a):\n    return impl.forward(a, a, a, a, a, a, output=None)\n"
-    result = run(text, ["VAC002", "VAC003"], others=[("caller.py", caller)])
+    result = run(WITH_FALLBACK, ["VAC002", "VAC003"], others=[("caller.py", caller)])
     assert [(f.code, f.status) for f in result.findings] == [
         ("VAC002", Status.FIXED),
         ("VAC003", Status.UNSAFE_FIX_AVAILABLE),

@@ -105,6 +105,27 @@ def test_a_handed_on_method_that_only_looks_like_a_signature_read_withholds_ever
     assert statuses(result) == [Status.UNSAFE_FIX_AVAILABLE, Status.UNSAFE_FIX_AVAILABLE]
 
 
+@pytest.mark.parametrize("fallback", [False, True], ids=["plain", "with-fallback"])
+def test_a_call_omitting_output_withholds_no_fix_the_rule_cannot_make(fallback):
+    """With a defaulted parameter before it, `output` cannot simply lose its default: VAC002 only reports, so
+    a call omitting `output` withholds nothing of it (found over baidu/vLLM-Kunlun, where the callers said a
+    fix that did not exist was withheld)."""
+    text = (WITH_FALLBACK if fallback else IMPL).replace(
+        "attn_metadata, output=None", "attn_metadata, kind=1, output=None"
+    )
+    caller = "def f(impl, a):\n    return impl.forward(a, a, a, a, a, a)\n"
+    result = run(text, ["VAC002", "VAC003"], others=[("caller.py", caller)])
+    assert [(f.code, f.status) for f in result.findings] == [("VAC002", Status.MANUAL)] + (
+        [("VAC003", Status.UNSAFE_FIX_AVAILABLE)] if fallback else []
+    )
+    reported = run(caller, ["VAC002", "VAC003"], path="caller.py", others=[("plugin_mod.py", text)]).findings
+    if fallback:
+        [finding] = reported
+        assert finding.code == "VAC003" and "making `output` required" not in finding.message
+    else:
+        assert reported == []
+
+
 def test_a_layer_forward_runs_through_calls_of_the_layer():
     layer = """
     from vllm.model_executor.layers.attention import Attention

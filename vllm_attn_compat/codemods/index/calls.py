@@ -43,6 +43,16 @@ class OutputMethod:
     fallback: str | None  # the allocation of an ``if output is None: output = ...`` opening the method
     asserts_output: bool = False  # its body holds ``assert output is not None`` (VAC001 deletes it)
 
+    @property
+    def output_may_lose_default(self) -> bool:
+        """Whether VAC002 has a fix here: ``output`` defaults to None and no positional parameter before it has a
+        default (else ``= None`` cannot simply go, and the rule only reports)."""
+        if not self.output_default_none:
+            return False
+        if "output" not in self.positional:  # keyword-only
+            return True
+        return all(name in self.required for name in self.positional[: self.positional.index("output")])
+
 
 # How a receiver that is no dotted name (a call's result, a subscript) reads in messages: `(...).forward(...)`.
 UNSHOWN = "(...)"

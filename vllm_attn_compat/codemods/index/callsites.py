@@ -292,7 +292,7 @@ def _how(use: Use, module: str, target: str, method: OutputMethod, relations: _R
 
 def _codes(method: OutputMethod, how: str) -> tuple[str, ...]:
     codes = []
-    if method.output_default_none and how != "none":
+    if method.output_may_lose_default and how != "none":
         codes.append(REQUIRED_OUTPUT)
     if how == "signature":
         return tuple(codes)  # read, never called: only the signature's change shows (`calls.SIGNATURE_READERS`)

@@ -116,3 +116,35 @@ def test_only_statement_becomes_pass():
             pass
         """
     )
+
+
+def test_a_method_refusing_the_buffer_is_told_it_fails_on_every_call_and_other_tests_what_to_remove():
+    text = method(
+        """
+        def forward(self, q, output=None):
+            assert output is None, "returns a new tensor"
+            assert output is None or q.numel() == 0
+            return q
+
+        def decode(self, q, output=None):
+            if output is not None:
+                raise NotImplementedError("no output buffer")
+            return q
+
+        def prefill(self, q, output=None):
+            if output is not None:
+                output.copy_(q)
+                return output
+            return q
+        """
+    )
+    result = run(text, ["VAC003"])
+    assert [(f.line, f.status) for f in result.findings] == [
+        (7, Status.MANUAL),
+        (12, Status.MANUAL),
+        (17, Status.MANUAL),
+    ]
+    refused, raising, simplified = (f.message for f in result.findings)
+    assert refused.startswith("`assert output is None` fails on every call:") and "refuses it" in refused
+    assert raising.startswith("`output is not None` is true, so this raises on every call:")
+    assert simplified.endswith("remove the code that handles a missing buffer")

@@ -63,12 +63,24 @@ def _at_method_start(method_body: cst.BaseSuite, node: cst.CSTNode) -> bool:
     return False
 
 
+def _raises(node: cst.If) -> bool:
+    """Whether the branch of ``node`` opens with a ``raise``."""
+    import libcst as cst
+
+    body = node.body
+    first = body.body[0] if isinstance(body, cst.IndentedBlock) and body.body else body
+    statements = first.body if isinstance(first, (cst.SimpleStatementLine, cst.SimpleStatementSuite)) else ()
+    return bool(statements) and isinstance(statements[0], cst.Raise)
+
+
 class OutputNoneFallback(Rule):
     """Old backends guarded against being called without a buffer with
     ``if output is None: output = torch.empty(...)``. vLLM >= 0.20 always passes ``output``, so
     such a fallback at the start of an attention method is dead code and goes. Anything else that
     tests ``output`` against None there (a fallback further down, one with other statements, an
-    ``else``, ``output is not None`` in a condition) is reported for a person to simplify. Only
+    ``else``, ``output is not None`` in a condition) is reported for a person to simplify, and so is a
+    method that refuses the buffer (``assert output is None``, ``if output is not None: raise ...``): it
+    fails on every call now. Only
     the ``output`` parameter counts: a method that assigns ``output`` itself, or a function
     without such a parameter, is never touched. Deleting a fallback is safe only while every call
     of the method the run can see passes a buffer: a call without ``output`` (or with
@@ -152,6 +164,23 @@ class OutputNoneFallback(Rule):
             findings=(Status.MANUAL,),
         ),
         Example(
+            "a method that refuses the buffer is reported: it fails on every call now",
+            class_source(
+                _HEADER,
+                """
+                def forward(self, layer, query, key, value, kv_cache, attn_metadata, output=None):
+                    assert output is None, "this backend returns a new tensor"
+                    return self.kernel(query, key, value)
+
+                def prefill(self, query, output=None):
+                    if output is not None:
+                        raise NotImplementedError("output buffers are not supported")
+                    return self.kernel(query, query, query)
+                """,
+            ),
+            findings=(Status.MANUAL, Status.MANUAL),
+        ),
+        Example(
             "a local variable named output stays",
             class_source(
                 _HEADER,
@@ -178,9 +207,10 @@ class OutputNoneFallback(Rule):
         kind = none_test(node)
         if method is None or kind is None:
             return
-        if any(isinstance(ancestor, cst.Assert) for ancestor in self.ctx.stack):
-            return  # VAC001's
         parent = self.ctx.parent()
+        refused = isinstance(parent, cst.Assert) and parent.test is node and kind == "is"
+        if not refused and any(isinstance(ancestor, cst.Assert) for ancestor in self.ctx.stack):
+            return  # `assert output is not None` is VAC001's
         fallback = (
             parent if isinstance(parent, cst.If) and parent.test is node and _is_allocation_fallback(parent) else None
         )
@@ -196,10 +226,16 @@ class OutputNoneFallback(Rule):
             message = "this fallback is dead: vLLM >= 0.20 always passes the output buffer"
             self.ctx.report_unless_withheld(self, node, method, message, RemoveStatement(fallback))
             return
-        truth = "never true" if kind == "is" else "always true"
-        self.ctx.report(
-            self,
-            node,
-            f"`output {kind} None` is {truth}: vLLM >= 0.20 always passes the output buffer; "
-            "remove the code that handles a missing buffer",
-        )
+        if refused or (kind == "is not" and isinstance(parent, cst.If) and parent.test is node and _raises(parent)):
+            test = "`assert output is None` fails" if refused else "`output is not None` is true, so this raises"
+            message = (
+                f"{test} on every call: vLLM >= 0.20 always passes the output buffer, and this method refuses it; "
+                "write the result into `output` instead"
+            )
+        else:
+            truth = "never true" if kind == "is" else "always true"
+            message = (
+                f"`output {kind} None` is {truth}: vLLM >= 0.20 always passes the output buffer; "
+                "remove the code that handles a missing buffer"
+            )
+        self.ctx.report(self, node, message)

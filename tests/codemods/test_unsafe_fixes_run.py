@@ -192,3 +192,63 @@ def test_vllm_0_19_layers_migrate_to_the_0_20_form(tmp_path, capsys):
     assert mla.count("\n            output = torch.empty(output_shape, dtype=q.dtype, device=q.device)\n") == 2
     assert main(["migrate", "--check", "--unsafe-fixes", str(tmp_path)]) in (0, 1)
     assert "[*]" not in capsys.readouterr().out  # nothing left to fix: the fixes were complete
+
+
+LAYER_WITH_OLD_PATH = """\
+import torch
+from vllm.model_executor.layers.attention import Attention
+from vllm.v1.attention.backend import AttentionImpl
+
+
+class ForkImpl(AttentionImpl):
+    def forward(self, layer, query, key, value, kv_cache, attn_metadata, output=None):
+        output.copy_(query)
+        return output
+
+
+class ForkAttention(Attention):
+    def forward(self, query, key, value):
+        if self.use_output:
+            output = torch.empty_like(query)
+            self.impl.forward(self, query, key, value, None, None, output=output)
+            return output
+        else:
+            return self.impl.forward(self, query, key, value, None, None)
+"""
+
+
+@pytest.mark.parametrize("kept", [False, True], ids=["deleted", "kept-elsewhere"])
+def test_a_call_the_unsafe_fixes_delete_is_not_reported_as_broken_by_them(tmp_path, capsys, kept):
+    """VAC005 keeps the `use_output` branch and deletes the `else` holding the only call without `output`
+    (rebellions-sw/vllm-rbln's layer): the run taking both fixes reports no call they break, as the next
+    `--check` does not; a call of the same method without `output` elsewhere still is."""
+    text = LAYER_WITH_OLD_PATH
+    if kept:
+        text += "\n\ndef warm_up(impl, q):\n    return ForkImpl.forward(impl, None, q, q, q, None, None)\n"
+    (tmp_path / "layer.py").write_text(text)
+    for mode in (["--diff"], ["-"], []):
+        arguments = ["migrate", "--unsafe-fixes", "--no-cache", *mode]
+        if mode == ["-"]:
+            arguments += ["--stdin-filename", str(tmp_path / "layer.py")]
+            code = _main_with_stdin(arguments, text)
+        else:
+            code = main([*arguments, str(tmp_path)])
+        captured = capsys.readouterr()
+        report = captured.err if mode else captured.out
+        assert ("breaks it" in report) is kept, (mode, report)
+        assert report.count("layer.py:19:") == 0, report  # the deleted call's line
+        assert code == (1 if kept or mode == ["--diff"] else 0), (mode, report)
+    assert main(["migrate", "--check", "--no-cache", str(tmp_path)]) == (1 if kept else 0)
+    assert ("raises TypeError" in capsys.readouterr().out) is kept
+
+
+def _main_with_stdin(arguments, text):
+    import io
+
+    stdin, stdout = sys.stdin, sys.stdout
+    sys.stdin = io.TextIOWrapper(io.BytesIO(text.encode()))
+    sys.stdout = io.TextIOWrapper(io.BytesIO())
+    try:
+        return main(arguments)
+    finally:
+        sys.stdin, sys.stdout = stdin, stdout

@@ -413,11 +413,17 @@ def _noqa_lines(source: bytes) -> dict[int, frozenset[str]]:
 
 
 def caller_findings(
-    analysis: CallAnalysis, path: str, source: bytes, codes: Iterable[str], unsafe_fixes: bool = False
+    analysis: CallAnalysis,
+    path: str,
+    source: bytes,
+    codes: Iterable[str],
+    unsafe_fixes: bool = False,
+    rewritten: bytes | None = None,
 ) -> list[Finding]:
     """The findings at the uses in the file at ``path`` that withhold a fix of a rule in ``codes``: each
     says what to pass. They carry the code of the first fix they withhold (in the order VAC002, VAC003,
-    VAC001), so ``# noqa: VAC002`` on the line silences them (the fix stays withheld)."""
+    VAC001), so ``# noqa: VAC002`` on the line silences them (the fix stays withheld). ``rewritten``: the file
+    as the run's fixes left it, where they changed it: a use they deleted is not reported (`deleted_uses`)."""
     from vllm_attn_compat.codemods.noqa import suppresses
 
     selected = set(codes)
@@ -435,6 +441,11 @@ def caller_findings(
             for blocker in blockers:
                 if blocker.path == here and (blocker.line, blocker.column) not in sites:
                     sites.setdefault((blocker.line, blocker.column), []).append((REQUIRED_OUTPUT, key, blocker))
+    if sites and rewritten is not None:
+        from vllm_attn_compat.codemods.index import deleted_uses
+
+        for site in deleted_uses.deleted(source, rewritten, [entries[0][2] for entries in sites.values()]):
+            del sites[site]
     if not sites:
         return []
     # The tokenizer finds which `noqa` is a comment; it runs only when a use's lines hold one.
@@ -523,17 +534,23 @@ def _unresolved(blocker: Blocker, keys: list[tuple[str, str]], code: str, unsafe
 
 
 def findings_for_run(
-    analysis: CallAnalysis, files: Mapping[str, bytes], codes: Iterable[str], unsafe_fixes: bool = False
+    analysis: CallAnalysis,
+    files: Mapping[str, bytes],
+    codes: Iterable[str],
+    unsafe_fixes: bool = False,
+    rewritten: Mapping[str, bytes] | None = None,
 ) -> list[tuple[str, Finding]]:
     """``caller_findings`` for every file of the run that holds a withholding use, by the path it was given as
-    (the bytes of the others are not asked for); ``unsafe_fixes``: the run takes the withheld fixes."""
+    (the bytes of the others are not asked for); ``unsafe_fixes``: the run takes the withheld fixes;
+    ``rewritten``: the files the run's fixes changed, as they left them (by path as given)."""
     codes = tuple(codes)
     holding = {b.path for by_code in analysis.withheld.values() for bs in by_code.values() for b in bs}
     holding |= {b.path for bs in analysis.missing.values() for b in bs}
     found = []
     for path in files:
         if normalize_path(path) in holding:
-            found += [(path, f) for f in caller_findings(analysis, path, files[path], codes, unsafe_fixes)]
+            after = rewritten.get(path) if rewritten is not None else None
+            found += [(path, f) for f in caller_findings(analysis, path, files[path], codes, unsafe_fixes, after)]
     return found
 
 

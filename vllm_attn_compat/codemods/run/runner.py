@@ -235,15 +235,6 @@ def _migrate_worth(
         excluded,
         reading=reading,
     )
-    # A finding at each call in the run that withholds a fix (`index.callsites`), where findings are reported.
-    from vllm_attn_compat.codemods.index import callsites
-
-    report.findings += callsites.findings_for_run(
-        hierarchy.calls,
-        _Sources({path: sources.scanned[path] for path in indexes if path in sources.scanned}),
-        [rule.code for rule in rules],
-        options.unsafe_fixes,
-    )
     failed = {error.path for error in report.errors}
     names = hierarchy.attention_class_names()
     # A file needing libcst holds a prefilter token, or an attention-class name (it was indexed);
@@ -259,6 +250,7 @@ def _migrate_worth(
     involved = set(indexes) | {c.source_file.path for c in candidates}
     report.parsed = len((set(indexes) - excluded) | {c.source_file.path for c in candidates})
     diffs: dict[str, str] = {}
+    rewritten: dict[str, bytes] = {}  # the files the run's fixes changed, as they left them
     keys: dict[str, str] = {}
     if cache is not None:
         missed: list[Scanned] = []
@@ -272,7 +264,7 @@ def _migrate_worth(
             if cached is None:
                 missed.append(item)
             else:  # (an entry is only made of a file that parsed)
-                _record(item, cached, options, report, diffs)
+                _record(item, cached, options, report, diffs, rewritten)
         candidates = missed
     candidates = _parse_scanned(candidates, indexes, options, report)
     by_path = {c.source_file.path: c for c in candidates}
@@ -313,7 +305,7 @@ def _migrate_worth(
             if isinstance(outcome, MissingDependency):
                 missing = outcome  # raised once all are in: the pools shut down as usual, leaving no process behind
             else:
-                _record(by_path[path], outcome, options, report, diffs)
+                _record(by_path[path], outcome, options, report, diffs, rewritten)
                 if cache is not None and isinstance(outcome, worker.Migrated):
                     cache.store(keys[path], outcome)
     finally:
@@ -324,6 +316,17 @@ def _migrate_worth(
     for path in sorted(diffs):  # workers finish in any order; the output must not depend on it
         emit_diff(diffs[path])
     report.changed.sort()
+    # A finding at each use in the run that withholds a fix (`index.callsites`), where findings are reported,
+    # unless the run's own fixes deleted it.
+    from vllm_attn_compat.codemods.index import callsites
+
+    report.findings += callsites.findings_for_run(
+        hierarchy.calls,
+        _Sources({path: sources.scanned[path] for path in indexes if path in sources.scanned}),
+        [rule.code for rule in rules],
+        options.unsafe_fixes,
+        rewritten,
+    )
     return involved
 
 
@@ -412,7 +415,14 @@ def _early_share(
     return mine, theirs
 
 
-def _record(item: Scanned, outcome: Recorded, options: Options, report: RunReport, diffs: dict[str, str]) -> None:
+def _record(
+    item: Scanned,
+    outcome: Recorded,
+    options: Options,
+    report: RunReport,
+    diffs: dict[str, str],
+    rewritten: dict[str, bytes],
+) -> None:
     path = item.source_file.path
     if isinstance(outcome, parallel.WorkerCrashed):
         report.errors.append(FileError(path, 1, 1, f"internal error: {outcome}; the file was not changed"))
@@ -436,6 +446,7 @@ def _record(item: Scanned, outcome: Recorded, options: Options, report: RunRepor
     elif options.mode == "diff":
         diffs[path] = unified_diff(path, item.source, new_source, item.encoding)
     report.changed.append(path)
+    rewritten[path] = new_source
 
 
 def run_source(source: bytes, path: str, options: Options) -> tuple[RunReport, bytes, str]:
@@ -469,21 +480,29 @@ def _run_source(source: bytes, path: str, options: Options) -> tuple[RunReport, 
         return report, source, ""
     report.parsed = 1
     built = hierarchy.ClassHierarchy.build([index])
+    new_source = _migrate_source(source, path, options, rules, built, report)
     codes = [rule.code for rule in rules]
-    report.findings += callsites.findings_for_run(built.calls, {path: source}, codes, options.unsafe_fixes)
+    rewritten = {path: new_source} if new_source is not None else None
+    report.findings += callsites.findings_for_run(built.calls, {path: source}, codes, options.unsafe_fixes, rewritten)
+    if new_source is None:
+        return report, source, ""
+    report.changed.append(path)
+    return report, new_source, unified_diff(path, source, new_source, encoding)
+
+
+def _migrate_source(
+    source: bytes, path: str, options: Options, rules: Sequence[type[Rule]], built: ClassHierarchy, report: RunReport
+) -> bytes | None:
+    """`run_source`'s migration of its one file: the new source, or None (unchanged, or failed: reported)."""
     acting = rules if built.has_attention_classes(path) else [rule for rule in rules if not rule.scoped]
     if not migrate.needs_parsing(source, acting, built.attention_class_names()):
-        return report, source, ""
+        return None
     worker.setup(rules, built, options.unsafe_fixes, options.old_op_calls, options.verifies)
     outcome = worker.migrate_file(source, path)
     if isinstance(outcome, MissingDependency):
         raise outcome
     if isinstance(outcome, FileError):
         report.errors.append(outcome)
-        return report, source, ""
-    new_source = outcome.new_source
+        return None
     report.findings += [(path, finding) for finding in outcome.findings]
-    if new_source is None:
-        return report, source, ""
-    report.changed.append(path)
-    return report, new_source, unified_diff(path, source, new_source, encoding)
+    return outcome.new_source

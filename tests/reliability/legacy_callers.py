@@ -6,10 +6,10 @@ forms (``output=None``, annotated, keyword-only, required) with or without an al
 run and in a file that imports neither vLLM nor the plugin (``engine.impl.m(...)`` on an object it is
 handed), call those methods in every way Python allows: omitting ``output``, passing it positionally or by
 keyword, passing ``None``, through ``super()``, ``Class.m(obj, ...)``, ``functools.partial``, ``getattr``,
-``*args`` and ``**kwargs``; or read its signature (``inspect.signature``), which calls nothing. Each caller
-is a module-level function without arguments, so a probe can call them all and compare what they return
-before and after migration. Lists stand in for tensors (``alloc.empty_like`` is an allocation as VAC003 sees
-one), so running them needs no torch.
+``*args`` and ``**kwargs``, on a local name bound to an instance; or read its signature
+(``inspect.signature``), which calls nothing. Each caller is a module-level function without arguments, so a
+probe can call them all and compare what they return before and after migration. Lists stand in for tensors
+(``alloc.empty_like`` is an allocation as VAC003 sees one), so running them needs no torch.
 """
 
 from __future__ import annotations
@@ -144,7 +144,7 @@ def plugins_with_callers(draw) -> GeneratedPlugin:
     for index in range(draw(st.integers(1, 6))):
         method = draw(st.sampled_from(found + found_for_sub))
         owner = "GenSub" if method in found_for_sub or (subclass and draw(st.booleans())) else "GenImpl"
-        forms = ["bound", "bound", "class", "partial", "getattr", "warm", "elsewhere", "signature"]
+        forms = ["bound", "bound", "class", "partial", "getattr", "warm", "elsewhere", "signature", "local"]
         form = draw(st.sampled_from(forms))
         if form == "elsewhere":
             call = f"engine.impl.{method.name}({_arguments(method, draw)})"
@@ -160,10 +160,13 @@ def plugins_with_callers(draw) -> GeneratedPlugin:
             expression = f"str(inspect.signature({owner}.{method.name}))"
         elif form == "getattr":
             expression = f'getattr({owner}(), "{method.name}")({_arguments(method, draw)})'
+        elif form == "local":  # on a name bound once to the instance
+            expression = f"impl.{method.name}({_arguments(method, draw)})"
         else:
             expression = f"{owner}().{method.name}({_arguments(method, draw)})"
         names.append(f"call_{index}")
-        callers += ["", f"def call_{index}():", f"    return {expression}"]
+        bound = [f"    impl = {owner}()"] if form == "local" else []
+        callers += ["", f"def call_{index}():", *bound, f"    return {expression}"]
     files = {
         "plugin/__init__.py": "",
         "plugin/backend.py": "\n".join(backend) + "\n",

@@ -126,6 +126,44 @@ def test_a_call_omitting_output_withholds_no_fix_the_rule_cannot_make(fallback):
         assert reported == []
 
 
+OTHER = "class Other:\n    def forward(self, *args):\n        return args\n"
+
+
+def _local_caller(imported: str, binding: str) -> str:
+    """A function calling `forward` without `output` on the local `impl`, bound by ``binding``."""
+    body = "".join(f"    {line}\n" for line in binding.splitlines())
+    return f"{imported}\n\ndef f(a, given):\n{body}    return impl.forward(a, a, a, a, a, a)\n"
+
+
+@pytest.mark.parametrize(
+    ("caller", "withheld", "resolved"),
+    [
+        # A local bound once to an instance of the impl: the run knows the receiver.
+        (_local_caller("from plugin_mod import MyImpl", "impl = MyImpl()"), True, True),
+        # ... of a class the method does not belong to: the call cannot reach it.
+        (_local_caller("from other_mod import Other", "impl = Other()"), False, None),
+        # What a function returned, or a name bound twice: anything.
+        (_local_caller("from plugin_mod import build", "impl = build()"), True, False),
+        (_local_caller("from other_mod import Other", "impl = Other()\nif a:\n    impl = given"), True, False),
+    ],
+    ids=["impl", "other-class", "factory", "bound-twice"],
+)
+def test_a_local_bound_once_to_an_instance_is_a_receiver_the_run_knows(caller, withheld, resolved):
+    others = [("caller.py", caller), ("other_mod.py", OTHER)]
+    result = run(IMPL + "\n\ndef build():\n    return MyImpl()\n", ["VAC002"], others=others)
+    assert statuses(result) == [Status.UNSAFE_FIX_AVAILABLE if withheld else Status.FIXED]
+    reported = run(caller, ["VAC002"], path="caller.py", others=[("plugin_mod.py", IMPL), others[1]]).findings
+    assert len(reported) == int(withheld)
+    if withheld:
+        assert ("the run cannot tell what" not in reported[0].message) is resolved
+
+
+def test_after_the_fix_a_call_on_a_local_instance_is_reported_as_raising_type_error():
+    caller = _local_caller("from plugin_mod import MyImpl", "impl = MyImpl()")
+    [finding] = run(caller, ["VAC002"], path="caller.py", others=[("plugin_mod.py", REQUIRING)]).findings
+    assert finding.status == Status.MANUAL and "the call raises TypeError" in finding.message
+
+
 def test_a_layer_forward_runs_through_calls_of_the_layer():
     layer = """
     from vllm.model_executor.layers.attention import Attention

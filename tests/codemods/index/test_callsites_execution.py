@@ -247,8 +247,9 @@ def test_the_withheld_fixes_are_what_would_break_those_calls(plugin: Path) -> No
 
 def test_after_the_unsafe_fixes_a_check_still_fails_at_each_call_they_broke(plugin: Path) -> None:
     """`--unsafe-fixes` made `output` required where calls omit it; the next `--check` (a CI gate) must not pass:
-    each call that now raises TypeError on a receiver the run resolves is reported (not the smoke test's
-    `impl.forward(...)` on a parameter, nor through the `partial` callback or the `getattr`)."""
+    each call that now raises TypeError on a receiver the run resolves is reported (the smoke test's
+    `impl.forward(...)` too, `impl` bound once to `MyImpl()`; not through the `partial` callback or the
+    `getattr`)."""
     _migrate(plugin, "--unsafe-fixes")
     completed = _migrate(plugin, "--check")
     assert completed.returncode == 1, completed.stdout + completed.stderr
@@ -257,6 +258,7 @@ def test_after_the_unsafe_fixes_a_check_still_fails_at_each_call_they_broke(plug
         "tree/plugin/backend.py",  # self.prefill(query, query, query) in warm_up
         "tree/plugin/sub.py",  # super().decode(query=query)
         "tree/plugin/sub.py",  # MyImpl.prefill(self, query, query, query)
+        "tree/tests_plugin/test_smoke.py",  # impl = MyImpl(); impl.forward(None, q, q, q, None, None)
     ], completed.stdout
     assert all("VAC002" in line and "pass the output buffer as `output=`" in line for line in broken)
 

@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol, TypeAlias
 
+from vllm_attn_compat.codemods.index import constructed
 from vllm_attn_compat.codemods.index.names import ALLOCATORS
 
 
@@ -66,7 +67,9 @@ class Use(NamedTuple):  # a tuple: tens of thousands are made and pickled on a f
     column: int  # 1-based
     end_line: int
     kind: str  # "call", "reference", "signature" (`SIGNATURE_READERS`) or "getattr"
-    receiver: str  # "self", "super", "class" (a name bound by an import or a class) or "other"
+    # "self", "super", "class" (a name bound by an import or a class), "instance" (a local name bound once to what
+    # a call of such a name made, `constructed`) or "other"
+    receiver: str
     scope: str | None  # qualname of the class whose method holds it (self and super receivers)
     target: str | None  # dotted name of a "class" receiver
     text: str  # how the receiver reads, for messages
@@ -201,6 +204,14 @@ class _Scope:
     owner: str | None  # qualname of the class whose method this is (self/super resolve to it)
     self_name: str | None
     local_classes: dict[str, str] = field(default_factory=dict)
+    function: constructed.Function | None = None  # the function whose body this is
+    _constructed: dict[str, ast.expr] | None = None
+
+    def constructed(self) -> dict[str, ast.expr]:
+        """`constructed.constructed` of the function, found when first asked for."""
+        if self._constructed is None:
+            self._constructed = constructed.constructed(self.function) if self.function is not None else {}
+        return self._constructed
 
 
 _DEFS = (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
@@ -280,8 +291,15 @@ class _Collector:
         dotted = _dotted(node)
         if dotted is None:
             return "other", None, UNSHOWN
-        head = dotted.partition(".")[0]
         local = [s.local_classes for s in scopes if s.local_classes]
+        callee = scope.constructed().get(node.id) if type(node) is ast.Name else None
+        if callee is not None:  # bound once, to what `callee(...)` made: an instance, if it is a class
+            called = _dotted(callee)
+            head = called.partition(".")[0] if called is not None else None
+            if head in self.bound or any(head in classes for classes in local):
+                return "instance", self.indexer.resolve(callee, local), dotted
+            return "other", None, dotted
+        head = dotted.partition(".")[0]
         if head in self.bound or any(head in classes for classes in local):
             return "class", self.indexer.resolve(node, local), dotted
         return "other", None, dotted
@@ -315,10 +333,11 @@ class _Collector:
         if not isinstance(node, ast.Lambda) and isinstance(parent, ast.ClassDef):
             args = [*node.args.posonlyargs, *node.args.args]
             first = args[0].arg if args and _method_kind(node) != "static" else None
-            inner = _Scope(scope.prefix + node.name + ".<locals>.", scope.prefix[:-1], first)
+            inner = _Scope(scope.prefix + node.name + ".<locals>.", scope.prefix[:-1], first, function=node)
+        elif isinstance(node, ast.Lambda):
+            inner = _Scope(scope.prefix + "<lambda>.<locals>.", scope.owner, scope.self_name)
         else:
-            name = "<lambda>" if isinstance(node, ast.Lambda) else node.name
-            inner = _Scope(scope.prefix + name + ".<locals>.", scope.owner, scope.self_name)
+            inner = _Scope(scope.prefix + node.name + ".<locals>.", scope.owner, scope.self_name, function=node)
         if isinstance(node, ast.Lambda):
             pending.append(([node.body], node, inner, [*scopes, inner]))
             pending.append(([node.args], node, scope, scopes))

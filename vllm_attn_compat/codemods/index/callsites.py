@@ -268,6 +268,10 @@ def _how(use: Use, module: str, target: str, method: OutputMethod, relations: _R
         if not any(target in relations.ancestors(other) for other in classes):
             return None  # a module, or a class the method does not belong to
         explicit_self = method.kind == "method"
+    elif use.receiver == "instance":
+        classes = relations.named(use.target or "")
+        if classes and not any(target in relations.ancestors(other) for other in classes):
+            return None  # an instance of a class the method does not belong to (a factory's result counts)
     if use.kind != "call":
         return use.kind
     parameters = (("<self>",) if explicit_self else ()) + method.positional
@@ -288,6 +292,14 @@ def _how(use: Use, module: str, target: str, method: OutputMethod, relations: _R
     if "output" in parameters[: use.positional]:
         return "none" if parameters.index("output") in use.none_at else None
     return "none" if use.output_none else "omits"
+
+
+def _resolved(use: Use, relations: _Relations) -> bool:
+    """Whether the run knows what the receiver of ``use`` is: not for an "other" one, nor for a local name bound to
+    what a callable that is no class of the run returned."""
+    if use.receiver == "instance":
+        return bool(relations.named(use.target or ""))
+    return use.receiver != "other"
 
 
 def _codes(method: OutputMethod, how: str) -> tuple[str, ...]:
@@ -351,7 +363,7 @@ def _withheld(
             for key, method in by_name.get(use.name, ()):
                 how = _how(use, index.module, key[0], method, relations)
                 if how is not None:
-                    resolved = use.receiver != "other"
+                    resolved = _resolved(use, relations)
                     blocker = Blocker(index.path, use.line, use.column, use.end_line, how, use.text, resolved)
                     if how == "missing":
                         # Only where the receiver is known: a generic name (`forward`, `forward_native`) called on

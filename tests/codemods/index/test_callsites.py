@@ -158,6 +158,13 @@ def test_a_local_bound_once_to_an_instance_is_a_receiver_the_run_knows(caller, w
         assert ("the run cannot tell what" not in reported[0].message) is resolved
 
 
+def test_a_function_sharing_the_name_of_an_unrelated_class_makes_no_instance_of_it():
+    factory = "from plugin_mod import MyImpl\n\ndef Other():\n    return MyImpl()\n"
+    caller = _local_caller("from factory_mod import Other", "impl = Other()")
+    others = [("caller.py", caller), ("other_mod.py", OTHER), ("factory_mod.py", factory)]
+    assert statuses(run(IMPL, ["VAC002"], others=others)) == [Status.UNSAFE_FIX_AVAILABLE]
+
+
 def test_after_the_fix_a_call_on_a_local_instance_is_reported_as_raising_type_error():
     caller = _local_caller("from plugin_mod import MyImpl", "impl = MyImpl()")
     [finding] = run(caller, ["VAC002"], path="caller.py", others=[("plugin_mod.py", REQUIRING)]).findings

@@ -213,9 +213,10 @@ class _Relations:
         self._ancestors: dict[str, frozenset[str]] = {}
         self._descendants: dict[str, set[str]] | None = None
 
-    def named(self, reference: str) -> list[str]:
+    def named(self, reference: str, *, exactly: bool = False) -> list[str]:
+        """The run's classes ``reference`` may name; ``exactly``: by its dotted name alone (`names_match`)."""
         found = self.hierarchy._classes_named(reference)
-        if found:
+        if found or exactly:
             return found
         # A class re-exported by a package (``plugin.MyImpl`` for ``plugin.backend.MyImpl``): same name.
         return list(self.hierarchy._by_last.get(reference.rpartition(".")[2], ()))
@@ -269,7 +270,8 @@ def _how(use: Use, module: str, target: str, method: OutputMethod, relations: _R
             return None  # a module, or a class the method does not belong to
         explicit_self = method.kind == "method"
     elif use.receiver == "instance":
-        classes = relations.named(use.target or "")
+        # By the callee's dotted name alone: a function sharing a class's last name must not pass for it.
+        classes = relations.named(use.target or "", exactly=True)
         if classes and not any(target in relations.ancestors(other) for other in classes):
             return None  # an instance of a class the method does not belong to (a factory's result counts)
     if use.kind != "call":
@@ -298,7 +300,7 @@ def _resolved(use: Use, relations: _Relations) -> bool:
     """Whether the run knows what the receiver of ``use`` is: not for an "other" one, nor for a local name bound to
     what a callable that is no class of the run returned."""
     if use.receiver == "instance":
-        return bool(relations.named(use.target or ""))
+        return bool(relations.named(use.target or "", exactly=True))
     return use.receiver != "other"
 
 

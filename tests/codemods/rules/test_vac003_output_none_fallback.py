@@ -148,3 +148,26 @@ def test_a_method_refusing_the_buffer_is_told_it_fails_on_every_call_and_other_t
     assert refused.startswith("`assert output is None` fails on every call:") and "refuses it" in refused
     assert raising.startswith("`output is not None` is true, so this raises on every call:")
     assert simplified.endswith("remove the code that handles a missing buffer")
+
+
+def test_a_refusal_counts_where_output_is_still_the_parameter():
+    """An assignment after the refusal (the method's own result: ROCm's fork's dual-chunk backend) does not
+    hide it; one that may run before it does (the test is then of a local)."""
+    text = method(
+        """
+        def forward(self, q, output=None):
+            assert output is None, "not supported"
+            output = q * 2
+            return output
+
+        def decode(self, q, output=None):
+            output = self.buffers.get(q)
+            if output is not None:
+                raise ValueError("busy")
+            output = q
+            return output
+        """
+    )
+    result = run(text, ["VAC003"])
+    assert [(f.line, f.status) for f in result.findings] == [(7, Status.MANUAL)]
+    assert result.findings[0].message.startswith("`assert output is None` fails on every call")

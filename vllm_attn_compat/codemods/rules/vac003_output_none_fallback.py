@@ -11,6 +11,8 @@ from vllm_attn_compat.codemods.findings import FixSafety, Status
 if TYPE_CHECKING:
     import libcst as cst
 
+    from vllm_attn_compat.codemods.engine.scope import FunctionFrame
+
 _HEADER = """\
     import torch
     from vllm.v1.attention.backend import AttentionImpl
@@ -198,18 +200,19 @@ class OutputNoneFallback(Rule):
     def visit_Comparison(self, node: cst.Comparison) -> None:
         import libcst as cst
 
-        from vllm_attn_compat.codemods.engine.patterns import (
-            none_test,
-            rebinds_outside_none_guards,
-        )
+        from vllm_attn_compat.codemods.engine.patterns import none_test, rebinds_outside_none_guards
 
         method = self.ctx.output_method()
         kind = none_test(node)
         if method is None or kind is None:
             return
         parent = self.ctx.parent()
-        refused = isinstance(parent, cst.Assert) and parent.test is node and kind == "is"
-        if not refused and any(isinstance(ancestor, cst.Assert) for ancestor in self.ctx.stack):
+        asserted = isinstance(parent, cst.Assert) and parent.test is node
+        raising = kind == "is not" and isinstance(parent, cst.If) and parent.test is node and _raises(parent)
+        if (asserted and kind == "is") or raising:
+            self._refused(node, method, asserted)
+            return
+        if any(isinstance(ancestor, cst.Assert) for ancestor in self.ctx.stack):
             return  # `assert output is not None` is VAC001's
         fallback = (
             parent if isinstance(parent, cst.If) and parent.test is node and _is_allocation_fallback(parent) else None
@@ -226,16 +229,25 @@ class OutputNoneFallback(Rule):
             message = "this fallback is dead: vLLM >= 0.20 always passes the output buffer"
             self.ctx.report_unless_withheld(self, node, method, message, RemoveStatement(fallback))
             return
-        if refused or (kind == "is not" and isinstance(parent, cst.If) and parent.test is node and _raises(parent)):
-            test = "`assert output is None` fails" if refused else "`output is not None` is true, so this raises"
-            message = (
-                f"{test} on every call: vLLM >= 0.20 always passes the output buffer, and this method refuses it; "
-                "write the result into `output` instead"
-            )
-        else:
-            truth = "never true" if kind == "is" else "always true"
-            message = (
-                f"`output {kind} None` is {truth}: vLLM >= 0.20 always passes the output buffer; "
-                "remove the code that handles a missing buffer"
-            )
+        truth = "never true" if kind == "is" else "always true"
+        message = (
+            f"`output {kind} None` is {truth}: vLLM >= 0.20 always passes the output buffer; "
+            "remove the code that handles a missing buffer"
+        )
+        self.ctx.report(self, node, message)
+
+    def _refused(self, node: cst.Comparison, method: FunctionFrame, asserted: bool) -> None:
+        """``assert output is None`` or ``if output is not None: raise ...``: where ``output`` is still the
+        parameter (no assignment may run before, as for VAC001's assert), the method fails on every call."""
+        from vllm_attn_compat.codemods.engine.patterns import none_guards, rebinds_before
+
+        stack = self.ctx.stack
+        path = stack[next(i for i, n in enumerate(stack) if n is method.node) :]
+        if rebinds_before(path, "output", ignore=none_guards(method.node, "output")):
+            return
+        test = "`assert output is None` fails" if asserted else "`output is not None` is true, so this raises"
+        message = (
+            f"{test} on every call: vLLM >= 0.20 always passes the output buffer, and this method refuses it; "
+            "write the result into `output` instead"
+        )
         self.ctx.report(self, node, message)

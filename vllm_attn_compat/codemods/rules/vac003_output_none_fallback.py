@@ -81,13 +81,12 @@ class OutputNoneFallback(Rule):
     such a fallback at the start of an attention method is dead code and goes. Anything else that
     tests ``output`` against None there (a fallback further down, one with other statements, an
     ``else``, ``output is not None`` in a condition) is reported for a person to simplify, and so is a
-    method that refuses the buffer (``assert output is None``, ``if output is not None: raise ...``): it
-    fails on every call now. Only
-    the ``output`` parameter counts: a method that assigns ``output`` itself, or a function
-    without such a parameter, is never touched. Deleting a fallback is safe only while every call
-    of the method the run can see passes a buffer: a call without ``output`` (or with
-    ``output=None``), or the method handed on as a value, withholds it (unsafe) and is reported
-    where it is, as for VAC002.
+    method that refuses the buffer (``assert output is None``, ``if output is not None: raise ...``, before
+    any assignment to ``output``): it fails on every call now. Only the ``output`` parameter counts: a method
+    that assigns ``output`` itself is otherwise never touched, nor is a function without such a parameter.
+    Deleting a fallback is safe only while every call of the method the run can see passes a buffer: a call
+    without ``output`` (or with ``output=None``), or the method handed on as a value, withholds it (unsafe)
+    and is reported where it is, as for VAC002.
     """
 
     code = "VAC003"

@@ -82,7 +82,7 @@ class OutputNoneFallback(Rule):
     tests ``output`` against None there (a fallback further down, one with other statements, an
     ``else``, ``output is not None`` in a condition) is reported for a person to simplify, and so is a
     method that refuses the buffer (``assert output is None``, ``if output is not None: raise ...``, before
-    any assignment to ``output``): it fails on every call now. Only the ``output`` parameter counts: a method
+    any assignment to ``output``): it fails whenever it is given one. Only the ``output`` parameter counts: a method
     that assigns ``output`` itself is otherwise never touched, nor is a function without such a parameter.
     Deleting a fallback is safe only while every call of the method the run can see passes a buffer: a call
     without ``output`` (or with ``output=None``), or the method handed on as a value, withholds it (unsafe)
@@ -165,7 +165,7 @@ class OutputNoneFallback(Rule):
             findings=(Status.MANUAL,),
         ),
         Example(
-            "a method that refuses the buffer is reported: it fails on every call now",
+            "a method that refuses the buffer is reported: it fails whenever it is given one",
             class_source(
                 _HEADER,
                 """
@@ -237,16 +237,17 @@ class OutputNoneFallback(Rule):
 
     def _refused(self, node: cst.Comparison, method: FunctionFrame, asserted: bool) -> None:
         """``assert output is None`` or ``if output is not None: raise ...``: where ``output`` is still the
-        parameter (no assignment may run before, as for VAC001's assert), the method fails on every call."""
+        parameter (no assignment may run before, as for VAC001's assert), the method fails whenever it is given a
+        buffer, and vLLM >= 0.20 gives one to every call it makes."""
         from vllm_attn_compat.codemods.engine.patterns import none_guards, rebinds_before
 
         stack = self.ctx.stack
         path = stack[next(i for i, n in enumerate(stack) if n is method.node) :]
         if rebinds_before(path, "output", ignore=none_guards(method.node, "output")):
             return
-        test = "`assert output is None` fails" if asserted else "`output is not None` is true, so this raises"
+        test = "`assert output is None` fails" if asserted else "the `raise` under `if output is not None` runs"
         message = (
-            f"{test} on every call: vLLM >= 0.20 always passes the output buffer, and this method refuses it; "
-            "write the result into `output` instead"
+            f"{test} whenever a buffer is passed, and vLLM >= 0.20 always passes the output buffer: this method "
+            "refuses it; write the result into `output` instead"
         )
         self.ctx.report(self, node, message)

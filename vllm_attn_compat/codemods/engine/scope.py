@@ -161,6 +161,14 @@ class FileContext:
         None when the fix stays safe: a safe fix preserves every call the run can see (`index.callsites`)."""
         return callsites.withheld_reason(self, method, code)
 
+    def output_still_parameter(self, method: FunctionFrame) -> bool:
+        """Whether ``output``, where the visit is inside ``method``, is still its parameter: no assignment to it may
+        run before (`patterns.rebinds_before`), but for those under ``if output is None:`` (the old fallbacks)."""
+        from vllm_attn_compat.codemods.engine import patterns
+
+        path = self.stack[next(i for i, n in enumerate(self.stack) if n is method.node) :]
+        return not patterns.rebinds_before(path, "output", ignore=patterns.none_guards(method.node, "output"))
+
     def output_method(self) -> FunctionFrame | None:
         """The method we are directly inside, if it belongs to an attention class and takes
         an ``output`` parameter (the only place where ``output`` is the layer's buffer)."""

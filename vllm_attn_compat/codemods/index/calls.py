@@ -295,14 +295,17 @@ class _Collector:
         callee = scope.constructed().get(node.id) if type(node) is ast.Name else None
         if callee is not None:  # bound once, to what `callee(...)` made: an instance, if it is a class
             called = _dotted(callee)
-            head = called.partition(".")[0] if called is not None else None
-            if head in self.bound or any(head in classes for classes in local):
+            if called is not None and self._binds(called, local):
                 return "instance", self.indexer.resolve(callee, local), dotted
             return "other", None, dotted
-        head = dotted.partition(".")[0]
-        if head in self.bound or any(head in classes for classes in local):
+        if self._binds(dotted, local):
             return "class", self.indexer.resolve(node, local), dotted
         return "other", None, dotted
+
+    def _binds(self, dotted: str, local: list[dict[str, str]]) -> bool:
+        """Whether the head of ``dotted`` is bound by an import or a class (of the module or of ``local`` scopes)."""
+        head = dotted.partition(".")[0]
+        return head in self.bound or any(head in classes for classes in local)
 
     def collect(self, tree: ast.Module) -> CallIndex:
         top = _Scope("", None, None)

@@ -182,10 +182,7 @@ class AssertOutputNotNone(Rule):
         if method is None or not patterns.contains_none_test(node.test):
             return
         exact = patterns.none_test(node.test) == "is not"
-        stack = self.ctx.stack
-        path = stack[next(i for i, n in enumerate(stack) if n is method.node) :]
-        guards = patterns.none_guards(method.node, "output")
-        if exact and not patterns.rebinds_before(path, "output", ignore=guards):
+        if exact and self.ctx.output_still_parameter(method):
             message = "`assert output is not None` is always true: vLLM >= 0.20 always passes the output buffer"
             self.ctx.report_unless_withheld(self, node, method, message, RemoveStatement(node))
         elif patterns.none_test(node.test) is None:

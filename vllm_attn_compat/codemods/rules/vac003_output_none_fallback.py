@@ -239,11 +239,7 @@ class OutputNoneFallback(Rule):
         """``assert output is None`` or ``if output is not None: raise ...``: where ``output`` is still the
         parameter (no assignment may run before, as for VAC001's assert), the method fails whenever it is given a
         buffer, and vLLM >= 0.20 gives one to every call it makes."""
-        from vllm_attn_compat.codemods.engine.patterns import none_guards, rebinds_before
-
-        stack = self.ctx.stack
-        path = stack[next(i for i, n in enumerate(stack) if n is method.node) :]
-        if rebinds_before(path, "output", ignore=none_guards(method.node, "output")):
+        if not self.ctx.output_still_parameter(method):
             return
         test = "`assert output is None` fails" if asserted else "the `raise` under `if output is not None` runs"
         message = (

@@ -126,6 +126,33 @@ def test_a_call_omitting_output_withholds_no_fix_the_rule_cannot_make(fallback):
         assert reported == []
 
 
+@pytest.mark.parametrize(
+    ("caller", "listed"),
+    [
+        ("def f(impl, a):\n    return impl.forward(a, a, a, a, a, a)\n", "calls it without `output`"),
+        ("def f(impl, a, out):\n    return impl.forward(a, a, a, a, a, a, 2, out)\n", "passes `output` by position"),
+        ("def f(impl, args):\n    return impl.forward(*args)\n", "passes `*args`/`**kwargs` that may lack `output`"),
+        ("def f(impl):\n    return getattr(impl, 'forward')\n", "hands it on, so its callers cannot be checked"),
+        ("def f(impl, a, out):\n    return impl.forward(a, a, a, a, a, a, output=out)\n", None),
+        ("def f(impl, a, out):\n    return impl.forward(a, a, a, a, a, a, 2, output=out)\n", None),
+        ("def f(impl, a):\n    return impl.forward(a, a, a, a, a, a, output=None)\n", None),
+    ],
+)
+def test_where_vac002_has_no_fix_it_names_the_uses_its_change_by_hand_breaks(caller, listed):
+    """VAC002 asks for `output` keyword-only and required by hand where a defaulted parameter comes before it: the
+    calls that omit it or pass it by position would then raise TypeError. They are named at the method, and
+    reported nowhere else: they withhold no fix."""
+    text = IMPL.replace("attn_metadata, output=None", "attn_metadata, kind=1, output=None")
+    [finding] = run(text, ["VAC002"], others=[("caller.py", caller)]).findings
+    assert finding.status is Status.MANUAL and "keyword-only and required" in finding.message
+    if listed is None:
+        assert "breaks the run's uses" not in finding.message
+    else:
+        assert "breaks the run's uses of the method that do not pass it by keyword" in finding.message
+        assert f"at caller.py:2 {listed}" in finding.message
+    assert run(caller, ["VAC002"], path="caller.py", others=[("plugin_mod.py", text)]).findings == []
+
+
 OTHER = "class Other:\n    def forward(self, *args):\n        return args\n"
 
 

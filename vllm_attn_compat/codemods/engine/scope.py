@@ -161,6 +161,11 @@ class FileContext:
         None when the fix stays safe: a safe fix preserves every call the run can see (`index.callsites`)."""
         return callsites.withheld_reason(self, method, code)
 
+    def keyword_only_breaks(self, method: FunctionFrame) -> str | None:
+        """Which of the run's uses of ``method`` making ``output`` keyword-only and required by hand would break, where
+        VAC002 has no fix (a defaulted parameter before it); None when none does."""
+        return callsites.withheld_reason(self, method, callsites.REQUIRED_BY_HAND)
+
     def output_still_parameter(self, method: FunctionFrame) -> bool:
         """Whether ``output``, where the visit is inside ``method``, is still its parameter: no assignment to it may
         run before (`patterns.rebinds_before`), but for those under ``if output is None:`` (the old fallbacks)."""

@@ -99,6 +99,10 @@ class MethodFrame(Protocol):
 REQUIRED_OUTPUT = "VAC002"
 NONE_FALLBACK = "VAC003"
 ASSERT_OUTPUT = "VAC001"
+# Where VAC002 has no fix (a defaulted parameter before ``output``), the change it asks for by hand: ``output``
+# keyword-only and required. The uses that change breaks are listed at the method, never reported where they are
+# (they withhold no fix).
+REQUIRED_BY_HAND = "VAC002 by hand"
 # The code a caller finding carries when its use withholds several fixes: the first of these.
 _FIRST = (REQUIRED_OUTPUT, NONE_FALLBACK, ASSERT_OUTPUT)
 # Uses that do not call the method: they read as `x.m` in messages, not `x.m(...)`.
@@ -118,7 +122,7 @@ class Blocker:
     line: int
     column: int
     end_line: int
-    how: str  # "omits", "none", "starred", "reference", "signature", "getattr", "layer" or "missing"
+    how: str  # "omits", "none", "starred", "positional", "reference", "signature", "getattr", "layer" or "missing"
     text: str  # the receiver as written
     # False where the run cannot tell what the receiver is (`calls.Use.receiver` "other"): the use counts, since
     # it may reach the method, but it may as well be another class's method of the same name.
@@ -139,6 +143,8 @@ class Blocker:
             return f"{call} at {where} hands it on as a value, so its callers cannot be checked"
         if self.how == "signature":
             return f"{call} at {where} has its signature read, which making `output` required changes"
+        if self.how == "positional":
+            return f"{call} at {where} passes `output` by position"
         return "a layer's `forward` runs through `layer(...)` calls, which cannot be attributed to it"
 
 
@@ -180,6 +186,8 @@ class CallAnalysis:
         shown = min(found, key=lambda blocker: (_PLAINEST.get(blocker.how, 3), blocker.path != here, _order(blocker)))
         text = shown.describe(method, here)
         more = f" (and {len(found) - 1} more use{'s' if len(found) > 2 else ''})" if len(found) > 1 else ""
+        if code == REQUIRED_BY_HAND:
+            return f"that breaks the run's uses of the method that do not pass it by keyword: {text}{more}"
         return f"not safe while the run uses the method otherwise: {text}{more}"
 
     def merged(self, other: CallAnalysis) -> CallAnalysis:
@@ -255,7 +263,8 @@ class _Relations:
 
 def _how(use: Use, module: str, target: str, method: OutputMethod, relations: _Relations) -> str | None:
     """How ``use`` (in ``module``) involves ``method`` of class ``target``: None when it cannot be a
-    call of it, or cannot bind to it today, or passes ``output``."""
+    call of it, or cannot bind to it today, or passes ``output`` (by position: "positional" where VAC002 has no
+    fix, since the change it asks for by hand makes ``output`` keyword-only)."""
     explicit_self = False
     if use.receiver == "self":
         if use.scope is None or not relations.related(f"{module}.{use.scope}", target):
@@ -292,7 +301,10 @@ def _how(use: Use, module: str, target: str, method: OutputMethod, relations: _R
         # The method requires `output` and the call binds all else: it raises TypeError (`CallAnalysis.missing`).
         return "missing" if method.required - bound == {"output"} else None
     if "output" in parameters[: use.positional]:
-        return "none" if parameters.index("output") in use.none_at else None
+        if parameters.index("output") in use.none_at:
+            return "none"
+        # Fine as long as `output` stays where it is, which it cannot where VAC002 has no fix (`REQUIRED_BY_HAND`).
+        return "positional" if method.output_default_none and not method.output_may_lose_default else None
     return "none" if use.output_none else "omits"
 
 
@@ -305,9 +317,11 @@ def _resolved(use: Use, relations: _Relations) -> bool:
 
 
 def _codes(method: OutputMethod, how: str) -> tuple[str, ...]:
+    if how == "positional":
+        return (REQUIRED_BY_HAND,)
     codes = []
-    if method.output_may_lose_default and how != "none":
-        codes.append(REQUIRED_OUTPUT)
+    if method.output_default_none and how != "none":
+        codes.append(REQUIRED_OUTPUT if method.output_may_lose_default else REQUIRED_BY_HAND)
     if how == "signature":
         return tuple(codes)  # read, never called: only the signature's change shows (`calls.SIGNATURE_READERS`)
     if method.fallback is not None:
@@ -558,7 +572,9 @@ def findings_for_run(
     (the bytes of the others are not asked for); ``unsafe_fixes``: the run takes the withheld fixes;
     ``rewritten``: the files the run's fixes changed, as they left them (by path as given)."""
     codes = tuple(codes)
-    holding = {b.path for by_code in analysis.withheld.values() for bs in by_code.values() for b in bs}
+    holding = {
+        b.path for by_code in analysis.withheld.values() for code, bs in by_code.items() if code in codes for b in bs
+    }
     holding |= {b.path for bs in analysis.missing.values() for b in bs}
     found = []
     for path in files:

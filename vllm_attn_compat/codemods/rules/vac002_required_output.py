@@ -83,7 +83,10 @@ class RequiredOutputParameter(Rule):
     unannotated ``output=None`` becomes ``output: torch.Tensor`` (or ``Tensor`` when that is how
     the module imports it; unannotated when it imports neither). When a positional parameter
     before ``output`` has a default, dropping ``= None`` would be a syntax error: the site is
-    reported instead.
+    reported instead, asking for ``output`` keyword-only and required (vLLM passes it by keyword;
+    moving it before that parameter would silently rebind the arguments of a call passing both by
+    position), and naming the run's uses that change would break: calls that omit ``output`` or pass
+    it by position, and the method handed on.
 
     A safe fix preserves the behaviour of every call the run can see. A plugin's own warm-up path,
     test or subclass may call the method without ``output`` (``self.prefill(q, q, q)``,
@@ -371,12 +374,15 @@ class RequiredOutputParameter(Rule):
             before = positional[: [id(p) for p in positional].index(id(node))]
             defaulted = [p.name.value for p in before if p.default is not None]
             if defaulted:
-                self.ctx.report(
-                    self,
-                    node,
-                    f"`output` is required since vLLM 0.20, but parameter `{defaulted[-1]}` before it has a "
-                    "default, so `= None` cannot simply go: move `output` before it or make it keyword-only",
+                # Keyword-only, not moved before the defaulted parameter: a move would rebind the arguments of a call
+                # passing both by position, silently; vLLM passes `output` by keyword.
+                message = (
+                    f"`output` is required since vLLM 0.20, but parameter `{defaulted[-1]}` before it has a default, "
+                    "so `= None` cannot simply go: make it keyword-only and required (`*, output: torch.Tensor`), "
+                    "as vLLM passes it by keyword"
                 )
+                uses = self.ctx.keyword_only_breaks(method)
+                self.ctx.report(self, node, message if uses is None else f"{message}; {uses}")
                 return
         fallback = self.ctx.tensor_annotation()
 

@@ -10,7 +10,7 @@ import pytest
 from vllm_attn_compat.codemods.findings import Status
 from vllm_attn_compat.codemods.index.hierarchy import ClassHierarchy, index_module
 
-from rule_testing import run, statuses
+from rule_testing import run, source, statuses
 
 IMPL = """
 import torch
@@ -198,18 +198,60 @@ def test_after_the_fix_a_call_on_a_local_instance_is_reported_as_raising_type_er
     assert finding.status == Status.MANUAL and "the call raises TypeError" in finding.message
 
 
-def test_a_layer_forward_runs_through_calls_of_the_layer():
-    layer = """
-    from vllm.model_executor.layers.attention import Attention
+def test_an_impl_that_is_a_module_runs_its_forward_through_calls_of_the_module():
+    impl = """
+    import torch
+    from vllm.v1.attention.backend import AttentionImpl
 
 
-    class MyAttention(Attention):
-        def forward(self, query, key, value, output=None):
+    class MyImpl(AttentionImpl, torch.nn.Module):
+        def forward(self, layer, query, key, value, kv_cache, attn_metadata, output=None):
             return output
     """
-    result = run(layer, ["VAC002"])
+    result = run(impl, ["VAC002"])
     assert statuses(result) == [Status.UNSAFE_FIX_AVAILABLE]
     assert "layer(...)" in result.findings[0].message
+
+
+LAYER = """
+import torch
+from vllm.model_executor.layers.attention import Attention
+from vllm.model_executor.layers.attention.mla_attention import MLAAttention
+
+
+class MyAttention(Attention):
+    def forward(self, query, key, value, output: torch.Tensor | None = None, output_shape=None):
+        if output is None:
+            output = torch.empty_like(query)
+        assert output is not None
+        self.impl.forward(self, query, key, value, self.kv_cache, None, output=output)
+        return output
+
+
+class MyMLA(MLAAttention):
+    def forward(self, q, kv_c_normed, k_pe, output=None, **kwargs):
+        out = self.impl.run(q, kv_c_normed, k_pe)
+        if output is not None:
+            output.copy_(out)
+        return out
+
+    def forward_impl(self, q, k_c_normed, k_pe, kv_cache, attn_metadata, output=None):
+        assert output is not None
+        return output
+"""
+
+
+def test_a_vllm_layer_s_forward_is_left_alone_since_vllm_never_passes_it_output():
+    """A model calls a layer as `layer(q, k, v)`: vLLM passes no `output` to a layer's `forward` (the layer
+    allocates it), so the rules' premise does not hold there. The unsafe fixes made such an `output` required
+    and deleted the layer's allocation, breaking every call (found over vllm-project/tpu-inference's MLA layer).
+    The MLA layer's `forward_impl`, which vLLM >= 0.20 calls with `output`, is still migrated."""
+    caller = "def f(attn, q):\n    return attn.forward(q, q, q)\n"
+    result = run(LAYER, ["VAC001", "VAC002", "VAC003"], unsafe=True, others=[("caller.py", caller)])
+    impl = next(number for number, line in enumerate(source(LAYER).splitlines(), 1) if "def forward_impl" in line)
+    assert {(f.line, f.code) for f in result.findings} == {(impl, "VAC002"), (impl + 1, "VAC001")}
+    assert result.source.decode().split("def forward_impl")[0] == LAYER.split("def forward_impl")[0].lstrip()
+    assert run(caller, ["VAC001", "VAC002", "VAC003"], path="caller.py", others=[("plugin_mod.py", LAYER)]).findings == []
 
 
 def test_the_analysis_travels_to_the_workers_without_the_call_index():

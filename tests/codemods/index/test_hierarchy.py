@@ -129,6 +129,41 @@ def test_in_tree_backends_and_fork_bases_count():
     assert not is_vllm_base("vllm.attentionx.Attention")
 
 
+def test_layers_are_vllm_s_attention_layers_and_what_derives_from_them_and_no_impl():
+    vllm_tree = index(
+        "vllm/model_executor/layers/attention/attention.py",
+        """
+        import torch
+        from vllm.model_executor.layers.attention_layer_base import AttentionLayerBase
+
+
+        class Attention(torch.nn.Module, AttentionLayerBase): ...
+        """,
+    )
+    plugin = index(
+        "plugin.py",
+        """
+        import torch
+        from vllm.model_executor.layers.attention.attention import Attention
+        from vllm.model_executor.layers.attention.mla_attention import MLAAttention
+        from vllm.v1.attention.backend import AttentionImpl
+
+
+        class Layer(Attention): ...
+        class Deeper(Layer): ...
+        class Mla(MLAAttention): ...
+        class Impl(AttentionImpl): ...
+        class ModuleImpl(AttentionImpl, torch.nn.Module): ...
+        class Both(Layer, AttentionImpl): ...
+        class Cycle(Cycle): ...
+        """,
+    )
+    hierarchy = ClassHierarchy.build([vllm_tree, plugin])
+    layers = {name for name in hierarchy.bases if hierarchy.is_layer_class(name)}
+    # The fork's own layer goes by the module name its folders give it (no __init__.py here: `attention`).
+    assert layers == {"plugin.Layer", "plugin.Deeper", "plugin.Mla", "attention.Attention"}
+
+
 def test_cycles_terminate():
     a = index("a.py", "from b import B\nclass A(B): ...\n")
     b = index("b.py", "from a import A\nclass B(A): ...\n")

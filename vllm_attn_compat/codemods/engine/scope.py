@@ -66,6 +66,7 @@ class FunctionFrame:
     # "attention" when the function is assigned onto an attention class at run time (it is a method of
     # it), "unresolved" when onto a class that could not be resolved (findings are only shown).
     patched: str | None = None
+    layer_forward: bool | None = None  # a vLLM layer's `forward` (`FileContext.output_method`), once asked
 
     def param(self, name: str) -> cst.Param | None:
         params = self.node.params
@@ -176,11 +177,21 @@ class FileContext:
 
     def output_method(self) -> FunctionFrame | None:
         """The method we are directly inside, if it belongs to an attention class and takes
-        an ``output`` parameter (the only place where ``output`` is the layer's buffer)."""
+        an ``output`` parameter (the only place where ``output`` is the layer's buffer): not a vLLM layer's
+        ``forward``, which vLLM calls as ``layer(q, k, v)``, never with ``output``."""
         frame = self.current_function()
         if frame is None or (frame.attention_class is None and frame.patched is None):
             return None
-        return frame if frame.param("output") is not None else None
+        if frame.param("output") is None:
+            return None
+        if frame.layer_forward is None:
+            owner = frame.attention_class
+            frame.layer_forward = (
+                owner is not None
+                and frame.qualname == f"{owner.qualname}.forward"
+                and self.hierarchy.is_layer_class(f"{self.module_name}.{owner.qualname}")
+            )
+        return None if frame.layer_forward else frame
 
     def in_unresolved_patch(self) -> bool:
         """Whether the code being visited is copied at run time onto a class that could not be resolved."""

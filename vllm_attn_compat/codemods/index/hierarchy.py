@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from vllm_attn_compat.codemods.index import calls, callsites, flags, runtime_patches
 from vllm_attn_compat.codemods.index.flag_owners import FlagOwners
 from vllm_attn_compat.codemods.index.names import (
+    VLLM_LAYER_NAMES,
     guess_module_name,
     is_vllm_base,
     normalize_path,
@@ -323,6 +324,7 @@ class ClassHierarchy(FlagOwners):
     calls: callsites.CallAnalysis = field(default_factory=callsites.CallAnalysis)
     _patched: list[tuple[str, str]] | None = None  # `_patched_in_scope`, once asked (asked once per file)
     _from_vllm: dict[str, bool] = field(default_factory=dict)
+    _vllm_bases: dict[str, frozenset[str]] = field(default_factory=dict)  # `_vllm_bases_of`, once asked
     _subclasses: dict[str, list[str]] | None = None  # in-run class -> its direct subclasses in the run
     _names: frozenset[str] | None = None  # `attention_class_names`, once asked (each round asks it twice)
 
@@ -354,6 +356,7 @@ class ClassHierarchy(FlagOwners):
             self.patches.setdefault(patch.source.rpartition(".")[2], []).append(record)
         self._attention.clear()
         self._from_vllm.clear()
+        self._vllm_bases.clear()
         self._patched = None
         self._subclasses = None
         self._names = None
@@ -414,6 +417,28 @@ class ClassHierarchy(FlagOwners):
         )
         self._from_vllm[full_name] = result
         return result
+
+    def is_layer_class(self, full_name: str) -> bool:
+        """Whether the class is one of vLLM's attention layers (`names.VLLM_LAYER_NAMES`) or derives from one through
+        the run's classes, and from none of its impls: vLLM calls its ``forward`` as ``layer(q, k, v)``, never
+        with ``output`` (which the layer allocates), so what the rules say of ``output`` there does not hold."""
+        names = {base.rpartition(".")[2] for base in self._vllm_bases_of(full_name)}
+        return bool(names & VLLM_LAYER_NAMES) and not any(name.endswith(("Impl", "ImplBase")) for name in names)
+
+    def _vllm_bases_of(self, full_name: str) -> frozenset[str]:
+        """vLLM's base classes (`is_vllm_base`) the class is or derives from through the run's classes."""
+        known = self._vllm_bases.get(full_name)
+        if known is not None:
+            return known
+        self._vllm_bases[full_name] = frozenset()  # breaks cycles
+        found = {full_name} if is_vllm_base(full_name) else set()
+        for base in self.bases.get(full_name, ()):
+            if is_vllm_base(base):
+                found.add(base)
+            for other in self._classes_named(base):
+                found |= self._vllm_bases_of(other)
+        self._vllm_bases[full_name] = frozenset(found)
+        return self._vllm_bases[full_name]
 
     def _is_attention_reference(self, reference: str) -> bool:
         return is_vllm_base(reference) or any(

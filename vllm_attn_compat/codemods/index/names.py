@@ -25,6 +25,9 @@ VLLM_BASE_NAMES = frozenset(
         "MLAAttention",
     }
 )
+# vLLM's attention layers among those bases: a model calls a layer as ``layer(q, k, v)``, so vLLM never passes
+# ``output`` to a layer's ``forward`` (the layer allocates it; `hierarchy.ClassHierarchy.is_layer_class`).
+VLLM_LAYER_NAMES = frozenset({"AttentionLayer", "AttentionLayerBase", "Attention", "MLAAttention"})
 # vLLM's in-tree backends (FlashAttentionBackend, MLACommonImpl, ...) are attention classes
 # too; a plugin deriving from them is found by these suffixes on names from the modules above.
 _IN_TREE_SUFFIXES = ("Backend", "Impl")

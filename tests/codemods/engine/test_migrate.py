@@ -187,6 +187,7 @@ def test_registry_select_ignore_and_unknown_codes():
         "VAC005",
         "VAC006",
         "VAC008",
+        "VAC009",
     ]
     assert [r.code for r in select_rules(["vac006"])] == ["VAC006"]
     with pytest.raises(ValueError, match=r"unknown rule code 'VAC9'.*VAC001"):
@@ -222,7 +223,7 @@ def test_rules_declare_everything_and_codes_are_unique():
                 "tokens": (b"output is not None",),
             },
         )
-    assert [r.code for r in all_rules()][-1] == "VAC008"
+    assert [r.code for r in all_rules()][-1] == "VAC009"
 
 
 def test_listing_rules_and_prefiltering_import_neither_libcst_nor_torch():

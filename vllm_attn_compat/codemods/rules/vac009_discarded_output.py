@@ -1,0 +1,241 @@
+"""VAC009: report a ``forward`` that replaces the ``output`` buffer before writing into it."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from vllm_attn_compat.codemods.engine.rule import Example, Rule, class_source
+from vllm_attn_compat.codemods.findings import FixSafety, Status
+
+if TYPE_CHECKING:
+    import libcst as cst
+
+_IMPL_HEADER = """\
+    import torch
+    from vllm.v1.attention.backend import AttentionImpl
+
+
+    class MyImpl(AttentionImpl):
+"""
+
+# The methods vLLM >= 0.20 calls with the layer's buffer and reads the result from: an impl's `forward`, an MLA
+# impl's `forward_mha`, an MLA layer's `forward_impl` (a layer's own `forward` takes no buffer from vLLM).
+_GIVEN_THE_BUFFER = frozenset({"forward", "forward_mha", "forward_impl"})
+
+
+class DiscardedOutput(Rule):
+    """vLLM >= 0.20 passes every backend a preallocated ``output`` and reads the result from it: the tensor
+    ``forward`` returns is ignored. A ``forward`` written for the old no-output path returns a new tensor and
+    never names ``output`` at all, or opens with ``output = torch.empty_like(query)`` (or any other value) and
+    returns that: the buffer it was given is then never written, and the layer hands on uninitialised memory,
+    silently. The rule reports the parameter of a method whose body never names it (an abstract method or a
+    stub, ``...``, ``pass`` or ``raise``, computes nothing and is left alone), and the assignment that is the
+    first statement of the method to name ``output`` when it does not read it (``output = output.view(...)``
+    keeps the buffer): from there on, nothing can reach the buffer. An
+    assignment under a condition, or after a read of ``output``, is left alone, and so is every method but
+    those vLLM calls with the buffer (an impl's ``forward``, an MLA impl's ``forward_mha``, an MLA layer's
+    ``forward_impl``). Such a backend used to declare ``accept_output_buffer = False`` (VAC004): this
+    finding stays once that flag is gone. No fix: write the result into ``output``, or decorate the impl
+    class with ``@vllm_attn_compat.compat.adapt_legacy_impl``, which copies the returned tensor into it.
+    """
+
+    code = "VAC009"
+    name = "discarded-output"
+    summary = "Report a `forward` that replaces `output` before writing into it: vLLM >= 0.20 reads that buffer."
+    fix_safety = FixSafety.DISPLAY_ONLY
+    # The parameter however spelled (`output: torch.Tensor`, `output=None`, `output)`), and its replacement.
+    tokens = (b"output =", b"output=", b"output:", b"output,", b"output)")
+    # Of a method's body: the statements naming `output`, the first of which it looks at, and those that make a
+    # body a stub (`pass`, docstrings and definitions are never stubbed).
+    body_tokens = (b"output", b"raise", b"...")
+    examples = (
+        Example(
+            "a forward that allocates its own result and returns it",
+            class_source(
+                _IMPL_HEADER,
+                """
+                def forward(self, layer, query, key, value, kv_cache, attn_metadata, output=None):
+                    num_tokens = query.shape[0]
+                    output = torch.empty_like(query)
+                    output.copy_(query[:num_tokens])
+                    return output
+                """,
+            ),
+            findings=(Status.MANUAL,),
+        ),
+        Example(
+            "a forward that never names the buffer",
+            class_source(
+                _IMPL_HEADER,
+                """
+                def forward(self, layer, query, key, value, kv_cache, attn_metadata, output=None):
+                    return self.sdpa(query, key, value).reshape(query.shape[0], -1)
+                """,
+            ),
+            findings=(Status.MANUAL,),
+        ),
+        Example(
+            "an abstract forward computes nothing",
+            class_source(
+                _IMPL_HEADER,
+                """
+                def forward(self, layer, query, key, value, kv_cache, attn_metadata, output=None):
+                    raise NotImplementedError
+                """,
+            ),
+        ),
+        Example(
+            "a view of the buffer keeps it",
+            class_source(
+                _IMPL_HEADER,
+                """
+                def forward(self, layer, query, key, value, kv_cache, attn_metadata, output: torch.Tensor):
+                    output = output.view(-1, self.num_heads, self.head_size)
+                    output.copy_(query)
+                    return output
+                """,
+            ),
+        ),
+        Example(
+            "a replacement after the buffer is written, or under a condition, is left alone",
+            class_source(
+                _IMPL_HEADER,
+                """
+                def forward(self, layer, query, key, value, kv_cache, attn_metadata, output: torch.Tensor):
+                    if attn_metadata is None:
+                        output = query.new_zeros(query.shape)
+                    output.copy_(query)
+                    output = output[: attn_metadata.num_actual_tokens]
+                    return output
+                """,
+            ),
+        ),
+        Example(
+            "a helper vLLM does not call may replace its argument",
+            class_source(
+                _IMPL_HEADER,
+                """
+                def _prefill(self, query, output=None):
+                    output = torch.empty_like(query)
+                    return output
+                """,
+            ),
+        ),
+    )
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        method = self.ctx.output_method()
+        if method is None or method.node is not node or node.name.value not in _GIVEN_THE_BUFFER:
+            return
+        lost = "the buffer vLLM >= 0.20 passes stays unwritten, and the result is lost (vLLM reads the buffer"
+        what = (
+            "Write the result into `output` (e.g. `output.copy_(result)`), or decorate the impl class with "
+            "`@vllm_attn_compat.compat.adapt_legacy_impl`"
+        )
+        first = _first_use(node)
+        if first is None:
+            param = method.param("output")
+            if param is not None and not _is_declaration(node):
+                message = f"`{node.name.value}` never names `output`: {lost}, not what it returns). {what}"
+                self.ctx.report(self, param, message)
+        elif _replaces(first):
+            message = (
+                f"`output` is replaced here before anything is written into it: {lost} and ignores the "
+                f"returned tensor). {what}"
+            )
+            self.ctx.report(self, first, message)
+
+
+def _first_use(function: cst.FunctionDef) -> cst.CSTNode | None:
+    """The first (small) statement of the body that names ``output``, None where none does."""
+    import libcst as cst
+
+    for statement in function.body.body:
+        small = statement.body if isinstance(statement, cst.SimpleStatementLine) else [statement]
+        for part in small:
+            if _names_output(part):
+                return part
+    return None
+
+
+def _replaces(statement: cst.CSTNode) -> bool:
+    """Whether ``statement`` is an assignment binding ``output`` to a value that does not read it."""
+    import libcst as cst
+
+    if isinstance(statement, cst.Assign):
+        targets, value = [target.target for target in statement.targets], statement.value
+    elif isinstance(statement, cst.AnnAssign) and statement.value is not None:
+        targets, value = [statement.target], statement.value
+    else:
+        return False
+    bound = [_bound_names(target) for target in targets]
+    if any(names is None for names in bound) or not any("output" in names for names in bound if names):
+        return False
+    return not _names_output(value)
+
+
+def _is_declaration(function: cst.FunctionDef) -> bool:
+    """An abstract method or a stub (``...``, ``pass``, a docstring, ``raise``): it computes nothing to lose."""
+    import libcst as cst
+
+    from vllm_attn_compat.codemods.engine.patterns import is_docstring
+    from vllm_attn_compat.codemods.engine.scope import dotted_name
+
+    if any((dotted_name(d.decorator) or "").rpartition(".")[2] == "abstractmethod" for d in function.decorators):
+        return True
+    for statement in function.body.body:
+        parts = statement.body if isinstance(statement, cst.SimpleStatementLine) else [statement]
+        for part in parts:
+            plain = isinstance(part, (cst.Pass, cst.Raise)) or (
+                isinstance(part, cst.Expr) and isinstance(part.value, cst.Ellipsis)
+            )
+            if not (plain or is_docstring(statement)):
+                return False
+    return True
+
+
+def _bound_names(target: cst.BaseExpression) -> set[str] | None:
+    """The names an assignment target binds (``output, lse = ...`` too); None when it also writes into something
+    (``output[0] = ...`` writes into the buffer)."""
+    import libcst as cst
+
+    if isinstance(target, cst.Name):
+        return {target.value}
+    if isinstance(target, cst.StarredElement):
+        return _bound_names(target.value)
+    if isinstance(target, (cst.Tuple, cst.List)):
+        names: set[str] = set()
+        for element in target.elements:
+            inner = _bound_names(element.value)
+            if inner is None:
+                return None
+            names |= inner
+        return names
+    return None
+
+
+def _names_output(node: cst.CSTNode) -> bool:
+    """Whether ``node`` names the variable ``output`` (an attribute or a keyword of that name is another thing)."""
+    import libcst as cst
+
+    from vllm_attn_compat.codemods.engine.walk import walk
+
+    found = False
+
+    def visit(child: cst.CSTNode) -> bool:
+        nonlocal found
+        if isinstance(child, cst.Attribute):
+            walk(child.value, visit, _nothing)
+            return False
+        if isinstance(child, cst.Arg):
+            walk(child.value, visit, _nothing)
+            return False
+        found = found or (isinstance(child, cst.Name) and child.value == "output")
+        return not found
+
+    walk(node, visit, _nothing)
+    return found
+
+
+def _nothing(node: cst.CSTNode) -> None:
+    pass

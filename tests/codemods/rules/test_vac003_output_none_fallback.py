@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from vllm_attn_compat.codemods.findings import Status
 
 from rule_testing import run, source, statuses
@@ -172,3 +174,37 @@ def test_a_refusal_counts_where_output_is_still_the_parameter():
     result = run(text, ["VAC003"])
     assert [(f.line, f.status) for f in result.findings] == [(7, Status.MANUAL)]
     assert result.findings[0].message.startswith("`assert output is None` fails whenever a buffer is passed")
+
+
+@pytest.mark.parametrize(
+    ("signature", "caller", "named"),
+    [
+        ("output=None", "impl.forward(q)", "calls it without `output`"),
+        ("output=None", "given.forward(q)", None),  # maybe another class's `forward`: the run cannot tell
+        ("output=None", "impl.forward(q, output=None)", "passes `output=None`"),
+        ("output: torch.Tensor", "impl.forward(q, output=None)", "passes `output=None`"),
+        ("output=None", "getattr(impl, 'forward')", "hands it on, so its callers cannot be checked"),
+        ("output=None", "impl.forward(q, out)", None),
+        ("output: torch.Tensor", "impl.forward(q)", None),  # raises TypeError today: no None reaches the test
+    ],
+)
+def test_a_reported_none_test_names_the_run_s_uses_that_pass_no_buffer(signature, caller, named):
+    """`output is not None` is always true for vLLM's calls, not for the run's own that pass no buffer: removing
+    the code it guards breaks them (found over vllm-project/tpu-inference, whose tests call the impl without it)."""
+    text = method(
+        f"""
+        def forward(self, q, {signature}):
+            result = q * 2
+            if output is not None:
+                output.copy_(result)
+            return result
+        """
+    )
+    callers = f"from plugin_mod import Impl\n\n\ndef test(q, out, given):\n    impl = Impl()\n    return {caller}\n"
+    [finding] = [f for f in run(text, ["VAC003"], others=[("test_impl.py", callers)]).findings if f.code == "VAC003"]
+    assert finding.status is Status.MANUAL and "`output is not None` is always true" in finding.message
+    if named is None:
+        assert "once the run's uses" not in finding.message
+    else:
+        assert "once the run's uses of the method pass one: " in finding.message
+        assert f"at test_impl.py:6 {named}" in finding.message

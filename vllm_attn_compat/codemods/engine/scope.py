@@ -167,6 +167,11 @@ class FileContext:
         VAC002 has no fix (a defaulted parameter before it); None when none does."""
         return callsites.withheld_reason(self, method, callsites.REQUIRED_BY_HAND)
 
+    def uses_passing_no_buffer(self, method: FunctionFrame) -> str | None:
+        """The run's uses of ``method`` that may pass it no buffer (omitting ``output``, passing None, handing the
+        method on), named for a finding at a test of ``output`` against None; None when there is none."""
+        return callsites.withheld_reason(self, method, callsites.NONE_TESTED)
+
     def output_still_parameter(self, method: FunctionFrame) -> bool:
         """Whether ``output``, where the visit is inside ``method``, is still its parameter: no assignment to it may
         run before (`patterns.rebinds_before`), but for those under ``if output is None:`` (the old fallbacks)."""

@@ -105,6 +105,9 @@ ASSERT_OUTPUT = "VAC001"
 # keyword-only and required. The uses that change breaks are listed at the method, never reported where they are
 # (they withhold no fix).
 REQUIRED_BY_HAND = "VAC002 by hand"
+# The uses that may pass a method no buffer: VAC003 names them at a test of `output` against None it reports (no
+# fix), which those uses still need.
+NONE_TESTED = "VAC003 by hand"
 # The code a caller finding carries when its use withholds several fixes: the first of these.
 _FIRST = (REQUIRED_OUTPUT, NONE_FALLBACK, ASSERT_OUTPUT)
 # Uses that do not call the method: they read as `x.m` in messages, not `x.m(...)`.
@@ -180,6 +183,10 @@ class CallAnalysis:
     def reason(self, class_name: str, method: str, code: str, path: str) -> str | None:
         """Why the fix is withheld, for the finding at the method (None when it is not)."""
         found = self.blockers(class_name, method, code)
+        if code in (REQUIRED_BY_HAND, NONE_TESTED):
+            # Named as uses of the method, never withholding anything: only those on a receiver the run knows (a
+            # generic name gathers calls of other classes' `forward` from all over a tree).
+            found = tuple(blocker for blocker in found if blocker.resolved)
         if not found:
             return None
         here = normalize_path(path)
@@ -190,6 +197,8 @@ class CallAnalysis:
         more = f" (and {len(found) - 1} more use{'s' if len(found) > 2 else ''})" if len(found) > 1 else ""
         if code == REQUIRED_BY_HAND:
             return f"that breaks the run's uses of the method that do not pass it by keyword: {text}{more}"
+        if code == NONE_TESTED:
+            return f"once the run's uses of the method pass one: {text}{more}"
         return f"not safe while the run uses the method otherwise: {text}{more}"
 
     def merged(self, other: CallAnalysis) -> CallAnalysis:
@@ -334,6 +343,8 @@ def _codes(method: OutputMethod, how: str) -> tuple[str, ...]:
     # requires it settles in an early round (`handoff.settles`), and an explicit None passed to it is not looked for.
     if method.asserts_output and method.output_default_none:
         codes.append(ASSERT_OUTPUT)
+    if method.output_default_none or how == "none":
+        codes.append(NONE_TESTED)
     return tuple(codes)
 
 
@@ -601,7 +612,7 @@ def withheld_reason(ctx: RuleContext, method: MethodFrame, code: str) -> str | N
     assert isinstance(method.node, cst.FunctionDef), type(method.node)
     name = method.node.name.value
     if method.attention_class is None:
-        if code == ASSERT_OUTPUT:
+        if code in (ASSERT_OUTPUT, NONE_TESTED):
             return None  # only a call seen to pass None withholds it, and none is tied to the function
         # A module-level function patched onto a class at run time: its calls go through the patched
         # attribute of any instance, which the index does not tie to the function.

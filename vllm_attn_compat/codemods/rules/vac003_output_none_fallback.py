@@ -233,7 +233,8 @@ class OutputNoneFallback(Rule):
             f"`output {kind} None` is {truth}: vLLM >= 0.20 always passes the output buffer; "
             "remove the code that handles a missing buffer"
         )
-        self.ctx.report(self, node, message)
+        uses = self.ctx.uses_passing_no_buffer(method)
+        self.ctx.report(self, node, message if uses is None else f"{message} {uses}")
 
     def _refused(self, node: cst.Comparison, method: FunctionFrame, asserted: bool) -> None:
         """``assert output is None`` or ``if output is not None: raise ...``: where ``output`` is still the

@@ -17,6 +17,14 @@ def source(text: str) -> str:
     return textwrap.dedent(text).lstrip("\n")
 
 
+def assert_names_use(message: str, lead: str, where: str, use: str | None) -> None:
+    """``message`` names, after ``lead``, the use at ``where`` (``path:line``) as ``use`` says; names none if None."""
+    if use is None:
+        assert lead not in message
+    else:
+        assert f"{lead}: " in message and f"at {where} {use}" in message
+
+
 def run(
     text: str | bytes,
     select: Sequence[str] = (),

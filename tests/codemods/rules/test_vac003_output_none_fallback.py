@@ -6,7 +6,7 @@ import pytest
 
 from vllm_attn_compat.codemods.findings import Status
 
-from rule_testing import run, source, statuses
+from rule_testing import assert_names_use, run, source, statuses
 
 HEADER = """\
 import torch
@@ -203,8 +203,4 @@ def test_a_reported_none_test_names_the_run_s_uses_that_pass_no_buffer(signature
     callers = f"from plugin_mod import Impl\n\n\ndef test(q, out, given):\n    impl = Impl()\n    return {caller}\n"
     [finding] = [f for f in run(text, ["VAC003"], others=[("test_impl.py", callers)]).findings if f.code == "VAC003"]
     assert finding.status is Status.MANUAL and "`output is not None` is always true" in finding.message
-    if named is None:
-        assert "once the run's uses" not in finding.message
-    else:
-        assert "once the run's uses of the method pass one: " in finding.message
-        assert f"at test_impl.py:6 {named}" in finding.message
+    assert_names_use(finding.message, "once the run's uses of the method pass one", "test_impl.py:6", named)

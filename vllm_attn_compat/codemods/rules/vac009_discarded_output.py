@@ -31,17 +31,16 @@ class DiscardedOutput(Rule):
     silently. The rule reports the parameter of a method whose body never names it (an abstract method or a
     stub, ``...``, ``pass`` or ``raise``, computes nothing and is left alone), and the assignment that is the
     first statement of the method to name ``output`` when it does not read it (``output = output.view(...)``
-    keeps the buffer): from there on, nothing can reach the buffer. An
-    assignment under a condition, or after a read of ``output``, is left alone, and so is every method but
-    those vLLM calls with the buffer (an impl's ``forward``, an MLA impl's ``forward_mha``, an MLA layer's
-    ``forward_impl``). Such a backend used to declare ``accept_output_buffer = False`` (VAC004): this
+    keeps the buffer): from there on, nothing can reach the buffer. An assignment under a condition, or after
+    a read of ``output``, is left alone, and so is every method but those vLLM calls with the buffer (an
+    impl's ``forward``, an MLA impl's ``forward_mha``, an MLA layer's ``forward_impl``). Such a backend used to declare ``accept_output_buffer = False`` (VAC004): this
     finding stays once that flag is gone. No fix: write the result into ``output``, or decorate the impl
     class with ``@vllm_attn_compat.compat.adapt_legacy_impl``, which copies the returned tensor into it.
     """
 
     code = "VAC009"
     name = "discarded-output"
-    summary = "Report a `forward` that replaces `output` before writing into it: vLLM >= 0.20 reads that buffer."
+    summary = "Report a `forward` that never writes into `output` (never names it, or replaces it first)."
     fix_safety = FixSafety.DISPLAY_ONLY
     # The parameter however spelled (`output: torch.Tensor`, `output=None`, `output)`), and its replacement.
     tokens = (b"output =", b"output=", b"output:", b"output,", b"output)")

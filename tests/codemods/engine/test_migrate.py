@@ -155,6 +155,21 @@ def test_parse_error_names_the_position():
             unsafe_fixes=False,
         )
     assert caught.value.line == 2 and caught.value.column >= 1 and caught.value.message
+    assert "Python accepts" not in caught.value.message
+
+
+def test_a_file_python_accepts_and_libcst_does_not_is_said_to_be_valid():
+    """Found by generated programs: a line continuation before a lone CRLF in an LF file. The file is not at
+    fault, and the error says so rather than reading as a syntax error in it."""
+    source = LEGACY.encode().replace(
+        b"    def forward(", b"    def helper(self):\n\n        \\\r\n        pass\n\n    def forward(", 1
+    )
+    compile(source, "valid.py", "exec")
+    with pytest.raises(ParseError) as caught:
+        migrate_source(
+            source, path="valid.py", rules=all_rules(), hierarchy=ClassHierarchy.build([]), unsafe_fixes=False
+        )
+    assert "Python accepts this file; libcst, which the codemods rewrite with, does not" in caught.value.message
 
 
 def test_hierarchy_without_this_file_still_covers_its_classes():

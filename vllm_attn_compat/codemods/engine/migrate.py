@@ -95,6 +95,15 @@ def _parse_error(source: bytes, path: str, error: cst.ParserSyntaxError) -> Pars
             return ParseError(precise.lineno, precise.offset or 1, precise.msg)
     except ValueError:  # e.g. null bytes
         pass
+    else:
+        # Valid Python that libcst's parser rejects (a line continuation before a lone CRLF in an LF file, found
+        # by generated programs): not the file's fault, and nothing to fix in it.
+        return ParseError(
+            error.raw_line,
+            error.editor_column,
+            f"{error.message} (Python accepts this file; libcst, which the codemods rewrite with, does not: "
+            "it is left as it is)",
+        )
     return ParseError(error.raw_line, error.editor_column, error.message)
 
 

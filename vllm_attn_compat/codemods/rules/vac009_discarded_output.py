@@ -33,9 +33,10 @@ class DiscardedOutput(Rule):
     first statement of the method to name ``output`` when it does not read it (``output = output.view(...)``
     keeps the buffer): from there on, nothing can reach the buffer. An assignment under a condition, or after
     a read of ``output``, is left alone, and so is every method but those vLLM calls with the buffer (an
-    impl's ``forward``, an MLA impl's ``forward_mha``, an MLA layer's ``forward_impl``). Such a backend used to declare ``accept_output_buffer = False`` (VAC004): this
-    finding stays once that flag is gone. No fix: write the result into ``output``, or decorate the impl
-    class with ``@vllm_attn_compat.compat.adapt_legacy_impl``, which copies the returned tensor into it.
+    impl's ``forward``, an MLA impl's ``forward_mha``, an MLA layer's ``forward_impl``). Such a backend used
+    to declare ``accept_output_buffer = False`` (VAC004): this finding stays once that flag is gone. No fix:
+    write the result into ``output``, or decorate the impl class with
+    ``@vllm_attn_compat.compat.adapt_legacy_impl``, which copies the returned tensor into it.
     """
 
     code = "VAC009"

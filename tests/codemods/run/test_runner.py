@@ -265,3 +265,28 @@ def test_a_run_leaves_no_guess_of_module_names_behind(tmp_path, monkeypatch, ent
     assert report.findings  # the run read plugin/impl.py, as the module plugin.impl
     monkeypatch.chdir(loose)
     assert guess_module_name("plugin/impl.py") == "impl"
+
+
+@pytest.mark.parametrize("derives", [False, True], ids=["another-class", "a-subclass"])
+def test_a_read_of_an_instance_s_flag_is_resolved_through_a_file_that_names_no_vllm(tmp_path, derives):
+    """`Backend0().accept_output_buffer` where `Backend0` lives in a file naming no vLLM (so not indexed for
+    itself): the runner indexes the file defining it, so the read counts only for the classes `Backend0` is
+    (found by the generated-flags property in long mode: the read withheld the deletion of every flag)."""
+    base = "from plugin.backends import Backend1 as Base" if derives else "from plugin.own import OwnBackend as Base"
+    layout = {
+        "plugin/__init__.py": "",
+        "plugin/own.py": "class OwnBackend:\n    pass\n",
+        "plugin/backends.py": (
+            "from vllm.v1.attention.backend import AttentionBackend\n\n\n"
+            "class Backend1(AttentionBackend):\n    accept_output_buffer = True\n"
+        ),
+        "plugin/m1.py": f"{base}\n\n\nclass Backend0(Base):\n    pass\n",
+        "plugin/callers.py": (
+            "from plugin.m1 import Backend0\n\n\ndef read():\n    return Backend0().accept_output_buffer\n"
+        ),
+    }
+    write_tree(tmp_path, layout)
+    report = run_paths([str(tmp_path)], Options(mode="check", jobs=1))
+    [finding] = [finding for _, finding in report.findings]
+    assert finding.code == "VAC004"
+    assert finding.status is (Status.UNSAFE_FIX_AVAILABLE if derives else Status.FIXED)

@@ -91,16 +91,23 @@ class FlagOwners:
             owner = owner.rpartition(".")[0]
         return False
 
-    def missing_flag_bases(self) -> set[str]:
-        """The base classes (dotted names) of the classes declaring ``accept_output_buffer``, and of their bases
-        in the run, that are none of the run's classes nor vLLM's: the runner indexes the files defining them,
-        since a project's own base declaring the flag there would make it the project's own."""
+    def missing_flag_classes(self) -> set[str]:
+        """The classes (dotted names) that are none of the run's classes nor vLLM's, and that the flag's owners
+        depend on: the bases of the classes declaring ``accept_output_buffer`` and of their bases in the run (a
+        project's own base declaring the flag there would make it the project's own), and the classes whose
+        instances a read of the flag reads (``X().accept_output_buffer``: unknown, such a read counts for every
+        class; known, only for X's bases). The runner indexes the files that may define them."""
+        if not self.flag_classes:
+            return set()
         missing: set[str] = set()
         for full_name in self.flag_classes:
             for name in (full_name, *self._ancestors(full_name)):
                 for base in self.bases.get(name, ()):
                     if not is_vllm_base(base) and not self._classes_named(base):
                         missing.add(base)
+        for _, read in self.flag_reads:
+            if read.kind == "instance" and read.target is not None and not self._classes_named(read.target):
+                missing.add(read.target)
         return missing
 
     def _subclasses_of(self, full_name: str) -> list[str]:

@@ -151,7 +151,7 @@ def index_hierarchy(
             if spared.names_any(new_names) or (uses(s) if path in spared_now else new_uses(s)):
                 must_parse.add(path)
                 pending.append(s)
-        missing = built.missing_flag_bases()
+        missing = built.missing_flag_classes()
         reading.looked_for |= missing
         pending += _defining_files(missing, stems, indexes, pending, must_parse)
         if not pending:

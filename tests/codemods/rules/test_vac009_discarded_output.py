@@ -89,6 +89,7 @@ def test_an_abstract_method_is_left_alone():
         ("forward", "AttentionImpl", True),
         ("forward_mha", "MLAAttentionImpl", True),
         ("forward_impl", "Attention", True),
+        ("forward_impl", "AttentionImpl", False),  # an impl's helper of that name: vLLM calls the layer's
         ("forward", "Attention", False),  # a layer's forward: vLLM calls it as layer(q, k, v), without output
         ("_forward_decode", "AttentionImpl", False),  # a helper: its callers may use what it returns
         ("forward", "object", False),  # no attention class

@@ -190,13 +190,13 @@ class FileContext:
         if frame.param("output") is None:
             return None
         if frame.layer_forward is None:
-            owner = frame.attention_class
-            frame.layer_forward = (
-                owner is not None
-                and frame.qualname == f"{owner.qualname}.forward"
-                and self.hierarchy.is_layer_class(f"{self.module_name}.{owner.qualname}")
-            )
+            frame.layer_forward = frame.qualname.endswith(".forward") and self.in_layer_class(frame)
         return None if frame.layer_forward else frame
+
+    def in_layer_class(self, method: FunctionFrame) -> bool:
+        """Whether ``method`` is a method of a vLLM attention layer (`ClassHierarchy.is_layer_class`)."""
+        owner = method.attention_class  # (set for a method defined directly in the class)
+        return owner is not None and self.hierarchy.is_layer_class(f"{self.module_name}.{owner.qualname}")
 
     def in_unresolved_patch(self) -> bool:
         """Whether the code being visited is copied at run time onto a class that could not be resolved."""

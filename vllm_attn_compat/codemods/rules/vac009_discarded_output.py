@@ -19,7 +19,8 @@ _IMPL_HEADER = """\
 """
 
 # The methods vLLM >= 0.20 calls with the layer's buffer and reads the result from: an impl's `forward`, an MLA
-# impl's `forward_mha`, an MLA layer's `forward_impl` (a layer's own `forward` takes no buffer from vLLM).
+# impl's `forward_mha`, an MLA layer's `forward_impl` (a layer's own `forward` takes no buffer from vLLM), and only
+# those: of a layer, only `forward_impl`; of an impl, never it.
 _GIVEN_THE_BUFFER = frozenset({"forward", "forward_mha", "forward_impl"})
 
 
@@ -127,6 +128,8 @@ class DiscardedOutput(Rule):
         method = self.ctx.output_method()
         if method is None or method.node is not node or node.name.value not in _GIVEN_THE_BUFFER:
             return
+        if (node.name.value == "forward_impl") != self.ctx.in_layer_class(method):
+            return  # an impl's `forward_impl`, or a layer's `forward_mha`, is a helper of the project's own
         lost = "the buffer vLLM >= 0.20 passes stays unwritten, and the result is lost (vLLM reads the buffer"
         what = (
             "Write the result into `output` (e.g. `output.copy_(result)`), or decorate the impl class with "

@@ -8,6 +8,8 @@ from vllm_attn_compat.codemods.engine.rule import Example, Rule, class_source
 from vllm_attn_compat.codemods.findings import FixSafety, Status
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     import libcst as cst
 
 _IMPL_HEADER = """\
@@ -149,16 +151,18 @@ class DiscardedOutput(Rule):
             self.ctx.report(self, first, message)
 
 
-def _first_use(function: cst.FunctionDef) -> cst.CSTNode | None:
-    """The first (small) statement of the body that names ``output``, None where none does."""
+def _statements(function: cst.FunctionDef) -> Iterator[tuple[cst.CSTNode, cst.CSTNode]]:
+    """Each statement of the body with each of its small statements (a compound statement is its own)."""
     import libcst as cst
 
     for statement in function.body.body:
-        small = statement.body if isinstance(statement, cst.SimpleStatementLine) else [statement]
-        for part in small:
-            if _names_output(part):
-                return part
-    return None
+        for part in statement.body if isinstance(statement, cst.SimpleStatementLine) else [statement]:
+            yield statement, part
+
+
+def _first_use(function: cst.FunctionDef) -> cst.CSTNode | None:
+    """The first (small) statement of the body that names ``output``, None where none does."""
+    return next((part for _, part in _statements(function) if _names_output(part)), None)
 
 
 def _replaces(statement: cst.CSTNode) -> bool:
@@ -186,15 +190,12 @@ def _is_declaration(function: cst.FunctionDef) -> bool:
 
     if any((dotted_name(d.decorator) or "").rpartition(".")[2] == "abstractmethod" for d in function.decorators):
         return True
-    for statement in function.body.body:
-        parts = statement.body if isinstance(statement, cst.SimpleStatementLine) else [statement]
-        for part in parts:
-            plain = isinstance(part, (cst.Pass, cst.Raise)) or (
-                isinstance(part, cst.Expr) and isinstance(part.value, cst.Ellipsis)
-            )
-            if not (plain or is_docstring(statement)):
-                return False
-    return True
+    return all(
+        isinstance(part, (cst.Pass, cst.Raise))
+        or (isinstance(part, cst.Expr) and isinstance(part.value, cst.Ellipsis))
+        or is_docstring(statement)
+        for statement, part in _statements(function)
+    )
 
 
 def _bound_names(target: cst.BaseExpression) -> set[str] | None:

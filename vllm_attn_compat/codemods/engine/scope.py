@@ -66,7 +66,7 @@ class FunctionFrame:
     # "attention" when the function is assigned onto an attention class at run time (it is a method of
     # it), "unresolved" when onto a class that could not be resolved (findings are only shown).
     patched: str | None = None
-    layer_forward: bool | None = None  # a vLLM layer's `forward` (`FileContext.output_method`), once asked
+    in_layer: bool | None = None  # a method of a vLLM layer (`FileContext.in_layer_class`), once asked
 
     def param(self, name: str) -> cst.Param | None:
         params = self.node.params
@@ -189,14 +189,15 @@ class FileContext:
             return None
         if frame.param("output") is None:
             return None
-        if frame.layer_forward is None:
-            frame.layer_forward = frame.qualname.endswith(".forward") and self.in_layer_class(frame)
-        return None if frame.layer_forward else frame
+        return None if frame.qualname.endswith(".forward") and self.in_layer_class(frame) else frame
 
     def in_layer_class(self, method: FunctionFrame) -> bool:
         """Whether ``method`` is a method of a vLLM attention layer (`ClassHierarchy.is_layer_class`)."""
-        owner = method.attention_class  # (set for a method defined directly in the class)
-        return owner is not None and self.hierarchy.is_layer_class(f"{self.module_name}.{owner.qualname}")
+        if method.in_layer is None:
+            owner = method.attention_class  # (set for a method defined directly in the class)
+            full = f"{self.module_name}.{owner.qualname}" if owner is not None else None
+            method.in_layer = full is not None and self.hierarchy.is_layer_class(full)
+        return method.in_layer
 
     def in_unresolved_patch(self) -> bool:
         """Whether the code being visited is copied at run time onto a class that could not be resolved."""

@@ -108,6 +108,12 @@ REQUIRED_BY_HAND = "VAC002 by hand"
 # The uses that may pass a method no buffer: VAC003 names them at a test of `output` against None it reports (no
 # fix), which those uses still need.
 NONE_TESTED = "VAC003 by hand"
+# How the finding at the method introduces the uses it names, for those two: they withhold nothing, and only the
+# uses on a receiver the run knows are named (a generic name gathers calls of other classes' `forward`).
+_BY_HAND_LEADS = {
+    REQUIRED_BY_HAND: "that breaks the run's uses of the method that do not pass it by keyword",
+    NONE_TESTED: "once the run's uses of the method pass one",
+}
 # The code a caller finding carries when its use withholds several fixes: the first of these.
 _FIRST = (REQUIRED_OUTPUT, NONE_FALLBACK, ASSERT_OUTPUT)
 # Uses that do not call the method: they read as `x.m` in messages, not `x.m(...)`.
@@ -183,9 +189,8 @@ class CallAnalysis:
     def reason(self, class_name: str, method: str, code: str, path: str) -> str | None:
         """Why the fix is withheld, for the finding at the method (None when it is not)."""
         found = self.blockers(class_name, method, code)
-        if code in (REQUIRED_BY_HAND, NONE_TESTED):
-            # Named as uses of the method, never withholding anything: only those on a receiver the run knows (a
-            # generic name gathers calls of other classes' `forward` from all over a tree).
+        lead = _BY_HAND_LEADS.get(code)
+        if lead is not None:
             found = tuple(blocker for blocker in found if blocker.resolved)
         if not found:
             return None
@@ -195,11 +200,7 @@ class CallAnalysis:
         shown = min(found, key=lambda blocker: (_PLAINEST.get(blocker.how, 3), blocker.path != here, _order(blocker)))
         text = shown.describe(method, here)
         more = f" (and {len(found) - 1} more use{'s' if len(found) > 2 else ''})" if len(found) > 1 else ""
-        if code == REQUIRED_BY_HAND:
-            return f"that breaks the run's uses of the method that do not pass it by keyword: {text}{more}"
-        if code == NONE_TESTED:
-            return f"once the run's uses of the method pass one: {text}{more}"
-        return f"not safe while the run uses the method otherwise: {text}{more}"
+        return f"{lead or 'not safe while the run uses the method otherwise'}: {text}{more}"
 
     def merged(self, other: CallAnalysis) -> CallAnalysis:
         withheld: Withheld = {key: dict(codes) for key, codes in self.withheld.items()}

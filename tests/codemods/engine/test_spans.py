@@ -162,6 +162,7 @@ SIGNATURE = spans.Needs((b"output=None",), body_tokens=())
             ["@decorator", "return a"],
         ),
         ("    x = 1; y = 2\n    z = 3\n", ["z = 3"], ["x = 1; y = 2"]),
+        ("    y = q\n    raise ValueError(y)\n    ...\n", ["y = q"], ["raise ValueError(y)", "    ..."]),
         ("    x = (1 +\n         2)\n    if x:\n        return\n", ["x = (1", "2)", "if x:"], []),
     ],
 )
@@ -346,6 +347,65 @@ def test_context_tokens_keep_code_anywhere_in_a_file_holding_the_rule_s_token(al
     assert reduction is None or not reduction.stubs  # every function holds a token or a context token
     without = spans.reduce(text.replace(b"unified_attention", b"other_name"), needs)
     assert without is not None and len(without.stubs) == 3  # without the rule's token, context counts for nothing
+
+
+def test_a_rule_acting_in_named_functions_keeps_no_other_function_but_one_defining_code_inside(always):
+    text = source(
+        """
+        import torch
+
+
+        class Impl(AttentionImpl):
+            def forward(self, q, output=None):
+                return self._helper(q, output)
+
+            def _helper(self, q, output):
+                return output
+
+
+        def make(base):
+            class Inner(base):
+                def forward(self, q, output=None):
+                    return q.clone(output)
+
+            return Inner
+        """
+    ).encode()
+    needs = [spans.Needs((b"output)",), functions=frozenset({"forward"}))]
+    reduction = spans.reduce(text, needs)
+    assert reduction is not None
+    reduced = reduction.source.decode()
+    assert "self._helper(q, output)" in reduced and "return output" not in reduced
+    assert "q.clone(output)" in reduced  # inside a function of another name, which defines a class
+    assert reduction.source != spans.reduce(text, [spans.Needs((b"output)",))])
+
+
+FACTORY = """\
+import torch
+from vllm.v1.attention.backend import AttentionImpl
+
+
+def make_impl(kernel):
+    class LegacyImpl(AttentionImpl):
+        def forward(self, layer, query, key, value, kv_cache, attn_metadata, output):
+            return kernel(query, key, value)
+
+        def _decode(self, query, output):
+            output = torch.empty_like(query)
+            return self._run(query, output)
+
+    return LegacyImpl
+"""
+
+
+@pytest.mark.parametrize("unsafe", [False, True], ids=["safe", "unsafe"])
+def test_a_backend_made_in_a_factory_migrates_the_same_through_the_reduction(always, unsafe):
+    both_ways(FACTORY.encode(), unsafe=unsafe)
+    hierarchy = ClassHierarchy.build([index_module(FACTORY.encode(), "plugin_mod.py")])
+    result = migrate_source(
+        FACTORY.encode(), path="plugin_mod.py", rules=all_rules(), hierarchy=hierarchy, unsafe_fixes=unsafe
+    )
+    assert [finding.code for finding in result.findings].count("VAC009") == 1  # the factory's forward, kept
 
 
 VLLM_TREES = [

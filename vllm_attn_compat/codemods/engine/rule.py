@@ -75,6 +75,9 @@ class Rule:
     # holding one of its tokens or of these (and asserts, `pass`, docstrings and definitions, never stubbed).
     # In a function kept for such rules alone, the other statements reach libcst as stubs (`spans`).
     body_tokens: ClassVar[tuple[bytes, ...] | None] = None
+    # The names of the only functions (``def`` statements) the rule acts in, None for any: a function of
+    # another name, defining no function or class inside, reaches libcst as a stub for this rule (`spans`).
+    functions: ClassVar[frozenset[str] | None] = None
     examples: ClassVar[tuple[Example, ...]] = ()
 
     def __init_subclass__(cls, **kwargs: object) -> None:

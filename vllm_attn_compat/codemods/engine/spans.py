@@ -20,11 +20,13 @@ import edit (whether an import is still used depends on the code the stubs hide)
 What a rule needs beyond the statements holding its tokens, it declares (`Rule.context_tokens`,
 `Rule.class_context_tokens`); the rules that act only in attention code count their tokens only where
 the class hierarchy puts attention code. In a function kept only for rules that read no more of a
-body than the statements holding some token (`Rule.body_tokens`: VAC001 and VAC003 the statements
-naming ``output``, VAC002 none), the other statements become stubs too: runs of them, each a neutral
-expression statement of the same lines (a string holding the marker, ``.strip()`` called), never an assert,
-``pass``, docstring or definition (rules tell those apart). Tests run every rule's examples and vLLM's
-own sources both ways and compare.
+body than the statements holding some token (`Rule.body_tokens`: VAC001, VAC003 and VAC009 the
+statements naming ``output``, VAC002 none), the other statements become stubs too: runs of them, each a
+neutral expression statement of the same lines (a string holding the marker, ``.strip()`` called), never
+an assert, ``pass``, ``raise``, docstring, ``...`` or definition (rules tell those apart). A rule that acts
+only in functions of given names (`Rule.functions`: VAC009 those vLLM passes the buffer, ``forward`` and
+two more) keeps no other function, unless it defines a function or class inside. Tests run every rule's
+examples and vLLM's own sources both ways and compare.
 """
 
 from __future__ import annotations
@@ -103,6 +105,7 @@ class Needs:
     class_context_tokens: Sequence[bytes] = ()
     scoped: bool = False
     body_tokens: Sequence[bytes] | None = None
+    functions: frozenset[str] | None = None
 
 
 def reduce(
@@ -115,9 +118,10 @@ def reduce(
 
     A statement is kept for a rule when it holds one of the rule's tokens; one of its context tokens,
     where the file holds one of its tokens; or one of its class context tokens, inside a class that holds
-    one of its tokens. For a scoped rule (acting only in attention code) only if ``in_scope(qualname,
-    is_class)`` holds for the statement, for a class or function defined inside it or for an enclosing
-    class."""
+    one of its tokens; a function, only where the rule acts in functions of its name (`Needs.functions`) or
+    it defines a function or class inside. For a scoped rule (acting only in attention code) only if
+    ``in_scope(qualname, is_class)`` holds for the statement, for a class or function defined inside it or for
+    an enclosing class."""
     lines = source.splitlines(keepends=True)
     if any(CODING_LINE.match(line) for line in lines[:2]):
         return None  # an encoding other than UTF-8 may be declared: leave the bytes to libcst
@@ -127,7 +131,8 @@ def reduce(
         return None  # the whole-file path reports it, with libcst's and CPython's positions
     ends = list(itertools.accumulate(map(len, lines)))
     # Per rule present in the file: its token lines, the lines that count anywhere in a class holding one of
-    # them, the lines that count elsewhere, and whether it is scoped.
+    # them, the lines that count elsewhere, whether it is scoped, the lines of a body it reads and the names
+    # of the functions it acts in.
     found = []
     for need in needs:
         hits = _hit_lines(source, ends, _with_aliases(source, need.tokens))
@@ -135,7 +140,9 @@ def reduce(
             anywhere = _hit_lines(source, ends, need.context_tokens)
             in_class = _merged(anywhere, _hit_lines(source, ends, need.class_context_tokens))
             read = None if need.body_tokens is None else _merged(hits, _hit_lines(source, ends, need.body_tokens))
-            found.append((hits, in_class, anywhere, need.scoped, read))
+            found.append((hits, in_class, anywhere, need.scoped, read, need.functions))
+    named = any(functions is not None for *_, functions in found)
+    definitions = _hit_lines(source, ends, (b"def", b"class")) if named else []
     nonce = _nonce(source)
     stubs: list[_Stub] = []
     # (statements, qualname prefix, inside attention code, the enclosing class's lines or None)
@@ -147,8 +154,9 @@ def reduce(
                 _merged(hits, in_class if enclosing and _any_between(hits, *enclosing) else anywhere),
                 is_scoped,
                 read,
+                functions,
             )
-            for hits, in_class, anywhere, is_scoped, read in found
+            for hits, in_class, anywhere, is_scoped, read, functions in found
             if enclosing is None or _any_between(hits, *enclosing) or anywhere
         ]
         for node in body:
@@ -158,7 +166,11 @@ def reduce(
             qualname = prefix + node.name
             # The lines each rule that may act here wants, whether it acts only in attention code, and the
             # lines of a function's body it reads (None: all).
-            wanted = [want for want in wanted_lines if _any_between(want[0], first, last)]
+            wanted = [
+                want[:3]
+                for want in wanted_lines
+                if _any_between(want[0], first, last) and _acts_in(node, last, want[3], definitions)
+            ]
             if any(not is_scoped for _, is_scoped, _ in wanted) or (
                 wanted and (scoped or _defines_scope(node, qualname, in_scope))
             ):
@@ -180,6 +192,15 @@ def reduce(
     for stub in stubs:
         reduced[stub.first : stub.first + len(stub.lines)] = stub.lines
     return Reduction(b"".join(reduced), tuple(lines), tuple(stubs), nonce)
+
+
+def _acts_in(node: ast.stmt, last: int, functions: frozenset[str] | None, definitions: list[int]) -> bool:
+    """Whether a rule acting in ``functions`` (None: any) may act in ``node`` (ending on line ``last``) or in
+    what it defines inside: ``definitions`` are the lines naming ``def`` or ``class`` (a comment's too: a
+    function that seems to define something is kept, as it costs no more than before the names counted)."""
+    if functions is None or not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or node.name in functions:
+        return True
+    return _any_between(definitions, node.lineno + 1, last)
 
 
 def _defines_scope(node: ast.stmt, qualname: str, in_scope: Callable[[str, bool], bool]) -> bool:
@@ -294,7 +315,8 @@ def _stub(
     return _Stub(first - 1, (opening_line, *ends[1:-1], b'"""' + ends[-1]), marker, 0)
 
 
-_NEVER_STUBBED = (ast.Assert, ast.Pass, *_DEFS)  # kinds a rule tells apart, and bindings of names
+# Kinds a rule tells apart (a body of `pass`, `raise` or `...` computes nothing), and bindings of names.
+_NEVER_STUBBED = (ast.Assert, ast.Pass, ast.Raise, *_DEFS)
 
 
 # Compound statements whose blocks are searched for runs too, when they are kept themselves (`except*`: 3.11+).
@@ -308,8 +330,8 @@ _COMPOUND: tuple[type[ast.stmt], ...] = tuple(
 def _statement_runs(body: list[ast.stmt], read: list[int], lines: list[bytes]) -> list[tuple[int, int]]:
     """The runs of consecutive statements of ``body`` (and of the blocks of its ``if``, ``for``, ``with``,
     ``try`` ... statements) that hold none of the ``read`` lines and can be stubbed exactly, as ``(first
-    line, last line)``, 1-based: not an assert, ``pass``, docstring or definition, each on lines of its own
-    (not ``a = 1; b = 2``, nor ``if x: a = 1``, nor after a line continuation)."""
+    line, last line)``, 1-based: not an assert, ``pass``, ``raise``, docstring, ``...`` or definition, each on
+    lines of its own (not ``a = 1; b = 2``, nor ``if x: a = 1``, nor after a line continuation)."""
     runs: list[tuple[int, int]] = []
     run: tuple[int, int] | None = None
     for index, statement in enumerate(body):

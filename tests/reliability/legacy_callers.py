@@ -7,7 +7,8 @@ run and in a file that imports neither vLLM nor the plugin (``engine.impl.m(...)
 handed), call those methods in every way Python allows: omitting ``output``, passing it positionally or by
 keyword, passing ``None``, through ``super()``, ``Class.m(obj, ...)``, ``functools.partial``, ``getattr``,
 ``*args`` and ``**kwargs``, on a local name bound to an instance; or read its signature
-(``inspect.signature``), which calls nothing. Each caller is a module-level function without arguments, so a
+(``inspect.signature``), which calls nothing. A method of the impl may pass its own ``output`` on to another
+(a relay, behind an assert, a fallback or nothing), so that what the other is given is what the relay was. Each caller is a module-level function without arguments, so a
 probe can call them all and compare what they return before and after migration. Lists stand in for tensors
 (``alloc.empty_like`` is an allocation as VAC003 sees one), so running them needs no torch.
 """
@@ -46,6 +47,10 @@ class Method:
     output_default: bool
     fallback: bool
     asserts: bool = False  # opens with `assert output is not None` (VAC001): `output=None`, no fallback
+    # A relay: its body passes its own `output` on to this method of the class (by position or by keyword), after
+    # its assert or fallback if it has one, and returns what that returns.
+    relays_to: Method | None = None
+    relay_keyword: bool = False
 
 
 @dataclass(frozen=True)
@@ -65,6 +70,12 @@ def _method_text(method: Method, factor: int) -> list[str]:
         lines.append("        assert output is not None")
     if method.fallback:
         lines += ["        if output is None:", "            output = alloc.empty_like(query)"]
+    if method.relays_to is not None:
+        target = method.relays_to
+        passed = ["query", *("2" for name in target.before[1:])]
+        by_keyword = method.relay_keyword or target.output == "keyword-only"
+        passed.append("output=output" if by_keyword else "output")
+        return [*lines, f"        return self.{target.name}({', '.join(passed)})"]
     extra = " + ".join(name for name in method.before if name != "query") or "0"
     lines += [f"        output[:] = [x * {factor} + {extra} for x in query]", "        return output"]
     return lines
@@ -85,6 +96,23 @@ def methods(draw) -> list[Method]:
         # The run looks for the uses that may pass None where `output` defaults to None (`callsites._codes`).
         asserts = not fallback and output_default and draw(st.booleans())
         found.append(Method(name, before, defaults, output, output_default, fallback, asserts))
+    if draw(st.booleans()):  # a method passing its own `output` on to another: may it be None there?
+        guard = draw(st.sampled_from(["none", "none", "assert", "fallback"]))
+        target = draw(st.sampled_from(found))
+        keyword = draw(st.booleans())
+        found.append(
+            Method(
+                "relay",
+                ("query",),
+                (False,),
+                "positional",
+                True,
+                guard == "fallback",
+                guard == "assert",
+                target,
+                keyword,
+            )
+        )
     return found
 
 
@@ -213,6 +241,26 @@ def _elsewhere_example() -> GeneratedPlugin:
 
 
 ELSEWHERE_EXAMPLE = _elsewhere_example()
+
+
+def _relay_example() -> GeneratedPlugin:
+    """A ``forward``-like relay passing its own ``output=None`` on to a method that falls back when it is None, and a
+    caller of the relay that passes no buffer: the fallback must stay (found by a sweep of public plugins)."""
+    decode = Method("decode", ("query",), (False,), "positional", True, True)
+    relay = Method("relay", ("query",), (False,), "positional", True, False, False, decode)
+    backend = ["import alloc", "from vllm.v1.attention.backend import AttentionImpl", "", ""]
+    backend += ["class GenImpl(AttentionImpl):", *_method_text(decode, 2), "", *_method_text(relay, 3)]
+    callers = ["from plugin.backend import GenImpl", "", ""]
+    callers += ["def call_0():", "    return GenImpl().relay([1, 2, 3])"]
+    files = {
+        "plugin/__init__.py": "",
+        "plugin/backend.py": "\n".join(backend) + "\n",
+        "plugin/callers.py": "\n".join(callers) + "\n",
+    }
+    return GeneratedPlugin(files, ("call_0",))
+
+
+RELAY_EXAMPLE = _relay_example()
 
 
 def write_tree(root: Path, files: dict[str, str]) -> None:

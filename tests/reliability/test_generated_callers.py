@@ -11,13 +11,21 @@ from __future__ import annotations
 
 from hypothesis import example, given
 
-from .legacy_callers import ELSEWHERE_EXAMPLE, STUBS, GeneratedPlugin, plugins_with_callers, probe_around_migrate
+from .legacy_callers import (
+    ELSEWHERE_EXAMPLE,
+    RELAY_EXAMPLE,
+    STUBS,
+    GeneratedPlugin,
+    plugins_with_callers,
+    probe_around_migrate,
+)
 from .profile import reliability_settings
 
 
 @reliability_settings(ci=12, long=600)
 @given(plugin=plugins_with_callers())
 @example(plugin=ELSEWHERE_EXAMPLE)
+@example(plugin=RELAY_EXAMPLE)
 def test_no_call_that_returned_raises_after_the_safe_fixes(plugin: GeneratedPlugin, tmp_path_factory) -> None:
     root = tmp_path_factory.mktemp("plugin")
     before, after = probe_around_migrate(root, plugin.files, STUBS, plugin.callers)

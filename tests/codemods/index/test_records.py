@@ -98,7 +98,7 @@ def _spoiled(change):
     [
         (lambda data: data.pop("uses"), "expected the fields"),
         (lambda data: data.update(path=1), "path and module must be strings"),
-        (lambda data: data.update(uses={}), "expected 14 columns of Use values"),
+        (lambda data: data.update(uses={}), "expected 19 columns of Use values"),
         (lambda data: data["uses"][0].append("x"), "no lists of one length"),
         (lambda data: data["uses"][1].__setitem__(0, True), "Use values holds a value of the wrong type"),  # a line
         (lambda data: data["classes"][1].__setitem__(0, "Base"), "ClassEntry values holds a value of the wrong type"),

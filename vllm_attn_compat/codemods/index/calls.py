@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol, TypeAlias
 
 from vllm_attn_compat.codemods.index import constructed
+from vllm_attn_compat.codemods.index.forwarded import Parameters, is_none
 from vllm_attn_compat.codemods.index.names import ALLOCATORS
 
 
@@ -78,6 +79,15 @@ class Use(NamedTuple):  # a tuple: tens of thousands are made and pickled on a f
     keywords: frozenset[str] = frozenset()
     output_none: bool = False  # ``output=None`` by keyword
     starred: bool = False  # ``*args`` or ``**kwargs``: what they hold cannot be seen
+    # Positional arguments, and ``output=`` by keyword, passing on a parameter of the calling function that may be
+    # None (`forwarded`): ``self._decode(query, output)`` in a ``forward(..., output=None)``.
+    forwarded_at: tuple[int, ...] = ()
+    output_forwarded: bool = False
+    # Of those, the calling method's own `output` (it may be None only where that method is called without a
+    # buffer: `callsites` follows its uses), and that method's name, of the class ``scope``.
+    relayed_at: tuple[int, ...] = ()
+    output_relayed: bool = False
+    relayed_from: str | None = None
 
 
 @dataclass(frozen=True)
@@ -90,10 +100,6 @@ EMPTY = CallIndex()
 
 
 # --- indexing (runs where hierarchy.index_module runs, on the tree it parsed) ------------------------
-
-
-def _is_none(node: ast.expr | None) -> bool:
-    return isinstance(node, ast.Constant) and node.value is None
 
 
 def _dotted(node: ast.expr) -> str | None:
@@ -115,7 +121,7 @@ def _tests_output(test: ast.expr, operator: type[ast.cmpop]) -> bool:
         and test.left.id == "output"
         and len(test.ops) == 1
         and isinstance(test.ops[0], operator)
-        and _is_none(test.comparators[0])
+        and is_none(test.comparators[0])
     )
 
 
@@ -143,6 +149,10 @@ def _fallback(body: list[ast.stmt]) -> str | None:
         func = _dotted(assign.value.func) or ""
         return ast.unparse(assign.value) if func.rpartition(".")[2] in ALLOCATORS else None
     return None
+
+
+def _names_output(node: ast.expr) -> bool:
+    return type(node) is ast.Name and node.id == "output"
 
 
 def _asserts_output(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
@@ -192,7 +202,7 @@ def _output_method(owner: str, node: ast.FunctionDef | ast.AsyncFunctionDef) -> 
         keywords=frozenset(a.arg for a, _ in [*pairs, *kw_pairs] if a not in args.posonlyargs),
         varargs=args.vararg is not None,
         varkw=args.kwarg is not None,
-        output_default_none="output" in default and _is_none(default["output"]),
+        output_default_none="output" in default and is_none(default["output"]),
         fallback=_fallback(node.body),
         asserts_output=_asserts_output(node),
     )
@@ -205,13 +215,21 @@ class _Scope:
     self_name: str | None
     local_classes: dict[str, str] = field(default_factory=dict)
     function: constructed.Function | None = None  # the function whose body this is
+    method: str | None = None  # its name, where it is a method of the class ``owner``
     _constructed: dict[str, ast.expr] | None = None
+    _parameters: Parameters | None = None
 
     def constructed(self) -> dict[str, ast.expr]:
         """`constructed.constructed` of the function, found when first asked for."""
         if self._constructed is None:
             self._constructed = constructed.constructed(self.function) if self.function is not None else {}
         return self._constructed
+
+    def parameters(self) -> Parameters:
+        """What the function's parameters may hold (`forwarded.Parameters`), found when first asked for."""
+        if self._parameters is None:
+            self._parameters = Parameters(self.function)
+        return self._parameters
 
 
 _DEFS = (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
@@ -336,7 +354,8 @@ class _Collector:
         if not isinstance(node, ast.Lambda) and isinstance(parent, ast.ClassDef):
             args = [*node.args.posonlyargs, *node.args.args]
             first = args[0].arg if args and _method_kind(node) != "static" else None
-            inner = _Scope(scope.prefix + node.name + ".<locals>.", scope.prefix[:-1], first, function=node)
+            owner = scope.prefix[:-1]
+            inner = _Scope(scope.prefix + node.name + ".<locals>.", owner, first, function=node, method=node.name)
         elif isinstance(node, ast.Lambda):
             inner = _Scope(scope.prefix + "<lambda>.<locals>.", scope.owner, scope.self_name)
         else:
@@ -446,10 +465,16 @@ class _Collector:
             return
         keywords = [k for k in node.keywords if k.arg is not None]
         output = next((k for k in keywords if k.arg == "output"), None)
-        if output is not None and not _is_none(output.value):
+        parameters = scope.parameters()
+        forwarded = output is not None and parameters.may_be_none(output.value, node.lineno)
+        if output is not None and not is_none(output.value) and not forwarded:
             return  # passes a buffer: never withholds a fix
         receiver, target, text = self._receiver(func.value, scope, scopes)
         positional = [a for a in node.args if type(a) is not ast.Starred]
+        forwarded_at = tuple(i for i, a in enumerate(positional) if parameters.may_be_none(a, node.lineno))
+        method = scope.method  # what it passes on of its own `output` is followed through its uses
+        relayed_at = tuple(i for i in forwarded_at if method and _names_output(positional[i]))
+        output_relayed = bool(method and forwarded and output is not None and _names_output(output.value))
         self.uses.append(
             Use(
                 func.attr,
@@ -462,10 +487,15 @@ class _Collector:
                 target,
                 text,
                 positional=len(positional),
-                none_at=tuple(i for i, a in enumerate(positional) if _is_none(a)),
+                none_at=tuple(i for i, a in enumerate(positional) if is_none(a)),
                 keywords=frozenset(k.arg for k in keywords if k.arg is not None),
-                output_none=output is not None,
+                output_none=output is not None and not forwarded,
                 starred=len(positional) != len(node.args) or len(keywords) != len(node.keywords),
+                forwarded_at=forwarded_at,
+                output_forwarded=forwarded,
+                relayed_at=relayed_at,
+                output_relayed=output_relayed,
+                relayed_from=method if relayed_at or output_relayed else None,
             )
         )
 

@@ -116,6 +116,9 @@ _BY_HAND_LEADS = {
 }
 # The code a caller finding carries when its use withholds several fixes: the first of these.
 _FIRST = (REQUIRED_OUTPUT, NONE_FALLBACK, ASSERT_OUTPUT)
+# Calls passing `output` None, or a parameter of their own that may be None (`forwarded`).
+_PASSES_ON = ("forwards", "relays")
+_PASSES_NONE = ("none", *_PASSES_ON)
 # Uses that do not call the method: they read as `x.m` in messages, not `x.m(...)`.
 _NOT_CALLS = ("getattr", "reference", "signature")
 # nn.Module layers run ``forward`` through ``layer(...)``: calls the run cannot attribute to them.
@@ -133,7 +136,9 @@ class Blocker:
     line: int
     column: int
     end_line: int
-    how: str  # "omits", "none", "starred", "positional", "reference", "signature", "getattr", "layer" or "missing"
+    # "omits", "none", "forwards", "relays", "starred", "positional", "reference", "signature", "getattr", "layer" or
+    # "missing"
+    how: str
     text: str  # the receiver as written
     # False where the run cannot tell what the receiver is (`calls.Use.receiver` "other"): the use counts, since
     # it may reach the method, but it may as well be another class's method of the same name.
@@ -146,6 +151,8 @@ class Blocker:
             return f"{call} at {where} calls it without `output`"
         if self.how == "none":
             return f"{call} at {where} passes `output=None`"
+        if self.how in _PASSES_ON:
+            return f"{call} at {where} passes on, as `output`, a parameter of its own that may be None"
         if self.how == "starred":
             return f"{call} at {where} passes `*args`/`**kwargs` that may lack `output`"
         if self.how == "getattr":
@@ -181,6 +188,9 @@ class CallAnalysis:
     # receiver the run resolves (`self`, `super()`, the class): each raises TypeError. Reported at the call under
     # VAC002, so that a run after `--unsafe-fixes` still fails there.
     missing: dict[tuple[str, str], tuple[Blocker, ...]] = field(default_factory=dict)
+    # The calls passing on their method's own `output` (`PassedOn`): in ``withheld`` where that method may be given
+    # None, as settled (`_settled`); kept to settle again with another module's uses (`merged`).
+    passed_on: tuple[PassedOn, ...] = ()
 
     def blockers(self, class_name: str, method: str, code: str) -> tuple[Blocker, ...]:
         """What withholds ``code``'s fix in ``class_name.method`` (empty: the fix stays safe)."""
@@ -211,7 +221,37 @@ class CallAnalysis:
         missing = dict(self.missing)
         for key, found in other.missing.items():
             missing[key] = _in_order({*missing.get(key, ()), *found})
-        return CallAnalysis(withheld, {**self.methods, **other.methods}, missing)
+        methods = {**self.methods, **other.methods}
+        return _settled(CallAnalysis(withheld, methods, missing, (*self.passed_on, *other.passed_on)))
+
+
+@dataclass(frozen=True)
+class PassedOn:
+    """A call in a method of the run (``outer``) passing on that method's own ``output`` (``self._decode(query,
+    output)`` in ``forward(..., output=None)``): it passes None where ``outer`` is given None or nothing."""
+
+    outer: tuple[str, str]
+    key: tuple[str, str]  # the method called
+    codes: tuple[str, ...]  # the fixes it withholds there if it may pass None
+    blocker: Blocker
+
+
+def _settled(analysis: CallAnalysis) -> CallAnalysis:
+    """``analysis`` with each call passing on its method's own ``output`` withholding what it would where that
+    method may be given None (a use of it that may pass no buffer is a blocker of `NONE_TESTED`); again until
+    nothing changes, as such methods chain (``forward`` to ``_run`` to ``_decode``)."""
+    withheld: Withheld = {key: dict(codes) for key, codes in analysis.withheld.items()}
+    pending = list(analysis.passed_on)
+    while True:
+        given_none = [passed for passed in pending if withheld.get(passed.outer, {}).get(NONE_TESTED)]
+        if not given_none:
+            break
+        for passed in given_none:
+            pending.remove(passed)
+            mine = withheld.setdefault(passed.key, {})
+            for code in passed.codes:
+                mine[code] = _in_order({*mine.get(code, ()), passed.blocker})
+    return CallAnalysis(withheld, analysis.methods, analysis.missing, analysis.passed_on)
 
 
 _PLAINEST = {"layer": 0, "omits": 1, "none": 1, "starred": 2}
@@ -304,7 +344,7 @@ def _how(use: Use, module: str, target: str, method: OutputMethod, relations: _R
         return None  # likewise, whatever ``*args`` or ``**kwargs`` hold
     if use.starred:
         if "output" in use.keywords:
-            return "none" if use.output_none else None
+            return _passes(use.output_none, use.output_relayed, use.output_forwarded)
         return "starred"
     bound = set(parameters[: use.positional]) | use.keywords
     if explicit_self and use.positional == 0:
@@ -313,11 +353,18 @@ def _how(use: Use, module: str, target: str, method: OutputMethod, relations: _R
         # The method requires `output` and the call binds all else: it raises TypeError (`CallAnalysis.missing`).
         return "missing" if method.required - bound == {"output"} else None
     if "output" in parameters[: use.positional]:
-        if parameters.index("output") in use.none_at:
-            return "none"
+        at = parameters.index("output")
+        if at in use.none_at or at in use.forwarded_at:
+            return _passes(at in use.none_at, at in use.relayed_at, at in use.forwarded_at)
         # Fine as long as `output` stays where it is, which it cannot where VAC002 has no fix (`REQUIRED_BY_HAND`).
         return "positional" if method.output_default_none and not method.output_may_lose_default else None
-    return "none" if use.output_none else "omits"
+    return _passes(use.output_none, use.output_relayed, use.output_forwarded) or "omits"
+
+
+def _passes(none: bool, relayed: bool, forwarded: bool) -> str | None:
+    """How a call passes `output` that may be None: None itself, the calling method's own `output` ("relays"), or
+    another parameter of the calling function that may be None ("forwards"); None where it passes a buffer."""
+    return "none" if none else "relays" if relayed else "forwards" if forwarded else None
 
 
 def _resolved(use: Use, relations: _Relations) -> bool:
@@ -332,7 +379,8 @@ def _codes(method: OutputMethod, how: str) -> tuple[str, ...]:
     if how == "positional":
         return (REQUIRED_BY_HAND,)
     codes = []
-    if method.output_default_none and how != "none":
+    # A call passing None, or what may be None, binds `output` whether or not it has a default.
+    if method.output_default_none and how not in _PASSES_NONE:
         codes.append(REQUIRED_OUTPUT if method.output_may_lose_default else REQUIRED_BY_HAND)
     if how == "signature":
         return tuple(codes)  # read, never called: only the signature's change shows (`calls.SIGNATURE_READERS`)
@@ -344,7 +392,7 @@ def _codes(method: OutputMethod, how: str) -> tuple[str, ...]:
     # requires it settles in an early round (`handoff.settles`), and an explicit None passed to it is not looked for.
     if method.asserts_output and method.output_default_none:
         codes.append(ASSERT_OUTPUT)
-    if method.output_default_none or how == "none":
+    if method.output_default_none or how in _PASSES_NONE:
         codes.append(NONE_TESTED)
     return tuple(codes)
 
@@ -386,6 +434,7 @@ def _withheld(
         by_name.setdefault(method.name, []).append((key, method))
     found: dict[tuple[str, str], dict[str, set[Blocker]]] = {}
     missing: dict[tuple[str, str], set[Blocker]] = {}
+    passed_on: list[PassedOn] = []
 
     def block(key: tuple[str, str], codes: tuple[str, ...], blocker: Blocker) -> None:
         for code in codes:
@@ -406,10 +455,17 @@ def _withheld(
                         # anything else would be reported as broken in a tree that works (15 times in vLLM 0.20.0).
                         if resolved:
                             missing.setdefault(key, set()).add(blocker)
+                        continue
+                    # What a method of the run passes on of its own `output` is None where it is given None; what
+                    # another function passes on, anything its callers give it (the run does not follow them).
+                    outer = (f"{index.module}.{use.scope}", use.relayed_from or "")
+                    if how == "relays" and outer in methods:
+                        passed_on.append(PassedOn(outer, key, _codes(method, how), blocker))
                     else:
                         block(key, _codes(method, how), blocker)
     withheld = {key: {code: _in_order(blockers) for code, blockers in codes.items()} for key, codes in found.items()}
-    return CallAnalysis(withheld, methods, {key: _in_order(found) for key, found in missing.items()})
+    missing_in_order = {key: _in_order(found) for key, found in missing.items()}
+    return _settled(CallAnalysis(withheld, methods, missing_in_order, tuple(passed_on)))
 
 
 def extend(analysis: CallAnalysis, hierarchy: ClassHierarchy, index: ModuleIndex) -> CallAnalysis:
@@ -547,6 +603,11 @@ def _caller_message(
         return f"{call} does not pass `output`, {what}: pass {buffer}"
     if blocker.how == "none":
         return f"{call} passes `output=None`, {what}: pass {buffer}"
+    if blocker.how in _PASSES_ON:
+        return (
+            f"{call} passes on, as `output`, a parameter of its own that defaults to None, {what}: make that "
+            "parameter required, or make sure it is not None before this call"
+        )
     if blocker.how == "starred":
         return f"{call} passes `*args`/`**kwargs` that may lack `output`, {what}: pass {buffer} explicitly"
     if blocker.how == "signature":

@@ -61,7 +61,7 @@ _FIELDS: dict[type, tuple[_Field, ...]] = {
     OutputMethod: (_TEXT, _TEXT, _SCALAR, _TEXT, _NAMES, _NAME_SET, _NAME_SET, _FLAG, _FLAG, _FLAG, _MAYBE_TEXT, _FLAG),
     Use: (
         *(_TEXT, _SCALAR, _SCALAR, _SCALAR, _TEXT, _TEXT, _MAYBE_TEXT, _MAYBE_TEXT, _TEXT),
-        *(_SCALAR, _NUMBERS, _NAME_SET, _FLAG, _FLAG),
+        *(_SCALAR, _NUMBERS, _NAME_SET, _FLAG, _FLAG, _NUMBERS, _FLAG, _NUMBERS, _FLAG, _MAYBE_TEXT),
     ),
 }
 

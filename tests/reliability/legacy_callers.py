@@ -8,9 +8,10 @@ handed), call those methods in every way Python allows: omitting ``output``, pas
 keyword, passing ``None``, through ``super()``, ``Class.m(obj, ...)``, ``functools.partial``, ``getattr``,
 ``*args`` and ``**kwargs``, on a local name bound to an instance; or read its signature
 (``inspect.signature``), which calls nothing. A method of the impl may pass its own ``output`` on to another
-(a relay, behind an assert, a fallback or nothing), so that what the other is given is what the relay was. Each caller is a module-level function without arguments, so a
-probe can call them all and compare what they return before and after migration. Lists stand in for tensors
-(``alloc.empty_like`` is an allocation as VAC003 sees one), so running them needs no torch.
+(a relay, behind an assert, a fallback or nothing), so that what the other is given is what the relay was.
+Each caller is a module-level function without arguments, so a probe can call them all and compare what they
+return before and after migration. Lists stand in for tensors (``alloc.empty_like`` is an allocation as
+VAC003 sees one), so running them needs no torch.
 """
 
 from __future__ import annotations

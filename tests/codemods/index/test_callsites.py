@@ -533,3 +533,27 @@ def test_what_withholds_is_the_argument_bound_to_output_not_another_passed_on_be
     swapped = text.replace("self._run(query, output, scale)", "self._run(query, scale, output)")
     # `scale` reaches `_run`'s `output` (reported at that call), and through it `_decode`'s.
     assert statuses(run(swapped, ["VAC003"])) == [Status.MANUAL, Status.UNSAFE_FIX_AVAILABLE]
+
+
+@pytest.mark.parametrize(("base", "looked_at"), [("MLAAttention", True), ("AttentionLayerBase", False)])
+def test_of_a_layer_only_an_mla_layer_s_forward_impl_is_one_vllm_passes_the_buffer(base, looked_at):
+    layer = f"""
+    import torch
+    from vllm.model_executor.layers.attention.mla_attention import MLAAttention
+    from vllm.model_executor.layers.attention_layer_base import AttentionLayerBase
+
+
+    class Layer({base}):
+        def forward_impl(self, q, kv_cache, attn_metadata, output=None):
+            if output is None:
+                output = torch.empty_like(q)
+            output.copy_(q)
+            return output
+
+        def _helper(self, q, output=None):
+            return output
+    """
+    op = "def op(layer, q):\n    return layer.forward_impl(q, None, None)\n"
+    result = run(layer, others=[("ops.py", op)])
+    assert {f.line for f in result.findings} == ({7, 8} if looked_at else set())  # VAC002 and VAC003
+    assert all(f.status is Status.UNSAFE_FIX_AVAILABLE for f in result.findings)

@@ -11,7 +11,8 @@ from rule_testing import run, source
 HEADER = """\
 import torch
 from vllm.v1.attention.backend import AttentionImpl, MLAAttentionImpl
-from vllm.model_executor.layers.attention import Attention
+from vllm.model_executor.layers.attention import Attention, MLAAttention
+from vllm.model_executor.layers.attention_layer_base import AttentionLayerBase
 
 
 class Impl({base}):
@@ -31,7 +32,7 @@ def _reported(text: str) -> list[int]:
     return [f.line for f in findings]
 
 
-FIRST = 8  # the first line of the method's body in `_method`
+FIRST = 9  # the first line of the method's body in `_method`
 
 
 @pytest.mark.parametrize(
@@ -88,7 +89,9 @@ def test_an_abstract_method_is_left_alone():
     [
         ("forward", "AttentionImpl", True),
         ("forward_mha", "MLAAttentionImpl", True),
-        ("forward_impl", "Attention", True),
+        ("forward_impl", "MLAAttention", True),  # called by vLLM's MLA op with the buffer
+        ("forward_impl", "Attention", False),  # vLLM calls no other layer's: the plugin's own code does
+        ("forward_impl", "AttentionLayerBase", False),
         ("forward_impl", "AttentionImpl", False),  # an impl's helper of that name: vLLM calls the layer's
         ("forward", "Attention", False),  # a layer's forward: vLLM calls it as layer(q, k, v), without output
         ("_forward_decode", "AttentionImpl", False),  # a helper: its callers may use what it returns

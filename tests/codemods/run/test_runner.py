@@ -46,7 +46,7 @@ def test_a_class_named_attention_outside_vllm_joins_the_hierarchy_through_its_ba
 
 def test_a_fork_of_vllm_is_indexed_by_its_package_even_where_no_line_says_vllm(tmp_path):
     layer = (
-        "from .base import AttentionLayerBase\n\n\nclass Attention(AttentionLayerBase):\n"
+        "from .base import AttentionLayerBase\n\n\nclass MLAAttention(AttentionLayerBase):\n"
         "    def forward_impl(self, query, output=None):\n        assert output is not None\n        return output\n"
         "\n    def forward(self, query):\n        return self.forward_impl(query)\n"
     )

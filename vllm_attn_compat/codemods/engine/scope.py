@@ -189,15 +189,27 @@ class FileContext:
             return None
         if frame.param("output") is None:
             return None
-        return None if frame.qualname.endswith(".forward") and self.in_layer_class(frame) else frame
+        return frame if not self.in_layer_class(frame) or self._given_the_layer_s_buffer(frame) else None
 
     def in_layer_class(self, method: FunctionFrame) -> bool:
         """Whether ``method`` is a method of a vLLM attention layer (`ClassHierarchy.is_layer_class`)."""
         if method.in_layer is None:
-            owner = method.attention_class  # (set for a method defined directly in the class)
-            full = f"{self.module_name}.{owner.qualname}" if owner is not None else None
+            full = self._owner(method)
             method.in_layer = full is not None and self.hierarchy.is_layer_class(full)
         return method.in_layer
+
+    def _given_the_layer_s_buffer(self, method: FunctionFrame) -> bool:
+        """Whether vLLM passes the layer's method its buffer: an MLA layer's ``forward_impl`` alone. The layer
+        allocates the buffer (its ``forward`` is called as ``layer(q, k, v)``); what its other methods take as
+        ``output`` is its own code's to pass."""
+        if not isinstance(method.node, cst.FunctionDef) or method.node.name.value != "forward_impl":
+            return False
+        full = self._owner(method)
+        return full is not None and self.hierarchy.is_mla_layer_class(full)
+
+    def _owner(self, method: FunctionFrame) -> str | None:
+        owner = method.attention_class  # (set for a method defined directly in the class)
+        return f"{self.module_name}.{owner.qualname}" if owner is not None else None
 
     def in_unresolved_patch(self) -> bool:
         """Whether the code being visited is copied at run time onto a class that could not be resolved."""

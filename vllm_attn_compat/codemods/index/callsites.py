@@ -49,6 +49,8 @@ class ClassHierarchy(Protocol):
 
     def is_layer_class(self, full_name: str) -> bool: ...
 
+    def is_mla_layer_class(self, full_name: str) -> bool: ...
+
 
 class ModuleIndex(Protocol):
     @property
@@ -406,15 +408,18 @@ def _targets(hierarchy: ClassHierarchy, indexes: Iterable[ModuleIndex]) -> dict[
         for method in index.calls.methods:
             full = f"{index.module}.{method.owner}"
             wanted = method.output_default_none or method.fallback or "output" in method.required
-            if wanted and hierarchy.is_attention_class(full) and not _layer_forward(hierarchy, full, method.name):
+            if wanted and hierarchy.is_attention_class(full) and not _layer_s_own(hierarchy, full, method.name):
                 methods[(full, method.name)] = method
     return methods
 
 
-def _layer_forward(hierarchy: ClassHierarchy, full: str, name: str) -> bool:
-    """Whether the method is a vLLM layer's ``forward``, whose ``output`` is the project's own: vLLM never passes it
-    (`hierarchy.ClassHierarchy.is_layer_class`). The rules leave it alone, and so do its calls."""
-    return name == "forward" and hierarchy.is_layer_class(full)
+def _layer_s_own(hierarchy: ClassHierarchy, full: str, name: str) -> bool:
+    """Whether the method is a vLLM layer's whose ``output`` is the project's own: vLLM passes a layer's method the
+    buffer only to an MLA layer's ``forward_impl`` (`scope.FileContext.output_method`). The rules leave the others
+    alone, and so do their calls."""
+    if not hierarchy.is_layer_class(full):
+        return False
+    return name != "forward_impl" or not hierarchy.is_mla_layer_class(full)
 
 
 def analyse(hierarchy: ClassHierarchy, indexes: Iterable[ModuleIndex]) -> CallAnalysis:

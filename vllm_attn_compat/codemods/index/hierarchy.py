@@ -425,6 +425,13 @@ class ClassHierarchy(FlagOwners):
         names = {base.rpartition(".")[2] for base in self._vllm_bases_of(full_name)}
         return bool(names & VLLM_LAYER_NAMES) and not any(name.endswith(("Impl", "ImplBase")) for name in names)
 
+    def is_mla_layer_class(self, full_name: str) -> bool:
+        """Whether the class is vLLM's MLA layer (``MLAAttention``) or a layer deriving from it: the one layer of
+        which vLLM calls a method with the buffer (``forward_impl``, from its ``unified_mla_attention_with_output``
+        op; a plugin's own layer's ``forward_impl`` is called by the plugin's code)."""
+        names = {base.rpartition(".")[2] for base in self._vllm_bases_of(full_name)}
+        return "MLAAttention" in names and self.is_layer_class(full_name)
+
     def _vllm_bases_of(self, full_name: str) -> frozenset[str]:
         """vLLM's base classes (`is_vllm_base`) the class is or derives from through the run's classes."""
         known = self._vllm_bases.get(full_name)

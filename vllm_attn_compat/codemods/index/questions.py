@@ -39,6 +39,8 @@ class Questions(Protocol):
 
     def is_layer_class(self, full_name: str) -> bool: ...
 
+    def is_mla_layer_class(self, full_name: str) -> bool: ...
+
     def patch_scope(self, full_name: str, kind: str) -> str | None: ...
 
     def has_attention_classes(self, path: str) -> bool: ...
@@ -86,6 +88,10 @@ class Recorder:
     def is_layer_class(self, full_name: str) -> bool:
         return self._asked("is_layer_class", (full_name,), self._hierarchy.is_layer_class(full_name)) is True
 
+    def is_mla_layer_class(self, full_name: str) -> bool:
+        answer = self._asked("is_mla_layer_class", (full_name,), self._hierarchy.is_mla_layer_class(full_name))
+        return answer is True
+
     def patch_scope(self, full_name: str, kind: str) -> str | None:
         answer = self._asked("patch_scope", (full_name, kind), self._hierarchy.patch_scope(full_name, kind))
         return None if answer is None else str(answer)
@@ -129,6 +135,7 @@ _QUESTIONS = frozenset(
         "module_name",
         "is_attention_class",
         "is_layer_class",
+        "is_mla_layer_class",
         "patch_scope",
         "has_attention_classes",
         "declares_flag_in_base",

@@ -131,8 +131,9 @@ class DiscardedOutput(Rule):
         method = self.ctx.output_method()
         if method is None or method.node is not node or node.name.value not in _GIVEN_THE_BUFFER:
             return
-        if (node.name.value == "forward_impl") != self.ctx.in_layer_class(method):
-            return  # an impl's `forward_impl`, or a layer's `forward_mha`, is a helper of the project's own
+        if node.name.value == "forward_impl" and not self.ctx.in_layer_class(method):
+            return  # an impl's `forward_impl` is a helper of the project's own (of a layer, `output_method` keeps
+            # only an MLA layer's `forward_impl`, which vLLM calls with the buffer)
         lost = "the buffer vLLM >= 0.20 passes stays unwritten, and the result is lost (vLLM reads the buffer"
         what = (
             "Write the result into `output` (e.g. `output.copy_(result)`), or decorate the impl class with "

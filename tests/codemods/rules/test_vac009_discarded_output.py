@@ -54,6 +54,27 @@ FIRST = 9  # the first line of the method's body in `_method`
         # Under a condition, or named first by a nested function: left alone.
         ("if attn_metadata is None:\n    output = query\nreturn output\n", None),
         ("def write():\n    output.copy_(query)\nwrite()\noutput = query\nreturn output\n", None),
+        # Statements that cannot write into the buffer are passed over: the replacement after them is reported.
+        ("if output is None:\n    output = torch.empty_like(query)\noutput = self.kernel(query)\n", FIRST + 2),
+        ("assert output is not None\noutput = self.kernel(query)\nreturn output\n", FIRST + 1),
+        ("if kv_cache is None:\n    return output\noutput = self.kernel(query)\nreturn output\n", FIRST + 2),
+        ("if attn_metadata is None:\n    output = query\noutput = self.kernel(query)\n", FIRST + 2),
+        ("if kv_cache is None:\n    return output.fill_(0)\noutput = self.kernel(query)\n", None),  # writes
+        ("if kv_cache is None:\n    self.run(output)\noutput = self.kernel(query)\n", None),  # may write
+        ("if kv_cache is None:\n    return output, None\noutput = self.kernel(query)\n", None),
+        ("if kv_cache is None:\n    f = lambda: output\noutput = self.kernel(query)\n", None),
+        # A method given a buffer stops first: nothing is lost silently.
+        ("assert output is None\noutput = torch.empty_like(query)\nreturn output\n", None),
+        ("if output is not None:\n    raise ValueError('no buffer')\noutput = self.kernel(query)\n", None),
+        ("if output is not None:\n    return self.legacy(query, output)\noutput = self.kernel(query)\n", None),
+        ("if output is not None:\n    self.log()\noutput = self.kernel(query)\n", FIRST + 2),
+        # Every branch replaces it: the `if` does.
+        ("if attn_metadata.prefill:\n    output = self.a(query)\nelse:\n    output = self.b(query)\n", FIRST),
+        ("if a:\n    output = self.a(query)\nelif b:\n    output = self.b(query)\nelse:\n    output = query\n", FIRST),
+        ("if a:\n    output = self.a(query)\nelif b:\n    output = self.b(query)\nreturn output\n", None),
+        ("if a:\n    output = self.a(query)\nelse:\n    output[:] = query\nreturn output\n", None),
+        ("if a:\n    output = self.a(query)\nelse:\n    self.b(query, output)\nreturn output\n", None),
+        ("if a:\n    output = self.a(query)\nelse:\n    return query\nreturn output\n", None),
     ],
 )
 def test_the_first_statement_naming_output_replacing_it_is_reported(body, line):

@@ -8,7 +8,7 @@ from vllm_attn_compat.codemods.engine.rule import Example, Rule, class_source
 from vllm_attn_compat.codemods.findings import FixSafety, Status
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Iterable, Iterator
 
     import libcst as cst
 
@@ -34,11 +34,15 @@ class DiscardedOutput(Rule):
     silently. The rule reports the parameter of a method whose body never names it (an abstract method or a
     stub, ``...``, ``pass`` or ``raise``, computes nothing and is left alone), and the assignment that is the
     first statement of the method to name ``output`` when it does not read it (``output = output.view(...)``
-    keeps the buffer): from there on, nothing can reach the buffer. An assignment under a condition, or after
-    a read of ``output``, is left alone, and so is every method but those vLLM calls with the buffer (an
-    impl's ``forward``, an MLA impl's ``forward_mha``, an MLA layer's ``forward_impl``). Such a backend used
-    to declare ``accept_output_buffer = False`` (VAC004): this finding stays once that flag is gone. No fix:
-    write the result into ``output``, or decorate the impl class with
+    keeps the buffer): from there on, nothing can reach the buffer. Statements before it that cannot write
+    into the buffer are passed over (``if output is None: output = ...``, ``return output`` on a profiling
+    path, an assignment under a condition), and an ``if`` whose every branch, ``else`` included, replaces
+    ``output`` replaces it. A method that stops when given a buffer (``assert output is None``, ``if output is
+    not None: raise ...``) loses nothing silently, and an assignment after a statement that may write into the
+    buffer may not lose it: both are left alone, and so is every method but those vLLM calls with the buffer
+    (an impl's ``forward``, an MLA impl's ``forward_mha``, an MLA layer's ``forward_impl``). Such a backend
+    used to declare ``accept_output_buffer = False`` (VAC004): this finding stays once that flag is gone. No
+    fix: write the result into ``output``, or decorate the impl class with
     ``@vllm_attn_compat.compat.adapt_legacy_impl``, which copies the returned tensor into it.
     """
 
@@ -62,6 +66,23 @@ class DiscardedOutput(Rule):
                     num_tokens = query.shape[0]
                     output = torch.empty_like(query)
                     output.copy_(query[:num_tokens])
+                    return output
+                """,
+            ),
+            findings=(Status.MANUAL,),
+        ),
+        Example(
+            "a forward whose every branch allocates its own result, after its profiling path",
+            class_source(
+                _IMPL_HEADER,
+                """
+                def forward(self, layer, query, key, value, kv_cache, attn_metadata, output=None):
+                    if attn_metadata is None:
+                        return output
+                    if attn_metadata.num_prefills:
+                        output = self.prefill(query, key, value)
+                    else:
+                        output = self.decode(query, kv_cache)
                     return output
                 """,
             ),
@@ -139,15 +160,17 @@ class DiscardedOutput(Rule):
             "Write the result into `output` (e.g. `output.copy_(result)`), or decorate the impl class with "
             "`@vllm_attn_compat.compat.adapt_legacy_impl`"
         )
-        first = _first_use(node)
-        if first is None:
+        if not any(_names_output(part) for _, part in _statements(node)):
             param = method.param("output")
             if param is not None and not _is_declaration(node):
                 message = f"`{node.name.value}` never names `output`: {lost}, not what it returns). {what}"
                 self.ctx.report(self, param, message)
-        elif _replaces(first):
+            return
+        first = _first_use(part for _, part in _statements(node))
+        if first is not None and _replaces(first):
+            where = "on every branch here" if _is_if(first) else "here"
             message = (
-                f"`output` is replaced here before anything is written into it: {lost} and ignores the "
+                f"`output` is replaced {where} before anything is written into it: {lost} and ignores the "
                 f"returned tensor). {what}"
             )
             self.ctx.report(self, first, message)
@@ -162,15 +185,76 @@ def _statements(function: cst.FunctionDef) -> Iterator[tuple[cst.CSTNode, cst.CS
             yield statement, part
 
 
-def _first_use(function: cst.FunctionDef) -> cst.CSTNode | None:
-    """The first (small) statement of the body that names ``output``, None where none does."""
-    return next((part for _, part in _statements(function) if _names_output(part)), None)
+def _parts(block: cst.BaseSuite) -> Iterator[cst.CSTNode]:
+    """A block's statements, each small statement of a line apart (``if x: a = 1; b = 2`` too)."""
+    import libcst as cst
+
+    for statement in block.body:
+        yield from statement.body if isinstance(statement, cst.SimpleStatementLine) else [statement]
+
+
+def _is_if(node: cst.CSTNode) -> bool:
+    import libcst as cst
+
+    return isinstance(node, cst.If)
+
+
+def _first_use(parts: Iterable[cst.CSTNode]) -> cst.CSTNode | None:
+    """The first of ``parts`` (a block's statements, small ones apart) that names ``output`` and replaces it or may
+    write into it, None where none does: a statement that cannot write into the buffer (`_cannot_write`: it tests
+    ``output`` against None, returns it, or binds it under a condition) is passed over, since the buffer is
+    still what ``output`` holds after it on the path that received one."""
+    for part in parts:
+        if _names_output(part) and (_replaces(part) or _ends_with_a_buffer(part) or not _cannot_write(part)):
+            return part
+    return None
+
+
+def _ends_with_a_buffer(statement: cst.CSTNode) -> bool:
+    """Whether a method given a buffer stops at ``statement`` (``assert output is None``, ``if output is not None:``
+    raising or returning): it does not lose the result silently, and what follows runs without one."""
+    import libcst as cst
+
+    if isinstance(statement, cst.Assert):
+        return _tests_output(statement.test, cst.Is)
+    if not isinstance(statement, cst.If) or not _tests_output(statement.test, cst.IsNot):
+        return False
+    last = list(_parts(statement.body))[-1:]
+    return bool(last) and isinstance(last[0], (cst.Raise, cst.Return))
+
+
+def _tests_output(test: cst.BaseExpression, operator: type[cst.BaseCompOp]) -> bool:
+    """Whether ``test`` is ``output is None`` (``operator`` `cst.Is`) or ``output is not None`` (`cst.IsNot`)."""
+    import libcst as cst
+
+    if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
+        return False
+    target = test.comparisons[0]
+    return (
+        isinstance(test.left, cst.Name)
+        and test.left.value == "output"
+        and isinstance(target.operator, operator)
+        and isinstance(target.comparator, cst.Name)
+        and target.comparator.value == "None"
+    )
 
 
 def _replaces(statement: cst.CSTNode) -> bool:
-    """Whether ``statement`` is an assignment binding ``output`` to a value that does not read it."""
+    """Whether ``statement`` is an assignment binding ``output`` to a value that does not read it, or an ``if``
+    each of whose branches (``else`` included) opens its use of ``output`` with such a replacement."""
     import libcst as cst
 
+    if isinstance(statement, cst.If):
+        branch: cst.If | cst.Else | None = statement
+        while isinstance(branch, cst.If):
+            first = _first_use(_parts(branch.body))
+            if first is None or not _replaces(first):
+                return False
+            branch = branch.orelse
+        if branch is None:
+            return False  # without an `else`, a path keeps the buffer
+        first = _first_use(_parts(branch.body))
+        return first is not None and _replaces(first)
     if isinstance(statement, cst.Assign):
         targets, value = [target.target for target in statement.targets], statement.value
     elif isinstance(statement, cst.AnnAssign) and statement.value is not None:
@@ -181,6 +265,47 @@ def _replaces(statement: cst.CSTNode) -> bool:
     if any(names is None for names in bound) or not any("output" in names for names in bound if names):
         return False
     return not _names_output(value)
+
+
+def _cannot_write(statement: cst.CSTNode) -> bool:
+    """Whether ``statement`` cannot write into the buffer: it names ``output`` only where an assignment binds it
+    (to a value not naming it), where ``output is None`` or ``output is not None`` tests it, or where it is
+    returned as it is; and it defines no function, which could write into it later."""
+    import libcst as cst
+
+    from vllm_attn_compat.codemods.engine.walk import walk
+
+    harmless: set[int] = set()  # the `output` names in those places
+    may_write = False
+
+    def visit(node: cst.CSTNode) -> bool:
+        nonlocal may_write
+        if isinstance(node, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+            may_write = True
+        elif isinstance(node, cst.Assign) and not _names_output(node.value):
+            for target in node.targets:
+                harmless.update(id(name) for name in _bound_name_nodes(target.target) or ())
+        elif isinstance(node, cst.Comparison) and len(node.comparisons) == 1:
+            operator = node.comparisons[0].operator
+            compared = node.comparisons[0].comparator
+            if (
+                isinstance(operator, (cst.Is, cst.IsNot))
+                and isinstance(compared, cst.Name)
+                and compared.value == "None"
+            ):
+                harmless.add(id(node.left))
+        elif isinstance(node, cst.Return):
+            harmless.add(id(node.value))
+        elif isinstance(node, cst.Attribute):
+            harmless.add(id(node.attr))  # `self.output`: another thing (`_names_output`)
+        elif isinstance(node, cst.Arg) and node.keyword is not None:
+            harmless.add(id(node.keyword))
+        elif isinstance(node, cst.Name) and node.value == "output" and id(node) not in harmless:
+            may_write = True
+        return not may_write
+
+    walk(statement, visit, _nothing)
+    return not may_write
 
 
 def _is_declaration(function: cst.FunctionDef) -> bool:
@@ -200,24 +325,30 @@ def _is_declaration(function: cst.FunctionDef) -> bool:
     )
 
 
-def _bound_names(target: cst.BaseExpression) -> set[str] | None:
-    """The names an assignment target binds (``output, lse = ...`` too); None when it also writes into something
-    (``output[0] = ...`` writes into the buffer)."""
+def _bound_name_nodes(target: cst.BaseExpression) -> list[cst.Name] | None:
+    """The names an assignment target binds, as nodes; None when it also writes into something."""
     import libcst as cst
 
     if isinstance(target, cst.Name):
-        return {target.value}
+        return [target]
     if isinstance(target, cst.StarredElement):
-        return _bound_names(target.value)
+        return _bound_name_nodes(target.value)
     if isinstance(target, (cst.Tuple, cst.List)):
-        names: set[str] = set()
+        names: list[cst.Name] = []
         for element in target.elements:
-            inner = _bound_names(element.value)
+            inner = _bound_name_nodes(element.value)
             if inner is None:
                 return None
-            names |= inner
+            names += inner
         return names
     return None
+
+
+def _bound_names(target: cst.BaseExpression) -> set[str] | None:
+    """The names an assignment target binds (``output, lse = ...`` too); None when it also writes into something
+    (``output[0] = ...`` writes into the buffer)."""
+    names = _bound_name_nodes(target)
+    return None if names is None else {name.value for name in names}
 
 
 def _names_output(node: cst.CSTNode) -> bool:

@@ -137,6 +137,13 @@ def _instance_caller(expression: str) -> str:
     [
         (_instance_caller("impl.forward(a, a, a, a, a, a)"), "calls it without `output`"),
         (_instance_caller("impl.forward(a, a, a, a, a, a, 2, out)"), "passes `output` by position"),
+        # None by position, or a parameter that may be None (`forwarded`): the move breaks those too.
+        (_instance_caller("impl.forward(a, a, a, a, a, a, 2, None)"), "passes `output` by position"),
+        (
+            "from plugin_mod import MyImpl\n\n\ndef f(a, out=None):\n    impl = MyImpl()\n"
+            "    return impl.forward(a, a, a, a, a, a, 2, out)\n",
+            "passes `output` by position",
+        ),
         (_instance_caller("impl.forward(*args)"), "passes `*args`/`**kwargs` that may lack `output`"),
         (_instance_caller("getattr(impl, 'forward')"), "hands it on, so its callers cannot be checked"),
         (_instance_caller("impl.forward(a, a, a, a, a, a, output=out)"), None),

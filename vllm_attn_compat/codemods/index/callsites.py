@@ -315,58 +315,57 @@ class _Relations:
         return False
 
 
-def _how(use: Use, module: str, target: str, method: OutputMethod, relations: _Relations) -> str | None:
-    """How ``use`` (in ``module``) involves ``method`` of class ``target``: None when it cannot be a
-    call of it, or cannot bind to it today, or passes ``output`` (by position: "positional" where VAC002 has no
-    fix, since the change it asks for by hand makes ``output`` keyword-only)."""
+def _how(use: Use, module: str, target: str, method: OutputMethod, relations: _Relations) -> tuple[str, ...]:
+    """How ``use`` (in ``module``) involves ``method`` of class ``target``: nothing when it cannot be a call of it,
+    or cannot bind to it today, or passes a buffer as ``output``; "positional" too where it passes ``output`` by
+    position and VAC002 has no fix (the change it asks for by hand makes ``output`` keyword-only)."""
     explicit_self = False
     if use.receiver == "self":
         if use.scope is None or not relations.related(f"{module}.{use.scope}", target):
-            return None
+            return ()
     elif use.receiver == "super":
         scope = f"{module}.{use.scope}" if use.scope else None
         if scope is None or scope == target or not relations.related(scope, target):
-            return None
+            return ()
     elif use.receiver == "class":
         classes = relations.named(use.target or "")
         if not any(target in relations.ancestors(other) for other in classes):
-            return None  # a module, or a class the method does not belong to
+            return ()  # a module, or a class the method does not belong to
         explicit_self = method.kind == "method"
     elif use.receiver == "instance":
         # By the callee's dotted name alone: a function sharing a class's last name must not pass for it.
         classes = relations.named(use.target or "", exactly=True)
         if classes and not any(target in relations.ancestors(other) for other in classes):
-            return None  # an instance of a class the method does not belong to (a factory's result counts)
+            return ()  # an instance of a class the method does not belong to (a factory's result counts)
     if use.kind != "call":
-        return use.kind
+        return (use.kind,)
     parameters = (("<self>",) if explicit_self else ()) + method.positional
     if use.positional > len(parameters) and not method.varargs:
-        return None  # raises TypeError today
+        return ()  # raises TypeError today
     if any(name not in method.keywords for name in use.keywords) and not method.varkw:
-        return None  # likewise, whatever ``*args`` or ``**kwargs`` hold
+        return ()  # likewise, whatever ``*args`` or ``**kwargs`` hold
     if use.starred:
         if "output" in use.keywords:
             return _passes(use.output_none, use.output_relayed, use.output_forwarded)
-        return "starred"
+        return ("starred",)
     bound = set(parameters[: use.positional]) | use.keywords
     if explicit_self and use.positional == 0:
-        return None
+        return ()
     if not method.required <= bound:
         # The method requires `output` and the call binds all else: it raises TypeError (`CallAnalysis.missing`).
-        return "missing" if method.required - bound == {"output"} else None
+        return ("missing",) if method.required - bound == {"output"} else ()
     if "output" in parameters[: use.positional]:
         at = parameters.index("output")
-        if at in use.none_at or at in use.forwarded_at:
-            return _passes(at in use.none_at, at in use.relayed_at, at in use.forwarded_at)
         # Fine as long as `output` stays where it is, which it cannot where VAC002 has no fix (`REQUIRED_BY_HAND`).
-        return "positional" if method.output_default_none and not method.output_may_lose_default else None
-    return _passes(use.output_none, use.output_relayed, use.output_forwarded) or "omits"
+        moved = ("positional",) if method.output_default_none and not method.output_may_lose_default else ()
+        return moved + _passes(at in use.none_at, at in use.relayed_at, at in use.forwarded_at)
+    return _passes(use.output_none, use.output_relayed, use.output_forwarded) or ("omits",)
 
 
-def _passes(none: bool, relayed: bool, forwarded: bool) -> str | None:
+def _passes(none: bool, relayed: bool, forwarded: bool) -> tuple[str, ...]:
     """How a call passes `output` that may be None: None itself, the calling method's own `output` ("relays"), or
-    another parameter of the calling function that may be None ("forwards"); None where it passes a buffer."""
-    return "none" if none else "relays" if relayed else "forwards" if forwarded else None
+    another parameter of the calling function that may be None ("forwards"); nothing where it passes a buffer."""
+    return ("none",) if none else ("relays",) if relayed else ("forwards",) if forwarded else ()
 
 
 def _resolved(use: Use, relations: _Relations) -> bool:
@@ -451,8 +450,7 @@ def _withheld(
     for index in indexes:
         for use in index.calls.uses:
             for key, method in by_name.get(use.name, ()):
-                how = _how(use, index.module, key[0], method, relations)
-                if how is not None:
+                for how in _how(use, index.module, key[0], method, relations):
                     resolved = _resolved(use, relations)
                     blocker = Blocker(index.path, use.line, use.column, use.end_line, how, use.text, resolved)
                     if how == "missing":

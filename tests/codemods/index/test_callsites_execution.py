@@ -98,6 +98,24 @@ class SubImpl(MyImpl):
         return MyImpl.prefill(self, query, query, query)
 """
 
+# As vLLM <= 0.19's layer module and its `unified_attention` op: the op takes the layer from a registry, so the
+# run cannot tell what its `impl` is.
+OLD_OP = """
+from plugin.backend import MyImpl
+
+LAYERS = {}
+
+
+class Layer:
+    def __init__(self):
+        self.impl = MyImpl()
+
+
+def attention(query, layer_name):
+    layer = LAYERS[layer_name]
+    return layer.impl.forward(layer, query, query, query, None, None)
+"""
+
 SMOKE_TEST = """
 import torch
 
@@ -119,8 +137,11 @@ import torch
 
 sys.path[:0] = [sys.argv[1], sys.argv[2]]
 from plugin.backend import MyImpl
+from plugin import ops
 from plugin.sub import SubImpl
 from tests_plugin.test_smoke import smoke
+
+ops.LAYERS["layer0"] = ops.Layer()
 
 q = torch.arange(8.0).view(2, 4)
 calls = {
@@ -132,6 +153,7 @@ calls = {
     "partial callback": lambda: MyImpl().callbacks()[0](q),
     "getattr": lambda: MyImpl().by_name(q),
     "fused": lambda: MyImpl().run_fused(q),
+    "old op": lambda: ops.attention(q, "layer0"),
 }
 results = {}
 for name, call in calls.items():
@@ -159,6 +181,7 @@ def plugin(tmp_path: Path) -> Path:
             "plugin/__init__.py": "",
             "plugin/backend.py": BACKEND,
             "plugin/sub.py": SUBCLASS,
+            "plugin/ops.py": OLD_OP,
             "tests_plugin/__init__.py": "",
             "tests_plugin/test_smoke.py": SMOKE_TEST,
         },
@@ -224,6 +247,7 @@ def test_each_withholding_use_is_reported_at_its_own_line(plugin: Path) -> None:
             "tree/plugin/backend.py:20:16:",  # self.prefill(query, query, query)
             "tree/plugin/backend.py:35:35:",  # functools.partial(self.scaled, 3.0)
             "tree/plugin/backend.py:38:16:",  # getattr(self, "decode")
+            "tree/plugin/ops.py:13:12:",  # layer.impl.forward(layer, query, query, query, None, None)
             "tree/plugin/sub.py:6:16:",  # super().decode(query=query)
             "tree/plugin/sub.py:9:16:",  # MyImpl.prefill(self, query, query, query)
             "tree/tests_plugin/test_smoke.py:9:12:",  # impl.forward(None, q, q, q, None, None)
@@ -239,7 +263,15 @@ def test_the_withheld_fixes_are_what_would_break_those_calls(plugin: Path) -> No
     assert completed.returncode == 1, completed.stdout + completed.stderr
     after = _probe(plugin)
     broken = {name for name, (outcome, _) in after.items() if outcome == "raised"}
-    assert broken == {"smoke test", "warm_up", "subclass super()", "Base.m(self)", "partial callback", "getattr"}, after
+    assert broken == {
+        "smoke test",
+        "warm_up",
+        "subclass super()",
+        "Base.m(self)",
+        "partial callback",
+        "getattr",
+        "old op",
+    }, after
     assert {name: after[name] for name in after if name not in broken} == {
         name: before[name] for name in before if name not in broken
     }
@@ -247,15 +279,16 @@ def test_the_withheld_fixes_are_what_would_break_those_calls(plugin: Path) -> No
 
 def test_after_the_unsafe_fixes_a_check_still_fails_at_each_call_they_broke(plugin: Path) -> None:
     """`--unsafe-fixes` made `output` required where calls omit it; the next `--check` (a CI gate) must not pass:
-    each call that now raises TypeError on a receiver the run resolves is reported (the smoke test's
-    `impl.forward(...)` too, `impl` bound once to `MyImpl()`; not through the `partial` callback or the
-    `getattr`)."""
+    each call that now raises TypeError is reported (the smoke test's `impl.forward(...)` too, `impl` bound once
+    to `MyImpl()`, and the old op's `layer.impl.forward(...)`, whose receiver the run cannot tell; not through the
+    `partial` callback or the `getattr`)."""
     _migrate(plugin, "--unsafe-fixes")
     completed = _migrate(plugin, "--check")
     assert completed.returncode == 1, completed.stdout + completed.stderr
     broken = [line for line in completed.stdout.splitlines() if "the call raises TypeError" in line]
     assert sorted(line.split(":", 1)[0] for line in broken) == [
         "tree/plugin/backend.py",  # self.prefill(query, query, query) in warm_up
+        "tree/plugin/ops.py",  # layer.impl.forward(layer, query, query, query, None, None)
         "tree/plugin/sub.py",  # super().decode(query=query)
         "tree/plugin/sub.py",  # MyImpl.prefill(self, query, query, query)
         "tree/tests_plugin/test_smoke.py",  # impl = MyImpl(); impl.forward(None, q, q, q, None, None)
@@ -287,7 +320,8 @@ def test_a_caller_in_an_excluded_folder_still_withholds_the_fix_it_would_break(p
     lines = completed.stdout.splitlines()
     assert not [line for line in lines if line.startswith("tree/tests_plugin/")]  # nothing reported there
     forward = next(line for line in lines if line.startswith("tree/plugin/backend.py:8:") and "VAC002" in line)
-    assert "[unsafe]" in forward and "at tree/tests_plugin/test_smoke.py:9 calls it without `output`" in forward
+    # The message names the old op's call; the one more use is the smoke test's, excluded, still counted.
+    assert "[unsafe]" in forward and "at tree/plugin/ops.py:13 calls it without `output` (and 1 more use)" in forward
 
 
 def _hook_command(hook_id: str, staged: list[str]) -> list[str]:

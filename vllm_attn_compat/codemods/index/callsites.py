@@ -186,9 +186,9 @@ class CallAnalysis:
 
     withheld: Withheld = field(default_factory=dict)
     methods: dict[tuple[str, str], OutputMethod] = field(default_factory=dict)  # every target
-    # The calls that omit the `output` a method requires (vLLM >= 0.20's signature, or an unsafe fix's), on a
-    # receiver the run resolves (`self`, `super()`, the class): each raises TypeError. Reported at the call under
-    # VAC002, so that a run after `--unsafe-fixes` still fails there.
+    # The calls that omit the `output` a method requires (vLLM >= 0.20's signature, or an unsafe fix's), binding
+    # all else: each raises TypeError where the receiver is an instance of the method's class. Reported at the call
+    # under VAC002, so that a run after `--unsafe-fixes` still fails there.
     missing: dict[tuple[str, str], tuple[Blocker, ...]] = field(default_factory=dict)
     # The calls passing on their method's own `output` (`PassedOn`): in ``withheld`` where that method may be given
     # None, as settled (`_settled`); kept to settle again with another module's uses (`merged`).
@@ -454,10 +454,9 @@ def _withheld(
                     resolved = _resolved(use, relations)
                     blocker = Blocker(index.path, use.line, use.column, use.end_line, how, use.text, resolved)
                     if how == "missing":
-                        # Only where the receiver is known: a generic name (`forward`, `forward_native`) called on
-                        # anything else would be reported as broken in a tree that works (15 times in vLLM 0.20.0).
-                        if resolved:
-                            missing.setdefault(key, set()).add(blocker)
+                        # On any receiver: after `--unsafe-fixes` the calls they break go through `self.impl`,
+                        # which the run cannot tell. One it cannot tell says so (`_unresolved`).
+                        missing.setdefault(key, set()).add(blocker)
                         continue
                     # What a method of the run passes on of its own `output` is None where it is given None; what
                     # another function passes on, anything its callers give it (the run does not follow them).
@@ -637,6 +636,11 @@ def _unresolved(blocker: Blocker, keys: list[tuple[str, str]], code: str, unsafe
     classes = [f"`{name}`" for name in sorted({full.rpartition(".")[2] for full, _ in keys})]
     which = "an instance of " + (classes[0] if len(classes) == 1 else f"{', '.join(classes[:-1])} or {classes[-1]}")
     receiver = "its receiver" if blocker.text == UNSHOWN else f"`{blocker.text}`"
+    if blocker.how == "missing":  # no fix hangs on it: the report is all there is to silence
+        return (
+            f"; the run cannot tell what {receiver} is: if it is never {which}, the call is unaffected "
+            f"(`# noqa: {code}` here silences this report)"
+        )
     if unsafe_fixes:
         return f"; the run cannot tell what {receiver} is: if it is never {which}, the call is unaffected"
     return (

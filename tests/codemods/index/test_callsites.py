@@ -421,6 +421,41 @@ def test_a_call_omitting_a_required_output_is_reported(caller, reported):
     assert callsites.findings_for_run(hierarchy.calls, {"caller.py": caller.encode()}, ["VAC001"]) == []
 
 
+# vLLM 0.19.1's `unified_attention` op, as its forks keep it: the backend's `forward` called without `output`.
+OLD_OP_BODY = """
+from vllm.utils.torch_utils import direct_register_custom_op
+
+
+@maybe_transfer_kv_layer
+def {name}(query, key, value, layer_name):
+    attn_metadata, self, kv_cache, _ = get_attention_context(layer_name)
+    output = self.impl.forward(self, query, key, value, kv_cache, attn_metadata)
+    return output
+
+
+direct_register_custom_op(op_name="{name}", op_func={name})
+"""
+
+
+@pytest.mark.parametrize("name", ["unified_attention", "warm_up"])
+def test_a_broken_call_in_the_body_of_a_deleted_op_says_to_delete_the_op(name):
+    """After `--unsafe-fixes`, the old op's body is what breaks; vLLM 0.20 deleted the op rather than mend it."""
+    from vllm_attn_compat.codemods.index import callsites
+
+    caller = OLD_OP_BODY.format(name=name)
+    other = REQUIRING.replace("class MyImpl", "class OtherImpl")
+    indexes = [index_module(text.encode(), path) for text, path in [(REQUIRING, "plugin_mod.py"), (other, "o.py")]]
+    indexes.append(index_module(caller.encode(), "layer.py"))
+    found = callsites.findings_for_run(ClassHierarchy.build(indexes).calls, {"layer.py": caller.encode()}, ["VAC002"])
+    [(_, finding)] = found
+    assert finding.line == 8 and finding.status is Status.MANUAL
+    # Both classes whose `forward` the call would break are counted, not the first found.
+    assert "which `OtherImpl.forward` and 1 other method(s) of the run require (vLLM >= 0.20)" in finding.message
+    deleted = "This is the body of `vllm::unified_attention`, the op vLLM 0.20 deleted"
+    assert (deleted in finding.message) is (name == "unified_attention"), finding.message
+    assert ("pass the output buffer" in finding.message) is (name != "unified_attention")
+
+
 def test_in_a_run_taking_the_unsafe_fixes_a_caller_finding_says_the_fix_breaks_the_call():
     from vllm_attn_compat.codemods.index import callsites
 

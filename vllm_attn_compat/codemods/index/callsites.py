@@ -543,9 +543,10 @@ def caller_findings(
                 if blocker.path == here:
                     sites.setdefault((blocker.line, blocker.column), []).append((code, key, blocker))
     if REQUIRED_OUTPUT in selected:
+        withholding = set(sites)  # a use withholding a fix is reported as such, not as broken
         for key, blockers in analysis.missing.items():
             for blocker in blockers:
-                if blocker.path == here and (blocker.line, blocker.column) not in sites:
+                if blocker.path == here and (blocker.line, blocker.column) not in withholding:
                     sites.setdefault((blocker.line, blocker.column), []).append((REQUIRED_OUTPUT, key, blocker))
     if sites and rewritten is not None:
         from vllm_attn_compat.codemods.index import deleted_uses
@@ -559,6 +560,7 @@ def caller_findings(
     spans = [(line, blocker.end_line) for (line, _), entries in sites.items() for *_, blocker in entries]
     may_suppress = any(_NOQA_WORD.search(b"\n".join(lines[start - 1 : end])) for start, end in spans)
     noqa = _noqa_lines(source) if may_suppress else {}
+    old_ops = _old_op_bodies(source) if any(entries[0][2].how == "missing" for entries in sites.values()) else []
     findings = []
     for (line, column), entries in sorted(sites.items()):
         code = min((code for code, _, _ in entries), key=_FIRST.index)
@@ -567,7 +569,8 @@ def caller_findings(
         suppressed = any(
             suppresses(noqa[number], code) for number in range(line, blocker.end_line + 1) if number in noqa
         )
-        message = _caller_message(blocker, keys, {c for c, _, _ in entries}, analysis, unsafe_fixes)
+        old_op = next((op for first, last, op in old_ops if first <= line <= last), None)
+        message = _caller_message(blocker, keys, {c for c, _, _ in entries}, analysis, unsafe_fixes, old_op)
         if not blocker.resolved:
             message += _unresolved(blocker, keys, code, unsafe_fixes)
         findings.append(Finding(line, column, code, message, Status.SUPPRESSED if suppressed else Status.MANUAL))
@@ -575,17 +578,27 @@ def caller_findings(
 
 
 def _caller_message(
-    blocker: Blocker, keys: list[tuple[str, str]], codes: set[str], analysis: CallAnalysis, unsafe_fixes: bool
+    blocker: Blocker,
+    keys: list[tuple[str, str]],
+    codes: set[str],
+    analysis: CallAnalysis,
+    unsafe_fixes: bool,
+    old_op: str | None = None,
 ) -> str:
+    """``old_op``: the name of the op whose body (`_old_op_bodies`) holds the use, if one does."""
     full, name = keys[0]
     owner = full.rpartition(".")[2] if "<locals>" not in full else full.rsplit(".", 1)[1]
     method = f"`{owner}.{name}`" + (f" and {len(keys) - 1} other method(s) of the run" if len(keys) > 1 else "")
     if blocker.how == "missing":
         requires = "requires" if len(keys) == 1 else "require"
-        return (
-            f"`{blocker.text}.{name}(...)` does not pass `output`, which {method} {requires} (vLLM >= 0.20): "
-            "the call raises TypeError; pass the output buffer as `output=`"
-        )
+        broken = f"`{blocker.text}.{name}(...)` does not pass `output`, which {method} {requires} (vLLM >= 0.20)"
+        if old_op is not None:
+            return (
+                f"{broken}: the call raises TypeError. This is the body of `vllm::{old_op}`, the op vLLM 0.20 "
+                f"deleted (its layers allocate the output and call `{old_op}_with_output`): once nothing calls "
+                "it (VAC007), delete the function, its fake and its registration, as upstream did"
+            )
+        return f"{broken}: the call raises TypeError; pass the output buffer as `output=`"
     texts = (
         (REQUIRED_OUTPUT, "making `output` required"),
         (NONE_FALLBACK, "deleting the `output is None` fallback"),
@@ -626,6 +639,29 @@ def _caller_message(
         f"`{blocker.text}.{name}` hands the method on as a value, so its callers cannot be checked and "
         f"{callers}: make every call through it pass `output`"
     )
+
+
+# The functions of the ops vLLM 0.20 deleted, as vLLM <= 0.19 and its forks define and register them.
+_OLD_OP_FUNCTIONS = frozenset({"unified_attention", "unified_mla_attention"})
+
+
+def _old_op_bodies(source: bytes) -> list[tuple[int, int, str]]:
+    """The lines (first, last) and names of the module-level functions named as the deleted ops: a call in one
+    that omits `output` breaks an op that vLLM 0.20 deleted rather than keeps."""
+    import ast
+    import warnings
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return []
+    return [
+        (node.lineno, node.end_lineno or node.lineno, node.name)
+        for node in tree.body
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in _OLD_OP_FUNCTIONS
+    ]
 
 
 def _unresolved(blocker: Blocker, keys: list[tuple[str, str]], code: str, unsafe_fixes: bool) -> str:

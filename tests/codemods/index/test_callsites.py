@@ -437,20 +437,28 @@ direct_register_custom_op(op_name="{name}", op_func={name})
 """
 
 
+@pytest.mark.parametrize("unsafe_fixes", [False, True], ids=["check", "unsafe-fixes"])
+@pytest.mark.parametrize("impl", [REQUIRING, IMPL], ids=["output-required", "output-defaults-to-none"])
 @pytest.mark.parametrize("name", ["unified_attention", "warm_up"])
-def test_a_broken_call_in_the_body_of_a_deleted_op_says_to_delete_the_op(name):
-    """After `--unsafe-fixes`, the old op's body is what breaks; vLLM 0.20 deleted the op rather than mend it."""
+def test_a_call_omitting_output_in_the_body_of_a_deleted_op_says_to_delete_the_op(name, impl, unsafe_fixes):
+    """vLLM 0.20 deleted the op rather than mend its call: where the call breaks (the method requires `output`,
+    or `--unsafe-fixes` makes it), and where it withholds the fixes that would."""
     from vllm_attn_compat.codemods.index import callsites
 
     caller = OLD_OP_BODY.format(name=name)
-    other = REQUIRING.replace("class MyImpl", "class OtherImpl")
-    indexes = [index_module(text.encode(), path) for text, path in [(REQUIRING, "plugin_mod.py"), (other, "o.py")]]
+    other = impl.replace("class MyImpl", "class OtherImpl")
+    indexes = [index_module(text.encode(), path) for text, path in [(impl, "plugin_mod.py"), (other, "o.py")]]
     indexes.append(index_module(caller.encode(), "layer.py"))
-    found = callsites.findings_for_run(ClassHierarchy.build(indexes).calls, {"layer.py": caller.encode()}, ["VAC002"])
-    [(_, finding)] = found
+    calls = ClassHierarchy.build(indexes).calls
+    [(_, finding)] = callsites.findings_for_run(calls, {"layer.py": caller.encode()}, ["VAC002"], unsafe_fixes)
     assert finding.line == 8 and finding.status is Status.MANUAL
-    # Both classes whose `forward` the call would break are counted, not the first found.
-    assert "which `OtherImpl.forward` and 1 other method(s) of the run require (vLLM >= 0.20)" in finding.message
+    if impl is REQUIRING:  # both classes whose `forward` the call breaks are counted, not the first found
+        assert "which `OtherImpl.forward` and 1 other method(s) of the run require (vLLM >= 0.20)" in finding.message
+    else:
+        taken = ", taken by `--unsafe-fixes`, breaks it" if unsafe_fixes else " is withheld"
+        assert f"making `output` required in `OtherImpl.forward` and 1 other method(s) of the run{taken}" in (
+            finding.message
+        )
     deleted = "This is the body of `vllm::unified_attention`, the op vLLM 0.20 deleted"
     assert (deleted in finding.message) is (name == "unified_attention"), finding.message
     assert ("pass the output buffer" in finding.message) is (name != "unified_attention")

@@ -560,7 +560,8 @@ def caller_findings(
     spans = [(line, blocker.end_line) for (line, _), entries in sites.items() for *_, blocker in entries]
     may_suppress = any(_NOQA_WORD.search(b"\n".join(lines[start - 1 : end])) for start, end in spans)
     noqa = _noqa_lines(source) if may_suppress else {}
-    old_ops = _old_op_bodies(source) if any(entries[0][2].how == "missing" for entries in sites.values()) else []
+    omitting = any(entries[0][2].how in ("missing", "omits") for entries in sites.values())
+    old_ops = _old_op_bodies(source) if omitting and b"def unified_" in source else []
     findings = []
     for (line, column), entries in sorted(sites.items()):
         code = min((code for code, _, _ in entries), key=_FIRST.index)
@@ -593,11 +594,7 @@ def _caller_message(
         requires = "requires" if len(keys) == 1 else "require"
         broken = f"`{blocker.text}.{name}(...)` does not pass `output`, which {method} {requires} (vLLM >= 0.20)"
         if old_op is not None:
-            return (
-                f"{broken}: the call raises TypeError. This is the body of `vllm::{old_op}`, the op vLLM 0.20 "
-                f"deleted (its layers allocate the output and call `{old_op}_with_output`): once nothing calls "
-                "it (VAC007), delete the function, its fake and its registration, as upstream did"
-            )
+            return f"{broken}: the call raises TypeError. {_OLD_OP_ADVICE.format(op=old_op)}"
         return f"{broken}: the call raises TypeError; pass the output buffer as `output=`"
     texts = (
         (REQUIRED_OUTPUT, "making `output` required"),
@@ -615,6 +612,8 @@ def _caller_message(
     buffer = f"`output={fallback}`, as the method allocates it" if fallback else "the output buffer as `output=`"
     call = f"`{blocker.text}.{name}(...)`"
     if blocker.how == "omits":
+        if old_op is not None:
+            return f"{call} does not pass `output`, {what}. {_OLD_OP_ADVICE.format(op=old_op)}"
         return f"{call} does not pass `output`, {what}: pass {buffer}"
     if blocker.how == "none":
         return f"{call} passes `output=None`, {what}: pass {buffer}"
@@ -641,8 +640,14 @@ def _caller_message(
     )
 
 
-# The functions of the ops vLLM 0.20 deleted, as vLLM <= 0.19 and its forks define and register them.
+# The functions of the ops vLLM 0.20 deleted, as vLLM <= 0.19 and its forks define and register them: what to do
+# about a call in one's body that omits `output` is to delete the op, not to mend the call.
 _OLD_OP_FUNCTIONS = frozenset({"unified_attention", "unified_mla_attention"})
+_OLD_OP_ADVICE = (
+    "This is the body of `vllm::{op}`, the op vLLM 0.20 deleted (its layers allocate the output and call "
+    "`{op}_with_output`): once nothing calls it (VAC007), delete the function, its fake and its registration, "
+    "as upstream did"
+)
 
 
 def _old_op_bodies(source: bytes) -> list[tuple[int, int, str]]:

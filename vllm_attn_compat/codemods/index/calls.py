@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol, TypeAlias
 
 from vllm_attn_compat.codemods.index import constructed
-from vllm_attn_compat.codemods.index.forwarded import Parameters, is_none
+from vllm_attn_compat.codemods.index.forwarded import Parameters, is_none, none_tested
 from vllm_attn_compat.codemods.index.names import ALLOCATORS
 
 
@@ -115,14 +115,7 @@ def _dotted(node: ast.expr) -> str | None:
 
 def _tests_output(test: ast.expr, operator: type[ast.cmpop]) -> bool:
     """Whether ``test`` is ``output is None`` (``operator`` `ast.Is`) or ``output is not None`` (`ast.IsNot`)."""
-    return (
-        isinstance(test, ast.Compare)
-        and isinstance(test.left, ast.Name)
-        and test.left.id == "output"
-        and len(test.ops) == 1
-        and isinstance(test.ops[0], operator)
-        and is_none(test.comparators[0])
-    )
+    return none_tested(test, operator) == "output"
 
 
 def _fallback(body: list[ast.stmt]) -> str | None:

@@ -59,10 +59,10 @@ def _guarded(statement: ast.stmt) -> str | None:
     """The name ``statement`` makes sure is not None after it: ``assert name is not None``, or ``if name is
     None:`` whose block ends binding the name or raising (no ``else``)."""
     if isinstance(statement, ast.Assert):
-        return _tested(statement.test, ast.IsNot)
+        return none_tested(statement.test, ast.IsNot)
     if not isinstance(statement, ast.If) or statement.orelse:
         return None
-    name = _tested(statement.test, ast.Is)
+    name = none_tested(statement.test, ast.Is)
     last = statement.body[-1]
     if isinstance(last, ast.Raise):
         return name
@@ -71,7 +71,7 @@ def _guarded(statement: ast.stmt) -> str | None:
     return name if any(type(target) is ast.Name and target.id == name for target in last.targets) else None
 
 
-def _tested(test: ast.expr, operator: type[ast.cmpop]) -> str | None:
+def none_tested(test: ast.expr, operator: type[ast.cmpop]) -> str | None:
     """The name ``test`` compares with None (``name is None``: `ast.Is`; ``name is not None``: `ast.IsNot`)."""
     if (
         isinstance(test, ast.Compare)

@@ -215,28 +215,14 @@ def _ends_with_a_buffer(statement: cst.CSTNode) -> bool:
     raising or returning): it does not lose the result silently, and what follows runs without one."""
     import libcst as cst
 
+    from vllm_attn_compat.codemods.engine.patterns import none_test
+
     if isinstance(statement, cst.Assert):
-        return _tests_output(statement.test, cst.Is)
-    if not isinstance(statement, cst.If) or not _tests_output(statement.test, cst.IsNot):
+        return none_test(statement.test) == "is"
+    if not isinstance(statement, cst.If) or none_test(statement.test) != "is not":
         return False
     last = list(_parts(statement.body))[-1:]
     return bool(last) and isinstance(last[0], (cst.Raise, cst.Return))
-
-
-def _tests_output(test: cst.BaseExpression, operator: type[cst.BaseCompOp]) -> bool:
-    """Whether ``test`` is ``output is None`` (``operator`` `cst.Is`) or ``output is not None`` (`cst.IsNot`)."""
-    import libcst as cst
-
-    if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
-        return False
-    target = test.comparisons[0]
-    return (
-        isinstance(test.left, cst.Name)
-        and test.left.value == "output"
-        and isinstance(target.operator, operator)
-        and isinstance(target.comparator, cst.Name)
-        and target.comparator.value == "None"
-    )
 
 
 def _replaces(statement: cst.CSTNode) -> bool:
@@ -273,6 +259,7 @@ def _cannot_write(statement: cst.CSTNode) -> bool:
     returned as it is; and it defines no function, which could write into it later."""
     import libcst as cst
 
+    from vllm_attn_compat.codemods.engine.patterns import none_test
     from vllm_attn_compat.codemods.engine.walk import walk
 
     harmless: set[int] = set()  # the `output` names in those places
@@ -285,15 +272,8 @@ def _cannot_write(statement: cst.CSTNode) -> bool:
         elif isinstance(node, cst.Assign) and not _names_output(node.value):
             for target in node.targets:
                 harmless.update(id(name) for name in _bound_name_nodes(target.target) or ())
-        elif isinstance(node, cst.Comparison) and len(node.comparisons) == 1:
-            operator = node.comparisons[0].operator
-            compared = node.comparisons[0].comparator
-            if (
-                isinstance(operator, (cst.Is, cst.IsNot))
-                and isinstance(compared, cst.Name)
-                and compared.value == "None"
-            ):
-                harmless.add(id(node.left))
+        elif isinstance(node, cst.Comparison) and none_test(node) is not None:
+            harmless.add(id(node.left))
         elif isinstance(node, cst.Return):
             harmless.add(id(node.value))
         elif isinstance(node, cst.Attribute):

@@ -80,7 +80,16 @@ class Answers:
     def ask(self, digest: str | None, asked: str, answer: Callable[[], bool]) -> bool:
         """The answer to the question ``asked`` (`question`) of the file of ``digest``: the one kept, else
         ``answer()``, kept (a file without a digest, or a run without a cache, keeps nothing)."""
-        return self.recall(digest, asked, answer, lambda found: found, _boolean)
+        return self.recall(digest, asked, answer, bool, boolean)
+
+    def keep(self, digest: str, asked: str, encoded: object) -> None:
+        """Keep the answer ``encoded`` (as :meth:`recall` keeps it), found of the file of ``digest`` before its digest
+        was known (`reading.Reading.settle`)."""
+        used = self._used.setdefault(digest, {})
+        if asked not in used:
+            used[asked] = encoded
+            self._changed = True
+            self._encoded = None
 
     def recall(
         self,
@@ -135,7 +144,8 @@ class Answers:
             cachedir.write_text(self.root, self.path, text)
 
 
-def _boolean(value: object) -> bool:
+def boolean(value: object) -> bool:
+    """An answer kept as a boolean: itself, checked."""
     if type(value) is not bool:
         raise TypeError(f"expected a boolean, found {value!r:.80}")
     return value

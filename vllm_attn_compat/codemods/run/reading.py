@@ -1,6 +1,6 @@
 """How a run reads its files (steps 1 and 2 of `runner`'s funnel): each once, as bytes checked to be decodable
-text, its digest taken from the `stats` table where its status is the one recorded, and what the run asks of
-its bytes (`scans`) from `answers`. A rerun that missed (`rerun.Prepared.known`) hands over what it found of
+text, its digest taken from the `stats` table where its status is the one recorded (a first run's from the
+`hasher`, at the run's end: `Reading.settle`), and what the run asks of its bytes (`scans`) from `answers`. A rerun that missed (`rerun.Prepared.known`) hands over what it found of
 each file: such a file is read only once something asks for its bytes, and one whose status changed since
 raises :class:`Changed` (the run starts again, reading every file).
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from vllm_attn_compat.codemods.run import answers as answers_module
 from vllm_attn_compat.codemods.run import files, parallel, prefork, rerun, scans, sources, stats, worker
@@ -19,6 +19,10 @@ from vllm_attn_compat.codemods.run.report import FileError, RunReport
 
 if TYPE_CHECKING:
     from vllm_attn_compat.codemods.engine.rule import Rule
+    from vllm_attn_compat.codemods.run import hasher as hasher_module
+
+
+Answer = TypeVar("Answer")
 
 
 class Changed(Exception):
@@ -61,8 +65,11 @@ class Scanned:
 
 
 def digest_of(s: Scanned) -> str:
-    """The digest of a file's bytes: the one read with them, else (a run without a cache) made now."""
-    return s.digest if s.digest is not None else stats.digest(s.source)
+    """The digest of a file's bytes: the one read with them, else (a run without a cache, or a first run before
+    `Reading.settle`) made now."""
+    if s.digest is None:
+        s.digest = stats.digest(s.source)
+    return s.digest
 
 
 @dataclass(eq=False)
@@ -79,6 +86,10 @@ class Reading:
     asked: set[tuple[str, tuple[str, ...]]] = field(default_factory=set)
     # The classes whose module the run looked for among the files, by their paths (`_defining_files`).
     looked_for: set[str] = field(default_factory=set)
+    # A first run's digests, taken on another core: the files read meanwhile have none until `settle`.
+    hasher: hasher_module.Hasher | None = None
+    _unsettled: list[Scanned] = field(default_factory=list)
+    _unkept: dict[Scanned, dict[str, object]] = field(default_factory=dict)  # their answers, kept once settled
 
     def read(self, source_file: files.SourceFile) -> Scanned:
         """The file read once, as bytes, and checked to be decodable (`sources.SourceError` if not); one the rerun
@@ -90,9 +101,52 @@ class Reading:
         scanned = Scanned(source_file, stat, _source=source, _encoding=sources.source_encoding(source))
         if self.table is not None:
             known = self.table.digest(source_file.real_path, stats.status_of(stat))
-            scanned.digest = known if known is not None else stats.digest(source)
-            self.table.record(source_file.real_path, stat, scanned.digest, self.started)
+            if known is None and self.hasher is not None:
+                self._unsettled.append(scanned)
+            else:
+                scanned.digest = known if known is not None else stats.digest(source)
+                self.table.record(source_file.real_path, stat, scanned.digest, self.started)
         return scanned
+
+    def settle(self) -> None:
+        """Give each file read its digest, once the run needs them (its key, at its end): the `hasher`'s where it read
+        the file with the same status and the file is not racy (`stats.RACY_NS`), else one of the bytes read here
+        (`digest_of` may have made it already); record it, and keep the answers found of the file meanwhile."""
+        if self.hasher is None or self.table is None:
+            return
+        found = self.hasher.digests()
+        limit = self.started - stats.RACY_NS
+        for scanned in self._unsettled:
+            stat = scanned.stat
+            if scanned.digest is None:
+                row = found.get(scanned.source_file.real_path)
+                trusted = max(stat.st_mtime_ns, stat.st_ctime_ns) < limit
+                if row is not None and trusted and row[0] == stats.status_of(stat):
+                    scanned.digest = row[1]
+                else:
+                    scanned.digest = stats.digest(scanned.source)
+            self.table.record(scanned.source_file.real_path, stat, scanned.digest, self.started)
+            for asked, answer in self._unkept.pop(scanned, {}).items():
+                self.answers.keep(scanned.digest, asked, answer)
+        self._unsettled.clear()
+
+    def recall(
+        self,
+        s: Scanned,
+        asked: str,
+        answer: Callable[[], Answer],
+        encode: Callable[[Answer], object],
+        decode: Callable[[object], Answer],
+    ) -> Answer:
+        """`answers.Answers.recall` of the file ``s``; one whose digest is not settled keeps its answer until it is."""
+        if s.digest is not None or self.hasher is None:
+            return self.answers.recall(s.digest, asked, answer, encode, decode)
+        unkept = self._unkept.setdefault(s, {})
+        if asked in unkept:
+            return decode(unkept[asked])
+        found = answer()
+        unkept[asked] = encode(found)
+        return found
 
     def asking(self, kind: str, terms: Iterable[str | bytes]) -> Callable[[Scanned], bool]:
         """The question ``kind`` with ``terms`` (`scans.test`) of a file, its answer kept; the question is one
@@ -107,7 +161,7 @@ class Reading:
                 made.append(scans.test(kind, spelled))
             return made[0](s.source)
 
-        return lambda s: self.answers.ask(s.digest, asked, lambda: test(s))
+        return lambda s: self.recall(s, asked, lambda: test(s), bool, answers_module.boolean)
 
 
 def read_and_filter(

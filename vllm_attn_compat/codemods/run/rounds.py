@@ -256,8 +256,8 @@ class ClassScans:
         from vllm_attn_compat.codemods.index import records
 
         path = s.source_file.path
-        return self.reading.answers.recall(
-            s.digest,
+        return self.reading.recall(
+            s,
             self.question(path),
             lambda: classscan.quick_index(s.source, path, self.known),
             lambda spared: None if spared is None else records.scan_to_data(spared),

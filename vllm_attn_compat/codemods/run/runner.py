@@ -26,7 +26,7 @@ from vllm_attn_compat.codemods.engine import migrate
 from vllm_attn_compat.codemods.index import classscan
 from vllm_attn_compat.codemods.index.names import forget_folders
 from vllm_attn_compat.codemods.run import answers as answers_module
-from vllm_attn_compat.codemods.run import parallel, prefork, progress, rerun, scans, sources, worker
+from vllm_attn_compat.codemods.run import hasher, parallel, prefork, progress, rerun, scans, sources, worker
 from vllm_attn_compat.codemods.run.dependencies import MissingDependency
 from vllm_attn_compat.codemods.run.handoff import Handoff, candidate_rules
 from vllm_attn_compat.codemods.run.options import Options
@@ -107,6 +107,7 @@ def _run(
 ) -> RunReport:
     """`run_paths` over the files found, the rerun having found no report of them."""
     report = prepared.report(options.mode)
+    hashing = None
     try:
         found, rules, cache, table, started = (
             prepared.found, prepared.rules, prepared.cache, prepared.table, prepared.started
@@ -115,14 +116,23 @@ def _run(
         answers = answers_module.Answers(cache.root if cache else None, cache.prefix if cache else b"")
         # A run that writes reads each file before it writes any (`Changed` would start it again half-written).
         known = prepared.known if options.mode != "write" else {}
-        reading = Reading(answers, table if cache else None, started, known)
+        if cache and table is not None and not table.rows:  # a first run: every file is hashed
+            hashing = hasher.start([f.real_path for f in [*found.files, *found.excluded]])
+        reading = Reading(answers, table if cache else None, started, known, hasher=hashing)
         scanned, worth, warm, probable = read_and_filter(found.files, rules, prefilter, options, report, warm, reading)
         context, context_worth = read_context(found.excluded, prefilter, reading)
-        run_key = None
-        if cache and table:
-            digests = {s.source_file.path: s.digest for s in [*scanned, *context] if s.digest is not None}
-            run_key = cache.run_key(digests, prepared.excluded_paths, options.mode)
+
+        def key_of_run() -> str | None:
+            """The run's key, once every file read has its digest (recorded in the table)."""
+            if not cache or table is None:
+                return None
+            reading.settle()
             table.save()
+            digests = {s.source_file.path: s.digest for s in [*scanned, *context] if s.digest is not None}
+            return cache.run_key(digests, prepared.excluded_paths, options.mode)
+
+        # A first run whose files are hashed meanwhile has no run to replay: its key is made at its end.
+        run_key = key_of_run() if hashing is None else None
         replayed = cache.load_run(run_key) if cache and run_key is not None and run_key != prepared.tried else None
         stored = replayed is not None
         errors = len(report.errors)
@@ -143,6 +153,8 @@ def _run(
             involved = _migrate_worth(
                 scanned, worth, rules, options, report, emit_diff, warm, cache, context, context_worth, reading=reading
             )
+        if hashing is not None:
+            run_key = key_of_run()
         based = None
         if (
             cache
@@ -167,6 +179,8 @@ def _run(
     finally:
         for early in warm:
             early.close()
+        if hashing is not None:
+            hashing.close()
     return report
 
 

@@ -17,6 +17,9 @@ What the status cannot tell, and how it is handled:
   The one change the table cannot see keeps the size, the inode, and both timestamps to the nanosecond:
   that takes setting the system clock back.
 
+A first run, with no table, hashes every file: where there are enough, in a process of its own (`hasher`),
+while the run reads and scans them.
+
 The table is one JSON file in the cache folder (its rows do not depend on this tool's version or options:
 a file's bytes are the same whoever read them), rows keyed by absolute path, written atomically. A table
 that cannot be read or parsed is ignored (every file is then hashed, as without it).

@@ -9,6 +9,8 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from vllm_attn_compat.codemods.run import stats
 
@@ -117,3 +119,15 @@ def test_rows_are_by_the_absolute_path_of_the_working_directory_the_table_was_ma
     assert list(table.rows) == [os.path.abspath(given)]
     monkeypatch.chdir("/")  # a later change of directory changes nothing
     assert table.last_digest(given) == "0" * 64
+
+
+@given(
+    folders=st.lists(st.sampled_from([".", "..", "pkg", "sub", "", "/"]), max_size=5),
+    name=st.sampled_from(["m.py", "..m.py", "x"]),
+)
+def test_a_row_s_path_is_the_absolute_path_whatever_the_folders_spelled(tmp_path_factory, folders, name):
+    # The table makes each folder absolute once: the same path as making the whole of it absolute.
+    cwd = os.getcwd()
+    table = stats.StatTable(str(tmp_path_factory.getbasetemp() / "cache"))
+    for spelled in ["/".join([*folders, name]), "/".join([*folders[:1], name])]:
+        assert table._absolute(spelled) == os.path.normpath(os.path.join(cwd, spelled))

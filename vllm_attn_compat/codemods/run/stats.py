@@ -81,6 +81,7 @@ class StatTable:
         # Rows are by absolute path: `os.path.abspath` would ask the system for the working directory for each
         # file, twice a file on a first run (a run does not change directory).
         self._cwd = os.getcwd()
+        self._folders: dict[str, str] = {}  # each folder of a path given, made absolute (`_absolute`), with a /
         try:
             with open(self.path, "rb") as handle:
                 data = json.loads(handle.read())
@@ -117,8 +118,16 @@ class StatTable:
             self._changed = True
 
     def _absolute(self, real_path: str) -> str:
-        """``os.path.abspath(real_path)``, with the working directory the run started in."""
-        return os.path.normpath(os.path.join(self._cwd, real_path))
+        """``os.path.abspath(real_path)``, with the working directory the run started in; each folder made absolute
+        once (a run's files share them, and a file's name is neither ``.`` nor ``..``)."""
+        if os.altsep:  # Windows: drives, two separators; made whole
+            return os.path.normpath(os.path.join(self._cwd, real_path))
+        head = real_path[: real_path.rfind("/") + 1]
+        prefix = self._folders.get(head)
+        if prefix is None:
+            absolute = os.path.normpath(os.path.join(self._cwd, head))
+            prefix = self._folders[head] = absolute if absolute.endswith("/") else absolute + "/"
+        return prefix + real_path[len(head) :]
 
     def save(self, seen: Iterable[str] = ()) -> None:
         """Write the table if it changed (atomically; a failure costs the next run a hash of each file).

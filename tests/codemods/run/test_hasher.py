@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import threading
 import time
 from pathlib import Path
@@ -38,11 +39,17 @@ def _finished(process: hasher.Hasher, count: int) -> None:
 
 
 def _gone(pid: int) -> bool:
+    """Whether the process ``pid`` has exited and been reaped."""
     try:
         os.waitpid(pid, os.WNOHANG)
     except ChildProcessError:
         return True
     return False
+
+
+def _running(pid: int) -> bool:
+    """Whether our child ``pid`` still runs (reaped if it does not)."""
+    return os.waitpid(pid, os.WNOHANG) == (0, 0)
 
 
 def test_each_digest_is_of_the_bytes_read_with_the_status_given_and_no_text_is_left_out(tmp_path):
@@ -53,6 +60,9 @@ def test_each_digest_is_of_the_bytes_read_with_the_status_given_and_no_text_is_l
     process = hasher.Hasher(paths)
     pid = process._pid
     _finished(process, len(paths))
+    os.kill(pid, signal.SIGINT)  # Ctrl-C is the run's to handle, which then ends the process
+    time.sleep(0.05)
+    assert _running(pid)  # its work done, it waits for the run: its pid stays its own until the run signals it
     found = process.digests()
     assert found == {
         path: (stats.status_of(os.stat(path)), stats.digest(Path(path).read_bytes())) for path in paths[:6]

@@ -11,7 +11,8 @@ so far, without waiting: a file's digest where both read the file with the same 
 racy (`stats.RACY_NS`: its status cannot tell its bytes); any other file it hashes itself, from the bytes it
 read (those the process did not reach on a busy machine, and any edited between the two reads). The process
 only reads files and writes to memory it shares with the run, so the run ends it with a signal, whatever it is
-doing. A process that fails to start leaves the run to hash every file itself, as without it.
+doing (its work done, it waits for that; Ctrl-C is the run's to handle). A process that fails to start leaves
+the run to hash every file itself, as without it.
 """
 
 from __future__ import annotations
@@ -40,13 +41,25 @@ class Hasher:
     def __init__(self, real_paths: Sequence[str]) -> None:
         self._paths = list(real_paths)
         self._shared = mmap.mmap(-1, _DONE.size + max(len(self._paths), 1) * _RECORD.size)
-        self._pid = os.fork()
+        # The process waits, its work done, until the run ends (this end closed, by `close` or the run's own end):
+        # its pid stays its own until the run has signalled it, even where children are reaped as they exit.
+        waiting, self._lifeline = os.pipe()
+        try:
+            self._pid = os.fork()
+        except OSError:
+            os.close(waiting)
+            os.close(self._lifeline)
+            raise
         if self._pid == 0:  # pragma: no cover - the forked process (its work is tested through the run's)
             try:
+                signal.signal(signal.SIGINT, signal.SIG_IGN)  # the run's to handle: it ends this process then
+                os.close(self._lifeline)
                 os.nice(19)  # the run's own process and workers first
                 _hash(self._paths, self._shared)
+                os.read(waiting, 1)
             finally:
                 os._exit(0)
+        os.close(waiting)
 
     @property
     def hashed(self) -> int:
@@ -72,6 +85,7 @@ class Hasher:
                 os.kill(self._pid, signal.SIGKILL)
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(self._pid, 0)
+            os.close(self._lifeline)
             self._pid = 0
 
 

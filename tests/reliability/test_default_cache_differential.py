@@ -87,7 +87,9 @@ def _migrate(tree: Path, *args: str, hashing: str = HASHING[0]) -> tuple[int, st
         with contextlib.redirect_stdout(out), mock.patch.dict(os.environ), mock.patch.object(stats, "RACY_NS", 0):
             os.environ.pop(cachedir.NO_CACHE_VARIABLE, None)
             with _hashing(hashing):
-                code = main(["migrate", "--format", "json", "--jobs", "1", *args, "."])
+                # (the hasher is a second process: it needs two jobs)
+                jobs = "1" if hashing == HASHING[0] else "2"
+                code = main(["migrate", "--format", "json", "--jobs", jobs, *args, "."])
     finally:
         os.chdir(cwd)
     files = {

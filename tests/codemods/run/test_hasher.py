@@ -137,7 +137,7 @@ def _first_run(tree: Path, folder: Path, monkeypatch, *, apart: bool) -> tuple[o
         real_settle(reading)
 
     monkeypatch.setattr(Reading, "settle", settle)
-    report = outcome(run_paths([str(tree)], cached(folder)))
+    report = outcome(run_paths([str(tree)], cached(folder, jobs=2)))
     assert len(started) == int(apart)
     entries = cachedir.entries_folder(str(folder / "cache"))
     with open(os.path.join(entries, "stats.json")) as handle:
@@ -162,3 +162,12 @@ def test_a_first_run_hashing_apart_leaves_the_table_and_answers_of_one_hashing_i
 def test_a_first_run_hashing_apart_reports_what_an_uncached_run_does(tree, tmp_path, monkeypatch):
     report, _ = _first_run(tree, tmp_path / "apart", monkeypatch, apart=True)
     assert report == outcome(run_paths([str(tree)], Options(mode="check", jobs=1)))
+
+
+def test_a_run_allowed_one_process_hashes_in_the_run(tree, tmp_path, monkeypatch):
+    monkeypatch.setattr(hasher, "FROM_FILES", 0)
+    monkeypatch.setattr(hasher, "may_fork", lambda: True)
+    started = []
+    monkeypatch.setattr(hasher, "start", lambda paths: started.append(paths))
+    run_paths([str(tree)], cached(tmp_path, jobs=1))  # --jobs 1: no process but the run's own
+    assert started == []

@@ -1,18 +1,18 @@
 """A first run's digests, taken on a core the run leaves idle.
 
-A run with a cache knows each file by the SHA-256 of its bytes (`stats`): a rerun finds its report by them.
-A rerun takes them from the status table; the first run over a tree has none and hashes every file, 46 MB on
-torch's tree, on the path of a run that has little else to do there but read and scan. So the first run forks
-a process, at the lowest priority, that reads and hashes the files while the run reads, scans and indexes them
-(the early worker importing libcst has the other core first).
+A run with a cache knows each file by the SHA-256 of its bytes (`stats`): a rerun finds its report by them. A rerun
+takes them from the status table; the first run over a tree has none and hashes every file, 46 MB on torch's tree,
+on the path of a run that has little else to do there but read and scan. So the first run (allowed more than one
+process, ``--jobs``) forks a process, at the lowest priority, that reads and hashes the files while the run reads,
+scans and indexes them (the early worker importing libcst has the other core first).
 
-The run needs the digests only at its end (`reading.Reading.settle`). It then takes what the process has done
-so far, without waiting: a file's digest where both read the file with the same status and the file is not
-racy (`stats.RACY_NS`: its status cannot tell its bytes); any other file it hashes itself, from the bytes it
-read (those the process did not reach on a busy machine, and any edited between the two reads). The process
-only reads files and writes to memory it shares with the run, so the run ends it with a signal, whatever it is
-doing (its work done, it waits for that; Ctrl-C is the run's to handle). A process that fails to start leaves
-the run to hash every file itself, as without it.
+The run needs the digests only at its end (`reading.Reading.settle`). It then takes what the process has done so
+far, without waiting: a file's digest where both read the file with the same status and the file is not racy
+(`stats.RACY_NS`: its status cannot tell its bytes); any other file it hashes itself, from the bytes it read (those
+the process did not reach on a busy machine, and any edited between the two reads). The process only reads files and
+writes to memory it shares with the run, so the run ends it with a signal, whatever it is doing (its work done, it
+waits for that; Ctrl-C is the run's to handle). A process that fails to start leaves the run to hash every file
+itself, as without it.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
-"""How a run reads its files (steps 1 and 2 of `runner`'s funnel): each once, as bytes checked to be decodable
-text, its digest taken from the `stats` table where its status is the one recorded (a first run's from the
-`hasher`, at the run's end: `Reading.settle`), and what the run asks of its bytes (`scans`) from `answers`. A rerun that missed (`rerun.Prepared.known`) hands over what it found of
-each file: such a file is read only once something asks for its bytes, and one whose status changed since
-raises :class:`Changed` (the run starts again, reading every file).
+"""How a run reads its files (steps 1 and 2 of `runner`'s funnel): each once, as bytes checked to be decodable text,
+its digest taken from the `stats` table where its status is the one recorded (a first run's from the `hasher`, at
+the run's end: `Reading.settle`), and what the run asks of its bytes (`scans`) from `answers`. A rerun that missed
+(`rerun.Prepared.known`) hands over what it found of each file: such a file is read only once something asks for its
+bytes, and one whose status changed since raises :class:`Changed` (the run starts again, reading every file).
 """
 
 from __future__ import annotations

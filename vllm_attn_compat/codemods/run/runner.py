@@ -116,7 +116,7 @@ def _run(
         answers = answers_module.Answers(cache.root if cache else None, cache.prefix if cache else b"")
         # A run that writes reads each file before it writes any (`Changed` would start it again half-written).
         known = prepared.known if options.mode != "write" else {}
-        if cache and table is not None and not table.rows:  # a first run: every file is hashed
+        if cache and table is not None and not table.rows and options.jobs > 1:  # a first run: every file is hashed
             hashing = hasher.start([f.real_path for f in [*found.files, *found.excluded]])
         reading = Reading(answers, table if cache else None, started, known, hasher=hashing)
         scanned, worth, warm, probable = read_and_filter(found.files, rules, prefilter, options, report, warm, reading)

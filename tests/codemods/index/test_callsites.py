@@ -433,19 +433,30 @@ def {name}(query, key, value, layer_name):
     return output
 
 
-direct_register_custom_op(op_name="{name}", op_func={name})
+{registration}
 """
+# How the module registers it: as vLLM <= 0.19 does, through torch.library, or not at all (a plugin's copy of the
+# body, called directly, as vLLM-Kunlun's `ops/attention/layer.py`).
+REGISTRATIONS = {
+    "direct_register_custom_op": 'direct_register_custom_op(op_name="{name}", op_func={name})',
+    "torch.library": 'op = torch.library.custom_op("vllm::{name}", mutates_args=())({name})',
+    "none": "def forward(self, q, k, v):\n    return {name}(q, k, v, self.layer_name)",
+}
 
 
+@pytest.mark.parametrize("registration", list(REGISTRATIONS))
 @pytest.mark.parametrize("unsafe_fixes", [False, True], ids=["check", "unsafe-fixes"])
 @pytest.mark.parametrize("impl", [REQUIRING, IMPL], ids=["output-required", "output-defaults-to-none"])
 @pytest.mark.parametrize("name", ["unified_attention", "warm_up"])
-def test_a_call_omitting_output_in_the_body_of_a_deleted_op_says_to_delete_the_op(name, impl, unsafe_fixes):
+def test_a_call_omitting_output_in_the_body_of_a_deleted_op_says_to_delete_the_op(
+    name, impl, unsafe_fixes, registration
+):
     """vLLM 0.20 deleted the op rather than mend its call: where the call breaks (the method requires `output`,
-    or `--unsafe-fixes` makes it), and where it withholds the fixes that would."""
+    or `--unsafe-fixes` makes it), and where it withholds the fixes that would. A function named as the op that
+    the module does not register is said to be named so, no more."""
     from vllm_attn_compat.codemods.index import callsites
 
-    caller = OLD_OP_BODY.format(name=name)
+    caller = OLD_OP_BODY.format(name=name, registration=REGISTRATIONS[registration].format(name=name))
     other = impl.replace("class MyImpl", "class OtherImpl")
     indexes = [index_module(text.encode(), path) for text, path in [(impl, "plugin_mod.py"), (other, "o.py")]]
     indexes.append(index_module(caller.encode(), "layer.py"))
@@ -460,8 +471,15 @@ def test_a_call_omitting_output_in_the_body_of_a_deleted_op_says_to_delete_the_o
             finding.message
         )
     deleted = "This is the body of `vllm::unified_attention`, the op vLLM 0.20 deleted"
-    assert (deleted in finding.message) is (name == "unified_attention"), finding.message
-    assert ("pass the output buffer" in finding.message) is (name != "unified_attention")
+    named = (
+        "This function is named as `vllm::unified_attention`, the op vLLM 0.20 deleted (its layers allocate the "
+        "output and call `unified_attention_with_output`), and this module does not register it as an op: if it "
+        "does that op's work, delete it once nothing calls it"
+    )
+    old_op = name == "unified_attention"
+    assert (deleted in finding.message) is (old_op and registration != "none"), finding.message
+    assert (named in finding.message) is (old_op and registration == "none"), finding.message
+    assert ("pass the output buffer" in finding.message) is (not old_op or registration == "none")
 
 
 def test_in_a_run_taking_the_unsafe_fixes_a_caller_finding_says_the_fix_breaks_the_call():

@@ -570,7 +570,7 @@ def caller_findings(
         suppressed = any(
             suppresses(noqa[number], code) for number in range(line, blocker.end_line + 1) if number in noqa
         )
-        old_op = next((op for first, last, op in old_ops if first <= line <= last), None)
+        old_op = next(((op, registered) for first, last, op, registered in old_ops if first <= line <= last), None)
         message = _caller_message(blocker, keys, {c for c, _, _ in entries}, analysis, unsafe_fixes, old_op)
         if not blocker.resolved:
             message += _unresolved(blocker, keys, code, unsafe_fixes)
@@ -584,9 +584,10 @@ def _caller_message(
     codes: set[str],
     analysis: CallAnalysis,
     unsafe_fixes: bool,
-    old_op: str | None = None,
+    old_op: tuple[str, bool] | None = None,
 ) -> str:
-    """``old_op``: the name of the op whose body (`_old_op_bodies`) holds the use, if one does."""
+    """``old_op``: the name of the op whose body (`_old_op_bodies`) holds the use, and whether the module registers
+    it as an op, if one does."""
     full, name = keys[0]
     owner = full.rpartition(".")[2] if "<locals>" not in full else full.rsplit(".", 1)[1]
     method = f"`{owner}.{name}`" + (f" and {len(keys) - 1} other method(s) of the run" if len(keys) > 1 else "")
@@ -594,7 +595,7 @@ def _caller_message(
         requires = "requires" if len(keys) == 1 else "require"
         broken = f"`{blocker.text}.{name}(...)` does not pass `output`, which {method} {requires} (vLLM >= 0.20)"
         if old_op is not None:
-            return f"{broken}: the call raises TypeError. {_OLD_OP_ADVICE.format(op=old_op)}"
+            return f"{broken}: the call raises TypeError. {_old_op_advice(*old_op)}"
         return f"{broken}: the call raises TypeError; pass the output buffer as `output=`"
     texts = (
         (REQUIRED_OUTPUT, "making `output` required"),
@@ -613,7 +614,7 @@ def _caller_message(
     call = f"`{blocker.text}.{name}(...)`"
     if blocker.how == "omits":
         if old_op is not None:
-            return f"{call} does not pass `output`, {what}. {_OLD_OP_ADVICE.format(op=old_op)}"
+            return f"{call} does not pass `output`, {what}. {_old_op_advice(*old_op)}"
         return f"{call} does not pass `output`, {what}: pass {buffer}"
     if blocker.how == "none":
         return f"{call} passes `output=None`, {what}: pass {buffer}"
@@ -643,16 +644,29 @@ def _caller_message(
 # The functions of the ops vLLM 0.20 deleted, as vLLM <= 0.19 and its forks define and register them: what to do
 # about a call in one's body that omits `output` is to delete the op, not to mend the call.
 _OLD_OP_FUNCTIONS = frozenset({"unified_attention", "unified_mla_attention"})
-_OLD_OP_ADVICE = (
-    "This is the body of `vllm::{op}`, the op vLLM 0.20 deleted (its layers allocate the output and call "
-    "`{op}_with_output`): once nothing calls it (VAC007), delete the function, its fake and its registration, "
-    "as upstream did"
-)
 
 
-def _old_op_bodies(source: bytes) -> list[tuple[int, int, str]]:
-    """The lines (first, last) and names of the module-level functions named as the deleted ops: a call in one
-    that omits `output` breaks an op that vLLM 0.20 deleted rather than keeps."""
+def _old_op_advice(op: str, registered: bool) -> str:
+    """What to do about a call omitting `output` in the module-level function named as the deleted op ``op``: one
+    the module ``registered`` as the op is its body; another (a plugin's copy of the body, called directly) is
+    named as it, and may do its work or something else."""
+    deleted = f"the op vLLM 0.20 deleted (its layers allocate the output and call `{op}_with_output`)"
+    if registered:
+        return (
+            f"This is the body of `vllm::{op}`, {deleted}: once nothing calls it (VAC007), delete the function, its "
+            "fake and its registration, as upstream did"
+        )
+    return (
+        f"This function is named as `vllm::{op}`, {deleted}, and this module does not register it as an op: if it "
+        "does that op's work, delete it once nothing calls it, as upstream deleted the op; else pass the output "
+        "buffer as `output=`"
+    )
+
+
+def _old_op_bodies(source: bytes) -> list[tuple[int, int, str, bool]]:
+    """The lines (first, last) and names of the module-level functions named as the deleted ops, and whether the
+    module registers each as an op (an ``op_name="..."`` argument, or ``"vllm::..."``, anywhere in it): a call in
+    one that omits `output` breaks an op that vLLM 0.20 deleted rather than keeps."""
     import ast
     import warnings
 
@@ -662,11 +676,23 @@ def _old_op_bodies(source: bytes) -> list[tuple[int, int, str]]:
             tree = ast.parse(source)
     except (SyntaxError, ValueError):
         return []
-    return [
-        (node.lineno, node.end_lineno or node.lineno, node.name)
+    functions = [
+        node
         for node in tree.body
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in _OLD_OP_FUNCTIONS
     ]
+    if not functions:
+        return []
+    registered: set[str] = set()
+    for call in ast.walk(tree):
+        if isinstance(call, ast.Call):
+            # direct_register_custom_op(op_name="unified_attention", ...); torch.library.custom_op("vllm::...", ...)
+            named = [keyword.value for keyword in call.keywords if keyword.arg == "op_name"]
+            for value in [*named, *call.args]:
+                text = value.value if isinstance(value, ast.Constant) else None
+                if isinstance(text, str) and (value in named or text.startswith("vllm::")):
+                    registered.add(text.removeprefix("vllm::"))
+    return [(node.lineno, node.end_lineno or node.lineno, node.name, node.name in registered) for node in functions]
 
 
 def _unresolved(blocker: Blocker, keys: list[tuple[str, str]], code: str, unsafe_fixes: bool) -> str:

@@ -132,13 +132,14 @@ def _first_run(tree: Path, folder: Path, monkeypatch, *, apart: bool) -> tuple[o
 
     def settle(reading: Reading) -> None:
         if reading.hasher is not None:
-            started.append(reading.hasher)
+            started.append(reading.hasher._pid)
             _finished(reading.hasher, len(reading.hasher._paths))
         real_settle(reading)
 
     monkeypatch.setattr(Reading, "settle", settle)
     report = outcome(run_paths([str(tree)], cached(folder, jobs=2)))
     assert len(started) == int(apart)
+    assert all(_gone(pid) for pid in started)  # the run leaves no process behind
     entries = cachedir.entries_folder(str(folder / "cache"))
     with open(os.path.join(entries, "stats.json")) as handle:
         rows = {os.path.relpath(path, tree): row[-1] for path, row in json.load(handle)["rows"].items()}

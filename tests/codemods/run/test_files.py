@@ -8,6 +8,8 @@ import stat
 import subprocess
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from vllm_attn_compat.codemods.run import files, sources
 from vllm_attn_compat.codemods.run.files import discover, is_excluded
@@ -331,3 +333,12 @@ def test_broken_and_looping_symlinks_are_unreadable_not_silently_dropped(tmp_pat
     assert all("broken symbolic link" in u.reason for u in unreadable)
     _, _, named, _ = discover([str(tmp_path / "loop.py")])
     assert [os.path.basename(u.path) for u in named] == ["loop.py"]
+
+
+@given(
+    folder=st.lists(st.sampled_from(["", ".", "..", "pkg", "/", "a b"]), max_size=4).map("/".join),
+    relative=st.lists(st.sampled_from(["m.py", "sub", ".hidden", "x y.py"]), min_size=1, max_size=3).map("/".join),
+)
+def test_a_listed_path_joins_its_folder_as_os_path_join_does(folder, relative):
+    # The listing makes each folder's prefix once (`files._under`): the same path as `os.path.join`.
+    assert files._under(folder)(relative) == os.path.join(folder, relative)

@@ -13,7 +13,7 @@ import fnmatch
 import operator
 import os
 import stat
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import NamedTuple
 
 PYTHON_SUFFIXES = (".py", ".pyi")
@@ -158,6 +158,15 @@ def _walk(folder: str) -> Iterator[tuple[str, str, None]]:
                 yield name, "file", None
 
 
+def _under(folder: str) -> Callable[[str], str]:
+    """``os.path.join(folder, relative)`` for the many paths listed in one folder (a tenth of its cost, a few
+    milliseconds of a rerun over 1,500 files): the folder's prefix made once. ``relative`` is never absolute."""
+    if os.altsep:  # Windows: drives, two separators
+        return lambda relative: os.path.join(folder, relative)
+    prefix = folder if not folder or folder.endswith("/") else folder + "/"
+    return prefix.__add__
+
+
 def _within(real_path: str, roots: Iterable[str]) -> bool:
     return any(real_path == root or real_path.startswith(root.rstrip(os.sep) + os.sep) for root in roots)
 
@@ -207,10 +216,11 @@ class _Discovery:
 
     def add_folder(self, folder: str) -> None:
         listing = _git_listing(folder)
-        real_folder = os.path.realpath(folder)
+        real_folder = _under(os.path.realpath(folder))
+        in_folder = _under(folder) if folder != "." else str
         entries = _walk(folder) if listing is None else self._git_entries(folder, listing)
         for relative, kind, status in entries:
-            path = os.path.join(folder, relative) if folder != "." else relative
+            path = in_folder(relative)
             if kind == "link":
                 self._add_link(path)
             elif kind == "folder":  # a git submodule: listed by its own git
@@ -218,7 +228,7 @@ class _Discovery:
                     self.add_folder(path)
             else:
                 # No symlink on the way down (those are never descended into): no realpath needed.
-                self._add(path, os.path.join(real_folder, relative), self._excluded(path), status)
+                self._add(path, real_folder(relative), self._excluded(path), status)
 
     def _git_entries(self, folder: str, listing: list[str]) -> Iterator[tuple[str, str, os.stat_result | None]]:
         for relative in listing:

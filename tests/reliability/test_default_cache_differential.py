@@ -143,7 +143,8 @@ def test_after_an_edit_the_default_cache_reports_what_no_cache_does(
 
 # Pieces of a file that takes no part in the run, or is added: code that gives it none, and code that may give it
 # one (a rule's token, vLLM named, the flag read, an attention class or a method of the plugin named, `getattr`,
-# a syntax error, bytes that are no text). Successive edits are checked against --no-cache each time.
+# the body of a deleted op, a syntax error, bytes that are no text). Successive edits are checked against
+# --no-cache each time.
 BYSTANDER_PIECES = [
     "def pop(queue):\n    return queue.pop()\n",
     "# a comment naming nothing\n",
@@ -156,6 +157,9 @@ BYSTANDER_PIECES = [
     *(f"def go(impl):\n    return impl.{name}([1, 2, 3])\n" for name in METHOD_NAMES),
     *(f'def go_by_name(impl):\n    return getattr(impl, "{name}")([1, 2, 3])\n' for name in METHOD_NAMES),
     "splitting_ops = ['vllm::unified_attention']\n",
+    # The body of a deleted op: the advice at a call in it depends on whether the module registers it as an op.
+    *(f"def unified_attention(impl):\n    return impl.{name}([1, 2, 3])\n" for name in METHOD_NAMES),
+    'direct_register_custom_op(op_name="unified_attention", op_func=unified_attention)\n',
     "def broken(:\n",
 ]
 bystander_texts = st.lists(st.sampled_from(BYSTANDER_PIECES), max_size=3).map("\n".join) | st.just(

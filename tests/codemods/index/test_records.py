@@ -13,6 +13,7 @@ from vllm_attn_compat.codemods.index.calls import OutputMethod, Use
 from vllm_attn_compat.codemods.index.classscan import ScannedIndex, quick_index
 from vllm_attn_compat.codemods.index.flags import FlagRead
 from vllm_attn_compat.codemods.index.hierarchy import ClassEntry, index_module
+from vllm_attn_compat.codemods.index.old_ops import OldOpBody
 from vllm_attn_compat.codemods.index.runtime_patches import PatchEntry
 
 from libcst_corpus import corpus
@@ -49,6 +50,13 @@ def run(impl, query):
 
 
 MyImpl.helper = run
+
+
+def unified_attention(query, layer_name):
+    return query
+
+
+direct_register_custom_op(op_name="unified_attention", op_func=unified_attention)
 """
 
 
@@ -71,6 +79,8 @@ def test_an_index_with_every_kind_of_record_comes_back_the_same():
     assert index.classes and index.patches and index.calls.methods and index.calls.uses  # all present
     assert any(use.none_at or use.output_none for use in index.calls.uses)
     assert {read.target for read in index.flag_reads} == {None, "backend.MyImpl"}  # both kinds of target
+    first = BACKEND.splitlines().index(b"def unified_attention(query, layer_name):") + 1
+    assert index.old_ops == (OldOpBody(first, first + 1, "unified_attention", True),)
     assert records.from_data(_trip(records.to_data(index))) == index
 
 
@@ -79,6 +89,7 @@ def test_the_encoding_has_a_check_for_every_field_of_every_record():
         assert len(records._FIELDS[kind]) == len(dataclasses.fields(kind)), kind
     assert len(records._FIELDS[Use]) == len(Use._fields)
     assert len(records._FIELDS[FlagRead]) == len(FlagRead._fields)
+    assert len(records._FIELDS[OldOpBody]) == len(OldOpBody._fields)
 
 
 def test_a_scanned_index_comes_back_the_same():
@@ -103,6 +114,7 @@ def _spoiled(change):
         (lambda data: data["uses"][1].__setitem__(0, True), "Use values holds a value of the wrong type"),  # a line
         (lambda data: data["classes"][1].__setitem__(0, "Base"), "ClassEntry values holds a value of the wrong type"),
         (lambda data: data["methods"][5].__setitem__(0, [1]), "OutputMethod values holds a value of the wrong type"),
+        (lambda data: data["old_ops"][3].__setitem__(0, 1), "OldOpBody values holds a value of the wrong type"),
     ],
     ids=[
         "field-missing",
@@ -112,6 +124,7 @@ def _spoiled(change):
         "bool-for-line",
         "bases-text",
         "set-of-numbers",
+        "number-for-registered",
     ],
 )
 def test_data_of_the_wrong_shape_raises_a_value_error_naming_it(change, message):

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Protocol
 from vllm_attn_compat.codemods.findings import Finding, Status
 from vllm_attn_compat.codemods.index.calls import UNSHOWN, CallIndex, OutputMethod, Use
 from vllm_attn_compat.codemods.index.names import is_vllm_base, normalize_path
+from vllm_attn_compat.codemods.index.old_ops import OldOpBody
 
 if TYPE_CHECKING:
     import libcst as cst
@@ -61,6 +62,9 @@ class ModuleIndex(Protocol):
 
     @property
     def calls(self) -> CallIndex: ...
+
+    @property
+    def old_ops(self) -> tuple[OldOpBody, ...]: ...
 
 
 class CallQuestions(Protocol):
@@ -193,6 +197,8 @@ class CallAnalysis:
     # The calls passing on their method's own `output` (`PassedOn`): in ``withheld`` where that method may be given
     # None, as settled (`_settled`); kept to settle again with another module's uses (`merged`).
     passed_on: tuple[PassedOn, ...] = ()
+    # The functions named as the ops vLLM 0.20 deleted, by the normalized path of their module (`old_ops`).
+    old_ops: dict[str, tuple[OldOpBody, ...]] = field(default_factory=dict)
 
     def blockers(self, class_name: str, method: str, code: str) -> tuple[Blocker, ...]:
         """What withholds ``code``'s fix in ``class_name.method`` (empty: the fix stays safe)."""
@@ -224,7 +230,8 @@ class CallAnalysis:
         for key, found in other.missing.items():
             missing[key] = _in_order({*missing.get(key, ()), *found})
         methods = {**self.methods, **other.methods}
-        return _settled(CallAnalysis(withheld, methods, missing, (*self.passed_on, *other.passed_on)))
+        passed_on = (*self.passed_on, *other.passed_on)
+        return _settled(CallAnalysis(withheld, methods, missing, passed_on, {**self.old_ops, **other.old_ops}))
 
 
 @dataclass(frozen=True)
@@ -253,7 +260,7 @@ def _settled(analysis: CallAnalysis) -> CallAnalysis:
             mine = withheld.setdefault(passed.key, {})
             for code in passed.codes:
                 mine[code] = _in_order({*mine.get(code, ()), passed.blocker})
-    return CallAnalysis(withheld, analysis.methods, analysis.missing, analysis.passed_on)
+    return CallAnalysis(withheld, analysis.methods, analysis.missing, analysis.passed_on, analysis.old_ops)
 
 
 _PLAINEST = {"layer": 0, "omits": 1, "none": 1, "starred": 2}
@@ -424,7 +431,9 @@ def _layer_s_own(hierarchy: ClassHierarchy, full: str, name: str) -> bool:
 def analyse(hierarchy: ClassHierarchy, indexes: Iterable[ModuleIndex]) -> CallAnalysis:
     """Which VAC001-VAC003 fixes the uses in ``indexes`` withhold, given the run's ``hierarchy``."""
     indexes = list(indexes)
-    return _withheld(hierarchy, indexes, _targets(hierarchy, indexes))
+    analysis = _withheld(hierarchy, indexes, _targets(hierarchy, indexes))
+    analysis.old_ops = {index.path: index.old_ops for index in indexes if index.old_ops}
+    return analysis
 
 
 def _withheld(
@@ -473,7 +482,9 @@ def _withheld(
 def extend(analysis: CallAnalysis, hierarchy: ClassHierarchy, index: ModuleIndex) -> CallAnalysis:
     """``analysis`` with the uses and methods of one more module (a file outside the run's index)."""
     targets = {**analysis.methods, **_targets(hierarchy, [index])}
-    return analysis.merged(_withheld(hierarchy, [index], targets))
+    more = _withheld(hierarchy, [index], targets)
+    more.old_ops = {index.path: index.old_ops} if index.old_ops else {}
+    return analysis.merged(more)
 
 
 def open_method_names(analysis: CallAnalysis) -> frozenset[str]:
@@ -561,7 +572,7 @@ def caller_findings(
     may_suppress = any(_NOQA_WORD.search(b"\n".join(lines[start - 1 : end])) for start, end in spans)
     noqa = _noqa_lines(source) if may_suppress else {}
     omitting = any(entries[0][2].how in ("missing", "omits") for entries in sites.values())
-    old_ops = _old_op_bodies(source) if omitting and b"def unified_" in source else []
+    old_ops = analysis.old_ops.get(here, ()) if omitting else ()
     findings = []
     for (line, column), entries in sorted(sites.items()):
         code = min((code for code, _, _ in entries), key=_FIRST.index)
@@ -586,8 +597,8 @@ def _caller_message(
     unsafe_fixes: bool,
     old_op: tuple[str, bool] | None = None,
 ) -> str:
-    """``old_op``: the name of the op whose body (`_old_op_bodies`) holds the use, and whether the module registers
-    it as an op, if one does."""
+    """``old_op``: the name of the op whose body (`old_ops.old_op_bodies`) holds the use, and whether the module
+    registers it as an op, if one does."""
     full, name = keys[0]
     owner = full.rpartition(".")[2] if "<locals>" not in full else full.rsplit(".", 1)[1]
     method = f"`{owner}.{name}`" + (f" and {len(keys) - 1} other method(s) of the run" if len(keys) > 1 else "")
@@ -641,11 +652,6 @@ def _caller_message(
     )
 
 
-# The functions of the ops vLLM 0.20 deleted, as vLLM <= 0.19 and its forks define and register them: what to do
-# about a call in one's body that omits `output` is to delete the op, not to mend the call.
-_OLD_OP_FUNCTIONS = frozenset({"unified_attention", "unified_mla_attention"})
-
-
 def _old_op_advice(op: str, registered: bool) -> str:
     """What to do about a call omitting `output` in the module-level function named as the deleted op ``op``: one
     the module ``registered`` as the op is its body; another (a plugin's copy of the body, called directly) is
@@ -661,38 +667,6 @@ def _old_op_advice(op: str, registered: bool) -> str:
         "does that op's work, delete it once nothing calls it, as upstream deleted the op; else pass the output "
         "buffer as `output=`"
     )
-
-
-def _old_op_bodies(source: bytes) -> list[tuple[int, int, str, bool]]:
-    """The lines (first, last) and names of the module-level functions named as the deleted ops, and whether the
-    module registers each as an op (an ``op_name="..."`` argument, or ``"vllm::..."``, anywhere in it): a call in
-    one that omits `output` breaks an op that vLLM 0.20 deleted rather than keeps."""
-    import ast
-    import warnings
-
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            tree = ast.parse(source)
-    except (SyntaxError, ValueError):
-        return []
-    functions = [
-        node
-        for node in tree.body
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in _OLD_OP_FUNCTIONS
-    ]
-    if not functions:
-        return []
-    registered: set[str] = set()
-    for call in ast.walk(tree):
-        if isinstance(call, ast.Call):
-            # direct_register_custom_op(op_name="unified_attention", ...); torch.library.custom_op("vllm::...", ...)
-            named = [keyword.value for keyword in call.keywords if keyword.arg == "op_name"]
-            for value in [*named, *call.args]:
-                text = value.value if isinstance(value, ast.Constant) else None
-                if isinstance(text, str) and (value in named or text.startswith("vllm::")):
-                    registered.add(text.removeprefix("vllm::"))
-    return [(node.lineno, node.end_lineno or node.lineno, node.name, node.name in registered) for node in functions]
 
 
 def _unresolved(blocker: Blocker, keys: list[tuple[str, str]], code: str, unsafe_fixes: bool) -> str:

@@ -30,6 +30,7 @@ from vllm_attn_compat.codemods.index.names import (
 from vllm_attn_compat.codemods.index.names import (
     names_match as _names_match,
 )
+from vllm_attn_compat.codemods.index.old_ops import OldOpBody, old_op_bodies
 from vllm_attn_compat.codemods.index.runtime_patches import PatchEntry
 
 
@@ -53,6 +54,7 @@ class ModuleIndex:
     patches: tuple[PatchEntry, ...] = ()  # code this module copies onto classes at run time
     calls: calls.CallIndex = calls.EMPTY  # methods taking `output`, and attribute calls
     flag_reads: tuple[flags.FlagRead, ...] = ()  # reads of `accept_output_buffer`
+    old_ops: tuple[OldOpBody, ...] = ()  # functions named as the ops vLLM 0.20 deleted
 
 
 # Where statements nest, by statement type, in the order ``ast.NodeVisitor`` would reach them.
@@ -298,7 +300,13 @@ def _index_module(source: bytes, path: str, parsed: Callable[[ast.Module], objec
     if flags.FLAG_BYTES in source:
         reads = flags.index_flag_reads(tree, module, lambda expr: indexer.resolve_bound(expr, []))
     return ModuleIndex(
-        normalize_path(path), module, tuple(classes), patches=indexer.patches(), calls=found_calls, flag_reads=reads
+        normalize_path(path),
+        module,
+        tuple(classes),
+        patches=indexer.patches(),
+        calls=found_calls,
+        flag_reads=reads,
+        old_ops=old_op_bodies(tree),
     )
 
 

@@ -15,6 +15,7 @@ from vllm_attn_compat.codemods.index.calls import CallIndex, OutputMethod, Use
 from vllm_attn_compat.codemods.index.classscan import ScannedIndex
 from vllm_attn_compat.codemods.index.flags import FlagRead
 from vllm_attn_compat.codemods.index.hierarchy import ClassEntry, ModuleIndex
+from vllm_attn_compat.codemods.index.old_ops import OldOpBody
 from vllm_attn_compat.codemods.index.runtime_patches import PatchEntry
 
 _NONE = type(None)
@@ -58,6 +59,7 @@ _FIELDS: dict[type, tuple[_Field, ...]] = {
     ClassEntry: (_TEXT, _NAMES, _SCALAR, _FLAG, _FLAG, _FLAG),
     FlagRead: (_SCALAR, _MAYBE_TEXT, _TEXT, _TEXT),
     PatchEntry: (_TEXT, _TEXT, _NAMES, _SCALAR),
+    OldOpBody: (_SCALAR, _SCALAR, _TEXT, _FLAG),
     OutputMethod: (_TEXT, _TEXT, _SCALAR, _TEXT, _NAMES, _NAME_SET, _NAME_SET, _FLAG, _FLAG, _FLAG, _MAYBE_TEXT, _FLAG),
     Use: (
         *(_TEXT, _SCALAR, _SCALAR, _SCALAR, _TEXT, _TEXT, _MAYBE_TEXT, _MAYBE_TEXT, _TEXT),
@@ -67,7 +69,7 @@ _FIELDS: dict[type, tuple[_Field, ...]] = {
 
 
 # The records that are tuples (`typing.NamedTuple`): their columns are transposed, and their records made, in C.
-_TUPLES = (Use, FlagRead)
+_TUPLES = (Use, FlagRead, OldOpBody)
 
 
 def _columns(kind: type, records: Sequence[Any]) -> list[list[object]]:
@@ -106,6 +108,7 @@ def to_data(index: ModuleIndex) -> dict[str, object]:
         "methods": _columns(OutputMethod, index.calls.methods),
         "uses": _columns(Use, index.calls.uses),
         "flag_reads": _columns(FlagRead, index.flag_reads),
+        "old_ops": _columns(OldOpBody, index.old_ops),
     }
 
 
@@ -113,7 +116,7 @@ def from_data(data: object) -> ModuleIndex:
     """The index :func:`to_data` made; ``ValueError`` on anything else."""
     if type(data) is not dict:
         raise ValueError(f"expected an object, found {type(data).__name__}")
-    keys: Sequence[str] = ("path", "module", "classes", "patches", "methods", "uses", "flag_reads")
+    keys: Sequence[str] = ("path", "module", "classes", "patches", "methods", "uses", "flag_reads", "old_ops")
     if sorted(data) != sorted(keys):
         raise ValueError(f"expected the fields {', '.join(keys)}, found {', '.join(sorted(map(str, data)))}")
     path, module = data["path"], data["module"]
@@ -127,6 +130,7 @@ def from_data(data: object) -> ModuleIndex:
         _records(PatchEntry, data["patches"]),
         calls,
         _records(FlagRead, data["flag_reads"]),
+        _records(OldOpBody, data["old_ops"]),
     )
 
 

@@ -1,12 +1,16 @@
 """A module's index as JSON-ready data and back (codemods/index/records.py): the same index after a trip
-through JSON, and a ``ValueError`` naming what is wrong for anything that is not such data."""
+through JSON, whichever uses it keeps ready, and a ``ValueError`` naming what is wrong for anything that is not
+such data."""
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from vllm_attn_compat.codemods.index import records
 from vllm_attn_compat.codemods.index.calls import OutputMethod, Use
@@ -64,6 +68,10 @@ def _trip(data: object) -> object:
     return json.loads(json.dumps(data))
 
 
+def _names(index):
+    return sorted({use.name for use in index.calls.uses})
+
+
 @pytest.mark.parametrize("name", sorted(corpus()))
 def test_every_index_of_the_corpus_comes_back_the_same_after_json(name):
     source = corpus()[name]
@@ -71,7 +79,54 @@ def test_every_index_of_the_corpus_comes_back_the_same_after_json(name):
         index = index_module(source, "pkg/" + name.split("/")[-1].replace(" ", "_"))
     except SyntaxError:
         pytest.skip("newer syntax than this Python parses")
-    assert records.from_data(_trip(records.to_data(index))) == index
+    for read in (frozenset(), frozenset(_names(index)[::2])):  # none ready; every other name's
+        back = records.from_data(_trip(records.to_data(index, read)))
+        assert back == index
+        assert back.calls.uses_named(frozenset(_names(index)[1::3])) == index.calls.uses_named(
+            frozenset(_names(index)[1::3])
+        )
+
+
+@functools.cache
+def _indexes_with_uses():
+    indexes = []
+    for name in sorted(corpus()):
+        try:
+            indexes.append(index_module(corpus()[name], "pkg/m.py"))
+        except SyntaxError:
+            continue
+    return [index for index in indexes if index.calls.uses]
+
+
+@st.composite
+def _reads_and_asks(draw):
+    """An index of the corpus, the names whose uses it keeps ready, and the names asked for after (in turn)."""
+    index = draw(st.sampled_from(_indexes_with_uses()))
+    names = st.sampled_from([*_names(index), "not_a_name_used"])
+    return index, draw(st.frozensets(names)), draw(st.lists(st.frozensets(names), min_size=1, max_size=3))
+
+
+@settings(max_examples=60, deadline=None)
+@given(_reads_and_asks())
+def test_the_uses_of_any_names_are_those_of_the_index_kept_whichever_it_kept_ready(drawn):
+    """The call-site analysis asks a kept index for the uses of the run's methods' names, round after round:
+    the same uses, in the same order, as the index made from the source, whichever names were kept ready."""
+    index, read, asks = drawn
+    back = records.from_data(_trip(records.to_data(index, read)))
+    for asked in asks:
+        assert back.calls.uses_named(asked) == index.calls.uses_named(asked)
+    assert list(back.calls.uses) == list(index.calls.uses) and len(back.calls.uses) == len(index.calls.uses)
+
+
+def test_uses_not_kept_ready_are_read_only_once_a_name_of_theirs_is_asked_for():
+    index = index_module(BACKEND, "plugin/backend.py")
+    data = _trip(records.to_data(index, {"forward"}))
+    assert {use for use in data["uses"][1]} == {"forward"} and "forward" not in data["other_names"]
+    data["other_uses"] = "[not json"  # as if spoiled: read only when asked for
+    back = records.from_data(data, kept_in="cache/entry")
+    assert back.calls.uses_named({"forward"}) == index.calls.uses_named({"forward"})
+    with pytest.raises(ValueError, match=r"the class index kept in cache/entry is not valid \(.*\): delete the file"):
+        back.calls.uses_named({"forward", "prefill"})
 
 
 def test_an_index_with_every_kind_of_record_comes_back_the_same():
@@ -99,7 +154,8 @@ def test_a_scanned_index_comes_back_the_same():
 
 
 def _spoiled(change):
-    data = _trip(records.to_data(index_module(BACKEND, "plugin/backend.py")))
+    index = index_module(BACKEND, "plugin/backend.py")
+    data = _trip(records.to_data(index, frozenset(_names(index))))  # every use kept ready, checked at once
     change(data)
     return data
 
@@ -109,9 +165,13 @@ def _spoiled(change):
     [
         (lambda data: data.pop("uses"), "expected the fields"),
         (lambda data: data.update(path=1), "path and module must be strings"),
-        (lambda data: data.update(uses={}), "expected 19 columns of Use values"),
-        (lambda data: data["uses"][0].append("x"), "no lists of one length"),
-        (lambda data: data["uses"][1].__setitem__(0, True), "Use values holds a value of the wrong type"),  # a line
+        (lambda data: data.update(uses={}), "expected the places of uses, then their columns"),
+        (lambda data: data["uses"].pop(), "expected 19 columns of Use values"),
+        (lambda data: data["uses"][1].append("x"), "no lists of one length"),
+        (lambda data: data["uses"][0].append(99), "shorter"),  # a place more than there are uses
+        (lambda data: data["uses"][2].__setitem__(0, True), "Use values holds a value of the wrong type"),  # a line
+        (lambda data: data.update(other_uses=[]), "other_uses must be a string"),
+        (lambda data: data.update(other_names=[1]), "other_names a list of strings"),
         (lambda data: data["classes"][1].__setitem__(0, "Base"), "ClassEntry values holds a value of the wrong type"),
         (lambda data: data["methods"][5].__setitem__(0, [1]), "OutputMethod values holds a value of the wrong type"),
         (lambda data: data["old_ops"][3].__setitem__(0, 1), "OldOpBody values holds a value of the wrong type"),
@@ -120,8 +180,12 @@ def _spoiled(change):
         "field-missing",
         "path-number",
         "uses-no-columns",
+        "uses-a-column-short",
         "ragged-columns",
+        "places-ragged",
         "bool-for-line",
+        "other-uses-no-text",
+        "other-names-numbers",
         "bases-text",
         "set-of-numbers",
         "number-for-registered",

@@ -275,6 +275,46 @@ def test_after_an_edit_a_warm_run_reports_what_an_uncached_one_does_and_migrates
     assert set(migrations) == migrated_again
 
 
+DECODE = """
+
+    def decode(self, query, output=None):
+        if output is None:
+            output = torch.empty_like(query)
+        output.copy_(query)
+        return output
+"""
+
+
+def test_an_edit_giving_a_method_output_reads_its_calls_from_the_indexes_kept(tree, tmp_path, indexed):
+    """An index kept in the cache holds ready only the uses of the methods the run before read (`records`): once
+    an edit gives another method `output`, its calls in the files not edited come from the rest of their
+    indexes, and withhold its fixes as in a run without the cache."""
+    (tree / "plugin/warm.py").write_text(WARM.format(body="impl.decode(q)"))
+    cache = tmp_path / "cache"
+    before = _run(tree, cache)
+    assert not [finding for name, finding in before[0] if name == "warm.py"]  # `decode` takes no `output` yet
+    (tree / "plugin/prefill.py").write_text(PREFILL + DECODE)
+    expected = _uncached(tree)
+    indexed.clear()
+    assert _run(tree, cache) == expected
+    assert indexed == ["prefill.py"]  # the caller's index came from the cache
+    [(_, finding)] = [(name, finding) for name, finding in expected[0] if name == "warm.py"]
+    assert "`impl.decode(...)` does not pass `output`" in finding.message
+
+
+def test_an_index_kept_holds_ready_the_uses_of_the_methods_the_run_read(tree, tmp_path):
+    """What a rerun reads of a kept index at once: the uses of the run's methods taking `output`, no other."""
+    (tree / "plugin/warm.py").write_text(WARM.format(body="impl.prefill(q).view(-1)"))
+    cache = tmp_path / "cache"
+    _run(tree, cache)
+    [kept] = [
+        entry["index"]
+        for entry in map(json.loads, map(Path.read_text, _entries(cache)))
+        if entry["kind"] == "index" and entry["index"]["path"].endswith("warm.py")
+    ]
+    assert kept["uses"][1] == ["prefill"] and kept["other_names"] == ["view"]
+
+
 def test_an_index_entry_serves_only_the_module_its_folders_make_of_the_file(tree, tmp_path, indexed):
     cache = tmp_path / "cache"
     _run(tree, cache)

@@ -457,8 +457,8 @@ def _withheld(
         if method.name == "forward" and relations.is_layer(key[0]):
             block(key, _codes(method, "layer"), Blocker("", 0, 0, 0, "layer", "layer"))
     for index in indexes:
-        for use in index.calls.uses:
-            for key, method in by_name.get(use.name, ()):
+        for use in index.calls.uses_named(by_name.keys()):
+            for key, method in by_name[use.name]:
                 for how in _how(use, index.module, key[0], method, relations):
                     resolved = _resolved(use, relations)
                     blocker = Blocker(index.path, use.line, use.column, use.end_line, how, use.text, resolved)

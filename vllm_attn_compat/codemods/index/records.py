@@ -6,12 +6,14 @@ an index that is wrong in some corner."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
+import json
 import operator
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence, Set
 from typing import Any
 
-from vllm_attn_compat.codemods.index.calls import CallIndex, OutputMethod, Use
+from vllm_attn_compat.codemods.index.calls import CallIndex, KeptUses, OutputMethod, Use
 from vllm_attn_compat.codemods.index.classscan import ScannedIndex
 from vllm_attn_compat.codemods.index.flags import FlagRead
 from vllm_attn_compat.codemods.index.hierarchy import ClassEntry, ModuleIndex
@@ -96,33 +98,60 @@ def _records(kind: type, columns: object) -> tuple[Any, ...]:
     return tuple(map(kind, *values))
 
 
-def to_data(index: ModuleIndex) -> dict[str, object]:
-    """``index`` as JSON-ready data (:func:`from_data` reads it back)."""
+def to_data(index: ModuleIndex, read: Set[str] = frozenset()) -> dict[str, object]:
+    """``index`` as JSON-ready data (:func:`from_data` reads it back). The uses of the names ``read`` (the methods
+    whose uses the run's call-site analysis read) are kept ready; the others as JSON text, read when a run asks
+    for one of their names (`calls.KeptUses`)."""
     if type(index) is not ModuleIndex:  # a subclass (the class scan's) records more than this keeps
         raise TypeError(f"expected a ModuleIndex, found {type(index).__name__}")
+    uses = list(index.calls.uses)
+    ready = [place for place, use in enumerate(uses) if use.name in read]
+    others = [place for place, use in enumerate(uses) if use.name not in read]
+    other_uses = [others, *_columns(Use, [uses[place] for place in others])]
     return {
         "path": index.path,
         "module": index.module,
         "classes": _columns(ClassEntry, index.classes),
         "patches": _columns(PatchEntry, index.patches),
         "methods": _columns(OutputMethod, index.calls.methods),
-        "uses": _columns(Use, index.calls.uses),
+        "uses": [ready, *_columns(Use, [uses[place] for place in ready])],
+        "other_uses": json.dumps(other_uses, separators=(",", ":")),
+        "other_names": sorted({uses[place].name for place in others}),
         "flag_reads": _columns(FlagRead, index.flag_reads),
         "old_ops": _columns(OldOpBody, index.old_ops),
     }
 
 
-def from_data(data: object) -> ModuleIndex:
-    """The index :func:`to_data` made; ``ValueError`` on anything else."""
+_KEYS = (
+    "path",
+    "module",
+    "classes",
+    "patches",
+    "methods",
+    "uses",
+    "other_uses",
+    "other_names",
+    "flag_reads",
+    "old_ops",
+)
+
+
+def from_data(data: object, kept_in: str | None = None) -> ModuleIndex:
+    """The index :func:`to_data` made; ``ValueError`` on anything else. ``kept_in``: the file the data was read
+    from, which the error names if the uses not read at once turn out not to be valid once a run reads them."""
     if type(data) is not dict:
         raise ValueError(f"expected an object, found {type(data).__name__}")
-    keys: Sequence[str] = ("path", "module", "classes", "patches", "methods", "uses", "flag_reads", "old_ops")
-    if sorted(data) != sorted(keys):
-        raise ValueError(f"expected the fields {', '.join(keys)}, found {', '.join(sorted(map(str, data)))}")
+    if sorted(data) != sorted(_KEYS):
+        raise ValueError(f"expected the fields {', '.join(_KEYS)}, found {', '.join(sorted(map(str, data)))}")
     path, module = data["path"], data["module"]
     if not (type(path) is str and type(module) is str):
         raise ValueError("path and module must be strings")
-    calls = CallIndex(_records(OutputMethod, data["methods"]), _records(Use, data["uses"]))
+    other_uses, other_names = data["other_uses"], data["other_names"]
+    if not (type(other_uses) is str and _lists_of(str)([other_names])):
+        raise ValueError("other_uses must be a string, other_names a list of strings")
+    ready = _placed(data["uses"])
+    rest = functools.partial(_other_uses, other_uses, kept_in)
+    calls = CallIndex(_records(OutputMethod, data["methods"]), KeptUses(ready, frozenset(other_names), rest))
     return ModuleIndex(
         path,
         module,
@@ -132,6 +161,25 @@ def from_data(data: object) -> ModuleIndex:
         _records(FlagRead, data["flag_reads"]),
         _records(OldOpBody, data["old_ops"]),
     )
+
+
+def _placed(columns: object) -> list[tuple[int, Use]]:
+    """Uses as `to_data` keeps them (their places in the order of the source, then their columns), with their places."""
+    if not (type(columns) is list and columns and type(columns[0]) is list and _of_types(int)(columns[0])):
+        raise ValueError(f"expected the places of uses, then their columns, found {columns!r:.80}")
+    return list(zip(columns[0], _records(Use, columns[1:]), strict=True))
+
+
+def _other_uses(text: str, kept_in: str | None) -> list[tuple[int, Use]]:
+    """The uses kept as JSON ``text`` (`to_data`), once a run asks for one of their names."""
+    try:
+        return _placed(json.loads(text))
+    except ValueError as error:  # (JSONDecodeError is one)
+        if kept_in is None:
+            raise
+        raise ValueError(
+            f"the class index kept in {kept_in} is not valid ({error}): delete the file, or run with --no-cache"
+        ) from error
 
 
 def scan_to_data(scanned: ScannedIndex) -> dict[str, object]:

@@ -131,6 +131,9 @@ class Cache:
         self._kept: dict[str, list[Any]] = {}  # the migrations each file's entry held when loaded
         # Entries of class indexes made while deferring (`defer`), written later in a thread.
         self._deferred: list[tuple[str, Callable[[], dict[str, Any]]]] | None = None
+        # The names of the methods whose uses the run's call-site analysis read, once its hierarchy is built: an index
+        # stored after keeps their uses ready to read (`records.to_data`).
+        self.read_names: frozenset[str] = frozenset()
 
     # --- whole runs: every file read, as given and as found, unchanged ---
 
@@ -193,12 +196,12 @@ class Cache:
     def load_index(self, key: str) -> ModuleIndex | None:
         from vllm_attn_compat.codemods.index import records
 
-        return self._load(key, "index", lambda entry: records.from_data(entry["index"]))
+        return self._load(key, "index", lambda entry: records.from_data(entry["index"], self._file(key)))
 
     def store_index(self, key: str, index: ModuleIndex) -> None:
         from vllm_attn_compat.codemods.index import records
 
-        self._write_later(key, lambda: {"kind": "index", "index": records.to_data(index)})
+        self._write_later(key, lambda: {"kind": "index", "index": records.to_data(index, self.read_names)})
 
     def file_key(self, path: str, digest: str) -> str:
         """The key of a file's migration: its path and bytes (the rest of the run: see `load`)."""

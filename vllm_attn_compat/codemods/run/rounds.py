@@ -167,6 +167,8 @@ def index_hierarchy(
             must_parse.update(s.source_file.path for s in pending)
     if settled is not None:
         after_round(settled, indexes)
+    if cache is not None:  # (its indexes are written once the workers have their files: `Cache.write_deferred`)
+        cache.read_names = frozenset(name for _, name in built.calls.methods)
     return built, indexes
 
 

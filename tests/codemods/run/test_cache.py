@@ -302,16 +302,39 @@ def test_an_edit_giving_a_method_output_reads_its_calls_from_the_indexes_kept(tr
     assert "`impl.decode(...)` does not pass `output`" in finding.message
 
 
+def _index_path(entry: Path) -> str:
+    """The path of the file whose index the entry keeps, if it keeps one."""
+    return json.loads(entry.read_text()).get("index", {}).get("path", "")
+
+
+def test_uses_kept_that_turn_out_not_to_be_valid_stop_the_run_before_it_writes(tree, tmp_path, capsys):
+    """Read only once a run asks for them, after the entry was taken: the run stops, naming the file, and writes
+    nothing (the analysis comes before any write)."""
+    (tree / "plugin/warm.py").write_text(WARM.format(body="impl.decode(q)"))
+    cache = tmp_path / "cache"
+    command = ["migrate", "--cache-dir", str(cache), str(tree / "plugin")]
+    assert main(command) == 1  # (written: the entries of a run that writes are its own)
+    [entry] = [path for path in _entries(cache) if _index_path(path).endswith("/warm.py")]
+    spoiled = json.loads(entry.read_text())
+    spoiled["index"]["other_uses"] = '[[0], ["decode"]]'  # a column, where there are 19
+    entry.write_text(json.dumps(spoiled))
+    (tree / "plugin/prefill.py").write_text(PREFILL + DECODE)
+    files = {path: path.read_bytes() for path in tree.rglob("*.py")}
+    capsys.readouterr()
+    assert main(command) == 2
+    error = capsys.readouterr().err
+    assert f"error: the class index kept in {entry} is not valid (expected 19 columns of Use values" in error
+    assert "delete the file, or run with --no-cache" in error
+    assert {path: path.read_bytes() for path in tree.rglob("*.py")} == files
+
+
 def test_an_index_kept_holds_ready_the_uses_of_the_methods_the_run_read(tree, tmp_path):
     """What a rerun reads of a kept index at once: the uses of the run's methods taking `output`, no other."""
     (tree / "plugin/warm.py").write_text(WARM.format(body="impl.prefill(q).view(-1)"))
     cache = tmp_path / "cache"
     _run(tree, cache)
-    [kept] = [
-        entry["index"]
-        for entry in map(json.loads, map(Path.read_text, _entries(cache)))
-        if entry["kind"] == "index" and entry["index"]["path"].endswith("warm.py")
-    ]
+    [entry] = [path for path in _entries(cache) if _index_path(path).endswith("/warm.py")]
+    kept = json.loads(entry.read_text())["index"]
     assert kept["uses"][1] == ["prefill"] and kept["other_names"] == ["view"]
 
 

@@ -313,7 +313,7 @@ def test_uses_kept_that_turn_out_not_to_be_valid_stop_the_run_before_it_writes(t
     (tree / "plugin/warm.py").write_text(WARM.format(body="impl.decode(q)"))
     cache = tmp_path / "cache"
     command = ["migrate", "--cache-dir", str(cache), str(tree / "plugin")]
-    assert main(command) == 1  # (written: the entries of a run that writes are its own)
+    assert main(command) == 1  # (a run that writes keeps entries apart from `--check`'s: it verifies its fixes)
     [entry] = [path for path in _entries(cache) if _index_path(path).endswith("/warm.py")]
     spoiled = json.loads(entry.read_text())
     spoiled["index"]["other_uses"] = '[[0], ["decode"]]'  # a column, where there are 19

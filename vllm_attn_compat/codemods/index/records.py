@@ -1,7 +1,8 @@
 """A module's index (and the class scan's) as JSON-ready data and back, for the cache (`run/cache.py`),
 which holds no pickle: a cache folder is not trusted to hold code. Reading checks every field's type, so
 an entry that was tampered with or written by another version raises ``ValueError`` instead of yielding
-an index that is wrong in some corner."""
+an index that is wrong in some corner: at once, but for the uses a run does not read at once, which are
+checked when it reads them (`calls.KeptUses`)."""
 
 from __future__ import annotations
 

@@ -10,7 +10,8 @@ the question, spelled out with a hash of its terms in full (the tokens, the name
 for each question is most of such a run; looking the answers up is not.
 
 The answers live in one JSON file in the cache's folder, read once and written once a run, and tied to this
-package's code (`cache.Cache.prefix`): another version's answers are not read. A run keeps the answers of
+package's code (`cache.Cache.code`), not to the run's options: another version's answers are not read, and a
+``--check`` and a ``--diff`` share them. A run keeps the answers of
 the files it saw (another tree's or branch's are asked again when it returns). An answers file that cannot
 be read or parsed is ignored, as if empty; an answer of the wrong shape is asked again.
 
@@ -47,7 +48,7 @@ def question(kind: str, terms: Iterable[str | bytes]) -> str:
 
 
 class Answers:
-    """The answers kept for a cache folder (``root``) and this package's code (``code``, `cache.Cache.prefix`);
+    """The answers kept for a cache folder (``root``) and this package's code (``code``, `cache.Cache.code`);
     ``root`` None keeps nothing (``--no-cache``): every question is answered from the bytes."""
 
     def __init__(self, root: str | None, code: bytes) -> None:

@@ -78,7 +78,7 @@ def derive(
         if old in basis.answers:
             kept = basis.answers[old]
         else:
-            answers = answers or answers_module.Answers(cache.root, cache.prefix)
+            answers = answers or answers_module.Answers(cache.root, cache.code)
             if answers.run != basis.answered:
                 return None
             kept = answers.kept(old)

@@ -1,11 +1,12 @@
 """The cache of the work of a run (on by default, `cachedir`; ``--cache-dir DIR``), for reruns in pre-commit and CI.
 
-Five kinds of entries, each keyed on the rules and options of the run, this tool's code, libcst's and
-Python's versions (:attr:`Cache.prefix`), and on what else decides it:
+Five kinds of entries, each keyed on this tool's code, libcst's and Python's versions (:attr:`Cache.code`),
+the rules and options of the run where they decide it (:attr:`Cache.prefix`), and on what else decides it:
 
-* a file's class index (`index.hierarchy.index_module`): its path, module name and bytes. A run indexes
-  again only the files that changed (what the class scan, `index.classscan`, made of a file is kept with
-  the other answers to what a run asks of a file's bytes: `answers`).
+* a file's class index (`index.hierarchy.index_module`): its path, module name and bytes, whatever the rules
+  and options (a ``--check`` in pre-commit and a ``--diff`` or a run that writes share them, as they share
+  `answers`). A run indexes again only the files that changed (what the class scan, `index.classscan`, made
+  of a file is kept with the other answers to what a run asks of a file's bytes: `answers`).
 * a file's migration: its path and bytes. A file's migration also depends on the other files of the run,
   but only through what it asks of the class hierarchy (`index.questions`): the entry holds every
   question asked and its answer, and serves a run only if that run's hierarchy gives each answer again.
@@ -121,7 +122,10 @@ class Cache:
         """``settings``: what else decides the results (rule codes, options), JSON-serializable."""
         self.root = folder
         self.folder = cachedir.entries_folder(folder)
-        self.prefix = json.dumps([FORMAT, _code_digest(), list(settings)]).encode()
+        code = _code_digest()
+        # What a file's index and the answers of its bytes depend on: the code alone, not the run's settings.
+        self.code = json.dumps([FORMAT, code]).encode()
+        self.prefix = json.dumps([FORMAT, code, list(settings)]).encode()
         # A folder that cannot be read or written fails alike for each of the hundreds of entries of a run:
         # said once per reason, and once writing failed, nothing more is written.
         self._unreadable: set[str] = set()
@@ -191,7 +195,7 @@ class Cache:
     def index_key(self, path: str, module: str, digest: str) -> str:
         """The key of a file's class index: its path, the module name its folders give it, its bytes (their
         `stats.digest`, as for the other keys of a file)."""
-        return self._key(b"index", path, digest, module.encode())
+        return self._key(b"index", path, digest, module.encode(), keyed_on=self.code)
 
     def load_index(self, key: str) -> ModuleIndex | None:
         from vllm_attn_compat.codemods.index import records
@@ -240,8 +244,8 @@ class Cache:
         kept = [{"new_source": text, "findings": findings, "answers": answers}, *others][:MIGRATIONS_KEPT]
         self._write(key, {"kind": "file", "migrations": kept})
 
-    def _key(self, kind: bytes, path: str, source_digest: str, *more: bytes) -> str:
-        digest = hashlib.sha256(self.prefix + b"\0" + kind + b"\0")
+    def _key(self, kind: bytes, path: str, source_digest: str, *more: bytes, keyed_on: bytes | None = None) -> str:
+        digest = hashlib.sha256((self.prefix if keyed_on is None else keyed_on) + b"\0" + kind + b"\0")
         digest.update(normalize_path(path).encode("utf-8", "surrogateescape") + b"\0")
         for part in more:
             digest.update(part + b"\0")

@@ -113,7 +113,7 @@ def _run(
             prepared.found, prepared.rules, prepared.cache, prepared.table, prepared.started
         )  # fmt: skip
         prefilter = migrate.prefilter_tokens(rules)
-        answers = answers_module.Answers(cache.root if cache else None, cache.prefix if cache else b"")
+        answers = answers_module.Answers(cache.root if cache else None, cache.code if cache else b"")
         # A run that writes reads each file before it writes any (`Changed` would start it again half-written).
         known = prepared.known if options.mode != "write" else {}
         if cache and table is not None and not table.rows and options.jobs > 1:  # a first run: every file is hashed

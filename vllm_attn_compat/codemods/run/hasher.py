@@ -18,7 +18,6 @@ itself, as without it.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import mmap
 import os
 import signal
@@ -113,7 +112,7 @@ def _hash(paths: Sequence[str], shared: mmap.mmap) -> None:
         try:
             source, stat = sources.read_source(path)
             sources.source_encoding(source)  # the table knows only files that decode (`reading.Scanned.encoding`)
-            record = (*stats.status_of(stat), hashlib.sha256(source).digest())
+            record = (*stats.status_of(stat), stats.raw_digest(source))
         except sources.SourceError:
             record = (-1, 0, 0, 0, b"")
         _RECORD.pack_into(shared, _DONE.size + number * _RECORD.size, *record)

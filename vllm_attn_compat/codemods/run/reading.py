@@ -115,13 +115,11 @@ class Reading:
         if self.hasher is None or self.table is None:
             return
         found = self.hasher.digests()
-        limit = self.started - stats.RACY_NS
         for scanned in self._unsettled:
             stat = scanned.stat
             if scanned.digest is None:
                 row = found.get(scanned.source_file.real_path)
-                trusted = max(stat.st_mtime_ns, stat.st_ctime_ns) < limit
-                if row is not None and trusted and row[0] == stats.status_of(stat):
+                if row is not None and not stats.racy(stat, self.started) and row[0] == stats.status_of(stat):
                     scanned.digest = row[1]
                 else:
                     scanned.digest = stats.digest(scanned.source)

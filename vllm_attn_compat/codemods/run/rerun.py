@@ -95,11 +95,10 @@ class Prepared:
         finds it without the table. Nothing is recorded when a file is missing or racy (`stats.RACY_NS`)."""
         if self.cache is None:
             return
-        limit = self.started - stats.RACY_NS
         found = {source_file.path: source_file for source_file in [*self.found.files, *self.found.excluded]}
         by_path = {}
         for source_file, stat in statuses:
-            if max(stat.st_mtime_ns, stat.st_ctime_ns) >= limit:
+            if stats.racy(stat, self.started):
                 return
             by_path[source_file.path] = stats.status_of(stat)
         if by_path.keys() != found.keys():

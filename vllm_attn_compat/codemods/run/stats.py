@@ -51,11 +51,22 @@ UNTRUSTED: Status = (-1, -1, -1, -1)
 
 def digest(source: bytes) -> str:
     """What the table, and `cache.Cache.run_key`, know a file's bytes by."""
-    return hashlib.sha256(source).hexdigest()
+    return raw_digest(source).hex()
+
+
+def raw_digest(source: bytes) -> bytes:
+    """`digest` as bytes (what the `hasher` process shares with the run)."""
+    return hashlib.sha256(source).digest()
 
 
 def status_of(stat: os.stat_result) -> Status:
     return (stat.st_size, stat.st_ino, stat.st_mtime_ns, stat.st_ctime_ns)
+
+
+def racy(stat: os.stat_result, started_ns: int) -> bool:
+    """Whether the file was modified too close to ``started_ns`` (the moment a run started reading) for its status
+    to tell its bytes."""
+    return max(stat.st_mtime_ns, stat.st_ctime_ns) >= started_ns - RACY_NS
 
 
 def table_path(folder: str) -> str:
@@ -111,7 +122,7 @@ class StatTable:
         file is racy (modified too close to ``started_ns``, the moment the run started reading)."""
         path = self._absolute(real_path)
         status = status_of(stat)
-        if max(stat.st_mtime_ns, stat.st_ctime_ns) >= started_ns - RACY_NS:
+        if racy(stat, started_ns):
             status = UNTRUSTED
         if self.rows.get(path) != (status, digest):
             self.rows[path] = (status, digest)

@@ -431,16 +431,15 @@ def _layer_s_own(hierarchy: ClassHierarchy, full: str, name: str) -> bool:
 def analyse(hierarchy: ClassHierarchy, indexes: Iterable[ModuleIndex]) -> CallAnalysis:
     """Which VAC001-VAC003 fixes the uses in ``indexes`` withhold, given the run's ``hierarchy``."""
     indexes = list(indexes)
-    analysis = _withheld(hierarchy, indexes, _targets(hierarchy, indexes))
-    analysis.old_ops = {index.path: index.old_ops for index in indexes if index.old_ops}
-    return analysis
+    return _withheld(hierarchy, indexes, _targets(hierarchy, indexes))
 
 
 def _withheld(
     hierarchy: ClassHierarchy, indexes: Sequence[ModuleIndex], methods: dict[tuple[str, str], OutputMethod]
 ) -> CallAnalysis:
+    old_ops = {index.path: index.old_ops for index in indexes if index.old_ops}
     if not methods:
-        return CallAnalysis()
+        return CallAnalysis(old_ops=old_ops)
     relations = _Relations(hierarchy)
     by_name: dict[str, list[tuple[tuple[str, str], OutputMethod]]] = {}
     for key, method in methods.items():
@@ -476,15 +475,13 @@ def _withheld(
                         block(key, _codes(method, how), blocker)
     withheld = {key: {code: _in_order(blockers) for code, blockers in codes.items()} for key, codes in found.items()}
     missing_in_order = {key: _in_order(found) for key, found in missing.items()}
-    return _settled(CallAnalysis(withheld, methods, missing_in_order, tuple(passed_on)))
+    return _settled(CallAnalysis(withheld, methods, missing_in_order, tuple(passed_on), old_ops))
 
 
 def extend(analysis: CallAnalysis, hierarchy: ClassHierarchy, index: ModuleIndex) -> CallAnalysis:
     """``analysis`` with the uses and methods of one more module (a file outside the run's index)."""
     targets = {**analysis.methods, **_targets(hierarchy, [index])}
-    more = _withheld(hierarchy, [index], targets)
-    more.old_ops = {index.path: index.old_ops} if index.old_ops else {}
-    return analysis.merged(more)
+    return analysis.merged(_withheld(hierarchy, [index], targets))
 
 
 def open_method_names(analysis: CallAnalysis) -> frozenset[str]:

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from vllm_attn_compat.codemods.run import sources
+from vllm_attn_compat.codemods.run import sources, worker
 
 
 @pytest.fixture
@@ -21,3 +21,17 @@ def reads(monkeypatch) -> list[str]:
 
     monkeypatch.setattr(sources, "read_source", recording)
     return read
+
+
+@pytest.fixture
+def indexed(monkeypatch) -> list[str]:
+    """The names of the files the hierarchy pass parsed in this process."""
+    done: list[str] = []
+    real = worker.index_file
+
+    def counted(source: bytes, path: str, *more: bool):
+        done.append(os.path.basename(path))
+        return real(source, path, *more)
+
+    monkeypatch.setattr(worker, "index_file", counted)
+    return done

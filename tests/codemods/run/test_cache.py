@@ -62,20 +62,6 @@ def tree(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def indexed(monkeypatch):
-    """The paths the hierarchy pass parsed in this process."""
-    done: list[str] = []
-    real = worker.index_file
-
-    def counted(source: bytes, path: str):
-        done.append(os.path.basename(path))
-        return real(source, path)
-
-    monkeypatch.setattr(worker, "index_file", counted)
-    return done
-
-
-@pytest.fixture
 def migrations(monkeypatch):
     """The paths libcst migrated in this process (jobs=1 runs everything here)."""
     done: list[str] = []

@@ -184,24 +184,17 @@ def test_a_rerun_that_misses_reads_only_the_files_whose_bytes_it_needs(tree, tmp
 
 @pytest.mark.parametrize(("before", "after"), [("check", "diff"), ("diff", "check")])
 def test_after_a_run_in_another_mode_a_rerun_reads_and_indexes_only_the_file_edited(
-    tree, tmp_path, reads, monkeypatch, before, after
+    tree, tmp_path, reads, indexed, before, after
 ):
     """What a run asks of a file's bytes and its class index depend on neither mode nor options: a ``--check``
     in pre-commit after a ``--diff`` (and the other way round) reads, and indexes, the edited file alone."""
-    from vllm_attn_compat.codemods.run import worker
-
-    indexed: list[str] = []
-    index_file = worker.index_file
-    monkeypatch.setattr(
-        worker, "index_file", lambda source, path, *more: indexed.append(path) or index_file(source, path, *more)
-    )
     run_paths([str(tree)], cached(tmp_path, mode=after))
     run_paths([str(tree)], cached(tmp_path, mode=before))  # (the answers file is this run's now)
     _edit(tree / "plugin/impl.py", IMPL.replace("# the buffer comes from the layer", "# edited"))
     reads.clear()
     indexed.clear()
     report = run_paths([str(tree)], cached(tmp_path, mode=after))
-    assert reads == ["impl.py"] and [os.path.basename(path) for path in indexed] == ["impl.py"]
+    assert reads == ["impl.py"] and indexed == ["impl.py"]
     assert outcome(report) == outcome(run_paths([str(tree)], Options(mode=after, jobs=1)))
 
 

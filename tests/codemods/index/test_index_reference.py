@@ -1,19 +1,22 @@
 """The index's shortcuts change nothing it finds: `index_module` gives an equal `ModuleIndex` with them and with
 the full walk they replaced, kept here as it was: every node stacked and visited (`calls`), every statement's
-expressions walked for patch helpers (`runtime_patches`). Tricky sources one by one, then every file of two
-real vLLM trees. The text scans' helpers (`classscan`) are held to the expressions they replaced."""
+expressions walked for patch helpers (`runtime_patches`), each function walked with `ast.iter_child_nodes` for the
+names it binds once (`constructed`). Tricky sources one by one, then every file of two real vLLM trees (and, for
+`constructed`, of stdlib packages). The text scans' helpers (`classscan`) are held to the expressions they replaced."""
 
 from __future__ import annotations
 
 import ast
 import itertools
 import os
+import sys
 import textwrap
+from collections import Counter
 from collections.abc import Sequence
 
 import pytest
 
-from vllm_attn_compat.codemods.index import calls, classscan, runtime_patches
+from vllm_attn_compat.codemods.index import calls, classscan, constructed, runtime_patches
 from vllm_attn_compat.codemods.index.hierarchy import ModuleIndex, index_module
 
 # --- the full walk, as `calls._Collector._scope` was before it skipped anything ------------------------------
@@ -80,9 +83,69 @@ def _reference_scope(
                 stack.append((value, node))
 
 
+# --- the names a function binds once, as `constructed` found them before its walk used the field table ------
+
+_REFERENCE_NESTED = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
+
+
+def _reference_constructed(function: constructed.Function) -> dict[str, ast.expr]:
+    arguments = function.args
+    bindings = Counter(
+        a.arg for a in [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs, arguments.vararg,
+                        arguments.kwarg] if a is not None
+    )  # fmt: skip
+    made: dict[str, ast.expr] = {}
+    stack: list[ast.AST] = list(function.body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, _REFERENCE_NESTED):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                bindings[node.name] += 2
+                stack.extend(node.decorator_list)
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                stack.extend(d for d in [*node.args.defaults, *node.args.kw_defaults] if d is not None)
+            if isinstance(node, ast.ClassDef):
+                stack.extend([*node.bases, *node.keywords])
+            for inner in ast.walk(node):
+                if isinstance(inner, ast.Nonlocal):
+                    bindings.update({name: 2 for name in inner.names})
+            continue
+        if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+            bindings[node.id] += 1
+        elif isinstance(node, (ast.Global, ast.Nonlocal)):
+            bindings.update({name: 2 for name in node.names})
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            bindings.update({(a.asname or a.name).partition(".")[0]: 2 for a in node.names})
+        elif isinstance(node, (ast.ExceptHandler, ast.MatchAs, ast.MatchStar)) and node.name:
+            bindings[node.name] += 2
+        elif isinstance(node, ast.MatchMapping) and node.rest:
+            bindings[node.rest] += 2
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)) and isinstance(node.value, ast.Call):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if len(targets) == 1 and isinstance(targets[0], ast.Name):
+                made[targets[0].id] = node.value.func
+        stack.extend(ast.iter_child_nodes(node))
+    return {name: callee for name, callee in made.items() if bindings[name] == 1}
+
+
+def _functions(tree: ast.AST) -> list[constructed.Function]:
+    return [node for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))]
+
+
+def _constructed_differ(tree: ast.AST) -> list[str]:
+    """The functions of ``tree`` whose names bound once (and the callee node of each) the two walks disagree on."""
+    differing = []
+    for function in _functions(tree):
+        fast, reference = constructed.constructed(function), _reference_constructed(function)
+        if fast.keys() != reference.keys() or any(fast[name] is not reference[name] for name in fast):
+            differing.append(f"{function.name} (line {function.lineno})")
+    return differing
+
+
 def _reference_index(source: bytes, path: str) -> ModuleIndex:
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(calls._Collector, "_scope", _reference_scope)
+        patch.setattr(constructed, "constructed", _reference_constructed)
         patch.setattr(runtime_patches, "may_patch", lambda node, lines: True)
         return index_module(source, path)
 
@@ -298,6 +361,133 @@ def test_a_statement_may_patch_says_no_to_finds_nothing():
     assert [line for line, entries in found.items() if entries] == [7, 8, 9]
 
 
+# --- the names bound once: what the field table skips binds nothing -----------------------------------------
+
+# Each binding form binds a name that is also assigned once from a call: only a binding counted keeps it out.
+CONSTRUCTED_SOURCES = {
+    "bindings of every kind": (
+        """
+        def f(a, /, b, *c, d, **e):
+            a = A()
+            b = A()
+            c = A()
+            d = A()
+            e = A()
+            impl = Impl()
+            typed: Impl = mod.Impl(1)
+            x = y = Other()
+            (p, q), r[0], s.t = pair()
+            for i, j in items(): k = K()
+            with open(a) as h, lock: w = W()
+            import os.path, json as j2
+            from m import n as n2
+            global g
+            try: pass
+            except E as err: u = U()
+            del gone
+            impl3 = Impl3(); impl3 += 1
+            if (walrus := make()): pass
+            [c2 for c2 in range(3) if (c3 := c2)]
+            lambda z=(z2 := Z()): z
+            match value:
+                case Point(x=px, y=[*rest]) | {"k": kv, **others} as whole: m1 = M1()
+                case [1, *_, last] if last: m2 = M2()
+            i = B()
+            os = B()
+            j2 = B()
+            n2 = B()
+            g = B()
+            err = B()
+            gone = B()
+            walrus = B()
+            c2 = B()
+            c3 = B()
+            z2 = B()
+            px = B()
+            rest = B()
+            kv = B()
+            others = B()
+            whole = B()
+            last = B()
+            p = B()
+            q = B()
+            made = factory()(3)
+            chained = a.b.c.Impl(*c, **e)
+            return impl, typed, made, chained
+        """,
+        {"impl", "typed", "k", "w", "u", "m1", "m2", "made", "chained"},
+    ),
+    "nested definitions": (
+        """
+        def outer(self):
+            impl = Impl()
+            kept = Kept()
+            def inner(x=kept):
+                nonlocal impl
+                impl = Other()
+                local = Local()
+            class Nested(bases := Base(), metaclass=(meta := Meta)):
+                def method(self):
+                    def deeper():
+                        nonlocal kept
+                        kept = 2
+                    return deeper
+            @decorate(made := Made())
+            async def later(y=(dflt := Default())):
+                async for item in stream(): a = A()
+                async with ctx() as c: b = B()
+            made = Again()
+            bases = Again()
+            meta = Again()
+            dflt = Again()
+            inner = Again()
+            Nested = Again()
+            later = Again()
+            lonely = Lonely()
+            return lambda q, *r, s=Default(), **t: q
+        """,
+        {"lonely"},
+    ),
+    "constants and strings in walked fields": (
+        """
+        def f(x):
+            impl = Impl("impl", b"impl", 1, None, ..., f"{impl!r:>10}")
+            match x:
+                case Point(x=1, y="s", z=None) | True: pass
+                case {"k": "v"}: pass
+            return impl
+        """,
+        {"impl"},
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CONSTRUCTED_SOURCES))
+def test_names_bound_once_equal_the_full_walk(name):
+    text, expected = CONSTRUCTED_SOURCES[name]
+    tree = ast.parse(_source(text))
+    assert _constructed_differ(tree) == []
+    assert set(constructed.constructed(_functions(tree)[0])) == expected
+
+
+STDLIB_PACKAGES = ["asyncio", "email", "importlib", "json", "logging", "unittest", "concurrent", "xml"]
+
+
+@pytest.mark.parametrize("package", STDLIB_PACKAGES)
+def test_names_bound_once_equal_the_full_walk_over_stdlib_packages(package):
+    """Real code nobody here wrote, present wherever the tests run: each function of the package's modules."""
+    folder = os.path.join(os.path.dirname(os.__file__), package)
+    paths = sorted(os.path.join(d, name) for d, _, names in os.walk(folder) for name in names if name.endswith(".py"))
+    differing, found = [], 0
+    for path in paths:
+        with open(path, "rb") as file:
+            tree = ast.parse(file.read(), path, feature_version=sys.version_info[:2])
+        differing += [f"{path}: {function}" for function in _constructed_differ(tree)]
+        found += sum(len(constructed.constructed(function)) for function in _functions(tree))
+    assert differing == []
+    assert found > 0
+
+
 # --- classscan's helpers, held to the expressions they replaced --------------------------------------------
 
 
@@ -338,7 +528,7 @@ def test_every_file_of_a_vllm_tree_indexes_as_with_the_full_walk(tree):
         with open(path, "rb") as file:
             source = file.read()
         fast = index_module(source, path)
-        if fast != _reference_index(source, path):
+        if fast != _reference_index(source, path) or _constructed_differ(ast.parse(source, path)):
             differing.append(path)
         patches += len(fast.patches)
         uses += len(fast.calls.uses)

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol, TypeAlias
 
 from vllm_attn_compat.codemods.index import constructed
+from vllm_attn_compat.codemods.index.children import CHILDREN as _CHILDREN
 from vllm_attn_compat.codemods.index.forwarded import Parameters, is_none, none_tested
 from vllm_attn_compat.codemods.index.names import ALLOCATORS
 
@@ -295,46 +296,6 @@ _DEFS = (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
 _Def: TypeAlias = ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda
 # Nodes still to walk, each list with its parent and the scope (and enclosing scopes) it belongs to.
 _Pending: TypeAlias = list[tuple[Sequence[ast.AST], ast.AST | None, _Scope, list[_Scope]]]
-# Fields that can hold child nodes, per node type. Python's grammar types the others as identifiers,
-# numbers, constants, contexts or operators; by name, not by a value seen once (an absent optional child
-# is None too).
-_LEAF_FIELDS = frozenset(
-    {
-        "ctx",
-        "op",
-        "ops",
-        "id",
-        "attr",
-        "name",
-        "names",
-        "arg",
-        "asname",
-        "module",
-        "level",
-        "kind",
-        "type_comment",
-        "conversion",
-        "is_async",
-        "simple",
-        "tag",
-        "n",
-        "s",
-    }
-)
-
-
-class _ChildFields(dict[type, tuple[str, ...]]):
-    """Per type, the fields to walk: none for what is no node (a string of a list, None) and for nodes
-    without children (names, constants), which therefore never go on the stack: they hold nothing to find."""
-
-    def __missing__(self, kind: type) -> tuple[str, ...]:
-        fields = self[kind] = (
-            tuple(name for name in kind._fields if name not in _LEAF_FIELDS) if issubclass(kind, ast.AST) else ()
-        )
-        return fields
-
-
-_CHILDREN = _ChildFields()
 # Functions that read a callable's signature and never call it: a method handed to one of them is not handed
 # on (deleting its assert or fallback changes nothing they read; making `output` required does).
 SIGNATURE_READERS = frozenset({"inspect.signature", "inspect.getfullargspec", "inspect.Signature.from_callable"})

@@ -397,7 +397,6 @@ REQUIRING = IMPL.replace("output=None", "output")
             "from plugin_mod import MyImpl\n\ndef f(impl, a):\n    return MyImpl.forward(impl, a, a)\n",
             False,
         ),  # more missing
-        ("from plugin_mod import MyImpl\n\ndef f(impl, a):\n    return MyImpl.forward(impl, *a)\n", False),
     ],
 )
 def test_a_call_omitting_a_required_output_is_reported(caller, reported):
@@ -419,6 +418,47 @@ def test_a_call_omitting_a_required_output_is_reported(caller, reported):
     assert (unaffected not in finding.message) is told, finding.message
     assert "fix" not in finding.message.partition("; the run cannot tell")[2]  # no fix hangs on this call
     assert callsites.findings_for_run(hierarchy.calls, {"caller.py": caller.encode()}, ["VAC001"]) == []
+
+
+@pytest.mark.parametrize(
+    ("call", "reported"),
+    [
+        ("MyImpl.forward(impl, *a)", True),
+        ("MyImpl.forward(impl, a, a, a, a, a, a, **kw)", True),
+        ("impl.forward(*a, **kw)", True),  # a receiver the run cannot tell: said so
+        ("MyImpl.forward(impl, *a, output=o)", False),
+        ("MyImpl.forward(impl, a, a, a, a, a, a, o, *a)", False),  # `output` by position, before the star
+        ("MyImpl.forward(impl, *a, **kw)", True),
+    ],
+)
+def test_a_call_whose_star_arguments_may_lack_a_required_output_is_reported(call, reported):
+    """Where `*args`/`**kwargs` may hold `output` or not, the call raises TypeError when they lack it. Before
+    `--unsafe-fixes` such a call withholds the fix making `output` required; after it, the next `--check` must not
+    go quiet about it (omni-infer's `impl.forward(..., **forward_kwargs)`, whose dict holds `output` only on V1)."""
+    from vllm_attn_compat.codemods.index import callsites
+
+    caller = f"from plugin_mod import MyImpl\n\ndef f(impl, a, kw, o):\n    return {call}\n"
+    indexes = [index_module(REQUIRING.encode(), "plugin_mod.py"), index_module(caller.encode(), "caller.py")]
+    hierarchy = ClassHierarchy.build(indexes)
+    found = callsites.findings_for_run(hierarchy.calls, {"caller.py": caller.encode()}, ["VAC002"])
+    if not reported:
+        assert found == []
+        return
+    [(_, finding)] = found
+    assert finding.code == "VAC002" and finding.status is Status.MANUAL
+    assert finding.message.startswith(
+        f"`{call.partition('.forward')[0]}.forward(...)` passes `*args`/`**kwargs` that may lack `output`, which "
+        "`MyImpl.forward` requires (vLLM >= 0.20): where they lack it, the call raises TypeError; pass the output "
+        "buffer as `output=` explicitly"
+    ), finding.message
+    unaffected = "; the run cannot tell what `impl` is: if it is never an instance of `MyImpl`, the call is unaffected"
+    assert (unaffected in finding.message) is call.startswith("impl."), finding.message
+    # Before the fix, the same call withholds it, and says so.
+    before = [index_module(IMPL.encode(), "plugin_mod.py"), indexes[1]]
+    [(_, withholding)] = callsites.findings_for_run(
+        ClassHierarchy.build(before).calls, {"caller.py": caller.encode()}, ["VAC002"]
+    )
+    assert "may lack `output`, so the safe fix making `output` required" in withholding.message
 
 
 # vLLM 0.19.1's `unified_attention` op, as its forks keep it: the backend's `forward` called without `output`.

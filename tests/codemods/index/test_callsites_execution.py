@@ -126,6 +126,15 @@ def smoke():
     q = torch.arange(8.0).view(2, 4)
     impl = MyImpl()
     return impl.forward(None, q, q, q, None, None)
+
+
+def smoke_kwargs(with_output=False):
+    q = torch.arange(8.0).view(2, 4)
+    impl = MyImpl()
+    extra = {}
+    if with_output:
+        extra["output"] = torch.empty_like(q)
+    return impl.forward(None, q, q, q, None, None, **extra)
 """
 
 # Outside the migrated tree: calls every entry point and prints what each returned or raised.
@@ -139,7 +148,7 @@ sys.path[:0] = [sys.argv[1], sys.argv[2]]
 from plugin.backend import MyImpl
 from plugin import ops
 from plugin.sub import SubImpl
-from tests_plugin.test_smoke import smoke
+from tests_plugin.test_smoke import smoke, smoke_kwargs
 
 ops.LAYERS["layer0"] = ops.Layer()
 
@@ -147,6 +156,7 @@ q = torch.arange(8.0).view(2, 4)
 calls = {
     "forward with output": lambda: MyImpl().forward(None, q, q, q, None, None, torch.empty_like(q)),
     "smoke test": smoke,
+    "smoke test, **kwargs": smoke_kwargs,
     "warm_up": lambda: MyImpl().warm_up(q),
     "subclass super()": lambda: SubImpl().decode(q),
     "Base.m(self)": lambda: SubImpl().warm(q),
@@ -251,6 +261,7 @@ def test_each_withholding_use_is_reported_at_its_own_line(plugin: Path) -> None:
             "tree/plugin/sub.py:6:16:",  # super().decode(query=query)
             "tree/plugin/sub.py:9:16:",  # MyImpl.prefill(self, query, query, query)
             "tree/tests_plugin/test_smoke.py:9:12:",  # impl.forward(None, q, q, q, None, None)
+            "tree/tests_plugin/test_smoke.py:18:12:",  # impl.forward(None, q, q, q, None, None, **extra)
         ]
     ), completed.stdout
     smoke = next(line for line in lines if line.startswith("tree/tests_plugin/test_smoke.py:9:12:"))
@@ -265,6 +276,7 @@ def test_the_withheld_fixes_are_what_would_break_those_calls(plugin: Path) -> No
     broken = {name for name, (outcome, _) in after.items() if outcome == "raised"}
     assert broken == {
         "smoke test",
+        "smoke test, **kwargs",
         "warm_up",
         "subclass super()",
         "Base.m(self)",
@@ -280,8 +292,8 @@ def test_the_withheld_fixes_are_what_would_break_those_calls(plugin: Path) -> No
 def test_after_the_unsafe_fixes_a_check_still_fails_at_each_call_they_broke(plugin: Path) -> None:
     """`--unsafe-fixes` made `output` required where calls omit it; the next `--check` (a CI gate) must not pass:
     each call that now raises TypeError is reported (the smoke test's `impl.forward(...)` too, `impl` bound once
-    to `MyImpl()`, and the old op's `layer.impl.forward(...)`, whose receiver the run cannot tell; not through the
-    `partial` callback or the `getattr`)."""
+    to `MyImpl()`, and the old op's `layer.impl.forward(...)`, whose receiver the run cannot tell; the call whose
+    `**kwargs` lack `output` here, since they may; not through the `partial` callback or the `getattr`)."""
     _migrate(plugin, "--unsafe-fixes")
     completed = _migrate(plugin, "--check")
     assert completed.returncode == 1, completed.stdout + completed.stderr
@@ -292,16 +304,18 @@ def test_after_the_unsafe_fixes_a_check_still_fails_at_each_call_they_broke(plug
         "tree/plugin/sub.py",  # super().decode(query=query)
         "tree/plugin/sub.py",  # MyImpl.prefill(self, query, query, query)
         "tree/tests_plugin/test_smoke.py",  # impl = MyImpl(); impl.forward(None, q, q, q, None, None)
+        "tree/tests_plugin/test_smoke.py",  # impl.forward(None, q, q, q, None, None, **extra)
     ], completed.stdout
     assert all("VAC002" in line and "pass the output buffer as `output=`" in line for line in broken)
 
 
 def test_noqa_silences_a_caller_finding_but_keeps_the_fix_withheld(plugin: Path) -> None:
     smoke = plugin / "tree/tests_plugin/test_smoke.py"
-    smoke.write_text(smoke.read_text().replace("None, None)", "None, None)  # noqa: VAC002"))
+    text = smoke.read_text().replace("None, None)", "None, None)  # noqa: VAC002")
+    smoke.write_text(text.replace("**extra)", "**extra)  # noqa: VAC002"))
     report = run_paths([str(plugin / "tree")], Options(mode="check", jobs=1))
     at_smoke = [finding for path, finding in report.findings if path.endswith("test_smoke.py")]
-    assert [finding.status for finding in at_smoke] == [Status.SUPPRESSED]
+    assert [finding.status for finding in at_smoke] == [Status.SUPPRESSED, Status.SUPPRESSED]
     forward = [
         finding
         for path, finding in report.findings
@@ -320,8 +334,8 @@ def test_a_caller_in_an_excluded_folder_still_withholds_the_fix_it_would_break(p
     lines = completed.stdout.splitlines()
     assert not [line for line in lines if line.startswith("tree/tests_plugin/")]  # nothing reported there
     forward = next(line for line in lines if line.startswith("tree/plugin/backend.py:8:") and "VAC002" in line)
-    # The message names the old op's call; the one more use is the smoke test's, excluded, still counted.
-    assert "[unsafe]" in forward and "at tree/plugin/ops.py:13 calls it without `output` (and 1 more use)" in forward
+    # The message names the old op's call; the two more uses are the smoke test's, excluded, still counted.
+    assert "[unsafe]" in forward and "at tree/plugin/ops.py:13 calls it without `output` (and 2 more uses)" in forward
 
 
 def _hook_command(hook_id: str, staged: list[str]) -> list[str]:

@@ -1,8 +1,10 @@
 """The index's shortcuts change nothing it finds: `index_module` gives an equal `ModuleIndex` with them and with
 the full walk they replaced, kept here as it was: every node stacked and visited (`calls`), every statement's
 expressions walked for patch helpers (`runtime_patches`), each function walked with `ast.iter_child_nodes` for the
-names it binds once (`constructed`). Tricky sources one by one, then every file of two real vLLM trees (and, for
-`constructed`, of stdlib packages). The text scans' helpers (`classscan`) are held to the expressions they replaced."""
+names it binds once (`constructed`), and `ast.walk` and `ast.iter_child_nodes` wherever the index now walks the
+field table (`children`: the flag's reads, patch helpers, class builders, the deleted ops' registrations). Tricky
+sources one by one, then every file of two real vLLM trees (and, for `constructed`, of stdlib packages). The text
+scans' helpers (`classscan`) are held to the expressions they replaced."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from vllm_attn_compat.codemods.index import calls, classscan, constructed, runtime_patches
+from vllm_attn_compat.codemods.index import calls, children, classscan, constructed, runtime_patches
 from vllm_attn_compat.codemods.index.hierarchy import ModuleIndex, index_module
 
 # --- the full walk, as `calls._Collector._scope` was before it skipped anything ------------------------------
@@ -146,6 +148,8 @@ def _reference_index(source: bytes, path: str) -> ModuleIndex:
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(calls._Collector, "_scope", _reference_scope)
         patch.setattr(constructed, "constructed", _reference_constructed)
+        patch.setattr(children, "walk", ast.walk)
+        patch.setattr(children, "child_nodes", ast.iter_child_nodes)
         patch.setattr(runtime_patches, "may_patch", lambda node, lines: True)
         return index_module(source, path)
 
@@ -281,6 +285,22 @@ PATCH_SOURCES = {
     "dict in a loop": "for name in Methods.__dict__:\n    setattr(Attention, name, getattr(Methods, name))\n",
     "plain assignment": "Attention.forward = fn\nMLAAttention.impl.forward = fn\nself.callback = fn\n",
     "decorators": "@patch_method(Attention, 'forward')\ndef g(self): ...\n@merge_into(MLAAttention)\nclass M: ...\n",
+    # Where the walk stops at its first match, or keeps what it finds in order: breadth first, as `ast.walk`.
+    "the first builder by breadth": textwrap.dedent(
+        """\
+        def build(cls):
+            if cls.plain:
+                return type(cls.__name__, (Attention,), {})
+            return wrap(type(cls.__name__, (MLAAttention,), {}))
+        """
+    ),
+    "the first members by breadth": textwrap.dedent(
+        """\
+        for name in merged(MLAAttention.__dict__, outer(vars(Methods))):
+            setattr(Attention, name, fn)
+        """
+    ),
+    "helpers in order": "patcher = chain(inject(MLAAttention, fn), inner(patch_method(Attention, fn)))\n",
     "nested statements": textwrap.dedent(
         """\
         if True:

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol, TypeAlias
 
-from vllm_attn_compat.codemods.index import constructed
+from vllm_attn_compat.codemods.index import children, constructed
 from vllm_attn_compat.codemods.index.children import CHILDREN as _CHILDREN
 from vllm_attn_compat.codemods.index.forwarded import Parameters, is_none, none_tested
 from vllm_attn_compat.codemods.index.names import ALLOCATORS
@@ -224,7 +224,7 @@ def _asserts_output(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
             continue
         if isinstance(statement, ast.Assert) and _tests_output(statement.test, ast.IsNot):
             return True
-        pending.extend(ast.iter_child_nodes(statement))
+        pending.extend(children.child_nodes(statement))
     return False
 
 
@@ -394,8 +394,8 @@ class _Collector:
         # An explicit stack: a deep expression the parser accepted must not exhaust Python's recursion. Nodes
         # are taken in the order of a plain depth-first walk (uses on one column of a line keep that order),
         # but a node that records nothing itself is not stacked: its children are, in its place.
-        children = _CHILDREN
-        stack = [(node, parent) for node in nodes if children[type(node)]]
+        fields = _CHILDREN
+        stack = [(node, parent) for node in nodes if fields[type(node)]]
         uses = self.uses
         push, pop = stack.append, stack.pop
         # Types are compared exactly (the parser makes no subclasses): cheaper than isinstance on every node.
@@ -428,25 +428,25 @@ class _Collector:
                 func = node.func
                 if type(func) is attribute:
                     _push_object(func, push)  # the function is called: no reference of its own
-                elif children[type(func)]:
+                elif fields[type(func)]:
                     push((func, node))
                 for argument in node.args:
-                    if children[type(argument)]:
+                    if fields[type(argument)]:
                         push((argument, node))
                 for keyword in node.keywords:  # a keyword records nothing: its value, in its place
-                    if children[type(keyword.value)]:
+                    if fields[type(keyword.value)]:
                         push((keyword.value, keyword))
                 continue
             if kind in _DEF_TYPES and isinstance(node, _DEFS):
                 self._define(node, parent, scope, scopes, pending)
                 continue
-            for name in children[kind]:
+            for name in fields[kind]:
                 value: Any = getattr(node, name, None)
                 if type(value) is list:
                     for item in value:
-                        if children[type(item)]:
+                        if fields[type(item)]:
                             push((item, node))
-                elif children[type(value)]:
+                elif fields[type(value)]:
                     push((value, node))
 
     def _reads_signature(self, node: ast.Attribute, parent: ast.AST | None) -> bool:

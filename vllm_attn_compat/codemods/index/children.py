@@ -9,6 +9,8 @@ followed may still hold something else (a constant's value, a list of strings): 
 from __future__ import annotations
 
 import ast
+from collections import deque
+from collections.abc import Iterator
 
 _LEAF_FIELDS = frozenset(
     {
@@ -47,3 +49,25 @@ class _ChildFields(dict[type, tuple[str, ...]]):
 
 
 CHILDREN = _ChildFields()
+
+
+def child_nodes(node: ast.AST) -> list[ast.AST]:
+    """`ast.iter_child_nodes`, in its order, without what `CHILDREN` leaves out."""
+    found: list[ast.AST] = []
+    for field in CHILDREN[type(node)]:
+        value = getattr(node, field, None)
+        if type(value) is list:
+            found += [item for item in value if isinstance(item, ast.AST)]
+        elif isinstance(value, ast.AST):
+            found.append(value)
+    return found
+
+
+def walk(node: ast.AST) -> Iterator[ast.AST]:
+    """`ast.walk` (breadth first, each node's children in field order), without what `CHILDREN` leaves out: a
+    search that stops at the first match finds the same node."""
+    pending = deque([node])
+    while pending:
+        node = pending.popleft()
+        pending.extend(child_nodes(node))
+        yield node

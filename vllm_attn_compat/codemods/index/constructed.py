@@ -93,7 +93,7 @@ def _nested(node: ast.AST, bindings: Counter[str], stack: list[object]) -> None:
 def _push_children(node: object, stack: list[object]) -> None:
     """Stack the nodes ``node``'s fields may hold (`children.CHILDREN`)."""
     for field in CHILDREN[type(node)]:
-        value = getattr(node, field)
+        value = getattr(node, field, None)
         if type(value) is list:
             stack.extend(value)
         elif isinstance(value, ast.AST):

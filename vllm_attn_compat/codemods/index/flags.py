@@ -19,6 +19,7 @@ import ast
 from collections.abc import Callable
 from typing import NamedTuple
 
+from vllm_attn_compat.codemods.index import children
 from vllm_attn_compat.codemods.index.names import FLAG as FLAG
 from vllm_attn_compat.codemods.index.names import FLAG_BYTES as FLAG_BYTES
 
@@ -88,7 +89,7 @@ class _Reads:
         self.visit(statement, classes, receivers)
 
     def _children(self, node: ast.AST, classes: list[str], receivers: dict[str, str]) -> None:
-        for child in ast.iter_child_nodes(node):
+        for child in children.child_nodes(node):
             self.visit(child, classes, receivers)
 
     def _read(self, node: ast.AST, receivers: dict[str, str]) -> None:

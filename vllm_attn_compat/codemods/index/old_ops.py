@@ -9,6 +9,8 @@ from __future__ import annotations
 import ast
 from typing import NamedTuple
 
+from vllm_attn_compat.codemods.index import children
+
 FUNCTIONS = frozenset({"unified_attention", "unified_mla_attention"})
 
 
@@ -32,7 +34,7 @@ def old_op_bodies(tree: ast.Module) -> tuple[OldOpBody, ...]:
     if not functions:
         return ()
     registered: set[str] = set()
-    for call in ast.walk(tree):
+    for call in children.walk(tree):
         if isinstance(call, ast.Call):
             # direct_register_custom_op(op_name="unified_attention", ...); torch.library.custom_op("vllm::...", ...);
             # torch.library.define("vllm::unified_attention(Tensor q) -> Tensor")

@@ -20,6 +20,8 @@ from bisect import bisect_left
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from vllm_attn_compat.codemods.index import children
+
 # What is copied: one attribute (a function becomes a method), or a class's members (a mixin).
 ATTRIBUTE = "attribute"
 MEMBERS = "members"
@@ -97,7 +99,7 @@ def _from_call(call: ast.Call, resolve: Resolve, line: int) -> list[PatchEntry]:
 
 def _members_of(iterable: ast.expr, resolve: Resolve) -> str | None:
     """``X`` when ``iterable`` walks the members of class ``X``: ``X.__dict__``, ``vars(X)``, ``getmembers(X)``."""
-    for node in ast.walk(iterable):
+    for node in children.walk(iterable):
         if isinstance(node, ast.Attribute) and node.attr == "__dict__":
             return _source(node.value, resolve)
         if isinstance(node, ast.Call) and node.args and _callee_name(node.func) in ("vars", "getmembers"):
@@ -112,7 +114,7 @@ def from_statement(node: ast.stmt, resolve: Resolve) -> list[PatchEntry]:
         source = _members_of(node.iter, resolve)
         if source is None:
             return []
-        calls = (n for n in ast.walk(ast.Module(body=node.body, type_ignores=[])) if isinstance(n, ast.Call))
+        calls = (n for n in children.walk(ast.Module(body=node.body, type_ignores=[])) if isinstance(n, ast.Call))
         setattrs = [call for call in calls if _callee_name(call.func) == "setattr" and call.args]
         return [PatchEntry(source, MEMBERS, _targets(call.args[0], resolve), line) for call in setattrs]
     entries: list[PatchEntry] = []
@@ -126,7 +128,7 @@ def from_statement(node: ast.stmt, resolve: Resolve) -> list[PatchEntry]:
     value = getattr(node, "value", None)
     if isinstance(node, (ast.Expr, ast.Assign, ast.AnnAssign)) and value is not None:
         # `mock.patch.object(...).start()`, `patcher = patch(...)`: the helper may sit inside the expression.
-        for call in ast.walk(value):
+        for call in children.walk(value):
             if isinstance(call, ast.Call):
                 entries += _from_call(call, resolve, line)
     return entries
@@ -233,7 +235,7 @@ def builder_entry(node: ast.FunctionDef | ast.AsyncFunctionDef, source: str, res
     """A `BUILDER` entry when the function (or a function nested in it: a decorator factory) returns a
     class built by ``type(name, bases, namespace)`` or ``types.new_class(name, bases, ...)``; its targets
     are the bases that resolve (none where they are parameters: ``type(cls.__name__, (base,), ns)``)."""
-    for call in ast.walk(node):
+    for call in children.walk(node):
         if not isinstance(call, ast.Call):
             continue
         func = call.func

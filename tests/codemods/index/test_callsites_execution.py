@@ -84,6 +84,16 @@ class MyImpl(AttentionImpl):
         output = torch.empty_like(query)
         self.fused(query, output)
         return self.fused(query, output=output)
+
+    def reshaped(self, query, output=None):
+        if output is None:
+            output = torch.empty_like(query)
+        output = output.view(-1)
+        output.copy_(query.view(-1) * 3)
+        return output
+
+    def run_reshaped(self, query):
+        return self.reshaped(query, output=torch.empty_like(query))
 """
 
 SUBCLASS = """
@@ -163,6 +173,7 @@ calls = {
     "partial callback": lambda: MyImpl().callbacks()[0](q),
     "getattr": lambda: MyImpl().by_name(q),
     "fused": lambda: MyImpl().run_fused(q),
+    "reshaped": lambda: MyImpl().run_reshaped(q),
     "old op": lambda: ops.attention(q, "layer0"),
 }
 results = {}
@@ -236,8 +247,10 @@ def test_every_call_that_worked_still_works_after_the_safe_fixes(plugin: Path) -
     assert after == before
 
     backend = (plugin / "tree/plugin/backend.py").read_text()
-    # Only `fused` is called with `output` everywhere: its fixes are applied, the others' withheld.
+    # Only `fused` and `reshaped` are called with `output` everywhere: their fixes are applied, the others' withheld
+    # (`reshaped` assigns `output` after its fallback: the fallback goes all the same).
     assert "def fused(self, query, output: torch.Tensor):" in backend
+    assert "def reshaped(self, query, output: torch.Tensor):\n        output = output.view(-1)\n" in backend
     assert backend.count("if output is None:") == 4
     for kept in (
         "def prefill(self, query, key, value, output=None):",

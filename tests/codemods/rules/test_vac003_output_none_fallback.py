@@ -204,3 +204,31 @@ def test_a_reported_none_test_names_the_run_s_uses_that_pass_no_buffer(signature
     [finding] = [f for f in run(text, ["VAC003"], others=[("test_impl.py", callers)]).findings if f.code == "VAC003"]
     assert finding.status is Status.MANUAL and "`output is not None` is always true" in finding.message
     assert_names_use(finding.message, "once the run's uses of the method pass one", "test_impl.py:6", named)
+
+
+def test_a_fallback_opening_a_method_that_reassigns_output_later_follows_the_methods_callers():
+    """The fallback tests the parameter (nothing before it assigns `output`), whatever the method assigns to the
+    name afterwards: it goes while every call the run sees passes a buffer, and stays (unsafe) while one does not,
+    that call reported (omni-infer's backend `forward`, `output = output.view(-1, ...)` below its fallback). A test
+    further down, after such an assignment, may test the local: never touched."""
+    text = method(
+        """
+        def forward(self, q, output=None):
+            if output is None:
+                output = torch.empty_like(q)
+            output = output.view(-1)
+            if output is None:
+                raise ValueError("no buffer")
+            return output
+        """
+    )
+    result = run(text, ["VAC003"])
+    assert statuses(result) == [Status.FIXED]
+    assert "if output is None:\n            output = torch.empty_like(q)" not in result.source.decode()
+    assert "output = output.view(-1)\n        if output is None:" in result.source.decode()
+    caller = "from plugin_mod import Impl\n\n\ndef warm(q):\n    impl = Impl()\n    return impl.forward(q)\n"
+    withheld = run(text, ["VAC003"], path="plugin_mod.py", others=[("caller.py", caller)])
+    assert statuses(withheld) == [Status.UNSAFE_FIX_AVAILABLE] and withheld.source.decode() == text
+    reported = run(caller, ["VAC003"], path="caller.py", others=[("plugin_mod.py", text)]).findings
+    assert [finding.code for finding in reported] == ["VAC003"]
+    assert "the run cannot tell" not in reported[0].message  # `impl` is bound once to `Impl()`

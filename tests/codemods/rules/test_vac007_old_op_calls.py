@@ -35,6 +35,30 @@ def test_references_that_are_not_calls_are_reported_only():
         assert result.source.decode() == text and statuses(result) == [Status.MANUAL]
 
 
+def test_an_assignment_patching_the_old_op_is_told_to_patch_the_with_output_op():
+    """unified-cache-management's sparse patch wraps both ops: the old one's wrapper never runs on vLLM >= 0.20."""
+    text = source(
+        """
+        import torch
+
+
+        def patch(layer):
+            torch.ops.vllm.unified_attention = wrap(torch.ops.vllm.unified_attention, layer.attend)
+            torch.ops.vllm.unified_mla_attention: object = layer.attend_mla
+        """
+    )
+    result = run(text, ["VAC007"], unsafe=True)
+    assert result.source.decode() == text
+    assigned, read, annotated = sorted(result.findings, key=lambda finding: (finding.line, finding.column))
+    assert (
+        "this assignment patches an op vLLM >= 0.20 never calls: patch `torch.ops.vllm.unified_attention_with_output`"
+        in assigned.message
+    )
+    assert read.message.endswith("; use `torch.ops.vllm.unified_attention_with_output`")
+    assert "patch `torch.ops.vllm.unified_mla_attention_with_output` instead" in annotated.message
+    assert {finding.status for finding in result.findings} == {Status.MANUAL}
+
+
 def test_kernels_and_helpers_named_unified_attention_stay():
     text = source(
         """

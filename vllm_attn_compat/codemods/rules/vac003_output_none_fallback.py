@@ -82,9 +82,10 @@ class OutputNoneFallback(Rule):
     tests ``output`` against None there (a fallback further down, one with other statements, an
     ``else``, ``output is not None`` in a condition) is reported for a person to simplify, and so is a
     method that refuses the buffer (``assert output is None``, ``if output is not None: raise ...``, before
-    any assignment to ``output``): it fails whenever it is given one. Only the ``output`` parameter counts: the
-    fallback opening a method tests it whatever the method assigns to ``output`` afterwards, but any other test in a
-    method that assigns ``output`` itself is never touched, nor is a function without such a parameter.
+    any assignment to ``output``): it fails whenever it is given one. Only the ``output`` parameter counts: a test
+    that no assignment to ``output`` may run before tests it, whatever the method assigns to the name afterwards
+    (``output = output.view(...)``); a test after one may test the local, and is never touched, nor is a function
+    without such a parameter.
     Deleting a fallback is safe only while every call of the method the run can see passes a buffer: a call
     without ``output`` (or with ``output=None``), or the method handed on as a value, withholds it (unsafe)
     and is reported where it is, as for VAC002.
@@ -241,6 +242,8 @@ class OutputNoneFallback(Rule):
         fallback = (
             parent if isinstance(parent, cst.If) and parent.test is node and _is_allocation_fallback(parent) else None
         )
+        if rebinds_outside_none_guards(method.node, "output") and not self.ctx.output_still_parameter(method):
+            return  # `output` is (also) a local variable, assigned before the test may run: it may test that
         body = method.node.body
         if (
             fallback is not None
@@ -248,13 +251,9 @@ class OutputNoneFallback(Rule):
             and isinstance(body, cst.BaseSuite)  # always, once it holds the fallback (a lambda's is an expression)
             and _at_method_start(body, fallback)
         ):
-            # Nothing before it assigns `output`: it tests the parameter, whatever the method does with the name
-            # afterwards (`output = output.view(...)`).
             message = "this fallback is dead: vLLM >= 0.20 always passes the output buffer"
             self.ctx.report_unless_withheld(self, node, method, message, RemoveStatement(fallback))
             return
-        if rebinds_outside_none_guards(method.node, "output"):
-            return  # `output` is (also) a local variable here: the test may be meaningful
         truth = "never true" if kind == "is" else "always true"
         message = (
             f"`output {kind} None` is {truth}: vLLM >= 0.20 always passes the output buffer; "

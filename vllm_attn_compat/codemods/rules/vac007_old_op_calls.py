@@ -226,6 +226,15 @@ class OldOpCalls(Rule):
         parent = self.ctx.parent()
         if isinstance(parent, cst.Attribute) and parent.value is node and dotted_name(parent) in _OP_REFERENCES:
             return  # `.default` of this reference: reported there
+        if isinstance(parent, (cst.AssignTarget, cst.AnnAssign, cst.AugAssign)) and parent.target is node:
+            # A patch of the op (sparse-attention plugins wrap it): vLLM >= 0.20 calls the with-output op only.
+            self.ctx.report(
+                self,
+                node,
+                f"`{reference}` was removed in vLLM 0.20, so this assignment patches an op vLLM >= 0.20 never "
+                f"calls: patch `torch.ops.vllm.{op}_with_output` instead (it runs every backend there)",
+            )
+            return
         if not (isinstance(parent, cst.Call) and parent.func is node):
             self.ctx.report(
                 self,

@@ -125,8 +125,6 @@ _FIRST = (REQUIRED_OUTPUT, NONE_FALLBACK, ASSERT_OUTPUT)
 # Calls passing `output` None, or a parameter of their own that may be None (`forwarded`).
 _PASSES_ON = ("forwards", "relays")
 _PASSES_NONE = ("none", *_PASSES_ON)
-# Calls of a method requiring `output` that bind all else and do not pass it, or may not (`*args`/`**kwargs`).
-_MISSING = ("missing", "may omit")
 # Uses that do not call the method: they read as `x.m` in messages, not `x.m(...)`.
 _NOT_CALLS = ("getattr", "reference", "signature")
 # nn.Module layers run ``forward`` through ``layer(...)``: calls the run cannot attribute to them.
@@ -144,8 +142,8 @@ class Blocker:
     line: int
     column: int
     end_line: int
-    # "omits", "none", "forwards", "relays", "starred", "positional", "reference", "signature", "getattr", "layer",
-    # "missing" or "may omit"
+    # "omits", "none", "forwards", "relays", "starred", "positional", "reference", "signature", "getattr", "layer" or
+    # "missing"
     how: str
     text: str  # the receiver as written
     # False where the run cannot tell what the receiver is (`calls.Use.receiver` "other"): the use counts, since
@@ -193,9 +191,8 @@ class CallAnalysis:
     withheld: Withheld = field(default_factory=dict)
     methods: dict[tuple[str, str], OutputMethod] = field(default_factory=dict)  # every target
     # The calls that omit the `output` a method requires (vLLM >= 0.20's signature, or an unsafe fix's), binding
-    # all else: each raises TypeError where the receiver is an instance of the method's class; and those passing
-    # `*args`/`**kwargs` without `output` by name or position, which raise it when those lack it ("may omit").
-    # Reported at the call under VAC002, so that a run after `--unsafe-fixes` still fails there.
+    # all else: each raises TypeError where the receiver is an instance of the method's class. Reported at the call
+    # under VAC002, so that a run after `--unsafe-fixes` still fails there.
     missing: dict[tuple[str, str], tuple[Blocker, ...]] = field(default_factory=dict)
     # The calls passing on their method's own `output` (`PassedOn`): in ``withheld`` where that method may be given
     # None, as settled (`_settled`); kept to settle again with another module's uses (`merged`).
@@ -357,9 +354,6 @@ def _how(use: Use, module: str, target: str, method: OutputMethod, relations: _R
     if use.starred:
         if "output" in use.keywords:
             return _passes(use.output_none, use.output_relayed, use.output_forwarded)
-        if "output" in method.required and "output" not in parameters[: use.positional]:
-            # What they hold decides: without `output`, a TypeError (`CallAnalysis.missing`, as for "missing").
-            return ("may omit",)
         return ("starred",)
     bound = set(parameters[: use.positional]) | use.keywords
     if explicit_self and use.positional == 0:
@@ -467,7 +461,7 @@ def _withheld(
                 for how in _how(use, index.module, key[0], method, relations):
                     resolved = _resolved(use, relations)
                     blocker = Blocker(index.path, use.line, use.column, use.end_line, how, use.text, resolved)
-                    if how in _MISSING:
+                    if how == "missing":
                         # On any receiver: after `--unsafe-fixes` the calls they break go through `self.impl`,
                         # which the run cannot tell. One it cannot tell says so (`_unresolved`).
                         missing.setdefault(key, set()).add(blocker)
@@ -574,7 +568,7 @@ def caller_findings(
     spans = [(line, blocker.end_line) for (line, _), entries in sites.items() for *_, blocker in entries]
     may_suppress = any(_NOQA_WORD.search(b"\n".join(lines[start - 1 : end])) for start, end in spans)
     noqa = _noqa_lines(source) if may_suppress else {}
-    omitting = any(entries[0][2].how in ("omits", *_MISSING) for entries in sites.values())
+    omitting = any(entries[0][2].how in ("missing", "omits") for entries in sites.values())
     old_ops = analysis.old_ops.get(here, ()) if omitting else ()
     findings = []
     for (line, column), entries in sorted(sites.items()):
@@ -611,15 +605,6 @@ def _caller_message(
         if old_op is not None:
             return f"{broken}: the call raises TypeError. {_old_op_advice(*old_op)}"
         return f"{broken}: the call raises TypeError; pass the output buffer as `output=`"
-    if blocker.how == "may omit":
-        requires = "requires" if len(keys) == 1 else "require"
-        lacking = (
-            f"`{blocker.text}.{name}(...)` passes `*args`/`**kwargs` that may lack `output`, which {method} {requires}"
-            " (vLLM >= 0.20): where they lack it, the call raises TypeError"
-        )
-        if old_op is not None:
-            return f"{lacking}. {_old_op_advice(*old_op)}"
-        return f"{lacking}; pass the output buffer as `output=` explicitly"
     texts = (
         (REQUIRED_OUTPUT, "making `output` required"),
         (NONE_FALLBACK, "deleting the `output is None` fallback"),
@@ -689,7 +674,7 @@ def _unresolved(blocker: Blocker, keys: list[tuple[str, str]], code: str, unsafe
     classes = [f"`{name}`" for name in sorted({full.rpartition(".")[2] for full, _ in keys})]
     which = "an instance of " + (classes[0] if len(classes) == 1 else f"{', '.join(classes[:-1])} or {classes[-1]}")
     receiver = "its receiver" if blocker.text == UNSHOWN else f"`{blocker.text}`"
-    if blocker.how in _MISSING:  # no fix hangs on it: the report is all there is to silence
+    if blocker.how == "missing":  # no fix hangs on it: the report is all there is to silence
         return (
             f"; the run cannot tell what {receiver} is: if it is never {which}, the call is unaffected "
             f"(`# noqa: {code}` here silences this report)"

@@ -97,6 +97,14 @@ def test_reading_the_signature_withholds_only_the_fix_that_changes_it(caller):
     assert reported.message.startswith("`impl.forward`'s signature is read here, so the safe fix making `output`")
 
 
+def test_a_signature_read_through_a_receiver_not_shown_keeps_its_placeholder():
+    """`type(self).forward` is shown as `(...).forward`, as elsewhere: the message read "`.forward`'s signature"
+    (vLLM 0.20.0's `ultravox.py`, NVIDIA/Model-Optimizer's distillation model)."""
+    caller = "import inspect\n\ndef f(impl):\n    return inspect.signature(type(impl).forward).parameters\n"
+    [reported] = run(caller, ["VAC002"], path="caller.py", others=[("plugin_mod.py", WITH_FALLBACK)]).findings
+    assert reported.message.startswith("`(...).forward`'s signature is read here, so the safe fix making `output`")
+
+
 def test_a_handed_on_method_that_only_looks_like_a_signature_read_withholds_everything():
     caller = (
         "import inspect\n\ndef f(impl, signature):\n    return signature(impl.forward), inspect.stack(impl.forward)\n"

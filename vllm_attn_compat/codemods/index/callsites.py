@@ -635,7 +635,7 @@ def _caller_message(
         return f"{call} passes `*args`/`**kwargs` that may lack `output`, {what}: pass {buffer} explicitly"
     if blocker.how == "signature":
         return (
-            f"{call.replace('(...)', '')}'s signature is read here, {what}: check what this code expects of "
+            f"`{blocker.text}.{name}`'s signature is read here, {what}: check what this code expects of "
             "`output`'s default"
         )
     if blocker.how == "getattr":

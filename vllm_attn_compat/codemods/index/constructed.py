@@ -16,7 +16,8 @@ from vllm_attn_compat.codemods.index.children import CHILDREN
 
 Function = ast.FunctionDef | ast.AsyncFunctionDef
 _NESTED = frozenset({ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda})
-# The other nodes that bind a name, besides a name stored or deleted (the parser makes no subclasses).
+# What `_bind` reads (the parser makes no subclasses): the nodes that bind a name themselves, not through a `Name`
+# they hold, and the assignments, which may make one (`name = callee(...)`).
 _BINDING = frozenset(
     {ast.Global, ast.Nonlocal, ast.Import, ast.ImportFrom, ast.ExceptHandler, ast.MatchAs, ast.MatchStar,
      ast.MatchMapping, ast.Assign, ast.AnnAssign}
@@ -54,7 +55,8 @@ def constructed(function: Function) -> dict[str, ast.expr]:
 
 
 def _bind(node: ast.stmt | ast.excepthandler | ast.pattern, bindings: Counter[str], made: dict[str, ast.expr]) -> None:
-    """The names a statement, handler or pattern of `_BINDING` binds itself (not through a name it holds)."""
+    """Count the names a node of `_BINDING` binds itself (not through a `Name` it holds: that is counted where it
+    stands), and record ``name = callee(...)`` in ``made``."""
     if isinstance(node, (ast.Global, ast.Nonlocal)):
         bindings.update({name: 2 for name in node.names})
     elif isinstance(node, (ast.Import, ast.ImportFrom)):

@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol, TypeAlias
 
 from vllm_attn_compat.codemods.index import children, constructed
-from vllm_attn_compat.codemods.index.children import CHILDREN as _CHILDREN
 from vllm_attn_compat.codemods.index.forwarded import Parameters, is_none, none_tested
 from vllm_attn_compat.codemods.index.names import ALLOCATORS
 
@@ -310,7 +309,7 @@ def _push_object(node: ast.Attribute, push: Callable[[tuple[ast.AST, ast.AST | N
     parent, value = node, node.value
     while type(value) is ast.Attribute and isinstance(value, ast.Attribute):
         parent, value = value, value.value
-    if _CHILDREN[type(value)]:
+    if children.CHILDREN[type(value)]:
         push((value, parent))
 
 
@@ -394,7 +393,7 @@ class _Collector:
         # An explicit stack: a deep expression the parser accepted must not exhaust Python's recursion. Nodes
         # are taken in the order of a plain depth-first walk (uses on one column of a line keep that order),
         # but a node that records nothing itself is not stacked: its children are, in its place.
-        fields = _CHILDREN
+        fields = children.CHILDREN
         stack = [(node, parent) for node in nodes if fields[type(node)]]
         uses = self.uses
         push, pop = stack.append, stack.pop

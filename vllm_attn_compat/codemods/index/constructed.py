@@ -93,7 +93,9 @@ def _nested(node: ast.AST, bindings: Counter[str], stack: list[object]) -> None:
 
 
 def _push_children(node: object, stack: list[object]) -> None:
-    """Stack the nodes ``node``'s fields may hold (`children.CHILDREN`)."""
+    """Stack what ``node``'s fields may hold (`children.CHILDREN`): not `children.child_nodes`, which tests each
+    item of a list to be a node (a pattern's attribute names are strings, a dict's keys hold None for ``**d``);
+    the loops here test what they pop anyway, and the test cost the walk a sixth of its time."""
     for field in CHILDREN[type(node)]:
         value = getattr(node, field, None)
         if type(value) is list:

@@ -460,6 +460,87 @@ def test_a_call_passing_star_arguments_to_a_method_requiring_output_is_not_repor
     assert "taken by `--unsafe-fixes`, breaks it" in taken.message
 
 
+# A method requiring `output` with the parameters of vLLM's layer's `forward` (MiniMax-M3's sparse impls in vLLM
+# 0.34.0), and other classes defining a `forward` without it.
+SPARSE_IMPL = """
+from vllm.v1.attention.backend import AttentionImpl
+
+
+class SparseImpl(AttentionImpl):
+    def forward(self, query, key, value, output):
+        return output
+"""
+PLAIN_LAYER = """
+from vllm.model_executor.layers.attention import Attention
+
+
+class MyLayer(Attention):
+    def forward(self, query, key, value, output_shape=None):
+        return query
+"""
+# Takes anything: tells nothing of what a call is for.
+CATCH_ALL = """
+from vllm.v1.attention.backend import AttentionImpl
+
+
+class Wrapping(AttentionImpl):
+    def forward(self, *args, **kwargs):
+        return args
+"""
+NOT_ATTENTION = """
+class Runner:
+    def forward(self, input_ids, positions, inputs_embeds=None):
+        return input_ids
+"""
+
+
+@pytest.mark.parametrize(
+    ("others", "call", "reported"),
+    [
+        # On a receiver the run cannot tell, a call that another attention class's `forward` takes whole may be
+        # meant for it: vLLM 0.34.0's `self_attn.forward(query, key, value)` on its layer.
+        ([PLAIN_LAYER], "attn.forward(q, k, v)", False),
+        ([PLAIN_LAYER], "attn.forward(query=q, key=k, value=v)", False),
+        ([PLAIN_LAYER], "attn.forward(q, k, value=v)", False),
+        # The layer's parameters do not take it (keywords it lacks; one it requires missing): reported.
+        ([PLAIN_LAYER.replace("query, key, value", "x, y, z")], "attn.forward(query=q, key=k, value=v)", True),
+        ([PLAIN_LAYER.replace("output_shape=None", "output_shape")], "attn.forward(q, k, v)", True),
+        # No evidence: a method taking `*args`/`**kwargs`, or a class that is no attention class.
+        ([CATCH_ALL], "attn.forward(q, k, v)", True),
+        ([NOT_ATTENTION], "attn.forward(q, k, v)", True),
+        ([], "attn.forward(q, k, v)", True),
+    ],
+)
+def test_a_call_omitting_output_that_another_attention_class_takes_is_not_reported(others, call, reported):
+    """A report says the call raises TypeError; where the receiver could be an instance of another attention class
+    whose method of that name takes the call, parameter for parameter, the run has no ground to say so."""
+    from vllm_attn_compat.codemods.index import callsites
+
+    caller = f"def f(attn, q, k, v, s):\n    return {call}\n"
+    sources = [SPARSE_IMPL, *others, caller]
+    paths = [f"mod{number}.py" for number in range(len(sources))]
+    indexes = [index_module(text.encode(), path) for text, path in zip(sources, paths, strict=True)]
+    found = callsites.findings_for_run(ClassHierarchy.build(indexes).calls, {paths[-1]: caller.encode()}, ["VAC002"])
+    assert [finding.message.partition(" (vLLM")[0] for _, finding in found] == (
+        ["`attn.forward(...)` does not pass `output`, which `SparseImpl.forward` requires"] if reported else []
+    )
+
+
+def test_a_call_on_a_receiver_the_run_knows_is_reported_whatever_other_classes_take():
+    """The narrowing is for receivers the run cannot tell: `self.forward(q, k, v)` in a subclass of the impl
+    requiring `output` raises, whatever vLLM's layer takes."""
+    from vllm_attn_compat.codemods.index import callsites
+
+    caller = "from mod0 import SparseImpl\n\n\nclass Sub(SparseImpl):\n    def warm(self, q):\n"
+    caller += "        return self.forward(q, q, q)\n"
+    indexes = [index_module(SPARSE_IMPL.encode(), "mod0.py"), index_module(PLAIN_LAYER.encode(), "mod1.py")]
+    indexes.append(index_module(caller.encode(), "caller.py"))
+    [(_, finding)] = callsites.findings_for_run(
+        ClassHierarchy.build(indexes).calls, {"caller.py": caller.encode()}, ["VAC002"]
+    )
+    assert "`self.forward(...)` does not pass `output`, which `SparseImpl.forward` requires" in finding.message
+
+
 # vLLM 0.19.1's `unified_attention` op, as its forks keep it: the backend's `forward` called without `output`.
 OLD_OP_BODY = """
 from vllm.utils.torch_utils import direct_register_custom_op

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from vllm_attn_compat.codemods.index import records
-from vllm_attn_compat.codemods.index.calls import OutputMethod, Use
+from vllm_attn_compat.codemods.index.calls import OutputMethod, Signature, Use
 from vllm_attn_compat.codemods.index.classscan import ScannedIndex, quick_index
 from vllm_attn_compat.codemods.index.flags import FlagRead
 from vllm_attn_compat.codemods.index.hierarchy import ClassEntry, index_module
@@ -132,6 +132,7 @@ def test_uses_not_kept_ready_are_read_only_once_a_name_of_theirs_is_asked_for():
 def test_an_index_with_every_kind_of_record_comes_back_the_same():
     index = index_module(BACKEND, "plugin/backend.py")
     assert index.classes and index.patches and index.calls.methods and index.calls.uses  # all present
+    assert index.calls.signatures == (Signature("MyImpl", "get_name", ""),)
     assert any(use.none_at or use.output_none for use in index.calls.uses)
     assert {read.target for read in index.flag_reads} == {None, "backend.MyImpl"}  # both kinds of target
     first = BACKEND.splitlines().index(b"def unified_attention(query, layer_name):") + 1
@@ -145,6 +146,7 @@ def test_the_encoding_has_a_check_for_every_field_of_every_record():
     assert len(records._FIELDS[Use]) == len(Use._fields)
     assert len(records._FIELDS[FlagRead]) == len(FlagRead._fields)
     assert len(records._FIELDS[OldOpBody]) == len(OldOpBody._fields)
+    assert len(records._FIELDS[Signature]) == len(Signature._fields)
 
 
 def test_a_scanned_index_comes_back_the_same():
@@ -175,6 +177,10 @@ def _spoiled(change):
         (lambda data: data["classes"][1].__setitem__(0, "Base"), "ClassEntry values holds a value of the wrong type"),
         (lambda data: data["methods"][5].__setitem__(0, [1]), "OutputMethod values holds a value of the wrong type"),
         (lambda data: data["old_ops"][3].__setitem__(0, 1), "OldOpBody values holds a value of the wrong type"),
+        (
+            lambda data: data["signatures"][2].__setitem__(0, ["self"]),
+            "Signature values holds a value of the wrong type",
+        ),
     ],
     ids=[
         "field-missing",
@@ -189,6 +195,7 @@ def _spoiled(change):
         "bases-text",
         "set-of-numbers",
         "number-for-registered",
+        "text-for-parameters",
     ],
 )
 def test_data_of_the_wrong_shape_raises_a_value_error_naming_it(change, message):

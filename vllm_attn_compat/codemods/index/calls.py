@@ -1,6 +1,7 @@
-"""What one module holds for the call-site analysis (`callsites`): its methods taking an ``output`` parameter
-and its attribute calls, references and ``getattr`` uses, collected from the syntax tree the class-hierarchy
-pass parsed (stdlib ``ast``; no other file is parsed for them). Plain picklable data."""
+"""What one module holds for the call-site analysis (`callsites`): its methods taking an ``output`` parameter,
+the signatures of its classes' other methods, and its attribute calls, references and ``getattr`` uses, collected
+from the syntax tree the class-hierarchy pass parsed (stdlib ``ast``; no other file is parsed for them). Plain
+picklable data."""
 
 from __future__ import annotations
 
@@ -54,6 +55,35 @@ class OutputMethod:
         if "output" not in self.positional:  # keyword-only
             return True
         return all(name in self.required for name in self.positional[: self.positional.index("output")])
+
+
+class Signature(NamedTuple):  # a tuple of text: a fork's index holds thousands, made and pickled on each run
+    """A method of a class that takes no ``output`` parameter, as a call binds to it. A call omitting the
+    ``output`` that a method of the run requires, on a receiver the run cannot tell, may be meant for another
+    attention class's method of the same name: where that one's named parameters take the call whole, the call
+    is not reported (`callsites`)."""
+
+    owner: str  # the class's qualname
+    name: str
+    # The parameters after the implicit self/cls as a ``def`` lists them, without annotations or default values:
+    # ``"layer, /, query, key=, *, scale="`` (``=`` marks a default; ``/`` and ``*`` as in a ``def``, ``*`` standing
+    # for ``*args`` too; ``**kwargs`` is left out, as it takes any keyword).
+    parameters: str
+
+    def takes(self, positional: int, keywords: Set[str]) -> bool:
+        """Whether a call passing ``positional`` arguments and ``keywords`` binds here with each argument taken by a
+        parameter of its own (``*args`` or ``**kwargs`` take anything, so they tell nothing of what the call is
+        for) and every required parameter given."""
+        names = self.parameters.split(", ") if self.parameters else []
+        star = names.index("*") if "*" in names else len(names)
+        slash = names.index("/") if "/" in names else -1
+        by_position = [name.rstrip("=") for name in names[:star] if name != "/"]
+        if positional > len(by_position) or not keywords.isdisjoint(by_position[:positional]):
+            return False  # (one given twice raises TypeError)
+        if not keywords <= {name.rstrip("=") for name in names[slash + 1 :] if name != "*"}:
+            return False
+        given = set(by_position[:positional]) | keywords
+        return all(name in given for name in names if name not in ("/", "*") and not name.endswith("="))
 
 
 # How a receiver that is no dotted name (a call's result, a subscript) reads in messages: `(...).forward(...)`.
@@ -154,6 +184,7 @@ class KeptUses(Sequence[Use]):
 class CallIndex:
     methods: tuple[OutputMethod, ...] = ()
     uses: tuple[Use, ...] | KeptUses = ()  # in the order of the source
+    signatures: tuple[Signature, ...] = ()  # the classes' methods taking no `output`
 
     def uses_named(self, names: Set[str]) -> list[Use]:
         """The uses of the attribute ``names``, in the order of the source: what the call-site analysis reads."""
@@ -237,13 +268,8 @@ def _method_kind(node: ast.FunctionDef | ast.AsyncFunctionDef) -> str:
     return "method"
 
 
-def _output_method(owner: str, node: ast.FunctionDef | ast.AsyncFunctionDef) -> OutputMethod | None:
+def _output_method(owner: str, node: ast.FunctionDef | ast.AsyncFunctionDef, kind: str) -> OutputMethod:
     args = node.args
-    everything = [*args.posonlyargs, *args.args, *args.kwonlyargs]
-    output = next((a for a in everything if a.arg == "output"), None)
-    if output is None:
-        return None
-    kind = _method_kind(node)
     positional = [*args.posonlyargs, *args.args]
     defaults = [None] * (len(positional) - len(args.defaults)) + list(args.defaults)
     pairs = list(zip(positional, defaults, strict=True))
@@ -265,6 +291,28 @@ def _output_method(owner: str, node: ast.FunctionDef | ast.AsyncFunctionDef) -> 
         fallback=_fallback(node.body),
         asserts_output=_asserts_output(node),
     )
+
+
+def _signature(owner: str, node: ast.FunctionDef | ast.AsyncFunctionDef, kind: str) -> Signature:
+    args = node.args
+    positional = [*args.posonlyargs, *args.args]
+    first_default = len(positional) - len(args.defaults)
+    listed = [a.arg + "=" * (place >= first_default) for place, a in enumerate(positional)]
+    if args.posonlyargs:
+        listed.insert(len(args.posonlyargs), "/")
+    if kind != "static" and positional:
+        del listed[0]  # self / cls, bound by the call
+    if args.vararg is not None or args.kwonlyargs:
+        listed.append("*")
+    listed += [
+        a.arg + "=" * (default is not None) for a, default in zip(args.kwonlyargs, args.kw_defaults, strict=True)
+    ]
+    return Signature(owner, node.name, ", ".join(listed))
+
+
+def _takes_output(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    args = node.args
+    return any(a.arg == "output" for a in (*args.posonlyargs, *args.args, *args.kwonlyargs))
 
 
 @dataclass
@@ -317,6 +365,7 @@ class _Collector:
     def __init__(self, indexer: ModuleNames) -> None:
         self.indexer = indexer
         self.methods: list[OutputMethod] = []
+        self.signatures: list[Signature] = []
         self.uses: list[Use] = []
         self.bound = set(indexer.imports) | indexer.module_classes
 
@@ -351,7 +400,7 @@ class _Collector:
             nodes, parent, scope, scopes = pending.pop()
             self._scope(nodes, parent, scope, scopes, pending)
         self.uses.sort(key=lambda use: (use.line, use.column))
-        return CallIndex(tuple(self.methods), tuple(self.uses))
+        return CallIndex(tuple(self.methods), tuple(self.uses), tuple(self.signatures))
 
     def _define(
         self, node: _Def, parent: ast.AST | None, scope: _Scope, scopes: list[_Scope], pending: _Pending
@@ -364,9 +413,11 @@ class _Collector:
             inner = _Scope(qualname + ".", None, None)
             for child in node.body:
                 if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                    method = _output_method(qualname, child)
-                    if method is not None:
-                        self.methods.append(method)
+                    kind = _method_kind(child)
+                    if _takes_output(child):
+                        self.methods.append(_output_method(qualname, child, kind))
+                    else:
+                        self.signatures.append(_signature(qualname, child, kind))
             pending.append((node.body, node, inner, [*scopes, inner]))
             pending.append(([*node.bases, *node.keywords, *node.decorator_list], node, scope, scopes))
             return

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from vllm_attn_compat.codemods.findings import Finding, Status
-from vllm_attn_compat.codemods.index.calls import UNSHOWN, CallIndex, OutputMethod, Use
+from vllm_attn_compat.codemods.index.calls import UNSHOWN, CallIndex, OutputMethod, Signature, Use
 from vllm_attn_compat.codemods.index.names import is_vllm_base, normalize_path
 from vllm_attn_compat.codemods.index.old_ops import OldOpBody
 
@@ -192,13 +192,16 @@ class CallAnalysis:
     methods: dict[tuple[str, str], OutputMethod] = field(default_factory=dict)  # every target
     # The calls that omit the `output` a method requires (vLLM >= 0.20's signature, or an unsafe fix's), binding
     # all else: each raises TypeError where the receiver is an instance of the method's class. Reported at the call
-    # under VAC002, so that a run after `--unsafe-fixes` still fails there.
+    # under VAC002, so that a run after `--unsafe-fixes` still fails there. Not one on a receiver the run cannot
+    # tell that another attention class's method takes whole (`alternatives`): that call may be meant for it.
     missing: dict[tuple[str, str], tuple[Blocker, ...]] = field(default_factory=dict)
     # The calls passing on their method's own `output` (`PassedOn`): in ``withheld`` where that method may be given
     # None, as settled (`_settled`); kept to settle again with another module's uses (`merged`).
     passed_on: tuple[PassedOn, ...] = ()
     # The functions named as the ops vLLM 0.20 deleted, by the normalized path of their module (`old_ops`).
     old_ops: dict[str, tuple[OldOpBody, ...]] = field(default_factory=dict)
+    # The methods of the run's attention classes (layers included) that take no `output`, by name.
+    alternatives: dict[str, tuple[Signature, ...]] = field(default_factory=dict)
 
     def blockers(self, class_name: str, method: str, code: str) -> tuple[Blocker, ...]:
         """What withholds ``code``'s fix in ``class_name.method`` (empty: the fix stays safe)."""
@@ -231,7 +234,9 @@ class CallAnalysis:
             missing[key] = _in_order({*missing.get(key, ()), *found})
         methods = {**self.methods, **other.methods}
         passed_on = (*self.passed_on, *other.passed_on)
-        return _settled(CallAnalysis(withheld, methods, missing, passed_on, {**self.old_ops, **other.old_ops}))
+        alternatives = _merged_alternatives(self.alternatives, other.alternatives)
+        old_ops = {**self.old_ops, **other.old_ops}
+        return _settled(CallAnalysis(withheld, methods, missing, passed_on, old_ops, alternatives))
 
 
 @dataclass(frozen=True)
@@ -260,7 +265,9 @@ def _settled(analysis: CallAnalysis) -> CallAnalysis:
             mine = withheld.setdefault(passed.key, {})
             for code in passed.codes:
                 mine[code] = _in_order({*mine.get(code, ()), passed.blocker})
-    return CallAnalysis(withheld, analysis.methods, analysis.missing, analysis.passed_on, analysis.old_ops)
+    return CallAnalysis(
+        withheld, analysis.methods, analysis.missing, analysis.passed_on, analysis.old_ops, analysis.alternatives
+    )
 
 
 _PLAINEST = {"layer": 0, "omits": 1, "none": 1, "starred": 2}
@@ -428,18 +435,44 @@ def _layer_s_own(hierarchy: ClassHierarchy, full: str, name: str) -> bool:
     return name != "forward_impl" or not hierarchy.is_mla_layer_class(full)
 
 
+def _alternatives(hierarchy: ClassHierarchy, indexes: Iterable[ModuleIndex]) -> dict[str, tuple[Signature, ...]]:
+    """The methods of the attention classes in ``indexes`` that take no ``output``, by name."""
+    found: dict[str, list[Signature]] = {}
+    for index in indexes:
+        attention: dict[str, bool] = {}
+        for signature in index.calls.signatures:
+            owner = signature.owner
+            if owner not in attention:
+                attention[owner] = hierarchy.is_attention_class(f"{index.module}.{owner}")
+            if attention[owner]:
+                found.setdefault(signature.name, []).append(signature)
+    return {name: tuple(signatures) for name, signatures in found.items()}
+
+
+def _merged_alternatives(
+    first: Mapping[str, tuple[Signature, ...]], second: Mapping[str, tuple[Signature, ...]]
+) -> dict[str, tuple[Signature, ...]]:
+    merged = dict(first)
+    for name, signatures in second.items():
+        merged[name] = (*merged.get(name, ()), *(s for s in signatures if s not in merged.get(name, ())))
+    return merged
+
+
 def analyse(hierarchy: ClassHierarchy, indexes: Iterable[ModuleIndex]) -> CallAnalysis:
     """Which VAC001-VAC003 fixes the uses in ``indexes`` withhold, given the run's ``hierarchy``."""
     indexes = list(indexes)
-    return _withheld(hierarchy, indexes, _targets(hierarchy, indexes))
+    return _withheld(hierarchy, indexes, _targets(hierarchy, indexes), _alternatives(hierarchy, indexes))
 
 
 def _withheld(
-    hierarchy: ClassHierarchy, indexes: Sequence[ModuleIndex], methods: dict[tuple[str, str], OutputMethod]
+    hierarchy: ClassHierarchy,
+    indexes: Sequence[ModuleIndex],
+    methods: dict[tuple[str, str], OutputMethod],
+    alternatives: dict[str, tuple[Signature, ...]],
 ) -> CallAnalysis:
     old_ops = {index.path: index.old_ops for index in indexes if index.old_ops}
     if not methods:
-        return CallAnalysis(old_ops=old_ops)
+        return CallAnalysis(old_ops=old_ops, alternatives=alternatives)
     relations = _Relations(hierarchy)
     by_name: dict[str, list[tuple[tuple[str, str], OutputMethod]]] = {}
     for key, method in methods.items():
@@ -463,8 +496,11 @@ def _withheld(
                     blocker = Blocker(index.path, use.line, use.column, use.end_line, how, use.text, resolved)
                     if how == "missing":
                         # On any receiver: after `--unsafe-fixes` the calls they break go through `self.impl`,
-                        # which the run cannot tell. One it cannot tell says so (`_unresolved`).
-                        missing.setdefault(key, set()).add(blocker)
+                        # which the run cannot tell. One it cannot tell says so (`_unresolved`), unless the call
+                        # fits another attention class's method (vLLM's layer's `forward(query, key, value)`): a
+                        # report says the call raises, which the run has no ground to say.
+                        if resolved or not _fits_another(use, alternatives):
+                            missing.setdefault(key, set()).add(blocker)
                         continue
                     # What a method of the run passes on of its own `output` is None where it is given None; what
                     # another function passes on, anything its callers give it (the run does not follow them).
@@ -475,13 +511,18 @@ def _withheld(
                         block(key, _codes(method, how), blocker)
     withheld = {key: {code: _in_order(blockers) for code, blockers in codes.items()} for key, codes in found.items()}
     missing_in_order = {key: _in_order(found) for key, found in missing.items()}
-    return _settled(CallAnalysis(withheld, methods, missing_in_order, tuple(passed_on), old_ops))
+    return _settled(CallAnalysis(withheld, methods, missing_in_order, tuple(passed_on), old_ops, alternatives))
+
+
+def _fits_another(use: Use, alternatives: Mapping[str, tuple[Signature, ...]]) -> bool:
+    return any(signature.takes(use.positional, use.keywords) for signature in alternatives.get(use.name, ()))
 
 
 def extend(analysis: CallAnalysis, hierarchy: ClassHierarchy, index: ModuleIndex) -> CallAnalysis:
     """``analysis`` with the uses and methods of one more module (a file outside the run's index)."""
     targets = {**analysis.methods, **_targets(hierarchy, [index])}
-    return analysis.merged(_withheld(hierarchy, [index], targets))
+    alternatives = _merged_alternatives(analysis.alternatives, _alternatives(hierarchy, [index]))
+    return analysis.merged(_withheld(hierarchy, [index], targets, alternatives))
 
 
 def open_method_names(analysis: CallAnalysis) -> frozenset[str]:

@@ -14,7 +14,7 @@ import operator
 from collections.abc import Callable, Iterable, Sequence, Set
 from typing import Any
 
-from vllm_attn_compat.codemods.index.calls import CallIndex, KeptUses, OutputMethod, Use
+from vllm_attn_compat.codemods.index.calls import CallIndex, KeptUses, OutputMethod, Signature, Use
 from vllm_attn_compat.codemods.index.classscan import ScannedIndex
 from vllm_attn_compat.codemods.index.flags import FlagRead
 from vllm_attn_compat.codemods.index.hierarchy import ClassEntry, ModuleIndex
@@ -64,6 +64,7 @@ _FIELDS: dict[type, tuple[_Field, ...]] = {
     PatchEntry: (_TEXT, _TEXT, _NAMES, _SCALAR),
     OldOpBody: (_SCALAR, _SCALAR, _TEXT, _FLAG),
     OutputMethod: (_TEXT, _TEXT, _SCALAR, _TEXT, _NAMES, _NAME_SET, _NAME_SET, _FLAG, _FLAG, _FLAG, _MAYBE_TEXT, _FLAG),
+    Signature: (_TEXT, _TEXT, _TEXT),
     Use: (
         *(_TEXT, _SCALAR, _SCALAR, _SCALAR, _TEXT, _TEXT, _MAYBE_TEXT, _MAYBE_TEXT, _TEXT),
         *(_SCALAR, _NUMBERS, _NAME_SET, _FLAG, _FLAG, _NUMBERS, _FLAG, _NUMBERS, _FLAG, _MAYBE_TEXT),
@@ -72,7 +73,7 @@ _FIELDS: dict[type, tuple[_Field, ...]] = {
 
 
 # The records that are tuples (`typing.NamedTuple`): their columns are transposed, and their records made, in C.
-_TUPLES = (Use, FlagRead, OldOpBody)
+_TUPLES = (Use, FlagRead, OldOpBody, Signature)
 
 
 def _columns(kind: type, records: Sequence[Any]) -> list[list[object]]:
@@ -115,6 +116,7 @@ def to_data(index: ModuleIndex, read: Set[str] = frozenset()) -> dict[str, objec
         "classes": _columns(ClassEntry, index.classes),
         "patches": _columns(PatchEntry, index.patches),
         "methods": _columns(OutputMethod, index.calls.methods),
+        "signatures": _columns(Signature, index.calls.signatures),
         "uses": [ready, *_columns(Use, [uses[place] for place in ready])],
         "other_uses": json.dumps(other_uses, separators=(",", ":")),
         "other_names": sorted({uses[place].name for place in others}),
@@ -129,6 +131,7 @@ _KEYS = (
     "classes",
     "patches",
     "methods",
+    "signatures",
     "uses",
     "other_uses",
     "other_names",
@@ -152,7 +155,11 @@ def from_data(data: object, kept_in: str | None = None) -> ModuleIndex:
         raise ValueError("other_uses must be a string, other_names a list of strings")
     ready = _placed(data["uses"])
     rest = functools.partial(_other_uses, other_uses, kept_in)
-    calls = CallIndex(_records(OutputMethod, data["methods"]), KeptUses(ready, frozenset(other_names), rest))
+    calls = CallIndex(
+        _records(OutputMethod, data["methods"]),
+        KeptUses(ready, frozenset(other_names), rest),
+        _records(Signature, data["signatures"]),
+    )
     return ModuleIndex(
         path,
         module,

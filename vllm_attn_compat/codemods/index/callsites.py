@@ -454,7 +454,8 @@ def _merged_alternatives(
 ) -> dict[str, tuple[Signature, ...]]:
     merged = dict(first)
     for name, signatures in second.items():
-        merged[name] = (*merged.get(name, ()), *(s for s in signatures if s not in merged.get(name, ())))
+        # (`extend` merges the run's whole set with itself: a tuple's membership tests would be quadratic)
+        merged[name] = tuple(dict.fromkeys((*merged.get(name, ()), *signatures)))
     return merged
 
 

@@ -3,17 +3,23 @@
 Called by scripts/vllm-matrix.sh (see its header for usage). Standard library only: it runs on the interpreter
 the venvs are made from and drives each venv through subprocesses.
 
-One venv per release, kept under the cache folder and reused once complete:
-  1. torch 2.13.0 first, alone (a bare torch requirement can pull a multi-GB CUDA build);
+One venv per release (and torch, `--torch`), kept under the cache folder and reused once complete:
+  1. torch first, alone: 2.13.0, the CPU build this machine has, unless `--torch` names another release (a bare
+     torch requirement can pull a multi-GB CUDA build; a named one is what pip finds, a CUDA build included,
+     which imports here without a GPU);
   2. `pip install --no-deps vllm==X` (its wheel pins a CUDA torch);
   3. vLLM's own requirements, read from `importlib.metadata.requires("vllm")` of that installed vLLM, at its pins,
-     resolved together with torch==2.13.0 so pip cannot swap torch; only the common part: what the CUDA build
+     resolved together with that torch so pip cannot swap it; only the common part: what the CUDA build
      adds (its torch stack and GPU kernels) is left out by one rule (`split_cuda_part`), and so are extras,
      requirements whose markers are false here, and GPU-only dependencies of the common part (`install_resolved`).
      A requirement that cannot install here is recorded, not fatal;
-  4. the package's own dependencies and `test` extra (pyproject.toml), torch pinned to 2.13.0 again so that no
+  4. the package's own dependencies and `test` extra (pyproject.toml), torch pinned to that release again so that no
      requirement can swap it, then the package itself, editable and without dependencies, from this tree,
      reinstalled on every run so that a reused venv always tests the tree the script lives in.
+
+With `--runtime`, the tier is followed, in the same venv, by the tests of the package's runtime half that need no
+vLLM (tests/backends and tests/compat without the `vllm` marker): what a release's own torch does to the ops,
+the layer and the shims shows there first.
 """
 
 from __future__ import annotations
@@ -32,7 +38,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-TORCH = "torch==2.13.0"
+# The torch of the venvs unless `--torch` names another: the CPU build on this machine's disk.
+DEFAULT_TORCH = "2.13.0"
 # Bumped whenever the way a venv is built changes, so cached venvs built the old way are rebuilt.
 RECIPE = 3
 MARKER = ".vllm-matrix.json"
@@ -41,7 +48,7 @@ FIRST_MINOR = (0, 20)  # the first release with the mandatory output buffer: the
 # vLLM's wheel metadata lists requirements/common.txt (what every platform needs) and then what
 # requirements/cuda.txt adds for the CUDA build, starting with its pins of the torch stack: numba, torch,
 # torchaudio, torchvision, xformers/flashinfer/tilelang/nvidia-* kernels. The matrix installs the common part and
-# torch 2.13.0 CPU in place of the CUDA part.
+# the torch it is given in place of the CUDA part.
 TORCH_STACK = ("torch", "torchaudio", "torchvision")
 # Where no torch-stack pin marks where the CUDA part starts, these names still mark GPU-only distributions.
 GPU_ONLY_PREFIXES = ("nvidia-", "cuda-", "cupy", "triton", "xformers", "flashinfer", "flash-attn", "tilelang")
@@ -75,6 +82,7 @@ def split_cuda_part(requirements: list[str]) -> tuple[list[str], list[str]]:
 class Result:
     version: str
     venv: str
+    torch: str = DEFAULT_TORCH
     reused: bool = False
     install_ok: bool = False
     install_error: str = ""
@@ -204,14 +212,14 @@ def _requirements(venv: Path) -> list[str]:
 
 
 def install_resolved(venv: Path, requirements: list[str], result: Result) -> str | None:
-    """Install what pip resolves for ``requirements`` next to torch 2.13.0, except GPU-only distributions.
+    """Install what pip resolves for ``requirements`` next to the result's torch, except GPU-only distributions.
 
     A dependency of the common part can be GPU-only (xgrammar requires triton on x86-64 Linux): pip resolves in
     a dry run, and what it picked goes in with --no-deps, the GPU-only picks left out and recorded.
     Returns pip's error, or None.
     """
     report = venv / "vllm-matrix-resolution.json"
-    out = pip(venv, "--dry-run", "--report", str(report), TORCH, *requirements)
+    out = pip(venv, "--dry-run", "--report", str(report), f"torch=={result.torch}", *requirements)
     if out.returncode != 0:
         return last_error_line(out.stderr + out.stdout)
     resolution = json.loads(report.read_text())["install"]
@@ -240,9 +248,10 @@ def package_requirements() -> list[str]:
 def build(version: str, venv: Path, python: str, result: Result) -> None:
     if venv.exists():
         shutil.rmtree(venv)
+    torch = f"torch=={result.torch}"
     steps = [
         ("venv", lambda: run([python, "-m", "venv", str(venv)], env=clean_env())),
-        ("torch", lambda: pip(venv, TORCH)),
+        ("torch", lambda: pip(venv, torch)),
         ("vllm", lambda: pip(venv, "--no-deps", f"vllm=={version}")),
     ]
     for what, step in steps:
@@ -257,21 +266,30 @@ def build(version: str, venv: Path, python: str, result: Result) -> None:
             error = install_resolved(venv, [requirement], result)
             if error is not None:
                 result.not_installable[requirement] = error
-    out = pip(venv, TORCH, *package_requirements())
+    out = pip(venv, torch, *package_requirements())
     if out.returncode != 0:
         raise RuntimeError(f"test dependencies: {last_error_line(out.stderr + out.stdout)}")
     record = {k: getattr(result, k) for k in ("left_out", "not_installable", "gpu_left_out")}
-    (venv / MARKER).write_text(json.dumps({"recipe": RECIPE, "vllm": version, **record}, indent=1))
+    entry = {"recipe": RECIPE, "vllm": version, "torch": result.torch, **record}
+    (venv / MARKER).write_text(json.dumps(entry, indent=1))
 
 
-def prepare(version: str, root: Path, python: str, rebuild: bool) -> Result:
-    venv = root / f"vllm-{version}-py{sys.version_info[0]}.{sys.version_info[1]}"
-    result = Result(version, str(venv))
+def venv_name(version: str, torch: str) -> str:
+    """The venv's folder: the release, the torch where it is not the default (whose venvs keep their old names),
+    the Python."""
+    with_torch = "" if torch == DEFAULT_TORCH else f"-torch{torch}"
+    return f"vllm-{version}{with_torch}-py{sys.version_info[0]}.{sys.version_info[1]}"
+
+
+def prepare(version: str, root: Path, python: str, rebuild: bool, torch: str = DEFAULT_TORCH) -> Result:
+    venv = root / venv_name(version, torch)
+    result = Result(version, str(venv), torch)
     start = time.monotonic()
     marker = venv / MARKER
     cached = json.loads(marker.read_text()) if marker.is_file() else None
     try:
-        if cached and cached.get("recipe") == RECIPE and not rebuild:
+        # (A marker older than `--torch` names none: such a venv has the default.)
+        if cached and cached.get("recipe") == RECIPE and cached.get("torch", DEFAULT_TORCH) == torch and not rebuild:
             result.reused = True
             for key in ("left_out", "not_installable", "gpu_left_out"):
                 setattr(result, key, cached[key])
@@ -352,7 +370,11 @@ print(json.dumps(missing))
 """
 
 
-def run_tier(result: Result, reports: Path, pytest_args: list[str]) -> None:
+# What `--runtime` adds to the tier: the runtime half's tests that need no vLLM (those that do are the tier's).
+RUNTIME_TESTS = ["tests/backends", "tests/compat", "-m", "not vllm and not install"]
+
+
+def run_tier(result: Result, reports: Path, pytest_args: list[str], runtime: bool = False) -> None:
     venv = Path(result.venv)
     env = clean_env()
     # One process imports vLLM's attention modules and looks up each name (vLLM takes a minute to import here).
@@ -364,30 +386,30 @@ def run_tier(result: Result, reports: Path, pytest_args: list[str]) -> None:
     result.import_error = result.import_error or "; ".join(
         name for name in result.missing_names if name.startswith(_ATTENTION_MODULES)
     )
-    xml = reports / f"vllm-{result.version}.xml"
     start = time.monotonic()
-    cmd = [
-        venv_python(venv),
-        "-m",
-        "pytest",
-        "-m",
-        "vllm",
-        "-p",
-        "no:cacheprovider",
-        "-q",
-        "-rfEs",
-        f"--junitxml={xml}",
-        *pytest_args,
-    ]
-    out = run(cmd, env=env, cwd=REPO, timeout=3600)
+    name = f"vllm-{result.version}" + ("" if result.torch == DEFAULT_TORCH else f"-torch{result.torch}")
+    _pytest(result, reports / name, ["-m", "vllm", *pytest_args])
+    if runtime:
+        _pytest(result, reports / f"{name}-runtime", [*RUNTIME_TESTS, *pytest_args])
     result.tier_s = time.monotonic() - start
-    (reports / f"vllm-{result.version}.log").write_text(out.stdout + out.stderr)
+
+
+def _pytest(result: Result, report: Path, args: list[str]) -> None:
+    """pytest in the result's venv with ``args``, its outcomes added to the result's counts; its junit XML and
+    log at ``report`` (.xml, .log)."""
+    # (Not `with_suffix`: the stem's last dot is the release's, "vllm-0.34.0".)
+    xml, log = report.with_name(report.name + ".xml"), report.with_name(report.name + ".log")
+    xml.unlink(missing_ok=True)  # a report left by an earlier run must not stand in for this one's
+    cmd = [venv_python(Path(result.venv)), "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rfEs"]
+    out = run([*cmd, f"--junitxml={xml}", *args], env=clean_env(), cwd=REPO, timeout=3600)
+    log.write_text(out.stdout + out.stderr)
     if not xml.is_file():
-        result.errors = 1
-        result.failures = [
+        result.errors += 1
+        result.failures.append(
             f"pytest produced no report (exit {out.returncode}): {last_error_line(out.stdout + out.stderr)}"
-        ]
+        )
         return
+    failing = result.failed + result.errors
     for case in ET.parse(xml).getroot().iter("testcase"):
         name = f"{case.get('classname', '').rsplit('.', 1)[-1]}::{case.get('name')}"
         outcome = next((child for child in case if child.tag in ("failure", "error", "skipped")), None)
@@ -398,13 +420,17 @@ def run_tier(result: Result, reports: Path, pytest_args: list[str]) -> None:
         if outcome.tag == "skipped":
             result.skipped += 1
             result.skips.append(f"{name}: {message}")
-        else:
-            setattr(
-                result,
-                "failed" if outcome.tag == "failure" else "errors",
-                getattr(result, "failed" if outcome.tag == "failure" else "errors") + 1,
-            )
+        elif outcome.tag == "failure":
+            result.failed += 1
             result.failures.append(f"{name}: {message}")
+        else:
+            result.errors += 1
+            result.failures.append(f"{name}: {message}")
+    # Failures (1) and nothing collected (5) show in the report; any other status (a usage error, an internal
+    # error, an interrupted run) must count where the report holds no failure to show it.
+    if out.returncode not in (0, 1, 5) and result.failed + result.errors == failing:
+        result.errors += 1
+        result.failures.append(f"pytest exited {out.returncode}: {last_error_line(out.stdout + out.stderr)}")
 
 
 # ---------------------------------------------------------------- report
@@ -412,7 +438,10 @@ def run_tier(result: Result, reports: Path, pytest_args: list[str]) -> None:
 
 def summary_line(r: Result) -> str:
     install = "reused" if r.reused else f"built in {r.install_s:.0f}s"
-    text = f"vllm {r.version}: install {'ok' if r.install_ok else 'FAILED'} ({install}); tier: {r.tier_text()}"
+    torch = "" if r.torch == DEFAULT_TORCH else f" with torch {r.torch}"
+    pins = [item for item in r.left_out if requirement_name(item) == "torch"]  # what its CUDA build pins
+    torch += f" (it pins {pins[0]})" if pins else ""
+    text = f"vllm {r.version}{torch}: install {'ok' if r.install_ok else 'FAILED'} ({install}); tier: {r.tier_text()}"
     if r.install_ok:
         text += f" in {r.tier_s:.0f}s"
     for what, items in (
@@ -431,15 +460,24 @@ def _cell(items: list[str]) -> str:
     return "<br>".join(item.replace("|", "\\|") for item in items) or "-"
 
 
-def markdown(results: list[Result], commit: str, date: str) -> str:
+def torch_text(results: list[Result]) -> str:
+    """The torch of the venvs, as the table says it: the default is the CPU build."""
+    return ", ".join(
+        f"torch {torch}" + (" CPU" if torch == DEFAULT_TORCH else "")
+        for torch in sorted({r.torch for r in results}, key=lambda torch: release_key(torch) or (0,))
+    )
+
+
+def markdown(results: list[Result], commit: str, date: str, runtime: bool = False) -> str:
+    tier = "`vllm` tier" + (" and the runtime half's other tests" if runtime else "")
     rows = [
         (
-            f"Measured {date} on commit `{commit}`: Python {sys.version.split()[0]}, torch 2.13.0 CPU, "
+            f"Measured {date} on commit `{commit}`: Python {sys.version.split()[0]}, {torch_text(results)}, "
             f"`scripts/vllm-matrix.sh`."
         ),
         "",
         (
-            "| vLLM | install | `vllm` tier | vLLM names the plugin uses, missing | not installed (CPU machine) "
+            f"| vLLM | install | {tier} | vLLM names the plugin uses, missing | not installed (CPU machine) "
             "| failed or skipped |"
         ),
         "|---|---|---|---|---|---|",
@@ -460,7 +498,7 @@ def markdown(results: list[Result], commit: str, date: str) -> str:
     rows += [
         "",
         (
-            f"Each venv has vLLM's common requirements at its pins and torch 2.13.0 CPU; left out, as what "
+            f"Each venv has vLLM's common requirements at its pins and {torch_text(results)}; left out, as what "
             f"the CUDA build adds (in any release; unless a common requirement depends on it): {names}."
         ),
     ]
@@ -500,6 +538,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--python", default=sys.executable, help="the interpreter the venvs are made from")
     parser.add_argument("--list", action="store_true", help="print the selected releases and stop")
     parser.add_argument("--json", type=Path, help="also write the results to this JSON file")
+    parser.add_argument(
+        "--torch",
+        default=DEFAULT_TORCH,
+        metavar="VERSION",
+        help=f"the torch release of the venvs (default {DEFAULT_TORCH}, the CPU build; another is what pip finds, "
+        "a CUDA build included, in a venv of its own)",
+    )
+    parser.add_argument(
+        "--runtime",
+        action="store_true",
+        help="after the tier, also the runtime half's tests that need no vLLM (tests/backends, tests/compat)",
+    )
     parser.epilog = "Arguments after `--` go to pytest (default: the whole tests/ folder, with -m vllm)."
     argv = sys.argv[1:] if argv is None else argv
     extra = argv[argv.index("--") + 1 :] if "--" in argv else []
@@ -516,21 +566,21 @@ def main(argv: list[str] | None = None) -> int:
     reports = args.dir / "reports"
     reports.mkdir(exist_ok=True)
     commit, date = git_commit(), datetime.date.today().isoformat()
-    log(f"testing commit {commit} against vLLM {', '.join(versions)}; venvs in {args.dir}")
+    log(f"testing commit {commit} against vLLM {', '.join(versions)} with torch {args.torch}; venvs in {args.dir}")
 
     results = []
     for version in versions:
-        result = prepare(version, args.dir, args.python, args.rebuild)
+        result = prepare(version, args.dir, args.python, args.rebuild, args.torch)
         if result.install_ok:
-            run_tier(result, reports, extra)
+            run_tier(result, reports, extra, args.runtime)
         results.append(result)
         print(summary_line(result), flush=True)
         # Written after each release, so an interrupted run still leaves the table of what it measured.
-        (reports / "matrix.md").write_text(markdown(results, commit, date) + "\n")
+        (reports / "matrix.md").write_text(markdown(results, commit, date, args.runtime) + "\n")
         if args.json:
             args.json.write_text(json.dumps([asdict(r) for r in results], indent=1))
     print()
-    print(markdown(results, commit, date))
+    print(markdown(results, commit, date, args.runtime))
     return 0 if all(r.tier_ok for r in results) else 1
 
 

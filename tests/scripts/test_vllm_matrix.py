@@ -147,3 +147,89 @@ def test_pip_output_without_a_version_list_gives_none():
 def test_the_venvs_get_the_packages_own_dependencies_and_test_extra_without_torch():
     names = {matrix.requirement_name(r) for r in matrix.package_requirements()}
     assert {"libcst", "pytest", "hypothesis", "hypothesmith"} <= names and "torch" not in names
+
+
+def test_a_torch_other_than_the_default_gets_venvs_of_its_own_the_defaults_keep_their_names():
+    python = f"py{sys.version_info[0]}.{sys.version_info[1]}"
+    assert matrix.venv_name("0.34.0", matrix.DEFAULT_TORCH) == f"vllm-0.34.0-{python}"
+    assert matrix.venv_name("0.34.0", "2.14.1") == f"vllm-0.34.0-torch2.14.1-{python}"
+
+
+@pytest.mark.parametrize(
+    ("recorded", "asked", "reused"),
+    [
+        (None, matrix.DEFAULT_TORCH, True),  # a venv built before `--torch`: the default's
+        (None, "2.14.1", False),
+        ("2.14.1", "2.14.1", True),
+        ("2.14.1", matrix.DEFAULT_TORCH, False),
+    ],
+)
+def test_a_venv_is_reused_only_with_the_torch_it_was_built_with(tmp_path, monkeypatch, recorded, asked, reused):
+    venv = tmp_path / matrix.venv_name("0.34.0", asked)
+    venv.mkdir()
+    marker = {"recipe": matrix.RECIPE, "vllm": "0.34.0", "left_out": [], "not_installable": {}, "gpu_left_out": []}
+    if recorded is not None:
+        marker["torch"] = recorded
+    (venv / matrix.MARKER).write_text(json.dumps(marker))
+    built = []
+    monkeypatch.setattr(matrix, "build", lambda version, venv, python, result: built.append(result.torch))
+    monkeypatch.setattr(matrix, "pip", lambda venv, *args, **kwargs: matrix.subprocess.CompletedProcess(args, 0))
+    result = matrix.prepare("0.34.0", tmp_path, sys.executable, rebuild=False, torch=asked)
+    assert result.install_ok and result.reused is reused and result.torch == asked
+    assert built == ([] if reused else [asked])
+
+
+def test_the_table_names_the_torch_of_its_venvs_and_what_the_tier_ran():
+    default = matrix.markdown([_result(passed=3)], "abc1234", "2026-12-05").splitlines()
+    assert f"torch {matrix.DEFAULT_TORCH} CPU" in default[0] and "| `vllm` tier |" in default[2]
+    other = _result(passed=3, torch="2.14.1", left_out=["numba==0.61.2", "torch==2.14.0"])
+    rows = matrix.markdown([other], "abc1234", "2026-12-05", runtime=True).splitlines()
+    assert "torch 2.14.1," in rows[0] and "CPU" not in rows[0]
+    assert "| `vllm` tier and the runtime half's other tests |" in rows[2]
+    assert "torch 2.14.1;" in rows[-1]
+    assert matrix.summary_line(other).startswith("vllm 0.30.0 with torch 2.14.1 (it pins torch==2.14.0): install ok")
+
+
+def test_each_pytest_run_of_a_release_adds_its_outcomes_to_the_result(tmp_path):
+    """Two runs in one venv (the tier, then `--runtime`'s): each one's passes, failures, errors and skips count,
+    and a run that writes no report is an error named by pytest's last line."""
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").symlink_to(sys.executable)
+    tests = tmp_path / "cases"
+    tests.mkdir()
+    (tests / "test_first.py").write_text(
+        "import pytest\n"
+        "def test_passes(): pass\n"
+        "def test_fails(): assert 1 == 2, 'one is not two'\n"
+        "@pytest.mark.skip(reason='not here')\n"
+        "def test_skipped(): pass\n"
+    )
+    (tests / "test_second.py").write_text(
+        "import pytest\n"
+        "@pytest.fixture\n"
+        "def broken(): raise RuntimeError('fixture broke')\n"
+        "def test_errors(broken): pass\n"
+        "def test_passes_too(): pass\n"
+    )
+    result = matrix.Result("0.34.0", str(venv), install_ok=True)
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    matrix._pytest(result, reports / "vllm-0.34.0", [str(tests / "test_first.py")])
+    matrix._pytest(result, reports / "vllm-0.34.0-runtime", [str(tests / "test_second.py")])
+    assert (result.passed, result.failed, result.errors, result.skipped) == (2, 1, 1, 1)
+    assert any("test_fails" in f and "one is not two" in f for f in result.failures)
+    assert any("test_errors" in f and "fixture broke" in f for f in result.failures)
+    assert result.skips == ["test_first::test_skipped: not here"]
+    assert sorted(path.name for path in reports.iterdir()) == [
+        "vllm-0.34.0-runtime.log",
+        "vllm-0.34.0-runtime.xml",
+        "vllm-0.34.0.log",
+        "vllm-0.34.0.xml",
+    ]
+    # A usage error (exit 4) writes a report without a test case: it counts all the same.
+    matrix._pytest(result, reports / "vllm-0.34.0", [str(tests / "no_such_file.py")])
+    assert result.errors == 2 and result.failures[-1].startswith("pytest exited 4: ")
+    assert "no_such_file.py" in result.failures[-1]
+    matrix._pytest(result, reports / "third", ["-p", "no_such_plugin"])  # pytest fails before any report
+    assert result.errors == 3 and "pytest produced no report (exit 1)" in result.failures[-1]

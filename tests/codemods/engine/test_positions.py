@@ -50,7 +50,11 @@ def _assert_same_positions(source: bytes, alone: int = 0) -> None:
         tree = None
     by_statement = positions(module, nodes, parents=parents, tree=tree, source=source)
     assert by_statement == ours
+    # A node no rendering holds has no position in either (libcst 1.5.0's whitespace of a `case` without a guard).
+    assert set(ours) == {id(node) for node in expected}
     for node in nodes:
+        if node not in expected:
+            continue
         want, got = expected[node], ours[id(node)]
         assert (got.start_line, got.start_column, got.end_line, got.end_column) == (
             want.start.line,
@@ -59,9 +63,10 @@ def _assert_same_positions(source: bytes, alone: int = 0) -> None:
             want.end.column,
         ), f"{type(node).__name__} {module.code_for_node(node)!r}"
     for node in nodes[:: max(len(nodes) // alone, 1)] if alone else ():
-        assert positions(module, [node]) == {id(node): ours[id(node)]}, f"{type(node).__name__} alone"
+        alone_expected = {id(node): ours[id(node)]} if id(node) in ours else {}
+        assert positions(module, [node]) == alone_expected, f"{type(node).__name__} alone"
         given = positions(module, [node], parents=parents, tree=tree, source=source)
-        assert given == {id(node): ours[id(node)]}, f"{type(node).__name__} alone, by statement"
+        assert given == alone_expected, f"{type(node).__name__} alone, by statement"
 
 
 @pytest.mark.parametrize("name", sorted(CORPUS))

@@ -150,8 +150,11 @@ def _placed(
 
     found = {}
     for node in nodes:
-        start, end = state.spans[id(node)]
-        found[id(node)] = Span(*place(start), *place(end))
+        # A node its parent does not render has no position, as with the provider: libcst 1.5.0 (which the package
+        # allows) renders no whitespace around the `if` of a `case` without a guard, which later releases do.
+        span = state.spans.get(id(node))
+        if span is not None:
+            found[id(node)] = Span(*place(span[0]), *place(span[1]))
     return found, text
 
 

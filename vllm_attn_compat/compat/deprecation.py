@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import types
 import warnings
 
 import torch
@@ -92,12 +93,25 @@ def warn_once(message: str, *, depth: int = 1) -> None:
         if deprecated_uses.tally is not None:  # the pytest plugin counts every use, not only the first
             deprecated_uses.tally.at_line(message, caller.f_code, caller.f_lineno)
         return
-    if caller.f_globals.get("__name__", "").startswith("torch."):
-        return  # torch's own machinery (dynamo evaluating a class attribute while it traces), not a user's line
+    if _torch_machinery(caller):
+        return  # dynamo evaluating a class attribute while it traces or builds its guards, not a user's line
     if deprecated_uses.tally is not None:  # before _claim, which raises in error mode
         deprecated_uses.tally.at_line(message, caller.f_code, caller.f_lineno)
     if _claim(key, caller.f_code, message):
         warnings.warn(message, VllmAttnCompatDeprecationWarning, stacklevel=depth + 2)
+
+
+def _torch_machinery(frame: types.FrameType) -> bool:
+    """Whether ``frame`` runs torch's code: a torch module's, or a string torch evaluates (from torch 2.12, dynamo's
+    guards read a class attribute through ``eval``, in globals without a module name)."""
+    if (frame.f_globals.get("__name__") or "").startswith("torch."):
+        return True
+    outer = frame.f_back
+    return (
+        frame.f_code.co_filename == "<string>"
+        and outer is not None
+        and (outer.f_globals.get("__name__") or "").startswith("torch.")
+    )
 
 
 def warn_once_about(subject: type, message: str) -> None:

@@ -34,6 +34,7 @@ import subprocess
 import sys
 import time
 import xml.etree.ElementTree as ET
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -254,10 +255,7 @@ def build(version: str, venv: Path, python: str, result: Result) -> None:
         ("torch", lambda: pip(venv, torch)),
         ("vllm", lambda: pip(venv, "--no-deps", f"vllm=={version}")),
     ]
-    for what, step in steps:
-        out = step()
-        if out.returncode != 0:
-            raise RuntimeError(f"{what}: {last_error_line(out.stderr + out.stdout)}")
+    run_steps(steps)
     install, result.left_out = split_cuda_part(_requirements(venv))
     # Together first (one consistent resolution); one at a time only when that fails, to name the culprits.
     if install_resolved(venv, install, result) is not None:
@@ -272,6 +270,20 @@ def build(version: str, venv: Path, python: str, result: Result) -> None:
     record = {k: getattr(result, k) for k in ("left_out", "not_installable", "gpu_left_out")}
     entry = {"recipe": RECIPE, "vllm": version, "torch": result.torch, **record}
     (venv / MARKER).write_text(json.dumps(entry, indent=1))
+
+
+def run_steps(steps: list[tuple[str, Callable[[], subprocess.CompletedProcess[str]]]]) -> None:
+    """Each step in turn; RuntimeError naming the first that fails, with its last error line."""
+    for what, step in steps:
+        out = step()
+        if out.returncode != 0:
+            raise RuntimeError(f"{what}: {last_error_line(out.stderr + out.stdout)}")
+
+
+def install_tree(venv: Path) -> None:
+    """This tree, editable and without dependencies, every time: a reused venv must test the code next to the
+    script."""
+    run_steps([("this package", lambda: pip(venv, "--no-deps", "-e", str(REPO)))])
 
 
 def venv_name(version: str, torch: str) -> str:
@@ -296,10 +308,7 @@ def prepare(version: str, root: Path, python: str, rebuild: bool, torch: str = D
         else:
             log(f"{version}: building {venv}")
             build(version, venv, python, result)
-        # This tree, every time: a reused venv must test the code next to this script.
-        out = pip(venv, "--no-deps", "-e", str(REPO))
-        if out.returncode != 0:
-            raise RuntimeError(f"this package: {last_error_line(out.stderr + out.stdout)}")
+        install_tree(venv)
         result.install_ok = True
     except (RuntimeError, subprocess.TimeoutExpired) as error:
         result.install_error = str(error)

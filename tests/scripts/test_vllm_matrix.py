@@ -233,3 +233,50 @@ def test_each_pytest_run_of_a_release_adds_its_outcomes_to_the_result(tmp_path):
     assert "no_such_file.py" in result.failures[-1]
     matrix._pytest(result, reports / "third", ["-p", "no_such_plugin"])  # pytest fails before any report
     assert result.errors == 3 and "pytest produced no report (exit 1)" in result.failures[-1]
+
+
+# scripts/torch_matrix.py: the same venvs and counts, without vLLM.
+_TORCH_PATH = _PATH.with_name("torch_matrix.py")
+_torch_spec = importlib.util.spec_from_file_location("torch_matrix", _TORCH_PATH)
+torch_matrix = importlib.util.module_from_spec(_torch_spec)
+_torch_spec.loader.exec_module(torch_matrix)
+
+
+def _made_venv(cmd, **kwargs):
+    """`run` of ``python -m venv DIR``: the folder made, as the real one makes it."""
+    Path(cmd[-1]).mkdir(parents=True)
+    return matrix.subprocess.CompletedProcess(cmd, 0)
+
+
+def test_a_torch_venv_is_reused_only_when_complete_and_of_that_torch(tmp_path, monkeypatch):
+    calls = []
+
+    def pip(venv, *args, **kwargs):
+        calls.append(args)
+        return matrix.subprocess.CompletedProcess(args, 0)
+
+    monkeypatch.setattr(matrix, "pip", pip)
+    monkeypatch.setattr(matrix, "run", _made_venv)
+    first = torch_matrix.prepare("2.12.0", tmp_path, sys.executable, rebuild=False)
+    assert first.install_ok and not first.reused and first.torch == "2.12.0"
+    assert calls[0] == ("torch==2.12.0",) and calls[1][0] == "torch==2.12.0" and "libcst>=1.5" in calls[1]
+    assert calls[-1][:2] == ("--no-deps", "-e")  # this tree, every time
+    calls.clear()
+    again = torch_matrix.prepare("2.12.0", tmp_path, sys.executable, rebuild=False)
+    assert again.install_ok and again.reused and calls == [("--no-deps", "-e", str(matrix.REPO))]
+    (tmp_path / torch_matrix.venv_name("2.12.0") / matrix.MARKER).write_text('{"recipe": 0, "torch": "2.12.0"}')
+    assert not torch_matrix.prepare("2.12.0", tmp_path, sys.executable, rebuild=False).reused
+
+
+def test_a_torch_that_fails_to_install_is_named_with_pips_error(tmp_path, monkeypatch):
+    def pip(venv, *args, **kwargs):
+        failed = args == ("torch==9.9.9",)
+        return matrix.subprocess.CompletedProcess(args, int(failed), "", "ERROR: No matching distribution" * failed)
+
+    monkeypatch.setattr(matrix, "pip", pip)
+    monkeypatch.setattr(matrix, "run", _made_venv)
+    result = torch_matrix.prepare("9.9.9", tmp_path, sys.executable, rebuild=False)
+    assert not result.install_ok and not result.tier_ok
+    assert torch_matrix.summary_line(result) == (
+        "torch 9.9.9: install FAILED (built in 0s): torch: ERROR: No matching distribution"
+    )

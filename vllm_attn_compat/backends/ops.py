@@ -13,7 +13,7 @@ They are defined with `torch.library.Library.define` + ``impl`` rather than the
 ``Tensor(a!)`` annotations let torch.compile write straight into the caller's buffer (no
 defensive clone); the fake implementations do nothing, since the ops return nothing.
 ``layer_name`` is a plain ``str`` (vLLM >= 0.20 uses an opaque type on torch >= 2.11; a
-string keeps the ops usable on torch 2.9 and readable in generated code).
+string keeps the ops usable on torch 2.10 and readable in generated code).
 """
 
 from __future__ import annotations

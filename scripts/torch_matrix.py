@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         result = prepare(torch, args.dir, args.python, args.rebuild)
         if result.install_ok:
             start = time.monotonic()
-            matrix._pytest(result, reports / f"torch-{torch}-runtime", [*matrix.RUNTIME_TESTS, *extra])
+            matrix.run_pytest(result, reports / f"torch-{torch}-runtime", [*matrix.RUNTIME_TESTS, *extra])
             result.tier_s = time.monotonic() - start
         results.append(result)
         print(summary_line(result), flush=True)

@@ -397,13 +397,13 @@ def run_tier(result: Result, reports: Path, pytest_args: list[str], runtime: boo
     )
     start = time.monotonic()
     name = f"vllm-{result.version}" + ("" if result.torch == DEFAULT_TORCH else f"-torch{result.torch}")
-    _pytest(result, reports / name, ["-m", "vllm", *pytest_args])
+    run_pytest(result, reports / name, ["-m", "vllm", *pytest_args])
     if runtime:
-        _pytest(result, reports / f"{name}-runtime", [*RUNTIME_TESTS, *pytest_args])
+        run_pytest(result, reports / f"{name}-runtime", [*RUNTIME_TESTS, *pytest_args])
     result.tier_s = time.monotonic() - start
 
 
-def _pytest(result: Result, report: Path, args: list[str]) -> None:
+def run_pytest(result: Result, report: Path, args: list[str]) -> None:
     """pytest in the result's venv with ``args``, its outcomes added to the result's counts; its junit XML and
     log at ``report`` (.xml, .log)."""
     # (Not `with_suffix`: the stem's last dot is the release's, "vllm-0.34.0".)

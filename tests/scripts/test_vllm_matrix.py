@@ -215,8 +215,8 @@ def test_each_pytest_run_of_a_release_adds_its_outcomes_to_the_result(tmp_path):
     result = matrix.Result("0.34.0", str(venv), install_ok=True)
     reports = tmp_path / "reports"
     reports.mkdir()
-    matrix._pytest(result, reports / "vllm-0.34.0", [str(tests / "test_first.py")])
-    matrix._pytest(result, reports / "vllm-0.34.0-runtime", [str(tests / "test_second.py")])
+    matrix.run_pytest(result, reports / "vllm-0.34.0", [str(tests / "test_first.py")])
+    matrix.run_pytest(result, reports / "vllm-0.34.0-runtime", [str(tests / "test_second.py")])
     assert (result.passed, result.failed, result.errors, result.skipped) == (2, 1, 1, 1)
     assert any("test_fails" in f and "one is not two" in f for f in result.failures)
     assert any("test_errors" in f and "fixture broke" in f for f in result.failures)
@@ -228,10 +228,10 @@ def test_each_pytest_run_of_a_release_adds_its_outcomes_to_the_result(tmp_path):
         "vllm-0.34.0.xml",
     ]
     # A usage error (exit 4) writes a report without a test case: it counts all the same.
-    matrix._pytest(result, reports / "vllm-0.34.0", [str(tests / "no_such_file.py")])
+    matrix.run_pytest(result, reports / "vllm-0.34.0", [str(tests / "no_such_file.py")])
     assert result.errors == 2 and result.failures[-1].startswith("pytest exited 4: ")
     assert "no_such_file.py" in result.failures[-1]
-    matrix._pytest(result, reports / "third", ["-p", "no_such_plugin"])  # pytest fails before any report
+    matrix.run_pytest(result, reports / "third", ["-p", "no_such_plugin"])  # pytest fails before any report
     assert result.errors == 3 and "pytest produced no report (exit 1)" in result.failures[-1]
 
 

@@ -189,6 +189,21 @@ def test_forwarders_and_flags_compile_fullgraph_without_warning(layers, use_op):
     assert [(r.filename, r.lineno, str(r.message)[:60]) for r in records] == []
 
 
+def test_a_flag_read_by_a_string_torch_evaluates_does_not_warn_and_a_users_does(monkeypatch):
+    """torch 2.12's dynamo reads a class attribute for its guards through ``eval`` of a string, in globals without a
+    module name: that is torch's code (in error mode, a warning there would fail the compile), whereas a user's
+    ``eval`` of the same string is a use to report. Here a module named like torch's stands in for dynamo."""
+    guards = type(torch)("torch._guards_stand_in")
+    exec("def read(source, scope):\n    return eval(source, scope)\n", guards.__dict__)
+    scope = {"_Backend": _Backend}  # no __name__, as dynamo's
+    assert _recorded(lambda: guards.read("_Backend.accept_output_buffer", scope)) == []
+    monkeypatch.setenv(deprecation.ENV_WARNINGS, "error")
+    assert guards.read("_Backend.accept_output_buffer", scope) is True
+    monkeypatch.delenv(deprecation.ENV_WARNINGS)
+    records = _recorded(lambda: eval("_Backend.accept_output_buffer", scope))
+    assert [r.filename for r in records] == ["<string>"] and "accept_output_buffer" in str(records[0].message)
+
+
 def test_forwarder_op_decomposes_into_allocation_and_the_with_output_op(layers):
     from torch._inductor.utils import run_and_get_code
 

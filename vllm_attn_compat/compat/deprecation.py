@@ -102,8 +102,8 @@ def warn_once(message: str, *, depth: int = 1) -> None:
 
 
 def _torch_machinery(frame: types.FrameType) -> bool:
-    """Whether ``frame`` runs torch's code: a torch module's, or a string torch evaluates (from torch 2.12, dynamo's
-    guards read a class attribute through ``eval``, in globals without a module name)."""
+    """Whether ``frame`` runs torch's code: a torch module's, or a string torch evaluates (torch 2.12's dynamo reads a
+    class attribute for its guards through ``eval``, in globals without a module name)."""
     if (frame.f_globals.get("__name__") or "").startswith("torch."):
         return True
     outer = frame.f_back

@@ -49,10 +49,16 @@ def _run_pool(
     """Yield ``(key, result)`` for every task that finished; stop quietly when the pool breaks."""
     # Imported here: most runs never start a pool, and this import is a third of the CLI's start-up.
     from concurrent.futures import ProcessPoolExecutor, as_completed
+    from concurrent.futures.process import BrokenProcessPool
 
     workers = min(jobs, len(tasks))
     with ProcessPoolExecutor(workers, _start_method(), initializer=initializer, initargs=initargs) as pool:
-        futures = {pool.submit(function, *arguments): key for key, arguments in tasks}
+        futures: dict[Future[Result], Key] = {}
+        try:
+            for key, arguments in tasks:
+                futures[pool.submit(function, *arguments)] = key
+        except BrokenProcessPool:
+            pass  # a worker died on a task submitted first: the tasks not submitted are left, as those it took down
         for future in as_completed(futures):
             result = _outcome(future)
             if not isinstance(result, _Broken):

@@ -195,6 +195,33 @@ def test_with_a_cache_the_early_workers_migrate_during_the_rounds_only_files_it_
     assert len(edited[0]) == len(uncached[0])
 
 
+def test_a_rerun_forks_a_second_early_worker_only_for_enough_files_edited_since(tmp_path, monkeypatch):
+    """Files whose bytes a run before read are done with (their migration, or finding they need none, is in the
+    cache): a rerun after an edit of one file forks no second worker for the others, whose fork would delay the
+    edited file's migration."""
+    from vllm_attn_compat.codemods.run import stats
+
+    monkeypatch.setattr(stats, "RACY_NS", 0)  # the files were just written: trusted by their status at once
+    started = _record_warm_pools(monkeypatch)
+    many = parallel.IN_PROCESS_BELOW
+    tree = write_tree(tmp_path / "tree", {f"direct{n}.py": DIRECT for n in range(many)})
+    options = Options(mode="check", jobs=2, cache_dir=str(tmp_path / "cache"))
+
+    def rerun_after_editing(count: int) -> int:
+        for n in range(count):
+            (tree / f"direct{n}.py").write_text(f"# edit {count}\n" + DIRECT)
+        started.clear()
+        report = run_paths([str(tree)], options)
+        uncached = run_paths([str(tree)], Options(mode="check", jobs=1))
+        assert (sorted(report.findings), report.changed) == (sorted(uncached.findings), uncached.changed)
+        assert len(report.findings) == many and report.errors == []
+        return len(started)
+
+    assert rerun_after_editing(0) == 2  # a first run: the second forked by the first
+    assert rerun_after_editing(1) == 1
+    assert rerun_after_editing(many) == 2
+
+
 HELPER = (
     "from vllm.v1.attention.backend import AttentionImpl\n\n\nclass Helper(AttentionImpl):\n"
     "    def size(self):\n        return 1\n"

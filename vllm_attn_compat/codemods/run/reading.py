@@ -41,6 +41,8 @@ class Scanned:
     digest: str | None = None
     _source: bytes | None = None
     _encoding: str | None = None
+    # Its digest is the `stats` table's, by a status unchanged since: its bytes are those a run before read.
+    by_status: bool = False
 
     @property
     def source(self) -> bytes:
@@ -96,7 +98,7 @@ class Reading:
         knew is read when first asked for its bytes."""
         seen = self.known.get(source_file.path)
         if seen is not None:
-            return Scanned(source_file, seen.stat, seen.digest, seen.source)
+            return Scanned(source_file, seen.stat, seen.digest, seen.source, by_status=seen.source is None)
         source, stat = sources.read_source(source_file.real_path)
         scanned = Scanned(source_file, stat, _source=source, _encoding=sources.source_encoding(source))
         if self.table is not None:
@@ -105,6 +107,7 @@ class Reading:
                 self._unsettled.append(scanned)
             else:
                 scanned.digest = known if known is not None else stats.digest(source)
+                scanned.by_status = known is not None
                 self.table.record(source_file.real_path, stat, scanned.digest, self.started)
         return scanned
 
@@ -170,9 +173,11 @@ def read_and_filter(
     report: RunReport,
     warm: list[prefork.PreforkedWorker],
     reading: Reading,
+    done_before: Callable[[Scanned], bool] = lambda s: False,
 ) -> tuple[list[Scanned], list[Scanned], list[prefork.PreforkedWorker], int]:
     """Read every file once; returns them all, those worth parsing, the workers started early, and how
-    many files will probably need libcst (counted up to ``parallel.IN_PROCESS_BELOW``).
+    many files will probably need libcst (counted up to ``parallel.IN_PROCESS_BELOW``), leaving out those
+    a run before most likely did the work of (``done_before``).
 
     Without a worker started already (``warm``), the first file that will probably need libcst starts one
     at once, so that its import of libcst (a quarter of a second) overlaps the reading and the
@@ -195,7 +200,7 @@ def read_and_filter(
             if worth_parsing(item):
                 worth.append(item)
                 # Counted up to what decides a second worker (each test reads the whole file for tokens).
-                if probable < parallel.IN_PROCESS_BELOW and probably_parsed(item):
+                if probable < parallel.IN_PROCESS_BELOW and probably_parsed(item) and not done_before(item):
                     probable += 1
                     if may_start:
                         early = prefork.start(worker.preload, sibling=True)

@@ -259,11 +259,14 @@ def _migrate_with(args: argparse.Namespace, options: Options, config: Config, wa
     if "-" in args.paths:
         if len(args.paths) > 1:
             raise ValueError("'-' (standard input) cannot be combined with other paths")
-        from vllm_attn_compat.codemods.run.runner import run_source
+        from vllm_attn_compat.codemods.run import dataclass_code
 
-        _check_configured_codes(args, config)
-        name = args.stdin_filename or "-"
-        report, result, diff = run_source(sys.stdin.buffer.read(), name, options)
+        with dataclass_code.own_code():
+            from vllm_attn_compat.codemods.run.runner import run_source
+
+            _check_configured_codes(args, config)
+            name = args.stdin_filename or "-"
+            report, result, diff = run_source(sys.stdin.buffer.read(), name, options)
         if options.mode == "write":
             sys.stdout.buffer.write(result)
         elif options.mode == "diff":
@@ -283,10 +286,13 @@ def _migrate_with(args: argparse.Namespace, options: Options, config: Config, wa
         if not rerun.replay(prepared, options.mode, report):  # the runner and its imports only after a miss
             if not warm:  # (the first file needing libcst would start it, after the runner's imports and more)
                 warm += _early_workers(args, options, missed=True)
-            from vllm_attn_compat.codemods.run.runner import run_paths
+            from vllm_attn_compat.codemods.run import dataclass_code
 
-            _check_configured_codes(args, config)
-            report = run_paths(args.paths, options, emit_diff=emit_diff, warm=warm, prepared=prepared)
+            with dataclass_code.own_code():  # (the runner's modules and those it imports as it goes)
+                from vllm_attn_compat.codemods.run.runner import run_paths
+
+                _check_configured_codes(args, config)
+                report = run_paths(args.paths, options, emit_diff=emit_diff, warm=warm, prepared=prepared)
         report_stream = sys.stderr if options.mode == "diff" else sys.stdout
     report_stream.write(render(report, args.format, quiet=args.quiet))
     return report.exit_code()

@@ -185,13 +185,14 @@ _WORKER = textwrap.dedent(
     from vllm_attn_compat.codemods.run import dataclass_code, worker
 
     dataclass_code.store_path = lambda: sys.argv[1]
-    made = []
+    dataclass_code.own_store_path = lambda: sys.argv[1] + ".own"
+    made = {}
     original = dataclass_code.kept_code
 
     @contextlib.contextmanager
-    def recording(path):
-        with original(path) as code:
-            made.append(code)
+    def recording(path, **options):
+        with original(path, **options) as code:
+            made[path] = code
             yield code
 
     dataclass_code.kept_code = recording
@@ -205,10 +206,16 @@ _WORKER = textwrap.dedent(
         assert worker.migrate_file(b"x = 1\\n", "x.py").findings == []
     import libcst
 
-    code = made[0]
-    same = all(kept == compile(text, "<string>", "exec", dont_inherit=True) for text, kept in code.used.items())
+    code, own = made[sys.argv[1]], made.get(sys.argv[1] + ".own")
+    same = all(
+        kept == compile(text, "<string>", "exec", dont_inherit=True)
+        for block in (code, own) if block is not None for text, kept in block.used.items()
+    )
     module = libcst.parse_module("def f(x, output=None):\\n    assert output is not None  # c\\n")
-    print(json.dumps({"compiled": code.compiled, "used": len(code.used), "same": same, "code": module.code}))
+    print(json.dumps({
+        "compiled": code.compiled, "used": len(code.used), "same": same, "code": module.code,
+        "own": None if own is None else [own.compiled, len(own.used)],
+    }))
     """
 )
 
@@ -230,3 +237,72 @@ def test_a_worker_imports_libcst_with_the_code_the_previous_one_kept(tmp_path, e
     assert second["compiled"] == 0 and second["used"] == first["used"]
     assert first["same"] and second["same"]
     assert first["code"] == second["code"] == "def f(x, output=None):\n    assert output is not None  # c\n"
+    if entry == "preload":  # the engine's and the rules' own dataclasses too, beside libcst's
+        assert first["own"][0] == first["own"][1] > 20
+        assert second["own"] == [0, first["own"][1]]
+    else:  # (a run's process keeps them around the runner: `test_a_run_makes_its_own_dataclasses_...`)
+        assert first["own"] is second["own"] is None
+
+
+def test_the_file_of_own_code_keeps_the_texts_of_earlier_blocks_up_to_twice_those_used(tmp_path, writes_bytecode):
+    # A run's process and its worker import different modules: each block keeps the other's texts.
+    path = str(tmp_path / "own.bin")
+    with dataclass_code.kept_code(path, keep_earlier=True):
+        dataclasses.make_dataclass("InTheRun", [("run", int)])
+    with dataclass_code.kept_code(path, keep_earlier=True) as worker:
+        dataclasses.make_dataclass("InTheWorker", [("worker", int)])
+    kept = dataclass_code.load(path)
+    assert any("run" in text for text in kept) and kept.keys() > worker.used.keys()
+    # Texts no block makes any more (this package upgraded in place, again and again) are dropped past twice.
+    with dataclass_code.kept_code(path, keep_earlier=True):
+        for number in range(8):
+            dataclasses.make_dataclass(f"Old{number}", [(f"old{number}", int)])
+    with dataclass_code.kept_code(path, keep_earlier=True) as small:
+        dataclasses.make_dataclass("Now", [("now", int)])
+    assert dataclass_code.load(path).keys() == small.used.keys()
+
+
+_RUN = textwrap.dedent(
+    """
+    import contextlib, json, sys
+    from vllm_attn_compat.codemods import cli
+    from vllm_attn_compat.codemods.run import dataclass_code
+
+    dataclass_code.store_path = lambda: sys.argv[1]
+    dataclass_code.own_store_path = lambda: sys.argv[1] + ".own"
+    made = {}
+    original = dataclass_code.kept_code
+
+    @contextlib.contextmanager
+    def recording(path, **options):
+        with original(path, **options) as code:
+            made[path] = code
+            yield code
+
+    dataclass_code.kept_code = recording
+    code = cli.main(["migrate", "--check", "--no-cache", "--jobs", "1", sys.argv[2]])
+    own = made[sys.argv[1] + ".own"]
+    print(json.dumps({"exit": code, "compiled": own.compiled, "used": len(own.used)}))
+    """
+)
+
+
+def test_a_run_makes_its_own_dataclasses_with_the_code_the_run_before_kept(tmp_path):
+    tree = tmp_path / "plugin"
+    tree.mkdir()
+    (tree / "impl.py").write_text(
+        "from vllm.v1.attention.backend import AttentionImpl\n\n\nclass MyImpl(AttentionImpl):\n"
+        "    def forward(self, layer, query, key, value, kv_cache, attn_metadata, output=None):\n"
+        "        assert output is not None\n        return output.copy_(query)\n"
+    )
+    environment = {key: value for key, value in os.environ.items() if key != "PYTHONDONTWRITEBYTECODE"}
+
+    def run() -> dict[str, int]:
+        arguments = [sys.executable, "-c", _RUN, str(tmp_path / "code.bin"), str(tree)]
+        done = subprocess.run(arguments, env=environment, capture_output=True, text=True, check=True)
+        return json.loads(done.stdout.splitlines()[-1])  # after the run's report
+
+    first, second = run(), run()
+    assert first["exit"] == second["exit"] == 1  # the backend's findings, the same with the code kept
+    assert first["compiled"] == first["used"] > 20  # the runner's modules, the engine's and the rules'
+    assert second == {**first, "compiled": 0}

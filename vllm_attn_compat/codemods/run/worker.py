@@ -114,17 +114,18 @@ def preload() -> None:
     # collector's passes over them while they are made cost a tenth of the import, and find nothing.
     gc.disable()
     try:
-        dataclass_code.import_libcst()
+        with dataclass_code.own_code():
+            dataclass_code.import_libcst()
 
-        from vllm_attn_compat.codemods import registry
-        from vllm_attn_compat.codemods.engine import (  # noqa: F401 - imported to have them loaded
-            apply,
-            migrate,
-            safety,
-            scope,
-        )
+            from vllm_attn_compat.codemods import registry
+            from vllm_attn_compat.codemods.engine import (  # noqa: F401 - imported to have them loaded
+                apply,
+                migrate,
+                safety,
+                scope,
+            )
 
-        registry.all_rules()
+            registry.all_rules()
     except ImportError:
         pass  # the worker lives on: each task imports it again and hands back what is missing (dependencies.py)
     finally:

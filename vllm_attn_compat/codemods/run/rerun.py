@@ -144,14 +144,14 @@ def replay(prepared: Prepared, mode: str, report: RunReport) -> bool:
     remembered = run_key is not None
     edited: dict[str, tuple[str, bytes]] = {}
     added: dict[str, bytes] = {}
+    table = None
     if run_key is None:
         table = prepared.table
         if table is None or not table.rows:
             return False  # a first run: no file is known, the run that reads them all hashes them
-        try:
-            read = _digests(prepared, table, statuses)
-        finally:
-            table.save()
+        # The digests recorded are saved below if the run is replayed; a miss leaves them to the run that follows
+        # (its key's), after it has forked its worker: after an edit, that worker is what the rerun waits for.
+        read = _digests(prepared, table, statuses)
         if read is None:
             return False
         digests, edited, added = read
@@ -164,6 +164,8 @@ def replay(prepared: Prepared, mode: str, report: RunReport) -> bool:
         replayed = bystanders.derive(cache, run_key, digests, bystanders.Edits(edited, added), excluded, mode)
     if replayed is None:
         return False
+    if table is not None:
+        table.save()
     if not remembered:
         prepared.remember(mode, run_key, statuses)
     findings, changed, report.parsed = replayed

@@ -179,7 +179,9 @@ def test_the_file_lives_with_this_package_bytecode():
     assert sys.implementation.cache_tag in os.path.basename(path)
 
 
-_WORKER = textwrap.dedent(
+# In a fresh interpreter, each block of kept code recorded (`made`, by path), kept in the files argv[1] (libcst's)
+# and argv[1] + ".own" (this package's own).
+_RECORDING = textwrap.dedent(
     """
     import contextlib, json, sys
     from vllm_attn_compat.codemods.run import dataclass_code, worker
@@ -196,6 +198,10 @@ _WORKER = textwrap.dedent(
             yield code
 
     dataclass_code.kept_code = recording
+    """
+)
+_WORKER = _RECORDING + textwrap.dedent(
+    """
     if sys.argv[2] == "preload":  # a worker started before the run knows its settings
         worker.preload()
     else:  # a run migrating in its own process, or a pool's worker
@@ -220,18 +226,19 @@ _WORKER = textwrap.dedent(
 )
 
 
+def _recorded(script: str, *arguments: str) -> dict:
+    """What ``script`` prints last (after a run's report), run in a Python that writes bytecode."""
+    environment = {key: value for key, value in os.environ.items() if key != "PYTHONDONTWRITEBYTECODE"}
+    done = subprocess.run(
+        [sys.executable, "-c", script, *arguments], env=environment, capture_output=True, text=True, check=True
+    )
+    return json.loads(done.stdout.splitlines()[-1])
+
+
 @pytest.mark.parametrize("entry", ["preload", "migrate"])
 def test_a_worker_imports_libcst_with_the_code_the_previous_one_kept(tmp_path, entry):
     path = str(tmp_path / "code.bin")
-    environment = {key: value for key, value in os.environ.items() if key != "PYTHONDONTWRITEBYTECODE"}
-
-    def preload() -> dict[str, object]:
-        done = subprocess.run(
-            [sys.executable, "-c", _WORKER, path, entry], env=environment, capture_output=True, text=True, check=True
-        )
-        return json.loads(done.stdout)
-
-    first, second = preload(), preload()
+    first, second = _recorded(_WORKER, path, entry), _recorded(_WORKER, path, entry)
     # The methods of libcst's node classes: a text each up to Python 3.12 (over 500), one text a class from 3.13.
     assert first["compiled"] == first["used"] > 100
     assert second["compiled"] == 0 and second["used"] == first["used"]
@@ -262,24 +269,10 @@ def test_the_file_of_own_code_keeps_the_texts_of_earlier_blocks_up_to_twice_thos
     assert dataclass_code.load(path).keys() == small.used.keys()
 
 
-_RUN = textwrap.dedent(
+_RUN = _RECORDING + textwrap.dedent(
     """
-    import contextlib, json, sys
     from vllm_attn_compat.codemods import cli
-    from vllm_attn_compat.codemods.run import dataclass_code
 
-    dataclass_code.store_path = lambda: sys.argv[1]
-    dataclass_code.own_store_path = lambda: sys.argv[1] + ".own"
-    made = {}
-    original = dataclass_code.kept_code
-
-    @contextlib.contextmanager
-    def recording(path, **options):
-        with original(path, **options) as code:
-            made[path] = code
-            yield code
-
-    dataclass_code.kept_code = recording
     code = cli.main(["migrate", "--check", "--no-cache", "--jobs", "1", sys.argv[2]])
     own = made[sys.argv[1] + ".own"]
     print(json.dumps({"exit": code, "compiled": own.compiled, "used": len(own.used)}))
@@ -295,14 +288,8 @@ def test_a_run_makes_its_own_dataclasses_with_the_code_the_run_before_kept(tmp_p
         "    def forward(self, layer, query, key, value, kv_cache, attn_metadata, output=None):\n"
         "        assert output is not None\n        return output.copy_(query)\n"
     )
-    environment = {key: value for key, value in os.environ.items() if key != "PYTHONDONTWRITEBYTECODE"}
-
-    def run() -> dict[str, int]:
-        arguments = [sys.executable, "-c", _RUN, str(tmp_path / "code.bin"), str(tree)]
-        done = subprocess.run(arguments, env=environment, capture_output=True, text=True, check=True)
-        return json.loads(done.stdout.splitlines()[-1])  # after the run's report
-
-    first, second = run(), run()
+    path = str(tmp_path / "code.bin")
+    first, second = _recorded(_RUN, path, str(tree)), _recorded(_RUN, path, str(tree))
     assert first["exit"] == second["exit"] == 1  # the backend's findings, the same with the code kept
     assert first["compiled"] == first["used"] > 20  # the runner's modules, the engine's and the rules'
     assert second == {**first, "compiled": 0}

@@ -211,6 +211,10 @@ class Cache:
         """The key of a file's migration: its path and bytes (the rest of the run: see `load`)."""
         return self._key(b"file", path, digest)
 
+    def holds_migration(self, path: str, digest: str) -> bool:
+        """Whether the cache holds a migration of the file's bytes (`file_key`, `holds`), whatever its questions."""
+        return self.holds(self.file_key(path, digest))
+
     def holds(self, key: str) -> bool:
         """Whether an entry of ``key`` exists (valid or not): a file without one is migrated whatever the run's
         hierarchy, so it may be handed to a worker before the last round."""

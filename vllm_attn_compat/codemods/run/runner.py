@@ -194,7 +194,7 @@ def _done_before(cache: Cache | None) -> Callable[[Scanned], bool]:
     of them, the cache serves both. (A first run's files have no digest until its end: none counts.)"""
     if cache is None:
         return lambda s: False
-    return lambda s: s.by_status or (s.digest is not None and cache.holds(cache.file_key(s.source_file.path, s.digest)))
+    return lambda s: s.by_status or (s.digest is not None and cache.holds_migration(s.source_file.path, s.digest))
 
 
 def _migrate_worth(
@@ -386,7 +386,7 @@ class _Unmigrated(Mapping[str, bytes]):
         if not isinstance(path, str) or path not in self.scanned:
             return False
         if path not in self._known:
-            self._known[path] = not self.cache.holds(self.cache.file_key(path, digest_of(self.scanned[path])))
+            self._known[path] = not self.cache.holds_migration(path, digest_of(self.scanned[path]))
         return self._known[path]
 
     def __getitem__(self, path: str) -> bytes:

@@ -59,6 +59,17 @@ def test_a_run_keeps_the_answers_of_the_files_it_saw(tmp_path):
     assert written["files"] == {"kept": {"q": True}}
 
 
+def test_answers_found_before_the_digest_was_known_are_kept_beside_those_of_the_same_bytes(tmp_path):
+    kept = Answers(str(tmp_path), CODE)
+    kept.keep("d1", {"q1": True})
+    kept.keep("d1", {"q1": False, "q2": False})  # other files of the same bytes: the first answer stays
+    kept.keep("d2", {"q1": False})
+    assert kept.ask("d1", "q1", lambda: False) is True and kept.ask("d1", "q2", lambda: True) is False
+    kept.save()
+    written = json.loads((tmp_path / "vllm-attn-compat" / "answers.json").read_text())
+    assert written["files"] == {"d1": {"q1": True, "q2": False}, "d2": {"q1": False}}
+
+
 @pytest.mark.parametrize(
     "spoil",
     [

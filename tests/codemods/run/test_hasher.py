@@ -52,7 +52,7 @@ def _running(pid: int) -> bool:
     return os.waitpid(pid, os.WNOHANG) == (0, 0)
 
 
-def test_each_digest_is_of_the_bytes_read_with_the_status_given_and_no_text_is_left_out(tmp_path):
+def test_each_record_is_the_status_and_digest_of_the_bytes_read_and_a_file_not_text_is_marked(tmp_path):
     paths = _files(tmp_path, 6)
     (tmp_path / "binary.py").write_bytes(b"x = 1\0\n")
     (tmp_path / "latin.py").write_bytes(b"x = '\xe9'\n")  # no coding declaration: not UTF-8 text
@@ -63,9 +63,10 @@ def test_each_digest_is_of_the_bytes_read_with_the_status_given_and_no_text_is_l
     os.kill(pid, signal.SIGINT)  # Ctrl-C is the run's to handle, which then ends the process
     time.sleep(0.05)
     assert _running(pid)  # its work done, it waits for the run: its pid stays its own until the run signals it
-    found = process.digests()
+    found = process.records()
     assert found == {
-        path: (stats.status_of(os.stat(path)), stats.digest(Path(path).read_bytes())) for path in paths[:6]
+        **{path: (*stats.status_of(os.stat(path)), stats.raw_digest(Path(path).read_bytes())) for path in paths[:6]},
+        **{path: (-1, 0, 0, 0, bytes(32)) for path in paths[6:]},  # not text, missing, not UTF-8 without a coding
     }
     assert _gone(pid)
 
@@ -73,11 +74,11 @@ def test_each_digest_is_of_the_bytes_read_with_the_status_given_and_no_text_is_l
 def test_stopped_at_once_it_gives_only_what_it_had_hashed(tmp_path):
     paths = _files(tmp_path, 300)
     process = hasher.Hasher(paths)
-    found = process.digests()  # most likely before it read a file: it runs at the lowest priority
+    found = process.records()  # most likely before it read a file: it runs at the lowest priority
     assert set(found) == set(paths[: len(found)])
-    for path, (status, digest) in found.items():
-        assert status == stats.status_of(os.stat(path)) and digest == stats.digest(Path(path).read_bytes())
-    assert process.digests() == found  # stopped: nothing more comes
+    for path, (*status, digest) in found.items():
+        assert tuple(status) == stats.status_of(os.stat(path)) and digest == stats.raw_digest(Path(path).read_bytes())
+    assert process.records() == found  # stopped: nothing more comes
     process.close()  # and closing again is harmless
 
 

@@ -69,12 +69,12 @@ def test_a_file_the_rerun_knew_that_changed_since_is_never_read_as_its_new_bytes
 
 
 class _Hashed:
-    """A hasher's hand-over, as given: path -> (status, digest)."""
+    """A hasher's hand-over, as given: path -> `hasher.Record` (a path it did not reach: none)."""
 
     def __init__(self, rows):
-        self.rows = rows
+        self.rows = {path: row for path, row in rows.items() if row is not None}
 
-    def digests(self):
+    def records(self):
         return self.rows
 
 
@@ -95,22 +95,25 @@ def _settled(tmp_path, rows_of, racy_ns=0, monkeypatch=None):
     assert all(s.digest is None and names_vllm(s) for s in read)  # nothing settled yet: the answer waits
     reading.settle()
     digests = [s.digest for s in read]
-    assert [table.rows[path][1] for path in paths] == digests
+    assert [table.rows[path][4] for path in paths] == digests
     assert [answers._used[digest] for digest in digests] == [{answers_module.question("vllm", []): True}] * 3
     return digests, paths
 
 
 def test_settling_takes_the_hasher_s_digest_of_a_file_read_with_the_same_status(tmp_path, monkeypatch):
     # What the status cannot tell is trusted, as the table trusts it: here a digest of other bytes shows it is taken.
-    digests, _ = _settled(tmp_path, lambda path: (stats.status_of(os.stat(path)), "f" * 64), monkeypatch=monkeypatch)
+    digests, _ = _settled(
+        tmp_path, lambda path: (*stats.status_of(os.stat(path)), b"\xff" * 32), monkeypatch=monkeypatch
+    )
     assert digests == ["f" * 64] * 3
 
 
 @pytest.mark.parametrize(
     "rows_of",
     [
-        lambda path: None,  # not reached, or not read as source
-        lambda path: ((1, 2, 3, 4), "f" * 64),  # read with another status: edited between the two reads
+        lambda path: None,  # not reached
+        lambda path: (-1, 0, 0, 0, bytes(32)),  # not read as source
+        lambda path: (1, 2, 3, 4, b"\xff" * 32),  # read with another status: edited between the two reads
     ],
 )
 def test_settling_hashes_the_bytes_read_where_the_hasher_s_status_is_not_the_run_s(tmp_path, rows_of, monkeypatch):
@@ -120,6 +123,9 @@ def test_settling_hashes_the_bytes_read_where_the_hasher_s_status_is_not_the_run
 
 def test_settling_hashes_the_bytes_read_of_a_racy_file_whatever_its_status(tmp_path, monkeypatch):
     digests, paths = _settled(
-        tmp_path, lambda path: (stats.status_of(os.stat(path)), "f" * 64), racy_ns=3600 * 10**9, monkeypatch=monkeypatch
+        tmp_path,
+        lambda path: (*stats.status_of(os.stat(path)), b"\xff" * 32),
+        racy_ns=3600 * 10**9,
+        monkeypatch=monkeypatch,
     )
     assert digests == [stats.digest(Path(path).read_bytes()) for path in paths]

@@ -83,14 +83,18 @@ class Answers:
         ``answer()``, kept (a file without a digest, or a run without a cache, keeps nothing)."""
         return self.recall(digest, asked, answer, bool, boolean)
 
-    def keep(self, digest: str, asked: str, encoded: object) -> None:
-        """Keep the answer ``encoded`` (as :meth:`recall` keeps it), found of the file of ``digest`` before its digest
-        was known (`reading.Reading.settle`)."""
-        used = self._used.setdefault(digest, {})
-        if asked not in used:
-            used[asked] = encoded
-            self._changed = True
-            self._encoded = None
+    def keep(self, digest: str, found: dict[str, object]) -> None:
+        """Keep the answers ``found`` (question -> answer as :meth:`recall` keeps it) of the file of ``digest``, asked
+        before its digest was known (`reading.Reading.settle`); the dict is this object's from now on."""
+        used = self._used.get(digest)
+        if used is None:  # (each file's first: a step per file, not per answer, at a first run's end)
+            self._used[digest] = found
+        elif found.keys() <= used.keys():
+            return
+        else:
+            used.update({asked: answer for asked, answer in found.items() if asked not in used})
+        self._changed = True
+        self._encoded = None
 
     def recall(
         self,

@@ -28,8 +28,10 @@ from vllm_attn_compat.codemods.run import parallel, sources, stats
 
 # Below this many files, hashing them (a few milliseconds) costs less than forking.
 FROM_FILES = 200
-# The memory shared with the process: how many files it has hashed, then a record per file (its status when read,
-# size -1 for a file that is not source text, and the digest of its bytes).
+# A file's record: its status when the process read it (`stats.Status`; size -1 for a file that is not source text),
+# then `stats.raw_digest` of those bytes.
+Record = tuple[int, int, int, int, bytes]
+# The memory shared with the process: how many files it has hashed, then their records.
 _DONE = struct.Struct("<q")
 _RECORD = struct.Struct("<qqqq32s")
 
@@ -65,17 +67,13 @@ class Hasher:
         """How many files the process has hashed so far (the first ones of ``real_paths``)."""
         return int(_DONE.unpack_from(self._shared)[0])
 
-    def digests(self) -> dict[str, tuple[stats.Status, str]]:
-        """The status with which the process read each file it has hashed so far (by real path), and the digest of
-        those bytes; the process is stopped."""
+    def records(self) -> dict[str, Record]:
+        """What the process found of each file it has hashed so far (by real path): `Record`; the process is stopped.
+        (Made in C, without a step per file: a run takes it for every file at its end.)"""
         self.close()
         done = self.hashed
-        found = {}
         records = _RECORD.iter_unpack(self._shared[_DONE.size : _DONE.size + done * _RECORD.size])
-        for path, (size, inode, mtime, ctime, digest) in zip(self._paths[:done], records, strict=True):
-            if size >= 0:
-                found[path] = ((size, inode, mtime, ctime), digest.hex())
-        return found
+        return dict(zip(self._paths[:done], records, strict=True))
 
     def close(self) -> None:
         """Stop the process (a run leaves none behind)."""

@@ -117,18 +117,19 @@ class Reading:
         (`digest_of` may have made it already); record it, and keep the answers found of the file meanwhile."""
         if self.hasher is None or self.table is None:
             return
-        found = self.hasher.digests()
+        found, started, record, keep = self.hasher.records(), self.started, self.table.record, self.answers.keep
         for scanned in self._unsettled:
             stat = scanned.stat
             if scanned.digest is None:
                 row = found.get(scanned.source_file.real_path)
-                if row is not None and not stats.racy(stat, self.started) and row[0] == stats.status_of(stat):
-                    scanned.digest = row[1]
+                if row is not None and row[:4] == stats.status_of(stat) and not stats.racy(stat, started):
+                    scanned.digest = row[4].hex()
                 else:
                     scanned.digest = stats.digest(scanned.source)
-            self.table.record(scanned.source_file.real_path, stat, scanned.digest, self.started)
-            for asked, answer in self._unkept.pop(scanned, {}).items():
-                self.answers.keep(scanned.digest, asked, answer)
+            record(scanned.source_file.real_path, stat, scanned.digest, started)
+            unkept = self._unkept.pop(scanned, None)
+            if unkept:
+                keep(scanned.digest, unkept)
         self._unsettled.clear()
 
     def recall(

@@ -47,6 +47,8 @@ _FORMAT = "vllm-attn-compat-stats/1"
 Status = tuple[int, int, int, int]  # size, inode, mtime_ns, ctime_ns
 # The status recorded with the digest of a racy file: no file's, so its digest is never trusted by status.
 UNTRUSTED: Status = (-1, -1, -1, -1)
+# A file's row: its status, then the digest of the bytes read with it (as the table's file holds it, a JSON array).
+Row = tuple[int, int, int, int, str]
 
 
 def digest(source: bytes) -> str:
@@ -87,7 +89,7 @@ class StatTable:
         """``root``: the cache's folder (``--cache-dir``)."""
         self.root = root
         self.path = table_path(cachedir.entries_folder(root))
-        self.rows: dict[str, tuple[Status, str]] = {}
+        self.rows: dict[str, Row] = {}
         self._changed = False
         # Rows are by absolute path: `os.path.abspath` would ask the system for the working directory for each
         # file, twice a file on a first run (a run does not change directory).
@@ -101,7 +103,7 @@ class StatTable:
             for path, (size, inode, mtime, ctime, digest) in data["rows"].items():
                 if not (all(type(n) is int for n in (size, inode, mtime, ctime)) and _is_digest(digest)):
                     raise TypeError(f"malformed row for {path!r}")
-                self.rows[path] = ((size, inode, mtime, ctime), digest)
+                self.rows[path] = (size, inode, mtime, ctime, digest)
         except (OSError, ValueError, TypeError, KeyError, AttributeError):
             self.rows = {}  # no table, or one this version cannot read: every file is hashed
 
@@ -110,22 +112,23 @@ class StatTable:
         if not self.rows:  # a first run
             return None
         row = self.rows.get(self._absolute(real_path))
-        return row[1] if row is not None and row[0] == status else None
+        return row[4] if row is not None and row[:4] == status else None
 
     def last_digest(self, real_path: str) -> str | None:
         """The digest recorded for the file, whatever its status now."""
         row = self.rows.get(self._absolute(real_path))
-        return None if row is None else row[1]
+        return None if row is None else row[4]
 
     def record(self, real_path: str, stat: os.stat_result, digest: str, started_ns: int) -> None:
         """Remember the digest of the bytes a run read from ``real_path`` after taking ``stat``, unless the
         file is racy (modified too close to ``started_ns``, the moment the run started reading)."""
         path = self._absolute(real_path)
-        status = status_of(stat)
         if racy(stat, started_ns):
-            status = UNTRUSTED
-        if self.rows.get(path) != (status, digest):
-            self.rows[path] = (status, digest)
+            row: Row = (*UNTRUSTED, digest)
+        else:
+            row = (stat.st_size, stat.st_ino, stat.st_mtime_ns, stat.st_ctime_ns, digest)
+        if self.rows.get(path) != row:
+            self.rows[path] = row
             self._changed = True
 
     def _absolute(self, real_path: str) -> str:
@@ -145,12 +148,12 @@ class StatTable:
         Beyond `MAX_ROWS`, the rows of paths not in ``seen`` (absolute) go first."""
         if not self._changed:
             return
-        rows: Mapping[str, tuple[Status, str]] = self.rows
+        rows: Mapping[str, Row] = self.rows
         if len(rows) > MAX_ROWS:
             keep = set(seen)
             rows = {path: row for path, row in rows.items() if path in keep}
-        data = {"format": _FORMAT, "rows": {path: [*status, digest] for path, (status, digest) in rows.items()}}
-        text = json.dumps(data, separators=(",", ":"))  # in C, unlike json.dump (see cache.Cache._write)
+        # json.dumps is in C, unlike json.dump (see cache.Cache._write); the rows are JSON arrays as they are.
+        text = json.dumps({"format": _FORMAT, "rows": rows}, separators=(",", ":"))
         with contextlib.suppress(OSError):  # the cache's own writes warn about an unwritable folder
             cachedir.write_text(self.root, self.path, text)
         self._changed = False

@@ -179,9 +179,9 @@ def test_no_libcst_import_when_no_file_is_a_candidate(tmp_path):
 
 @pytest.mark.parametrize("configuration", ["", '[tool.vllm-attn-compat]\nignore = ["VAC006"]\n'])
 def test_a_rerun_the_cache_replays_imports_no_rule_runner_or_heavy_module(tmp_path, configuration):
-    # What a rerun imports is most of its time: the rules' modules, the runner, dataclasses (with inspect) and,
-    # outside git, subprocess are for runs that read files. (Rule codes in the configuration were checked by
-    # the run that made the entry.)
+    # What a rerun imports is most of its time: the rules' modules, the runner, dataclasses (with inspect),
+    # OpenSSL (hashlib's SHA-256 of files' bytes) and, outside git, subprocess are for runs that read files.
+    # (Rule codes in the configuration were checked by the run that made the entry.)
     layout = {"plugin/base.py": BASE, "plugin/impl.py": IMPL, "plugin/util.py": UNRELATED}
     tree = write_tree(tmp_path / "tree", layout | ({"pyproject.toml": configuration} if configuration else {}))
     probe = (
@@ -189,7 +189,7 @@ def test_a_rerun_the_cache_replays_imports_no_rule_runner_or_heavy_module(tmp_pa
         "stats.RACY_NS = 0\n"  # the files were written just now: trusted by their status at once all the same
         f"code = main(['migrate', '--check', '-q', '--cache-dir', {str(tmp_path / 'cache')!r}, {str(tree)!r}])\n"
         "heavy = ['vllm_attn_compat.codemods.run.runner', 'vllm_attn_compat.codemods.rules.vac001_assert_output',\n"
-        "         'dataclasses', 'subprocess', 'libcst']\n"
+        "         'dataclasses', 'subprocess', 'libcst', '_hashlib']\n"
         "print(code, *[name for name in heavy if name in sys.modules])\n"
     )
     runs = [subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO) for _ in range(2)]

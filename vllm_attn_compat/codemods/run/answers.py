@@ -22,13 +22,12 @@ wrote it was one the cache keeps: `bystanders` compares an edited file's answers
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 from collections.abc import Callable, Iterable
 from typing import TypeVar
 
-from vllm_attn_compat.codemods.run import cachedir
+from vllm_attn_compat.codemods.run import cachedir, keyhash
 
 Answer = TypeVar("Answer")
 _NAME = "answers.json"
@@ -44,7 +43,7 @@ def spell(terms: Iterable[str | bytes]) -> tuple[str, ...]:
 def question(kind: str, terms: Iterable[str | bytes]) -> str:
     """The question ``kind`` with its terms (`spell`), as the answers are kept."""
     spelled = spell(terms)
-    return f"{kind} {hashlib.sha256(chr(0).join(spelled).encode('utf-8', 'surrogateescape')).hexdigest()[:32]}"
+    return f"{kind} {keyhash.hexdigest(chr(0).join(spelled).encode('utf-8', 'surrogateescape'))[:32]}"
 
 
 class Answers:
@@ -53,7 +52,7 @@ class Answers:
 
     def __init__(self, root: str | None, code: bytes) -> None:
         self.root = root
-        self.code = hashlib.sha256(code).hexdigest()
+        self.code = keyhash.hexdigest(code)
         self.path = os.path.join(cachedir.entries_folder(root), _NAME) if root is not None else None
         self._kept: dict[str, dict[str, object]] = {}
         self._used: dict[str, dict[str, object]] = {}

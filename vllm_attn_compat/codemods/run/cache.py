@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import _thread
 import contextlib
-import hashlib
 import json
 import os
 import re
@@ -48,7 +47,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from vllm_attn_compat.codemods.findings import Finding, Status
 from vllm_attn_compat.codemods.index.names import normalize_path
-from vllm_attn_compat.codemods.run import cachedir
+from vllm_attn_compat.codemods.run import cachedir, codekey, keyhash
 
 if TYPE_CHECKING:
     from vllm_attn_compat.codemods.index import questions
@@ -73,56 +72,12 @@ _WRITTEN = re.compile(r"[0-9a-f]{64}(\.[0-9]+\.tmp)?")
 Decoded = TypeVar("Decoded")
 
 
-_CODEMODS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the package `vllm_attn_compat.codemods`
-
-
-def _code_digest() -> str:
-    """This package's codemods code, libcst's version and Python's: any change of them misses."""
-    from vllm_attn_compat import __version__
-
-    digest = hashlib.sha256(f"{__version__}\0{sys.version}".encode())
-    digest.update(_libcst_version())
-    for path in code_files():
-        with open(path, "rb") as handle:
-            digest.update(os.path.relpath(path, _CODEMODS).encode() + b"\0" + handle.read())
-    return digest.hexdigest()
-
-
-def code_files() -> list[str]:
-    """Every module of ``vllm_attn_compat.codemods``, in a fixed order: the code a cached result comes from."""
-    found = []
-    for folder, names, files in os.walk(_CODEMODS):
-        names.sort()
-        found += [os.path.join(folder, name) for name in sorted(files) if name.endswith(".py")]
-    return found
-
-
-def _libcst_version() -> bytes:
-    """libcst's version file, read without importing libcst (a quarter of a second) or reading the installed
-    distributions' metadata (30 ms, a tenth of a rerun); the metadata where there is no such file."""
-    import importlib.util
-
-    spec = importlib.util.find_spec("libcst")
-    if spec is None or spec.origin is None:
-        return b"no libcst"
-    try:
-        with open(os.path.join(os.path.dirname(spec.origin), "_version.py"), "rb") as handle:
-            return handle.read()
-    except OSError:
-        from importlib import metadata
-
-        try:
-            return metadata.version("libcst").encode()
-        except metadata.PackageNotFoundError:
-            return b"no libcst"
-
-
 class Cache:
     def __init__(self, folder: str, settings: Sequence[object]) -> None:
         """``settings``: what else decides the results (rule codes, options), JSON-serializable."""
         self.root = folder
         self.folder = cachedir.entries_folder(folder)
-        code = _code_digest()
+        code = codekey.digest(folder)
         # What a file's index and the answers of its bytes depend on: the code alone, not the run's settings.
         self.code = json.dumps([FORMAT, code]).encode()
         self.prefix = json.dumps([FORMAT, code, list(settings)]).encode()
@@ -153,7 +108,7 @@ class Cache:
         for path in sorted(digests):
             spelled = path.encode("utf-8", "surrogateescape") + b"\0" + digests[path].encode()
             parts.append(spelled + (b"\0excluded\0" if path in excluded else b"\0"))
-        return hashlib.sha256(b"".join(parts)).hexdigest()
+        return keyhash.hexdigest(b"".join(parts))
 
     def seen_key(self, statuses: Sequence[tuple[SourceFile, FileStatus]], excluded: Set[str], mode: str) -> str:
         """The key under which a run over files of these statuses (`stats.status_of`, in the order of their
@@ -163,7 +118,7 @@ class Cache:
         for source_file, (size, inode, mtime, ctime) in statuses:
             mark = "x" if source_file.path in excluded else ""
             parts.append(f"{source_file.path}\0{source_file.real_path}\0{size} {inode} {mtime} {ctime}{mark}")
-        return hashlib.sha256("\0".join(parts).encode("utf-8", "surrogateescape")).hexdigest()
+        return keyhash.hexdigest("\0".join(parts).encode("utf-8", "surrogateescape"))
 
     def load_seen(self, key: str) -> str | None:
         """The key of the run recorded under ``key`` (:meth:`seen_key`), or None."""
@@ -249,7 +204,7 @@ class Cache:
         self._write(key, {"kind": "file", "migrations": kept})
 
     def _key(self, kind: bytes, path: str, source_digest: str, *more: bytes, keyed_on: bytes | None = None) -> str:
-        digest = hashlib.sha256((self.prefix if keyed_on is None else keyed_on) + b"\0" + kind + b"\0")
+        digest = keyhash.new((self.prefix if keyed_on is None else keyed_on) + b"\0" + kind + b"\0")
         digest.update(normalize_path(path).encode("utf-8", "surrogateescape") + b"\0")
         for part in more:
             digest.update(part + b"\0")
@@ -402,7 +357,7 @@ def _run_key(value: object) -> str:
 
 
 def _basis_key(run_key: str) -> str:
-    return hashlib.sha256(b"basis\0" + run_key.encode()).hexdigest()
+    return keyhash.hexdigest(b"basis\0" + run_key.encode())
 
 
 def _basis(entry: dict[str, Any]) -> RunBasis:

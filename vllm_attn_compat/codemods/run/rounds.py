@@ -10,13 +10,12 @@ the early workers as the scan finds them (`indexing`), or come from the cache.
 
 from __future__ import annotations
 
-import hashlib
 import os
 from collections.abc import Callable, Mapping, Sequence, Set
 from typing import TYPE_CHECKING
 
 from vllm_attn_compat.codemods.index import classscan
-from vllm_attn_compat.codemods.run import parallel, progress
+from vllm_attn_compat.codemods.run import keyhash, parallel, progress
 from vllm_attn_compat.codemods.run.indexing import RoundIndexing
 from vllm_attn_compat.codemods.run.options import Options
 from vllm_attn_compat.codemods.run.reading import Reading, Scanned, digest_of
@@ -243,7 +242,7 @@ class ClassScans:
         # name, spelled in that order (`answers.spell` sorts them: "class ..." < "module ..." < "path ..."):
         # hashed once for the names (`answers.question`).
         names = "\0".join(sorted(f"class {name}" for name in known))
-        self._names = hashlib.sha256(f"{names}\0".encode("utf-8", "surrogateescape") if names else b"")
+        self._names = keyhash.new(f"{names}\0".encode("utf-8", "surrogateescape") if names else b"")
 
     def question(self, path: str) -> str:
         """`answers.question` of the scan of the file of ``path``."""

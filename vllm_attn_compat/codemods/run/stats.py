@@ -28,7 +28,6 @@ that cannot be read or parsed is ignored (every file is then hashed, as without 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import re
@@ -58,6 +57,8 @@ def digest(source: bytes) -> str:
 
 def raw_digest(source: bytes) -> bytes:
     """`digest` as bytes (what the `hasher` process shares with the run)."""
+    import hashlib  # (here: it loads OpenSSL, 2 ms of a rerun that replays a run and hashes no file, `keyhash`)
+
     return hashlib.sha256(source).digest()
 
 

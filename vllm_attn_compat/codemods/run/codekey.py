@@ -1,0 +1,109 @@
+"""The digest of the code a cached result comes from: this package's codemods, libcst's version, Python's version.
+
+Every key of the cache starts from it (`cache.Cache`), so every run with a cache makes it, a rerun that replays a
+whole run included: reading and hashing the codemods' 75 modules (700 kB) took 1.5-2.3 ms of about 40 there. So the
+digest is kept in the cache's folder with the status (`stats.Status`) of each file it read, and made again once one
+of them changed, a module was added or removed, or Python's or this package's version is another: the trust the
+status table gives the project's files (`stats`), more than Python gives its bytecode (a source's size and
+``mtime``). A module modified within `stats.RACY_NS` of the moment it was read is not kept by its status. The file
+lists absolute paths: two installations sharing a project's cache each make their own again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+import time
+
+from vllm_attn_compat.codemods.run import cachedir, keyhash, stats
+
+_NAME = "code.json"
+_FORMAT = "vllm-attn-compat-code/1"
+_CODEMODS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the package `vllm_attn_compat.codemods`
+
+
+def digest(root: str) -> str:
+    """The code's digest, kept in the cache ``root`` (``--cache-dir``) by the files' statuses."""
+    from vllm_attn_compat import __version__
+
+    started = time.time_ns()
+    versions = [__version__, sys.version]
+    modules, libcst_version = code_files(), _libcst_version_file()
+    try:
+        files = {path: list(stats.status_of(os.stat(path))) for path in [*modules, libcst_version] if path}
+    except OSError:
+        files = {}  # a module gone since it was listed: the digest is made of what is read, and not kept
+    # What the digest is kept with: libcst's version file is one of the files where it has one (else its metadata).
+    made_of: dict[str, object] | None = None
+    if files and libcst_version:
+        made_of = {"format": _FORMAT, "versions": versions, "files": files}
+    path = os.path.join(cachedir.entries_folder(root), _NAME)
+    kept = _kept(path, made_of)
+    if kept is not None:
+        return kept
+    made = _made(versions, modules, libcst_version)
+    if made_of is not None and all(max(status[2:]) < started - stats.RACY_NS for status in files.values()):
+        with contextlib.suppress(OSError):  # the cache's entries warn about a folder that cannot be written
+            cachedir.write_text(root, path, json.dumps({"digest": made, "of": made_of}))
+    return made
+
+
+def code_files() -> list[str]:
+    """Every module of ``vllm_attn_compat.codemods``, in a fixed order: the code a cached result comes from."""
+    found = []
+    for folder, names, files in os.walk(_CODEMODS):
+        names.sort()
+        found += [os.path.join(folder, name) for name in sorted(files) if name.endswith(".py")]
+    return found
+
+
+def _kept(path: str, made_of: dict[str, object] | None) -> str | None:
+    """The digest the file ``path`` keeps, if it was made of the same (`digest`)."""
+    if made_of is None:
+        return None
+    try:
+        with open(path, "rb") as handle:
+            data = json.loads(handle.read())
+        if data["of"] == made_of and isinstance(data["digest"], str):
+            return str(data["digest"])
+    except (OSError, ValueError, TypeError, KeyError):
+        pass  # none yet, or not one this code reads
+    return None
+
+
+def _made(versions: list[str], modules: list[str], libcst_version: str) -> str:
+    """The digest of the versions, libcst's version file (``libcst_version``), and each module's path and bytes."""
+    made = keyhash.new("\0".join(versions).encode())
+    made.update(_libcst_version(libcst_version))
+    for module in modules:
+        with open(module, "rb") as handle:
+            made.update(os.path.relpath(module, _CODEMODS).encode() + b"\0" + handle.read())
+    return made.hexdigest()
+
+
+def _libcst_version_file() -> str:
+    """libcst's version file, found without importing libcst (a quarter of a second); "" where there is none."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("libcst")
+    if spec is None or spec.origin is None:
+        return ""
+    return os.path.join(os.path.dirname(spec.origin), "_version.py")
+
+
+def _libcst_version(path: str) -> bytes:
+    """libcst's version file (``path``), else the installed distribution's metadata (30 ms, a tenth of a rerun)."""
+    if path:
+        try:
+            with open(path, "rb") as handle:
+                return handle.read()
+        except OSError:
+            pass
+    from importlib import metadata
+
+    try:
+        return metadata.version("libcst").encode()
+    except metadata.PackageNotFoundError:
+        return b"no libcst"

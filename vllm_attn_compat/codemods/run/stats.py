@@ -33,7 +33,7 @@ import os
 import re
 from collections.abc import Iterable, Mapping
 
-from vllm_attn_compat.codemods.run import cachedir
+from vllm_attn_compat.codemods.run import cachedir, sha256
 
 # Files whose mtime or ctime is this close to (or after) the start of the run that read them are not
 # trusted by their status next time (FAT's timestamps have a 2 s granularity).
@@ -56,10 +56,8 @@ def digest(source: bytes) -> str:
 
 
 def raw_digest(source: bytes) -> bytes:
-    """`digest` as bytes (what the `hasher` process shares with the run)."""
-    import hashlib  # (here: it loads OpenSSL, 2 ms of a rerun that replays a run and hashes no file, `keyhash`)
-
-    return hashlib.sha256(source).digest()
+    """`digest` as bytes (what the `hasher` process shares with the run): SHA-256 (`sha256`)."""
+    return sha256.digest(source)
 
 
 def status_of(stat: os.stat_result) -> Status:

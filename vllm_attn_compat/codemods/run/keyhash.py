@@ -1,8 +1,7 @@
 """The hash that names what the cache keeps (its entries, the run's key, the answers' questions): BLAKE2b of 32
-bytes. The bytes of the project's files are known by SHA-256 instead (`stats.digest`), which OpenSSL computes faster
-here (a first run hashes the whole tree); but ``import hashlib`` loads OpenSSL, 2 ms of a 40 ms rerun that replays a
-run and hashes nothing but its keys. hashlib's own BLAKE2b is CPython's ``_blake2`` module in any case, imported
-here without it.
+bytes. The bytes of the project's files are known by SHA-256 instead (`stats.digest`, `sha256`: OpenSSL's for a
+first run's whole tree); but ``import hashlib`` loads OpenSSL, 2 ms of a 40 ms rerun that replays a run and hashes
+nothing but its keys. hashlib's own BLAKE2b is CPython's ``_blake2`` module in any case, imported here without it.
 """
 
 from __future__ import annotations

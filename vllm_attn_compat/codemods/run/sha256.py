@@ -37,7 +37,7 @@ def _implementation(size: int) -> Constructor:
     _hashed += size
     if _hashed <= BUILTIN_BELOW and "hashlib" not in sys.modules:
         if not _builtin:
-            _builtin.append(_cpython_s())
+            _builtin.append(_cpython_sha256())
         if _builtin[0] is not None:
             return _builtin[0]
     import hashlib  # OpenSSL's (or, in a build without CPython's own, whatever hashlib has)
@@ -45,7 +45,7 @@ def _implementation(size: int) -> Constructor:
     return hashlib.sha256
 
 
-def _cpython_s() -> Constructor | None:
+def _cpython_sha256() -> Constructor | None:
     """CPython's own SHA-256: `_sha2` since 3.12, `_sha256` before; None in a build without it."""
     for name in ("_sha2", "_sha256"):
         try:

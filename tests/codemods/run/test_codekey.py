@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import sys
 from pathlib import Path
 
@@ -110,16 +111,23 @@ def test_without_libcst_s_version_file_nothing_is_kept(package, tmp_path, monkey
     assert not os.path.exists(os.path.join(cachedir.entries_folder(cache), "code.json"))
 
 
+def _entry(data: dict, **changes) -> dict:
+    """``data`` (a kept file, as JSON) with its one installation's entry changed."""
+    (entry,) = data["installs"]
+    return {**data, "installs": [{**entry, **changes}]}
+
+
 @pytest.mark.parametrize(
     "spoil",
     [
         lambda data: b"\x80 not json",
         lambda data: b"[]",
-        lambda data: json.dumps({**data, "digest": 7}).encode(),
-        lambda data: json.dumps({**data, "of": {**data["of"], "format": "other/9"}}).encode(),
-        lambda data: json.dumps({**data, "of": {**data["of"], "files": {}}}).encode(),
+        lambda data: json.dumps({**data, "format": "other/9"}).encode(),
+        lambda data: json.dumps({**data, "installs": {}}).encode(),
+        lambda data: json.dumps(_entry(data, digest=7)).encode(),
+        lambda data: json.dumps(_entry(data, of={**data["installs"][0]["of"], "files": {}})).encode(),
     ],
-    ids=["not-json", "not-an-object", "not-a-digest", "other-format", "other-files"],
+    ids=["not-json", "not-an-object", "other-format", "not-a-list", "not-a-digest", "other-files"],
 )
 def test_a_kept_digest_that_does_not_check_out_is_made_again_and_kept_anew(package, tmp_path, spoil):
     _, made = package
@@ -129,3 +137,29 @@ def test_a_kept_digest_that_does_not_check_out_is_made_again_and_kept_anew(packa
     path.write_bytes(spoil(json.loads(path.read_text())))
     assert codekey.digest(cache) == first and len(made) == 2
     assert codekey.digest(cache) == first and len(made) == 2  # kept anew
+
+
+def test_installations_taking_turns_on_one_project_each_find_theirs(package, tmp_path, monkeypatch):
+    folder, made = package
+    others = []
+    for number in range(codekey.INSTALLS_KEPT):  # the same modules, installed elsewhere
+        other = tmp_path / f"install-{number}" / "codemods"
+        shutil.copytree(folder, other)
+        others.append(str(other))
+    cache = str(tmp_path / "cache")
+
+    def run_from(install: str) -> str:
+        monkeypatch.setattr(codekey, "_CODEMODS", install)
+        return codekey.digest(cache)
+
+    installs = [str(folder), *others[: codekey.INSTALLS_KEPT - 1]]
+    digests = [run_from(install) for install in installs]
+    assert len(set(digests)) == 1 and len(made) == codekey.INSTALLS_KEPT  # the same code: the same digest
+    assert [run_from(install) for install in reversed(installs)] == digests[::-1]
+    assert len(made) == codekey.INSTALLS_KEPT  # each found its own
+    run_from(others[-1])  # one installation more: the entry written longest ago (the first's) goes
+    assert len(made) == codekey.INSTALLS_KEPT + 1
+    run_from(installs[-1])  # still kept
+    assert len(made) == codekey.INSTALLS_KEPT + 1
+    run_from(installs[0])  # made again
+    assert len(made) == codekey.INSTALLS_KEPT + 2

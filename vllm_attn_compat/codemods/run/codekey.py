@@ -6,7 +6,8 @@ digest is kept in the cache's folder with the status (`stats.Status`) of each fi
 of them changed, a module was added or removed, or Python's or this package's version is another: the trust the
 status table gives the project's files (`stats`), more than Python gives its bytecode (a source's size and
 ``mtime``). A module modified within `stats.RACY_NS` of the moment it was read is not kept by its status. The file
-lists absolute paths: two installations sharing a project's cache each make their own again.
+keeps the digests of the latest `INSTALLS_KEPT` installations that ran on the project (its own environment and its
+pre-commit hook's, say), each by its modules' absolute paths: runs from each in turn each find theirs.
 """
 
 from __future__ import annotations
@@ -16,12 +17,14 @@ import json
 import os
 import sys
 import time
+from typing import Any
 
 from vllm_attn_compat.codemods.run import cachedir, keyhash, stats
 
 _NAME = "code.json"
-_FORMAT = "vllm-attn-compat-code/1"
+_FORMAT = "vllm-attn-compat-code/2"
 _CODEMODS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the package `vllm_attn_compat.codemods`
+INSTALLS_KEPT = 4
 
 
 def digest(root: str) -> str:
@@ -38,15 +41,18 @@ def digest(root: str) -> str:
     # What the digest is kept with: libcst's version file is one of the files where it has one (else its metadata).
     made_of: dict[str, object] | None = None
     if files and libcst_version:
-        made_of = {"format": _FORMAT, "versions": versions, "files": files}
+        made_of = {"install": _CODEMODS, "versions": versions, "files": files}
     path = os.path.join(cachedir.entries_folder(root), _NAME)
-    kept = _kept(path, made_of)
-    if kept is not None:
-        return kept
+    kept = _kept(path)
+    found = next((str(entry["digest"]) for entry in kept if made_of is not None and entry["of"] == made_of), None)
+    if found is not None:
+        return found
     made = _made(versions, modules, libcst_version)
     if made_of is not None and all(max(status[2:]) < started - stats.RACY_NS for status in files.values()):
+        others = [entry for entry in kept if entry["of"].get("install") != _CODEMODS][: INSTALLS_KEPT - 1]
+        text = json.dumps({"format": _FORMAT, "installs": [{"digest": made, "of": made_of}, *others]})
         with contextlib.suppress(OSError):  # the cache's entries warn about a folder that cannot be written
-            cachedir.write_text(root, path, json.dumps({"digest": made, "of": made_of}))
+            cachedir.write_text(root, path, text)
     return made
 
 
@@ -59,18 +65,17 @@ def code_files() -> list[str]:
     return found
 
 
-def _kept(path: str, made_of: dict[str, object] | None) -> str | None:
-    """The digest the file ``path`` keeps, if it was made of the same (`digest`)."""
-    if made_of is None:
-        return None
+def _kept(path: str) -> list[dict[str, Any]]:
+    """The digests the file ``path`` keeps, each with what it was made of (`digest`), the latest first; none where
+    the file is missing or not one this code wrote."""
     try:
         with open(path, "rb") as handle:
             data = json.loads(handle.read())
-        if data["of"] == made_of and isinstance(data["digest"], str):
-            return str(data["digest"])
+        if data["format"] != _FORMAT:
+            return []
+        return [item for item in data["installs"] if isinstance(item["digest"], str) and isinstance(item["of"], dict)]
     except (OSError, ValueError, TypeError, KeyError):
-        pass  # none yet, or not one this code reads
-    return None
+        return []  # none yet, or not one this code reads
 
 
 def _made(versions: list[str], modules: list[str], libcst_version: str) -> str:

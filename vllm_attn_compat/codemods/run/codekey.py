@@ -35,9 +35,10 @@ def digest(root: str) -> str:
     versions = [__version__, sys.version]
     modules, libcst_version = code_files(), _libcst_version_file()
     try:
-        files = {path: list(stats.status_of(os.stat(path))) for path in [*modules, libcst_version] if path}
+        taken = {path: os.stat(path) for path in [*modules, libcst_version] if path}
     except OSError:
-        files = {}  # a module gone since it was listed: the digest is made of what is read, and not kept
+        taken = {}  # a module gone since it was listed: the digest is made of what is read, and not kept
+    files = {path: list(stats.status_of(stat)) for path, stat in taken.items()}
     # What the digest is kept with: libcst's version file is one of the files where it has one (else its metadata).
     made_of: dict[str, object] | None = None
     if files and libcst_version:
@@ -48,7 +49,7 @@ def digest(root: str) -> str:
     if found is not None:
         return found
     made = _made(versions, modules, libcst_version)
-    if made_of is not None and all(max(status[2:]) < started - stats.RACY_NS for status in files.values()):
+    if made_of is not None and not any(stats.racy(stat, started) for stat in taken.values()):
         others = [entry for entry in kept if entry["of"].get("install") != _CODEMODS][: INSTALLS_KEPT - 1]
         text = json.dumps({"format": _FORMAT, "installs": [{"digest": made, "of": made_of}, *others]})
         with contextlib.suppress(OSError):  # the cache's entries warn about a folder that cannot be written

@@ -40,8 +40,11 @@ logger = logging.getLogger("vllm.plugins.vllm_attn_compat")
 logger.addHandler(Lines())
 logger.setLevel(logging.INFO)
 vllm.plugins.load_general_plugins()
+before = list(Lines.lines)  # the plugin installs as vLLM imports what it patches: nothing yet
+import vllm.model_executor.layers.attention.attention, vllm.model_executor.layers.attention.mla_attention
+import vllm.config, vllm.forward_context
 found = [ep.value for ep in entry_points(group="{GROUP}") if ep.name == "vllm_attn_compat"]
-print(json.dumps({{"found": found, "lines": Lines.lines}}))
+print(json.dumps({{"found": found, "before": before, "lines": Lines.lines}}))
 """
 
 
@@ -66,6 +69,7 @@ def test_vllms_loader_runs_the_declared_entry_point_and_the_plugin_installs(tmp_
     assert out.returncode == 0, out.stderr[-3000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["found"] == [value]  # this tree's declaration, not the installed one's
+    assert not [line for line in result["before"] if line.startswith("vllm-attn-compat:")]
     (line,) = [line for line in result["lines"] if line.startswith("vllm-attn-compat:")]
     assert line.startswith("vllm-attn-compat: installed ")
     assert "AttentionBackend.accept_output_buffer" in line and "torch.ops.vllm.unified_attention" in line

@@ -13,7 +13,7 @@ The ini option ``vllm_attn_compat`` sets the mode too; the command line wins. Un
 counts its own uses and the controller adds them up.
 
 Unless the mode is ``off``, each process of the session (controller and xdist workers) gets the vLLM plugin's
-shim as vLLM's own processes do, when it first imports vLLM's attention modules (:mod:`session_shim`).
+shim as vLLM's own processes do, once it imports vLLM (:mod:`session_shim`).
 ``--vllm-attn-compat-check-output`` (ini ``vllm_attn_compat_check_output``) sets
 ``VLLM_ATTN_COMPAT_CHECK_OUTPUT=error`` for the session, which the plugin's install reads: the output guard.
 """
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     import argparse
     from pathlib import Path
 
-    from vllm_attn_compat.import_hook import AfterImport
+    from vllm_attn_compat.session_shim import SessionShim
 
 
 class _WorkerNode(Protocol):
@@ -81,7 +81,7 @@ class _Session:
         self.tally = Tally()
         self.from_workers: list[Use] = []
         self.previous_tally = deprecated_uses.tally
-        self.shim: AfterImport | None = None  # installs the vLLM plugin's shim on the first import of vLLM's attention
+        self.shim: SessionShim | None = None  # calls the vLLM plugin's entry point once the session imports vLLM
         self.previous_check_output: str | None = None  # the environment's value before the session set it
         self.sets_check_output = False
 

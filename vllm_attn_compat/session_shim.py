@@ -3,40 +3,65 @@
 vLLM runs its general plugins, this package's :func:`vllm_attn_compat.compat.plugin.register` among them, only in
 the processes of an engine. A test that imports a backend and exercises it without an engine would see a vLLM the
 engine never sees (``AttentionBackend.accept_output_buffer`` raising ``AttributeError``), and the pytest plugin,
-whose job is to count such uses, would see a crash. :func:`watch` installs the shim when the test process first
-imports vLLM's attention modules, by calling the entry point as ``vllm.plugins.load_general_plugins`` does;
-a process that never imports them pays nothing, and nothing here imports vLLM or torch before then.
+whose job is to count such uses, would see a crash. :func:`watch` calls the entry point, as
+``vllm.plugins.load_general_plugins`` does, once the test process has imported the ``vllm`` package; the plugin
+then installs each feature as vLLM's modules it patches are imported, so the test pays for no module it does not
+import. A process that never imports vLLM pays nothing, and nothing here imports vLLM or torch before then.
 """
 
 from __future__ import annotations
 
 import logging
+import sys
+import threading
 from importlib.metadata import EntryPoint, entry_points
 
-from vllm_attn_compat.import_hook import AfterImport
+from vllm_attn_compat.import_hook import ImportWatcher
 
 GROUP = "vllm.general_plugins"  # vllm.plugins.DEFAULT_PLUGINS_GROUP
 TARGET = "vllm_attn_compat.vllm_entry_point:register"  # this package's entry point in that group (pyproject.toml)
-
-# vLLM's modules whose first import installs the shim: where AttentionBackend is defined (the plugin's first check
-# imports it) and the layer modules the plugin patches, every place a supported release keeps them. The plugin
-# imports what else it needs itself, once the import that pulled these in has completed.
-WATCHED = (
-    "vllm.v1.attention.backend",
-    "vllm.model_executor.layers.attention.attention",
-    "vllm.model_executor.layers.attention.mla_attention",
-)
 
 # vLLM's loader logs a plugin that fails to load under its own logger, and carries on.
 _vllm_plugins_logger = logging.getLogger("vllm.plugins")
 logger = logging.getLogger("vllm.plugins.vllm_attn_compat")
 
 
-def watch() -> AfterImport:
-    """Install the shim once this process has imported one of :data:`WATCHED` (at once if it has already)."""
-    hook = AfterImport("vllm", WATCHED, _install_unguarded)
-    hook.start()
-    return hook
+class SessionShim:
+    """Calls the entry point once, after the import that executed the ``vllm`` package completes."""
+
+    def __init__(self) -> None:
+        self.fired = False
+        self._lock = threading.Lock()  # held for the test-and-set of `fired` only
+        self._watcher = ImportWatcher("vllm", self._after_import)
+
+    def start(self) -> None:
+        if "vllm" in sys.modules:  # imported before the session started (whole: nothing of vLLM is importing now)
+            self._fire()
+        else:
+            self._watcher.start()
+
+    def stop(self) -> None:
+        """Stop watching; what the plugin installed stays (vLLM's classes keep the shim for the rest of the process)."""
+        self._watcher.stop()
+
+    def _after_import(self) -> None:
+        if self._watcher.whole("vllm") is not None:
+            self._fire()
+
+    def _fire(self) -> None:
+        with self._lock:
+            if self.fired:
+                return
+            self.fired = True
+        self._watcher.stop()
+        _install_unguarded()
+
+
+def watch() -> SessionShim:
+    """Install the shim once this process has imported ``vllm`` (at once if it has already)."""
+    shim = SessionShim()
+    shim.start()
+    return shim
 
 
 def selected() -> list[EntryPoint]:

@@ -97,7 +97,7 @@ def _report(scenario):
     except BaseException as error:  # noqa: BLE001 - the one thing the plugin must never do
         return {"loader_raised": repr(error)}
     (line,) = [r for r in records if r.startswith("vllm-attn-compat:")]
-    report = {"loader_raised": None, "line": line}
+    report = {"loader_raised": None, "line": line, "pending": plugin.pending()}
     warnings.simplefilter("ignore")
     report["flag"] = getattr(AttentionBackend, "accept_output_buffer", None)
     report["ops"] = [n for n in ("unified_attention", "unified_mla_attention") if hasattr(torch.ops.vllm, n)]

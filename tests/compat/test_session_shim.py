@@ -32,6 +32,16 @@ from vllm.v1.attention.backend import AttentionBackend
 OUTPUT_BUFFER = AttentionBackend.accept_output_buffer
 """
 VAC005 = "`AttentionBackend.accept_output_buffer`"
+# Issue 49's module: vLLM's loader runs the plugin while the session's import hook watches (it hung for ever).
+LOADS_PLUGINS = """\
+import vllm.plugins
+
+vllm.plugins.load_general_plugins()
+
+
+def test_nothing():
+    assert True
+"""
 
 needs_vllm = pytest.mark.skipif(
     importlib.util.find_spec("vllm") is None, reason="the real vLLM package is not installed"
@@ -105,6 +115,18 @@ def test_each_xdist_worker_and_the_controller_get_the_shim_and_their_uses_add_up
 @needs_vllm
 @needs_entry_point
 @pytest.mark.parametrize(
+    "args", [[], ["-n", "2"], ["--vllm-attn-compat-check-output"]], ids=["plain", "xdist", "check-output"]
+)
+def test_a_module_that_loads_vllms_plugins_passes(downstream, new_vllm, args):
+    downstream.makepyfile(test_loads_plugins=LOADS_PLUGINS)
+    result = downstream.runpytest_subprocess(*PLUGIN, *args, "test_loads_plugins.py", timeout=600)
+    result.assert_outcomes(passed=1)
+
+
+@pytest.mark.vllm
+@needs_vllm
+@needs_entry_point
+@pytest.mark.parametrize(
     ("args", "env"),
     [
         (["--vllm-attn-compat=off"], {}),
@@ -154,27 +176,32 @@ def test_entry_point_selected_as_vllms_loader_selects_it(monkeypatch, new_vllm, 
 
 @pytest.mark.vllm
 @needs_vllm
-def test_the_watched_modules_are_where_this_vllm_defines_what_the_plugin_patches(new_vllm):
+def test_each_feature_waits_for_modules_this_vllm_has(new_vllm):
+    """A feature installs once one path of each of its needs is imported: a path this vLLM lacks would leave it
+    waiting for ever, so each need must name a module of this release, and the classes patched live there."""
+    import importlib
+
     from vllm_attn_compat.compat import vllm_install
 
+    for feature in vllm_install.FEATURES:
+        for paths in feature.needs:
+            assert any(importlib.util.find_spec(path) is not None for path in paths), (feature.name, paths)
     layer = vllm_install.require(vllm_install.ATTENTION_MODULES, "Attention")
     mla = vllm_install.require(vllm_install.MLA_MODULES, "MLAAttention")
-    assert {new_vllm.__module__, layer.__module__, mla.__module__} <= set(session_shim.WATCHED)
-    assert set(vllm_install.BACKEND_MODULES + vllm_install.ATTENTION_MODULES + vllm_install.MLA_MODULES) <= set(
-        session_shim.WATCHED
-    )
+    assert new_vllm.__module__ in vllm_install.BACKEND_MODULES
+    assert layer.__module__ in vllm_install.ATTENTION_MODULES and mla.__module__ in vllm_install.MLA_MODULES
 
 
 # At the session's end: which heavy packages the process imported, and whether the hook was watching.
 RECORD_MODULES = """\
 import sys
 
-from vllm_attn_compat.import_hook import AfterImport
+from vllm_attn_compat.import_hook import watched_packages
 
 
 def pytest_sessionfinish(session):
     heavy = sorted(name for name in ("vllm", "torch", "libcst") if name in sys.modules)
-    watching = any(isinstance(finder, AfterImport) for finder in sys.meta_path)
+    watching = watched_packages() == ["vllm"]
     print(f"\\nimported: {heavy}; watching: {watching}")
 """
 

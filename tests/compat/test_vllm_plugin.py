@@ -164,8 +164,7 @@ def test_opt_out_environment_variable(monkeypatch, plugin_log):
     from vllm_attn_compat.compat import vllm_install
 
     monkeypatch.setenv(plugin.ENV_DISABLE, "1")
-    monkeypatch.setattr(plugin, "_done", False)
-    monkeypatch.setattr(vllm_install, "install", lambda: pytest.fail("installed despite the opt-out"))
+    monkeypatch.setattr(vllm_install, "install_features", lambda features: pytest.fail("installed despite the opt-out"))
     plugin.register()
     assert plugin_log[-1] == "vllm-attn-compat: plugin disabled by VLLM_ATTN_COMPAT_DISABLE_PLUGIN; nothing installed"
 

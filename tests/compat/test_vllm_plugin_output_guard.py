@@ -251,13 +251,14 @@ def test_a_value_the_plugin_cannot_read_skips_the_guard_and_says_why(monkeypatch
     installed, skipped = vllm_install.install_features(vllm_install.GUARD_FEATURES)
     assert installed == []
     assert skipped == [
-        f"{feature} (VLLM_ATTN_COMPAT_CHECK_OUTPUT: expected error, warn, 1 (= error), or 0 / unset (off); found 'yes')"
+        f"{feature.name} (VLLM_ATTN_COMPAT_CHECK_OUTPUT: expected error, warn, 1 (= error), or 0 / unset (off); "
+        "found 'yes')"
         for feature in vllm_install.GUARD_FEATURES
     ]
 
 
 def test_a_later_register_reads_the_variable_again(monkeypatch, guard_from_the_environment):
-    assert plugin._done  # registered already, by vLLM's loader
+    assert not plugin.pending()  # registered already, by vLLM's loader, and every feature installed
     monkeypatch.setenv(output_guard.ENV_CHECK_OUTPUT, "warn")
     plugin.register()
     assert output_guard.current_mode() == "warn"

@@ -6,8 +6,6 @@ as a function. See :mod:`vllm_attn_compat.compat.output_guard` for what the guar
 
 from __future__ import annotations
 
-import importlib.util
-
 from vllm_attn_compat.backends.layer import Attention, MLAAttention
 from vllm_attn_compat.compat import output_guard
 
@@ -17,9 +15,9 @@ _OWN_LAYERS = ((Attention, False), (MLAAttention, True))
 def check_output(mode: str | bool | None = "error") -> list[str]:
     """Turn the output guard on (``"error"``, ``"warn"``; ``True`` or ``"1"`` mean ``"error"``) or off (``None``,
     ``False``, ``"off"``, ``"0"``) for the layers built from now on: this package's ``Attention`` and
-    ``MLAAttention``, and vLLM's when vLLM >= 0.20 is installed (its attention modules are imported, as the plugin
-    does). Returns what was installed now. Off removes the hooks (where no later hook wraps them) and makes the
-    wrappers of layers already built call straight through.
+    ``MLAAttention``, and vLLM's when vLLM >= 0.20 is installed (importing its attention layer modules). Returns
+    what was installed now. Off removes the hooks (where no later hook wraps them) and makes the wrappers of layers
+    already built call straight through.
     """
     if isinstance(mode, bool) or mode is None:
         parsed = "error" if mode else None
@@ -49,9 +47,7 @@ def check_output(mode: str | bool | None = "error") -> list[str]:
 
 
 def _vllm_supported() -> bool:
-    """Whether vLLM >= 0.20 is installed here (importing its backend base, as the plugin does)."""
-    if importlib.util.find_spec("vllm") is None:
-        return False
+    """Whether vLLM >= 0.20 is installed here (importing its backend base)."""
     from vllm_attn_compat.compat import plugin
 
-    return plugin._unsupported_reason() is None
+    return plugin.vllm_api_reason() is None

@@ -1,8 +1,10 @@
 """What the plugin installs into a real vLLM >= 0.20, feature by feature (imported only by the plugin).
 
-Each feature looks up the vLLM names it needs when it is installed, never at import: a name that is missing or
-changed in some vLLM release skips that feature alone, with the reason, and the others are installed regardless.
-Each installer is idempotent and returns the names of what it installed now.
+Each :class:`Feature` names the vLLM modules it patches (:attr:`Feature.needs`); the plugin installs it once vLLM
+has imported them, and nothing here imports a vLLM module: an installer takes what it needs from ``sys.modules``
+(:func:`require`), so installing never re-enters vLLM's imports. A name that is missing or changed in some vLLM
+release skips that feature alone, with the reason, and the others are installed regardless. Each installer is
+idempotent and returns the names of what it installed now.
 """
 
 from __future__ import annotations
@@ -10,7 +12,8 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -18,7 +21,7 @@ import torch
 from vllm_attn_compat.compat import forwarders, output_guard
 from vllm_attn_compat.compat.adopt import adopt_returned_result, outside
 from vllm_attn_compat.compat.deprecation import removed_api_message, warn_once
-from vllm_attn_compat.compat.flags import after_init, install_backend_flag, install_layer_flag
+from vllm_attn_compat.compat.flags import AlwaysTrueFlag, after_init, install_backend_flag, install_layer_flag
 from vllm_attn_compat.compat.op_names import RENAMED_OPS, normalize_splitting_ops, renamed_in
 
 # Where each vLLM name lives, newest layout first: a release that moves a module gets its path added here.
@@ -34,19 +37,38 @@ class Skipped(Exception):
     """A feature this vLLM cannot take; the message says why (for the plugin's log line)."""
 
 
+class OldApi(Skipped):
+    """This vLLM still has the pre-0.20 attention API: the plugin installs nothing into it."""
+
+
 def require(modules: tuple[str, ...], name: str) -> Any:
-    """``name`` from the first of ``modules`` that imports and has it; :class:`Skipped` naming what failed."""
+    """``name`` from the first of ``modules`` that is imported and has it; :class:`Skipped` naming what failed.
+
+    Never imports: the plugin calls an installer once its feature's modules are imported (:attr:`Feature.needs`),
+    and :func:`import_needs` imports them for a caller outside vLLM's imports.
+    """
     failures = []
     for module_name in modules:
-        try:
-            module = importlib.import_module(module_name)
-        except Exception as error:  # noqa: BLE001 - a module of a newer or broken vLLM may fail with anything
-            failures.append(f"{module_name} does not import ({type(error).__name__}: {error})")
-            continue
-        if hasattr(module, name):
+        module = sys.modules.get(module_name)
+        if module is None:
+            failures.append(f"{module_name} is not imported")
+        elif hasattr(module, name):
             return getattr(module, name)
-        failures.append(f"{module_name}.{name} does not exist")
+        else:
+            failures.append(f"{module_name}.{name} does not exist")
     raise Skipped("; ".join(failures))
+
+
+def import_needs(needs: Iterable[tuple[str, ...]]) -> None:
+    """Import each of ``needs`` (the first of its paths that imports), for callers that ask outside vLLM's imports
+    (``check_output``, :func:`install`); a path that does not import is left to :func:`require` to report."""
+    for modules in needs:
+        for module_name in modules:
+            try:
+                importlib.import_module(module_name)
+                break
+            except Exception:  # noqa: BLE001 - a module of a newer or broken vLLM may fail with anything
+                continue
 
 
 class VllmRoute(forwarders.Route):
@@ -210,6 +232,11 @@ _SPLITTING_OPS_HOOK = "__vllm_attn_compat_normalizes_splitting_ops__"
 
 def install_splitting_ops_normalization() -> list[str]:
     config_cls = require(CONFIG_MODULES, "CompilationConfig")
+    if "vllm::unified_attention" in getattr(config_cls, "_attention_ops", ()):
+        raise OldApi(
+            "this vLLM's CompilationConfig still splits on vllm::unified_attention: vLLM < 0.20 needs no "
+            "compatibility layer"
+        )
     original = config_cls.__dict__.get("__post_init__")
     if original is None:
         raise Skipped("vllm.config.CompilationConfig defines no __post_init__ to normalise splitting_ops in")
@@ -278,10 +305,11 @@ def _guard(mode: str, modules: tuple[str, ...], layer_cls_name: str, *, mla: boo
 
 
 def guard_vllm_layers(mode: str) -> list[str]:
-    """The output guard on vLLM's ``Attention`` and ``MLAAttention`` (for ``check_output``); a layer class this
-    vLLM lacks is left out."""
+    """The output guard on vLLM's ``Attention`` and ``MLAAttention`` (for ``check_output``, which runs outside
+    vLLM's imports and imports the layer modules); a layer class this vLLM lacks is left out."""
     installed: list[str] = []
     for modules, name, mla in ((ATTENTION_MODULES, "Attention", False), (MLA_MODULES, "MLAAttention", True)):
+        import_needs([modules])
         try:
             installed += _guard(mode, modules, name, mla=mla)
         except Skipped:
@@ -297,41 +325,87 @@ def remove_output_guard() -> None:
             continue
 
 
-GUARD_FEATURES: dict[str, Callable[[], list[str]]] = {
-    "the output guard on Attention": install_attention_guard,
-    "the output guard on MLAAttention": install_mla_guard,
-}
+def old_api_reason(backend_base: type) -> str | None:
+    """The reason to leave a vLLM alone whose ``AttentionBackend`` still declares ``accept_output_buffer``."""
+    declared = backend_base.__dict__.get("accept_output_buffer")
+    if declared is None or isinstance(declared, AlwaysTrueFlag):
+        return None
+    return "this vLLM still has AttentionBackend.accept_output_buffer: vLLM < 0.20 needs no compatibility layer"
 
 
-# Each feature, in order, under the name the plugin's log line gives it when skipped.
-FEATURES: dict[str, Callable[[], list[str]]] = {
-    "AttentionBackend.accept_output_buffer": install_backend_flags,
-    "Attention.use_output and the legacy adapter": install_layer_flags,
-    "result copy for Attention impls": install_result_adoption,
-    "result copy for MLA impls": install_mla_result_adoption,
-    "torch.ops.vllm.unified_attention": lambda: install_op("unified_attention", ATTENTION_MODULES, "Attention"),
-    "torch.ops.vllm.unified_mla_attention": lambda: install_op("unified_mla_attention", MLA_MODULES, "MLAAttention"),
-    "the forwarders' route to vLLM": install_route,
-    "CompilationConfig.splitting_ops normalization": install_splitting_ops_normalization,
+@dataclass(frozen=True)
+class Feature:
+    """One thing the plugin installs, once vLLM has imported the modules it patches."""
+
+    name: str  # as the plugin's log line names it when skipped
+    install: Callable[[], list[str]]
+    needs: tuple[tuple[str, ...], ...]  # each a module's paths, newest layout first: one of them must be imported
+    new_api: bool = True  # only into a vLLM whose AttentionBackend has the >= 0.20 API (its module is needed too)
+    again: bool = False  # installed again by each later register() (the output guard: its switch may change)
+
+
+GUARD_FEATURES = (
+    Feature("the output guard on Attention", install_attention_guard, (ATTENTION_MODULES,), again=True),
+    Feature("the output guard on MLAAttention", install_mla_guard, (MLA_MODULES,), again=True),
+)
+
+_ROUTE_NEEDS = (FORWARD_CONTEXT_MODULES, TORCH_UTILS_MODULES)
+
+# In order: a batch that installs several runs them in this order.
+FEATURES = (
+    Feature("AttentionBackend.accept_output_buffer", install_backend_flags, (BACKEND_MODULES,)),
+    Feature("Attention.use_output and the legacy adapter", install_layer_flags, (ATTENTION_MODULES,)),
+    Feature("result copy for Attention impls", install_result_adoption, (ATTENTION_MODULES,)),
+    Feature("result copy for MLA impls", install_mla_result_adoption, (MLA_MODULES,)),
+    Feature(
+        "torch.ops.vllm.unified_attention",
+        lambda: install_op("unified_attention", ATTENTION_MODULES, "Attention"),
+        (ATTENTION_MODULES, *_ROUTE_NEEDS),
+    ),
+    Feature(
+        "torch.ops.vllm.unified_mla_attention",
+        lambda: install_op("unified_mla_attention", MLA_MODULES, "MLAAttention"),
+        (MLA_MODULES, *_ROUTE_NEEDS),
+    ),
+    Feature("the forwarders' route to vLLM", install_route, _ROUTE_NEEDS),
+    # Its own check of the API (the config module does not import AttentionBackend's).
+    Feature(
+        "CompilationConfig.splitting_ops normalization",
+        install_splitting_ops_normalization,
+        (CONFIG_MODULES,),
+        new_api=False,
+    ),
     # Last: its hook on a layer's __init__ then runs after the result copy's and the legacy adapter's.
-    **GUARD_FEATURES,
-}
+    *GUARD_FEATURES,
+)
 
 
-def install_features(features: dict[str, Callable[[], list[str]]] | None = None) -> tuple[list[str], list[str]]:
-    """Install every feature this vLLM can take: (what was installed now, ``"feature (why it was skipped)"``)."""
+def install_features(features: Iterable[Feature]) -> tuple[list[str], list[str]]:
+    """Install ``features`` (their modules imported): (what was installed now, ``"feature (why it was skipped)"``).
+
+    :class:`OldApi` propagates: the caller then installs nothing more.
+    """
     installed: list[str] = []
     skipped: list[str] = []
-    for feature, install_feature in (FEATURES if features is None else features).items():
+    features = list(features)
+    if any(feature.new_api for feature in features):
+        reason = old_api_reason(require(BACKEND_MODULES, "AttentionBackend"))
+        if reason is not None:
+            raise OldApi(reason)
+    for feature in features:
         try:
-            installed += install_feature()
+            installed += feature.install()
+        except OldApi:
+            raise
         except Skipped as reason:
-            skipped.append(f"{feature} ({reason})")
+            skipped.append(f"{feature.name} ({reason})")
         except Exception as error:  # noqa: BLE001 - a vLLM that changed in a way no check foresaw: skip, never break vLLM's loader
-            skipped.append(f"{feature} (unexpected {type(error).__name__}: {error})")
+            skipped.append(f"{feature.name} (unexpected {type(error).__name__}: {error})")
     return installed, skipped
 
 
 def install() -> list[str]:
-    """Install what this vLLM can take; what was installed now."""
-    return install_features()[0]
+    """Import what every feature needs and install what this vLLM can take; what was installed now. For callers
+    outside vLLM's imports (tests, a script); the plugin installs each feature as vLLM imports its modules."""
+    import_needs([BACKEND_MODULES, *(modules for feature in FEATURES for modules in feature.needs)])
+    return install_features(FEATURES)[0]

@@ -79,10 +79,10 @@ def differences(committed: str, generated: str, limit: int = 40) -> list[str]:
             lines.append(f"release {version}: in the committed data, not regenerated")
     for version in (v for v in new["releases"] if v in old.get("releases", [])):
         before, after = history.snapshot_at(old, version), history.snapshot_at(new, version)
-        for section in ("modules", "classes", "functions", "ops"):
+        for section, what in (("modules", "module"), ("classes", "class"), ("functions", "function"), ("ops", "op")):
             for key in sorted(set(before[section]) | set(after[section])):
                 if before[section].get(key) != after[section].get(key):
-                    lines.append(f"release {version}: {section[:-1]} {key} differs")
+                    lines.append(f"release {version}: {what} {key} differs")
     if old.get("successors") != new["successors"]:
         lines.append("the successors differ")
     if not lines:

@@ -231,6 +231,10 @@ class Module:
                 kind = "property"
             elif any(name.endswith((".setter", ".deleter")) for name in decorators):
                 return {"kind": "setter"}
+            elif node.name == "__new__":  # Python makes these static and class methods without a decorator
+                kind = "staticmethod"
+            elif node.name in ("__init_subclass__", "__class_getitem__"):
+                kind = "classmethod"
         if "overload" in short:
             return {"kind": "overload"}
         params = _parameters(node.args)

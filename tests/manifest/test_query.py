@@ -28,7 +28,9 @@ def test_get_kv_cache_shape_abstract_in_0_27_1_gone_by_0_34_0():
     assert shape is not None and shape.kind == "staticmethod" and shape.abstract
     assert shape.signature is not None
     assert shape.signature.names() == ("num_blocks", "block_size", "num_kv_heads", "head_size", "cache_dtype_str")
-    assert shape.signature.parameters[-1] == manifest.Parameter("cache_dtype_str", "POSITIONAL_OR_KEYWORD", "'auto'", "str")
+    assert shape.signature.parameters[-1] == manifest.Parameter(
+        "cache_dtype_str", "POSITIONAL_OR_KEYWORD", "'auto'", "str"
+    )
 
 
 def test_sparse_mla_attention_impl_gone_since_0_26_0():
@@ -173,7 +175,7 @@ def test_removed_between_0_27_1_and_0_34_0_names_the_issues_members():
     }
     assert {name: removed[name].removed_in for name in expected} == expected
     assert removed[f"{Metadata}.seq_lens_cpu"].deprecated is not None
-    with pytest.raises(ValueError, match="0.34.0 is after 0.27.1"):
+    with pytest.raises(ValueError, match=r"0\.34\.0 is after 0\.27\.1"):
         manifest.removed_between("0.34.0", "0.27.1")
 
 

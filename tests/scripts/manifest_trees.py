@@ -76,7 +76,9 @@ BACKEND_OLD = '''
 
         @property
         def num_computed_tokens_cpu(self) -> torch.Tensor:
-            warnings.warn("num_computed_tokens_cpu is deprecated; derive it from query_start_loc_cpu", DeprecationWarning)
+            warnings.warn(
+                "num_computed_tokens_cpu is deprecated; derive it from query_start_loc_cpu", DeprecationWarning
+            )
             return self.seq_lens
 
         def replace(self, **kwargs) -> "CommonAttentionMetadata":
@@ -159,7 +161,7 @@ BACKEND_NEW = '''
             return self.build(0, common_attn_metadata, fast_build=True)
 '''
 
-LAYER_OLD = '''
+LAYER_OLD = """
     from vllm.utils.torch_utils import direct_register_custom_op
     from vllm.v1.attention.backend import AttentionBackend
 
@@ -190,9 +192,9 @@ LAYER_OLD = '''
         op_func=unified_attention_with_output,
         mutates_args=["output"],
     )
-'''
+"""
 
-LAYER_NEW = '''
+LAYER_NEW = """
     from vllm.utils.torch_utils import direct_register_custom_op
 
 
@@ -217,15 +219,15 @@ LAYER_NEW = '''
         op_func=unified_attention_with_output,
         mutates_args=["output"],
     )
-'''
+"""
 
-INIT = '''
+INIT = """
     from vllm.model_executor.layers.attention.attention import Attention, MLAAttention
 
     __all__ = ["Attention", "MLAAttention"]
-'''
+"""
 
-REGISTRY = '''
+REGISTRY = """
     from enum import Enum
 
 
@@ -238,18 +240,18 @@ REGISTRY = '''
 
     def register_backend(backend, class_path: str | None = None):
         return backend
-'''
+"""
 
 # vLLM's own code outside the attention modules: what still uses the members.
-RUNNER_OLD = '''
+RUNNER_OLD = """
     def step(backend, builder, metadata):
         shape = backend.get_kv_cache_shape(1, 16)
         layout = getattr(backend, "get_required_kv_cache_layout")()
         builder.build_for_drafting(metadata, 0)
         return metadata.seq_lens_cpu, metadata.num_computed_tokens_cpu, metadata._seq_lens_cpu, backend.get_name()
-'''
+"""
 
-RUNNER_NEW = '''
+RUNNER_NEW = """
     class DraftBuilder:
         def build_for_drafting(self, common_attn_metadata, draft_index):
             # An override calling its base is no use of the hook by vLLM.
@@ -259,7 +261,7 @@ RUNNER_NEW = '''
     def step(backend, builder, metadata):
         layout = backend.supported_kv_cache_layouts()
         return builder.build(0, metadata), backend.get_name(), backend.get_builder_cls()
-'''
+"""
 
 
 def _write(root: Path, files: dict[str, str]) -> None:

@@ -17,7 +17,7 @@ _REQUIREMENT = re.compile(
     r"\s*(?P<name>[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)\s*(?:\[(?P<extras>[^\]]*)\])?\s*"
     r"(?:@\s*(?P<url>[^;\s]+)\s*|\(?(?P<specifiers>[^;()]*)\)?)\s*(?:;(?P<marker>.*))?$"
 )
-_CLAUSE = re.compile(r"\s*(===|==|!=|~=|<=|>=|<|>)\s*([^\s,]+)\s*")
+_CLAUSE = re.compile(r"\s*(===|==|!=|~=|<=|>=|<|>)\s*([0-9A-Za-z][^\s,]*)\s*")
 
 
 class SpecifierError(ValueError):
@@ -89,7 +89,9 @@ def _clause_allows(operator: str, version: str, release: str, key: tuple[object,
         parts = _release_parts(release)
         matches = (parts + (0,) * len(prefix))[: len(prefix)] == prefix
         return matches if operator == "==" else not matches
-    wanted = version_key(version.split("+", 1)[0])
+    if "+" in version and operator in ("==", "!="):  # a local label matches only itself, and releases have none
+        return operator == "!="
+    wanted = version_key(version)
     if operator == "==":
         return key == wanted
     if operator == "!=":

@@ -59,19 +59,19 @@ class Target(NamedTuple):
     source: str | None
 
 
-def parse_target_version(value: object, source: str) -> str:
-    """The manifest release a ``target-version`` value names ("0.34" -> the newest 0.34 patch release, "0.34.0"),
-    for the configuration reader: raises TargetVersionError naming ``source``, the key, what was expected and
+def parse_target_version(value: object, where: str) -> str:
+    """The manifest release a target version names ("0.34" -> the newest 0.34 patch release, "0.34.0"), for the
+    command line and the configuration reader. Raises TargetVersionError starting with ``where`` (the option or
+    the file and key: ``pyproject.toml: [tool.vllm-attn-compat] target-version``), saying what was expected and
     what was found."""
     if not isinstance(value, str) or not value.strip():
         raise TargetVersionError(
-            f'{source}: {KEY}: expected a vLLM release as a string (like "0.34"), '
-            f"found {value!r} ({type(value).__name__})"
+            f'{where}: expected a vLLM release as a string (like "0.34"), found {value!r} ({type(value).__name__})'
         )
     try:
         return manifest.resolve(value)
     except manifest.UnknownRelease as error:
-        raise TargetVersionError(f"{source}: {KEY}: {error}") from None
+        raise TargetVersionError(f"{where}: {error}") from None
 
 
 def configured_target_version(pyproject: str) -> str | None:
@@ -83,7 +83,7 @@ def configured_target_version(pyproject: str) -> str | None:
     table = tool.get("vllm-attn-compat") if isinstance(tool, dict) else None
     if not isinstance(table, dict) or KEY not in table:
         return None
-    return parse_target_version(table[KEY], f"{pyproject}: [tool.vllm-attn-compat]")
+    return parse_target_version(table[KEY], f"{pyproject}: [tool.vllm-attn-compat] {KEY}")
 
 
 def target_for(root: str, *, explicit: str | None = None, configured: str | None = None) -> Target:

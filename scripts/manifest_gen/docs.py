@@ -130,6 +130,10 @@ def _changes(
                 continue
             rows += _plain_rows(what, key, old[section].get(key), new[section].get(key), release)
     for module in sorted(set(old["modules"]) | set(new["modules"])):
+        if module not in new["modules"]:
+            rows.append(("removed", module, "module", "VAC011"))
+        elif module not in old["modules"]:
+            rows.append(("added", module, "module", "—"))
         before, after = old["modules"].get(module, {}), new["modules"].get(module, {})
         for name in sorted(set(before) | set(after)):
             kinds = {before.get(name), after.get(name)} - {None}

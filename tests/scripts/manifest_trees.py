@@ -161,7 +161,7 @@ BACKEND_NEW = '''
             return self.build(0, common_attn_metadata, fast_build=True)
 '''
 
-LAYER_OLD = """
+LAYER_NEW = """
     from vllm.utils.torch_utils import direct_register_custom_op
     from vllm.v1.attention.backend import AttentionBackend
 
@@ -178,48 +178,29 @@ LAYER_OLD = """
         pass
 
 
+    def unified_attention_with_output(query, key, value, output, layer_name: str, output_scale=None) -> None:
+        output.copy_(query)
+
+
+    direct_register_custom_op(
+        op_name="unified_attention_with_output",
+        op_func=unified_attention_with_output,
+        mutates_args=["output"],
+    )
+"""
+
+# The old layer module also has the op without an output, registered positionally.
+LAYER_OLD = (
+    LAYER_NEW
+    + """
+
     def unified_attention(query, key, value, layer_name: str):
         return query
 
 
-    def unified_attention_with_output(query, key, value, output, layer_name: str, output_scale=None) -> None:
-        output.copy_(query)
-
-
-    direct_register_custom_op(op_name="unified_attention", op_func=unified_attention, mutates_args=[])
-    direct_register_custom_op(
-        op_name="unified_attention_with_output",
-        op_func=unified_attention_with_output,
-        mutates_args=["output"],
-    )
+    direct_register_custom_op("unified_attention", unified_attention, [])
 """
-
-LAYER_NEW = """
-    from vllm.utils.torch_utils import direct_register_custom_op
-
-
-    class Attention:
-        def __init__(self, num_heads: int, head_size: int, scale: float, *, prefix: str = ""):
-            self.num_heads = num_heads
-
-        def forward(self, query, key, value, output_shape=None):
-            return torch.ops.vllm.unified_attention_with_output(query, key, value, output, "layer")
-
-
-    class MLAAttention(Attention):
-        pass
-
-
-    def unified_attention_with_output(query, key, value, output, layer_name: str, output_scale=None) -> None:
-        output.copy_(query)
-
-
-    direct_register_custom_op(
-        op_name="unified_attention_with_output",
-        op_func=unified_attention_with_output,
-        mutates_args=["output"],
-    )
-"""
+)
 
 INIT = """
     from vllm.model_executor.layers.attention.attention import Attention, MLAAttention

@@ -59,52 +59,6 @@ if TYPE_CHECKING:
         incompatibilities,
     )
 
-# Resolving a release reads releases.txt alone; the queries and their types (and the JSON data) load on first use.
-_LAZY = {
-    "query": (
-        "abstract_members",
-        "class_info",
-        "classes",
-        "dead_hooks",
-        "find_class",
-        "forwardable_members",
-        "functions",
-        "history",
-        "member",
-        "members",
-        "module_names",
-        "mro",
-        "name_history",
-        "ops",
-        "own_members",
-        "removed_between",
-        "signature",
-    ),
-    "types": (
-        "ClassInfo",
-        "DeadHook",
-        "Drift",
-        "Member",
-        "MemberHistory",
-        "Op",
-        "Parameter",
-        "Removal",
-        "Signature",
-        "Successor",
-        "incompatibilities",
-    ),
-}
-
-
-def __getattr__(name: str) -> Any:
-    module = next((module for module, names in _LAZY.items() if name in names), None)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
-
-
 __all__ = [
     "ClassInfo",
     "DeadHook",
@@ -140,3 +94,15 @@ __all__ = [
     "signature",
     "version_key",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """The queries and their types, imported on first use: resolving a release reads releases.txt alone, and the
+    queries load the JSON data when first asked."""
+    if name in __all__:
+        for module in ("query", "types"):
+            value = getattr(importlib.import_module(f"{__name__}.{module}"), name, None)
+            if value is not None:
+                globals()[name] = value
+                return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

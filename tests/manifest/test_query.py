@@ -179,6 +179,17 @@ def test_removed_between_0_27_1_and_0_34_0_names_the_issues_members():
         manifest.removed_between("0.34.0", "0.27.1")
 
 
+def test_modules_come_and_go():
+    # vllm/model_executor/layers/attention/pcp.py: in 0.27.1 and 0.28.0, not in 0.29.0.
+    pcp = f"{LAYERS}.pcp"
+    assert pcp in manifest.modules("0.28.0") and pcp not in manifest.modules("0.29.0")
+    assert f"{BACKEND}" in manifest.modules("0.19.0")
+    assert {r.name for r in manifest.removed_between("0.28.0", "0.29.0") if r.what == "function"} >= {
+        f"{pcp}.maybe_gather_indexer_k"
+    }
+    assert manifest.name_history(LAYERS, "Attention") == (("0.19.0", f"import {LAYERS}.attention.Attention"),)
+
+
 def test_unknown_members_and_classes():
     with pytest.raises(KeyError, match="get_kv_cache_shape"):
         manifest.history(Builder, "get_kv_cache_shape")

@@ -283,6 +283,13 @@ def removed_between(old: str, new: str) -> tuple[Removal, ...]:
     return tuple(found)
 
 
+def modules(release: str) -> tuple[str, ...]:
+    """The modules of the manifest's scope that ``release`` has (``vllm.v1.attention.backend``, ...), sorted."""
+    return tuple(
+        m for m, names in data.load()["modules"].items() if any(data.state_at(h, release) for h in names.values())
+    )
+
+
 def module_names(release: str, module: str) -> dict[str, str]:
     """{name: kind} of what ``from <module> import name`` finds at ``release`` among what vLLM put there: "class",
     "function", "variable", or "import <target>" for a re-export. Empty for a module the release lacks."""

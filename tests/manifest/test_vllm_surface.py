@@ -21,7 +21,10 @@ pytest.importorskip("vllm", reason="the real vLLM package is not installed (run 
 
 from vllm_attn_compat import manifest  # noqa: E402
 
-RELEASE = manifest.resolve(version("vllm"))  # exact: a release the data lacks fails here, naming the releases
+try:
+    RELEASE = manifest.resolve(version("vllm"))  # exact: the data must describe the installed release itself
+except manifest.UnknownRelease as error:
+    pytest.fail(f"{error}: regenerate the manifest (python scripts/attention_manifest.py)", pytrace=False)
 CALLABLE = {"method", "classmethod", "staticmethod", "property"}
 
 

@@ -115,6 +115,13 @@ def main(argv: list[str] | None = None) -> int:
                 parser.error(f"--releases: expected final releases X.Y.Z from 0.19.0 on, found {', '.join(unknown)}")
         elif args.sources is not None:
             versions = releases_in(args.sources)
+        elif args.check:
+            # The releases the committed data holds: a release published since is news, not a difference.
+            listed = args.output.with_name("releases.txt")
+            versions = listed.read_text(encoding="utf-8").split() if listed.exists() else wheels.published()
+            newer = [version for version in wheels.published() if version not in versions]
+            if newer:
+                print(f"attention_manifest: published since the data was made: {', '.join(newer)} (regenerate to add)")
         else:
             versions = wheels.published()
         if not versions:

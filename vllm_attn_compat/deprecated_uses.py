@@ -14,12 +14,15 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from types import CodeType
 
-# The wording of compat.deprecation.removed_api_message, read back: the old API and the rule that migrates it.
-_MESSAGE = re.compile(r"(?P<old>.+?) was removed in vLLM 0\.20; .*\(rule (?P<rule>VAC\d+)\)\.\Z", re.DOTALL)
+# The wording of compat.deprecation's messages, read back: the old API and the rule that migrates it
+# (removed_api_message's, and dead_overrides' "`X.hook` overrides a hook vLLM ... no longer calls").
+_MESSAGE = re.compile(
+    r"(?P<old>.+?) (?:was removed in vLLM [\w.]+;|overrides a hook) .*\(rule (?P<rule>VAC\d+)\)\.\Z", re.DOTALL
+)
 # How removed_api_message says that `migrate` cannot find a use (nothing in the source marks it).
 BY_HAND = "change it by hand"
 _REPLACEMENT = re.compile(
-    r" was removed in vLLM 0\.20; (?P<replacement>.*)\. vllm-attn-compat keeps it working", re.DOTALL
+    r" was removed in vLLM [\w.]+; (?P<replacement>.*)\. vllm-attn-compat keeps it working", re.DOTALL
 )
 
 

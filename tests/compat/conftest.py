@@ -72,3 +72,27 @@ def layers():
             return set_forward_context(AttentionMetadata.from_lengths(query_lens), self)
 
     return Layers()
+
+
+@pytest.fixture(scope="session")
+def vllm_plugin_first_load():
+    """vLLM's general plugins, restricted to this package's, loaded once per test process as vLLM loads them at
+    start-up, every module the plugin patches imported first; the plugin's log lines of that load. The vLLM tier's
+    modules that load the plugin ask for this first, so that the first load in a process is always this one."""
+    import importlib
+
+    import vllm.plugins
+
+    from vllm_backends import plugin_log_lines
+
+    for name in (
+        "vllm.model_executor.layers.attention.attention", "vllm.model_executor.layers.attention.mla_attention",
+        "vllm.config", "vllm.forward_context",
+    ):  # fmt: skip
+        importlib.import_module(name)
+    with plugin_log_lines() as lines, pytest.MonkeyPatch.context() as patch:
+        patch.setenv("VLLM_PLUGINS", "vllm_attn_compat")
+        patch.delenv("VLLM_ATTN_COMPAT_CHECK_OUTPUT", raising=False)
+        patch.setattr(vllm.plugins, "plugins_loaded", False)
+        vllm.plugins.load_general_plugins()
+    return lines

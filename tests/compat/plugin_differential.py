@@ -57,6 +57,7 @@ class Impl(AttentionImpl):
     def forward(
         self, layer, query, key, value, kv_cache, attn_metadata, output=None, output_scale=None, output_block_scale=None
     ):
+        self.metadata = attn_metadata
         return self.run(query, key, value, output)
 
     def run(self, query, key, value, output):
@@ -79,6 +80,19 @@ def returns(make):
 
     def run(self, query, key, value, output):
         return make(reference(self, query, key, value)[0])
+
+    return run
+
+
+def scales_by(member):
+    """A >= 0.20 impl whose result depends on the batch's sequence lengths, read from the CommonAttentionMetadata its
+    builder kept as ``member`` (``seq_lens``; ``seq_lens_cpu``, which vLLM 0.30 removed)."""
+
+    def run(self, query, key, value, output):
+        seq_lens = getattr(self.metadata.common, member)
+        result, _ = reference(self, query, key, value)
+        output.copy_((result * (1 + seq_lens.float().mean() / 64)).reshape(output.shape))
+        return output
 
     return run
 
@@ -112,7 +126,27 @@ SHAPES = {
     "returns a new 3-D tensor": (returns(lambda r: r.clone()), 16, 16, torch.float32),
     "returns its rows without padding": (returns(lambda r: r[: T - 2].reshape(T - 2, -1)), 16, 16, torch.float32),
     "returns nothing": (returns(lambda r: None), 16, 16, torch.float32),
+    "writes, reads the metadata's seq_lens": (scales_by("seq_lens"), 16, 16, torch.float32),
+    "writes, reads the metadata's seq_lens_cpu (removed in 0.30)": (scales_by("seq_lens_cpu"), 16, 16, torch.float32),
 }
+
+
+def common_metadata():
+    """A real CommonAttentionMetadata for the batch: two requests, of 4 and 2 new tokens on 5 and 3 cached."""
+    from vllm.v1.attention.backend import CommonAttentionMetadata
+
+    query_start_loc = torch.tensor([0, 4, T])
+    return CommonAttentionMetadata(
+        query_start_loc=query_start_loc,
+        query_start_loc_cpu=query_start_loc.clone(),
+        seq_lens=torch.tensor([9, 5]),
+        num_reqs=2,
+        num_actual_tokens=T,
+        max_query_len=4,
+        max_seq_len=9,
+        block_table_tensor=torch.zeros(2, 4, dtype=torch.int32),
+        slot_mapping=torch.arange(T),
+    )
 
 
 LAYERS = []  # every layer built, for the check that the guard (off here) installed nothing
@@ -133,12 +167,13 @@ def run_shape(index, name):
             head_size_v=head_size_v,
         )
     LAYERS.append(layer)
-    gen = torch.Generator().manual_seed(index)
+    # The metadata readers share their inputs: the test compares the one reading a removed member with the other.
+    gen = torch.Generator().manual_seed(1000 if "reads the metadata" in name else index)
     q, k, v = (
         torch.randn(T, heads * size, generator=gen).to(dtype)
         for heads, size in ((HEADS, head_size), (KV_HEADS, head_size), (KV_HEADS, head_size_v))
     )
-    metadata = SimpleNamespace(num_actual_tokens=T)
+    metadata = SimpleNamespace(num_actual_tokens=T, common=common_metadata())
     with set_forward_context({prefix: metadata}, VLLM_CONFIG, slot_mapping={}):
         return layer(q, k, v)
 

@@ -25,6 +25,8 @@ FEATURES = {
     "torch.ops.vllm.unified_mla_attention": "torch.ops.vllm.unified_mla_attention,",
     "the forwarders' route to vLLM": "unified_mla_attention -> vLLM,",
     "CompilationConfig.splitting_ops normalization": "CompilationConfig.splitting_ops normalization,",
+    "dead-override warnings on Attention": "dead-override warnings on Attention (",
+    "dead-override warnings on MLAAttention": "dead-override warnings on MLAAttention (",
 }
 ENCODE = "vllm.utils.torch_utils._encode_layer_name does not exist, and vLLM's unified_attention_with_output does not"
 RESOLVE = "vllm.utils.torch_utils._resolve_layer_name does not exist"
@@ -65,6 +67,7 @@ EXPECTED = {
             "result copy for Attention impls": NO_LAYER,
             "torch.ops.vllm.unified_attention": NO_LAYER,
             "the output guard on Attention": NO_LAYER,
+            "dead-override warnings on Attention": NO_LAYER,
         },
         {"ops": ["unified_mla_attention"], "route": "VllmRoute"},
     ),
@@ -73,6 +76,7 @@ EXPECTED = {
             "result copy for MLA impls": NO_MLA,
             "torch.ops.vllm.unified_mla_attention": NO_MLA,
             "the output guard on MLAAttention": NO_MLA,
+            "dead-override warnings on MLAAttention": NO_MLA,
         },
         {"ops": ["unified_attention"], "route": "VllmRoute"},
     ),

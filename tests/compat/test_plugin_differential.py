@@ -67,3 +67,25 @@ def test_shapes_the_plugin_repairs_work_with_it(sides):
     repaired = ["returns a new 2-D tensor", "returns a new 3-D tensor"]
     assert not any(_works(without[name]) for name in repaired)
     assert all(_works(with_plugin[name]) for name in repaired)
+
+
+def test_a_removed_member_works_with_the_plugin_only_where_vllm_removed_it(sides):
+    """A backend reading ``seq_lens_cpu``: vLLM < 0.30 has it (both sides the same bits); vLLM >= 0.30 removed it, so
+    it raises without the plugin and, with it, gives the bits of the same backend reading ``seq_lens``."""
+    from importlib.metadata import version
+
+    without, with_plugin = (dict(side) for side in sides)
+    removed, current = (
+        "writes, reads the metadata's seq_lens_cpu (removed in 0.30)",
+        "writes, reads the metadata's seq_lens",
+    )
+    release = tuple(int(part) for part in version("vllm").split("+")[0].split(".")[:2])
+    if release < (0, 30):
+        assert _works(without[removed]) and torch.equal(_bits(with_plugin[removed][1]), _bits(without[removed][1]))
+    else:
+        assert without[removed][:2] == (
+            "raised",
+            "AttributeError: 'CommonAttentionMetadata' object has no attribute 'seq_lens_cpu'",
+        )
+    assert _works(with_plugin[removed])
+    assert torch.equal(_bits(with_plugin[removed][1]), _bits(with_plugin[current][1]))

@@ -57,13 +57,11 @@ _names = itertools.count()
 
 
 @pytest.fixture(scope="module")
-def plugin_log():
-    """Load vLLM's general plugins once, restricted to ours, the way vLLM does at start-up; the plugin's log lines."""
+def plugin_log(vllm_plugin_first_load):
+    """vLLM's general plugins loaded once, restricted to ours, the way vLLM does at start-up; the plugin's log lines
+    then, and those it logs during this module's tests."""
     with plugin_log_lines() as lines:
-        with pytest.MonkeyPatch.context() as patch:
-            patch.setenv("VLLM_PLUGINS", "vllm_attn_compat")
-            patch.setattr(vllm.plugins, "plugins_loaded", False)
-            vllm.plugins.load_general_plugins()
+        lines[:0] = vllm_plugin_first_load
         yield lines
 
 
@@ -227,7 +225,7 @@ def test_redundant_flag_reported_for_a_plugin_backend(vllm_config):
     with warnings.catch_warnings(record=True) as log:
         warnings.simplefilter("always")
         _layer(vllm_config, backend)
-    (record,) = log
+    (record,) = [record for record in log if record.category is VllmAttnCompatDeprecationWarning]
     assert "Backend.accept_output_buffer = True` was removed in vLLM 0.20" in str(record.message)
     assert record.filename == inspect.getsourcefile(backend)  # the plugin's backend class, where the line to delete is
 

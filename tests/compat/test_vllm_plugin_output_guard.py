@@ -48,7 +48,7 @@ HEADS, KV_HEADS, SIZE, T = 4, 2, 16, 6
 
 
 @pytest.fixture(scope="module", autouse=True)
-def guard_from_the_environment():
+def guard_from_the_environment(vllm_plugin_first_load):
     """``VLLM_ATTN_COMPAT_CHECK_OUTPUT=error``, then vLLM's own loader, restricted to this package's plugin; the
     plugin may have registered earlier in this process (another test module): it reads the variable again."""
     with plugin_log_lines() as lines, pytest.MonkeyPatch.context() as patch:

@@ -24,6 +24,7 @@ if _find_spec("torch") is None:
 from vllm_attn_compat.backends.abstract import AttentionBackend as _AttentionBackend
 from vllm_attn_compat.backends.layer import Attention as _Attention
 from vllm_attn_compat.compat.adopt import ReturnValueIgnoredWarning
+from vllm_attn_compat.compat.dead_overrides import DeadOverrideWarning
 from vllm_attn_compat.compat.deprecation import ENV_WARNINGS, VllmAttnCompatDeprecationWarning
 from vllm_attn_compat.compat.flags import install_removed_flags, remove_removed_flags
 from vllm_attn_compat.compat.forwarders import unified_attention, unified_mla_attention
@@ -53,6 +54,7 @@ def remove_from_backends() -> None:
 __all__ = [
     "ENV_WARNINGS",
     "RENAMED_OPS",
+    "DeadOverrideWarning",
     "OutputNotCheckedWarning",
     "OutputNotWrittenError",
     "OutputNotWrittenWarning",

@@ -34,15 +34,18 @@ if not sys.warnoptions:
     warnings.filterwarnings("default", category=VllmAttnCompatDeprecationWarning)
 
 
-def removed_api_message(old: str, replacement: str, rule: str, *, by_hand: bool = False) -> str:
-    """The wording of every deprecation message: what was removed, what replaces it, the rule that migrates it.
+def removed_api_message(
+    old: str, replacement: str, rule: str, *, by_hand: bool = False, removed_in: str = "0.20"
+) -> str:
+    """The wording of every deprecation message: what was removed (in which vLLM release), what replaces it, the
+    rule that migrates it.
 
     ``by_hand``: ``migrate`` cannot find this use (nothing in the source marks it), so the message says to change it
     by hand instead of pointing to ``migrate``.
     """
     fix = deprecated_uses.BY_HAND if by_hand else "run `vllm-attn-compat migrate` to rewrite it"
     return (
-        f"{old} was removed in vLLM 0.20; {replacement}. vllm-attn-compat keeps it working for now: {fix} "
+        f"{old} was removed in vLLM {removed_in}; {replacement}. vllm-attn-compat keeps it working for now: {fix} "
         f"(rule {rule})."
     )
 
@@ -112,6 +115,33 @@ def _torch_machinery(frame: types.FrameType) -> bool:
         and outer is not None
         and (outer.f_globals.get("__name__") or "").startswith("torch.")
     )
+
+
+def warn_once_at(
+    key: tuple[object, ...], message: str, category: type[Warning], place: types.CodeType | type, module: str
+) -> None:
+    """Warn ``message`` once per ``key`` at ``place``: the first line of a function of ``module`` the user wrote (its
+    code), or a class's definition; the place to change. Counted there for the pytest plugin.
+    ``VLLM_ATTN_COMPAT_WARNINGS`` decides as for the other warnings."""
+    if isinstance(place, type):
+        filename, lineno = deprecated_uses.definition_site(place)
+        if deprecated_uses.tally is not None:
+            deprecated_uses.tally.at_class(message, place)
+    else:
+        filename, lineno = place.co_filename, place.co_firstlineno
+        if deprecated_uses.tally is not None:
+            deprecated_uses.tally.at_line(message, place, lineno)
+    mode = warning_mode()
+    if mode == "ignore":
+        return
+    if mode == "error":
+        raise category(message)
+    with _reported_lock:
+        if key in _reported:
+            return
+        _reported[key] = place
+    # `module` always given: warn_explicit(module=None) shows nothing on CPython 3.11.
+    warnings.warn_explicit(message, category, filename, lineno, module=module)
 
 
 def warn_once_about(subject: type, message: str) -> None:

@@ -325,6 +325,44 @@ def remove_output_guard() -> None:
             continue
 
 
+def running_release() -> str:
+    """The manifest's entry for the installed vLLM (the newest it knows before a release it does not know yet)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from vllm_attn_compat import manifest
+
+    try:
+        installed = version("vllm")
+    except PackageNotFoundError:
+        raise Skipped("vLLM's distribution metadata is missing: its release is unknown") from None
+    try:
+        return manifest.resolve(installed, nearest=True)
+    except manifest.UnknownRelease as error:
+        raise Skipped(str(error)) from None
+
+
+_CHECKS_DEAD_OVERRIDES = "__vllm_attn_compat_checks_dead_overrides__"
+
+
+def install_dead_override_checks(modules: tuple[str, ...], layer_cls_name: str) -> list[str]:
+    """Warn about a layer's backend, builder and impl overriding hooks the running vLLM no longer has or calls."""
+    from vllm_attn_compat.compat.dead_overrides import DeadOverrides
+
+    layer_cls = require(modules, layer_cls_name)
+    checks = DeadOverrides(running_release())
+    if after_init(layer_cls, _CHECKS_DEAD_OVERRIDES, checks.check_layer):
+        return [f"dead-override warnings on {layer_cls_name} (vLLM {checks.release})"]
+    return []
+
+
+def install_removed_member_forwarders() -> list[str]:
+    """Forwarders for the members of vLLM's CommonAttentionMetadata that this release removed, where vLLM said what
+    to use instead."""
+    from vllm_attn_compat.compat import removed_members
+
+    return removed_members.install(require(BACKEND_MODULES, "CommonAttentionMetadata"), running_release())
+
+
 def old_api_reason(backend_base: type) -> str | None:
     """The reason to leave a vLLM alone whose ``AttentionBackend`` still declares ``accept_output_buffer``."""
     declared = backend_base.__dict__.get("accept_output_buffer")
@@ -368,6 +406,17 @@ FEATURES = (
         (MLA_MODULES, *_ROUTE_NEEDS),
     ),
     Feature("the forwarders' route to vLLM", install_route, _ROUTE_NEEDS),
+    Feature(
+        "dead-override warnings on Attention",
+        lambda: install_dead_override_checks(ATTENTION_MODULES, "Attention"),
+        (ATTENTION_MODULES,),
+    ),
+    Feature(
+        "dead-override warnings on MLAAttention",
+        lambda: install_dead_override_checks(MLA_MODULES, "MLAAttention"),
+        (MLA_MODULES,),
+    ),
+    Feature("forwarders for removed CommonAttentionMetadata members", install_removed_member_forwarders, ()),
     # Its own check of the API (the config module does not import AttentionBackend's).
     Feature(
         "CompilationConfig.splitting_ops normalization",

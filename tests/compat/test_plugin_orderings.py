@@ -29,10 +29,13 @@ INSTALLED_ONCE = (
     "torch.ops.vllm.unified_mla_attention",
     "-> vLLM",
     "CompilationConfig.splitting_ops normalization",
+    "dead-override warnings on Attention (",
+    "dead-override warnings on MLAAttention (",
 )
+DEAD = "__vllm_attn_compat_checks_dead_overrides__"
 HOOKS = {  # the markers each layer class's __init__ carries once
-    "attention_markers": {"__vllm_attn_compat_checks_backend__", "__vllm_attn_compat_adopts_impl_results__"},
-    "mla_markers": {"__vllm_attn_compat_adopts_mla_results__"},
+    "attention_markers": {"__vllm_attn_compat_checks_backend__", "__vllm_attn_compat_adopts_impl_results__", DEAD},
+    "mla_markers": {"__vllm_attn_compat_adopts_mla_results__", DEAD},
 }
 GUARD_MARKER = "__vllm_attn_compat_guards_output__"
 # The entry points that import something of vLLM at each stage (register() never does; the others import what the

@@ -1,4 +1,4 @@
-"""Tasks for the process-pool tests (test_parallel, test_prefork): they record the process their
+"""Tasks for the process-pool tests (test_parallel): they record the process their
 set-up ran in, and one number kills its worker. Module-level, so that workers can unpickle them."""
 
 from __future__ import annotations

@@ -333,11 +333,11 @@ def test_the_console_script_collects_cycles_less_often_in_its_process_and_its_wo
     probe = (
         "import gc\n"
         "from vllm_attn_compat.codemods import cli\n"
-        "from vllm_attn_compat.codemods.run import prefork\n"
+        "from vllm_attn_compat.codemods.run import parallel\n"
         "def main(argv=None):\n"
-        "    worker = prefork.start(gc.collect)\n"
-        "    worker.submit('in the worker', gc.get_threshold, ())\n"
-        "    print(gc.get_threshold(), *dict(worker.results()).values())\n"
+        "    tasks = [(n, ()) for n in range(parallel.IN_PROCESS_BELOW)]\n"
+        "    found = parallel.parallel_map(gc.get_threshold, tasks, jobs=2, initializer=gc.collect)\n"
+        "    print(gc.get_threshold(), *sorted({str(threshold) for _, threshold in found}))\n"
         "    return 3\n"
         "cli.main = main\n"
         "cli.run()\n"
@@ -390,42 +390,3 @@ def test_the_configured_cache_folder_and_the_environment_variable(plugin, monkey
 def test_no_cache_and_cache_dir_exclude_each_other(plugin, capsys):
     assert main(["migrate", "--no-cache", "--cache-dir", "x", str(plugin)]) == 2
     assert "not allowed with argument" in capsys.readouterr().err
-
-
-def test_a_rerun_forks_its_worker_only_once_the_cache_has_missed_before_the_runner_starts(tmp_path, monkeypatch):
-    """A rerun the cache replays needs no libcst: no worker. One it misses most likely does: the worker is forked
-    at once, so that its import of libcst overlaps the runner's own imports and reads."""
-    from vllm_attn_compat.codemods.run import prefork, rerun, runner, stats
-
-    monkeypatch.setattr(stats, "RACY_NS", 0)  # the files were just written: trusted at once
-    root = write_tree(tmp_path / "tree", {"plugin/__init__.py": "", "plugin/base.py": BASE, "plugin/impl.py": IMPL})
-    events: list[str] = []
-    real_start, real_replay, real_run_paths = prefork.start, rerun.replay, runner.run_paths
-
-    def start(*args, **kwargs):
-        events.append("fork")
-        return real_start(*args, **kwargs)
-
-    def replay(*args):
-        replayed = real_replay(*args)
-        events.append("replayed" if replayed else "missed")
-        return replayed
-
-    def run_paths(*args, **kwargs):
-        events.append("runner")
-        return real_run_paths(*args, **kwargs)
-
-    monkeypatch.setattr(prefork, "start", start)
-    monkeypatch.setattr(rerun, "replay", replay)
-    monkeypatch.setattr(runner, "run_paths", run_paths)
-    monkeypatch.chdir(root)
-    check = ["migrate", "--check", "--jobs", "2", "--cache-dir", str(tmp_path / "cache"), "plugin"]
-    assert main(check) == 1
-    assert events == ["fork", "missed", "runner"]  # a first run: forked before it lists the files
-    events.clear()
-    assert main(check) == 1
-    assert events == ["replayed"]
-    (root / "plugin/impl.py").write_text(IMPL.replace("# the buffer comes from the layer", "# edited"))
-    events.clear()
-    assert main(check) == 1
-    assert events == ["missed", "fork", "runner"]

@@ -21,7 +21,6 @@ from vllm_attn_compat.codemods.run.config import ConfigError
 if TYPE_CHECKING:
     from vllm_attn_compat.codemods.run.config import Config
     from vllm_attn_compat.codemods.run.options import Options
-    from vllm_attn_compat.codemods.run.prefork import PreforkedWorker
 
 EPILOG = (
     "exit codes: 0 nothing left to do; 1 findings remain, or --check/--diff would change a file; "
@@ -219,38 +218,12 @@ def _cache_dir(args: argparse.Namespace, config: Config) -> str | None:
     return config.cache_dir or cachedir.default_folder(config.base)
 
 
-def _early_workers(args: argparse.Namespace, options: Options, *, missed: bool = False) -> list[PreforkedWorker]:
-    """A worker forked as soon as the command line is read, when the run is over folders: those very
-    likely hold a file that needs libcst, and the worker imports it while this process lists and reads
-    the files (the modules imported so far serve both processes; those imported after, only this one).
-    Once the run has read the files, this worker forks a second one if they are worth it (`runner`).
-    A rerun (the cache holds a status table) forks it only once the cache has ``missed`` (`rerun.replay`),
-    before this process imports the runner."""
-    from vllm_attn_compat.codemods.run import stats
-
-    cache = options.cache_dir
-    if not missed and cache is not None and stats.has_run(cache):
-        # Most likely a rerun the cache answers without libcst: none yet.
-        return []
-    from vllm_attn_compat.codemods.run import parallel, prefork, worker
-
-    jobs = args.jobs or parallel.available_cores()
-    if prefork.worth_starting(jobs) and "-" not in args.paths and any(os.path.isdir(p) for p in args.paths):
-        return [early] if (early := prefork.start(worker.preload, sibling=True)) else []
-    return []
-
-
 def _migrate(args: argparse.Namespace) -> int:
     options, config = _configured(args)
-    warm = _early_workers(args, options)
-    try:
-        return _migrate_with(args, options, config, warm)
-    finally:
-        for early in warm:
-            early.close()
+    return _migrate_with(args, options, config)
 
 
-def _migrate_with(args: argparse.Namespace, options: Options, config: Config, warm: list[PreforkedWorker]) -> int:
+def _migrate_with(args: argparse.Namespace, options: Options, config: Config) -> int:
     from vllm_attn_compat.codemods.run.report import render
 
     for stream in (sys.stdout, sys.stderr):
@@ -259,14 +232,11 @@ def _migrate_with(args: argparse.Namespace, options: Options, config: Config, wa
     if "-" in args.paths:
         if len(args.paths) > 1:
             raise ValueError("'-' (standard input) cannot be combined with other paths")
-        from vllm_attn_compat.codemods.run import dataclass_code
+        from vllm_attn_compat.codemods.run.runner import run_source
 
-        with dataclass_code.own_code():
-            from vllm_attn_compat.codemods.run.runner import run_source
-
-            _check_configured_codes(args, config)
-            name = args.stdin_filename or "-"
-            report, result, diff = run_source(sys.stdin.buffer.read(), name, options)
+        _check_configured_codes(args, config)
+        name = args.stdin_filename or "-"
+        report, result, diff = run_source(sys.stdin.buffer.read(), name, options)
         if options.mode == "write":
             sys.stdout.buffer.write(result)
         elif options.mode == "diff":
@@ -284,15 +254,10 @@ def _migrate_with(args: argparse.Namespace, options: Options, config: Config, wa
         prepared = rerun.prepare(args.paths, options)
         report = prepared.report(options.mode)
         if not rerun.replay(prepared, options.mode, report):  # the runner and its imports only after a miss
-            if not warm:  # (the first file needing libcst would start it, after the runner's imports and more)
-                warm += _early_workers(args, options, missed=True)
-            from vllm_attn_compat.codemods.run import dataclass_code
+            from vllm_attn_compat.codemods.run.runner import run_paths
 
-            with dataclass_code.own_code():  # (the runner's modules and those it imports as it goes)
-                from vllm_attn_compat.codemods.run.runner import run_paths
-
-                _check_configured_codes(args, config)
-                report = run_paths(args.paths, options, emit_diff=emit_diff, warm=warm, prepared=prepared)
+            _check_configured_codes(args, config)
+            report = run_paths(args.paths, options, emit_diff=emit_diff, prepared=prepared)
         report_stream = sys.stderr if options.mode == "diff" else sys.stdout
     report_stream.write(render(report, args.format, quiet=args.quiet))
     return report.exit_code()

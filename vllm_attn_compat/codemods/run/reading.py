@@ -1,6 +1,6 @@
 """How a run reads its files (steps 1 and 2 of `runner`'s funnel): each once, as bytes checked to be decodable text,
-its digest taken from the `stats` table where its status is the one recorded (a first run's from the `hasher`, at
-the run's end: `Reading.settle`), and what the run asks of its bytes (`scans`) from `answers`. A rerun that missed
+its digest taken from the `stats` table where its status is the one recorded, and what the run asks of its bytes
+(`scans`) from `answers`. A rerun that missed
 (`rerun.Prepared.known`) hands over what it found of each file: such a file is read only once something asks for its
 bytes, and one whose status changed since raises :class:`Changed` (the run starts again, reading every file).
 """
@@ -10,17 +10,11 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 
 from vllm_attn_compat.codemods.run import answers as answers_module
-from vllm_attn_compat.codemods.run import files, parallel, prefork, rerun, scans, sources, stats, worker
-from vllm_attn_compat.codemods.run.options import Options
+from vllm_attn_compat.codemods.run import files, rerun, scans, sources, stats
 from vllm_attn_compat.codemods.run.report import FileError, RunReport
-
-if TYPE_CHECKING:
-    from vllm_attn_compat.codemods.engine.rule import Rule
-    from vllm_attn_compat.codemods.run import hasher as hasher_module
-
 
 Answer = TypeVar("Answer")
 
@@ -88,10 +82,6 @@ class Reading:
     asked: set[tuple[str, tuple[str, ...]]] = field(default_factory=set)
     # The classes whose module the run looked for among the files, by their paths (`_defining_files`).
     looked_for: set[str] = field(default_factory=set)
-    # A first run's digests, taken on another core: the files read meanwhile have none until `settle`.
-    hasher: hasher_module.Hasher | None = None
-    _unsettled: list[Scanned] = field(default_factory=list)
-    _unkept: dict[Scanned, dict[str, object]] = field(default_factory=dict)  # their answers, kept once settled
 
     def read(self, source_file: files.SourceFile) -> Scanned:
         """The file read once, as bytes, and checked to be decodable (`sources.SourceError` if not); one the rerun
@@ -103,34 +93,10 @@ class Reading:
         scanned = Scanned(source_file, stat, _source=source, _encoding=sources.source_encoding(source))
         if self.table is not None:
             known = self.table.digest(source_file.real_path, stats.status_of(stat))
-            if known is None and self.hasher is not None:
-                self._unsettled.append(scanned)
-            else:
-                scanned.digest = known if known is not None else stats.digest(source)
-                scanned.by_status = known is not None
-                self.table.record(source_file.real_path, stat, scanned.digest, self.started)
+            scanned.digest = known if known is not None else stats.digest(source)
+            scanned.by_status = known is not None
+            self.table.record(source_file.real_path, stat, scanned.digest, self.started)
         return scanned
-
-    def settle(self) -> None:
-        """Give each file read its digest, once the run needs them (its key, at its end): the `hasher`'s where it read
-        the file with the same status and the file is not racy (`stats.RACY_NS`), else one of the bytes read here
-        (`digest_of` may have made it already); record it, and keep the answers found of the file meanwhile."""
-        if self.hasher is None or self.table is None:
-            return
-        found, started, record, keep = self.hasher.records(), self.started, self.table.record, self.answers.keep
-        for scanned in self._unsettled:
-            stat = scanned.stat
-            if scanned.digest is None:
-                row = found.get(scanned.source_file.real_path)
-                if row is not None and row[:4] == stats.status_of(stat) and not stats.racy(stat, started):
-                    scanned.digest = row[4].hex()
-                else:
-                    scanned.digest = stats.digest(scanned.source)
-            record(scanned.source_file.real_path, stat, scanned.digest, started)
-            unkept = self._unkept.pop(scanned, None)
-            if unkept:
-                keep(scanned.digest, unkept)
-        self._unsettled.clear()
 
     def recall(
         self,
@@ -140,15 +106,8 @@ class Reading:
         encode: Callable[[Answer], object],
         decode: Callable[[object], Answer],
     ) -> Answer:
-        """`answers.Answers.recall` of the file ``s``; one whose digest is not settled keeps its answer until it is."""
-        if s.digest is not None or self.hasher is None:
-            return self.answers.recall(s.digest, asked, answer, encode, decode)
-        unkept = self._unkept.setdefault(s, {})
-        if asked in unkept:
-            return decode(unkept[asked])
-        found = answer()
-        unkept[asked] = encode(found)
-        return found
+        """`answers.Answers.recall` of the file ``s``."""
+        return self.answers.recall(s.digest, asked, answer, encode, decode)
 
     def asking(self, kind: str, terms: Iterable[str | bytes]) -> Callable[[Scanned], bool]:
         """The question ``kind`` with ``terms`` (`scans.test`) of a file, its answer kept; the question is one
@@ -168,50 +127,25 @@ class Reading:
 
 def read_and_filter(
     source_files: Sequence[files.SourceFile],
-    rules: Sequence[type[Rule]],
     prefilter: Sequence[bytes],
-    options: Options,
     report: RunReport,
-    warm: list[prefork.PreforkedWorker],
     reading: Reading,
-    done_before: Callable[[Scanned], bool] = lambda s: False,
-) -> tuple[list[Scanned], list[Scanned], list[prefork.PreforkedWorker], int]:
-    """Read every file once; returns them all, those worth parsing, the workers started early, and how
-    many files will probably need libcst (counted up to ``parallel.IN_PROCESS_BELOW``), leaving out those
-    a run before most likely did the work of (``done_before``).
-
-    Without a worker started already (``warm``), the first file that will probably need libcst starts one
-    at once, so that its import of libcst (a quarter of a second) overlaps the reading and the
-    class-hierarchy pass.
-    """
+) -> tuple[list[Scanned], list[Scanned]]:
+    """Read every file once; returns them all, and those worth parsing."""
     worth_parsing = reading.asking("prefilter", prefilter)
-    probably_parsed = reading.asking("probable", scans.rule_terms(rules))
     scanned: list[Scanned] = []
     worth: list[Scanned] = []
-    may_start = not warm and prefork.worth_starting(options.jobs)
-    probable = 0
-    try:
-        for source_file in source_files:
-            try:
-                item = reading.read(source_file)
-            except sources.SourceError as error:
-                report.errors.append(FileError(source_file.path, error.line, error.column, error.message))
-                continue
-            scanned.append(item)
-            if worth_parsing(item):
-                worth.append(item)
-                # Counted up to what decides a second worker (each test reads the whole file for tokens).
-                if probable < parallel.IN_PROCESS_BELOW and probably_parsed(item) and not done_before(item):
-                    probable += 1
-                    if may_start:
-                        early = prefork.start(worker.preload, sibling=True)
-                        warm, may_start = [early] if early else [], False
-    except BaseException:
-        for early in warm:
-            early.close()
-        raise
+    for source_file in source_files:
+        try:
+            item = reading.read(source_file)
+        except sources.SourceError as error:
+            report.errors.append(FileError(source_file.path, error.line, error.column, error.message))
+            continue
+        scanned.append(item)
+        if worth_parsing(item):
+            worth.append(item)
     report.scanned = len(source_files)
-    return scanned, worth, warm, probable
+    return scanned, worth
 
 
 def read_context(

@@ -5,7 +5,7 @@ the files naming (as a whole identifier) an attention class found so far, those 
 a later round needs, and those whose module may define a base the flag's owners need; once no new name
 appears, the files that may call a method whose fix the call-site analysis decides. The class scan
 (`index.classscan`) spares the parse of files whose class headers show nothing; the others are indexed in
-the early workers as the scan finds them (`indexing`), or come from the cache.
+worker processes (`parallel`), or come from the cache.
 """
 
 from __future__ import annotations
@@ -15,8 +15,7 @@ from collections.abc import Callable, Mapping, Sequence, Set
 from typing import TYPE_CHECKING
 
 from vllm_attn_compat.codemods.index import classscan
-from vllm_attn_compat.codemods.run import keyhash, parallel, progress
-from vllm_attn_compat.codemods.run.indexing import RoundIndexing
+from vllm_attn_compat.codemods.run import keyhash, parallel, progress, worker
 from vllm_attn_compat.codemods.run.options import Options
 from vllm_attn_compat.codemods.run.reading import Reading, Scanned, digest_of
 from vllm_attn_compat.codemods.run.report import FileError, RunReport
@@ -26,7 +25,6 @@ if TYPE_CHECKING:
 
     from vllm_attn_compat.codemods.index.hierarchy import ClassHierarchy, ModuleIndex
     from vllm_attn_compat.codemods.run.cache import Cache
-    from vllm_attn_compat.codemods.run.handoff import Handoff
 
     # What the hierarchy pass knows of each file it took part in: its index, or why it has none.
     IndexOutcome: TypeAlias = ModuleIndex | FileError | parallel.WorkerCrashed
@@ -37,8 +35,6 @@ def index_hierarchy(
     worth: Sequence[Scanned],
     options: Options,
     report: RunReport,
-    after_round: Callable[[ClassHierarchy, Mapping[str, IndexOutcome]], None],
-    early: Handoff | None = None,
     cache: Cache | None = None,
     excluded: Set[str] = frozenset(),
     *,
@@ -49,12 +45,8 @@ def index_hierarchy(
     The first round indexes the files the prefilter kept that can define a vLLM attention class by
     themselves: they mention vLLM, or belong to a package named ``vllm`` (a fork). The others (torch has
     a ``class Attention(nn.Module)``) take part only if they name an attention class. Later rounds index
-    every file naming (as a whole identifier) an attention class found so far. ``after_round(hierarchy,
-    indexes)`` runs for each round, once the next one's files are handed out to be indexed, or before the next
-    one loads its indexes when it has none to index (the last round's, at the end).
-    The files are indexed in the ``early`` workers, as the class scan finds them, when they are all the jobs
-    (`indexing.RoundIndexing`), those the ``cache`` holds not at all. A file of ``excluded`` that does not
-    parse is left out unreported.
+    every file naming (as a whole identifier) an attention class found so far. A file the ``cache`` holds the
+    index of is not parsed. A file of ``excluded`` that does not parse is left out unreported.
     """
     from vllm_attn_compat.codemods.index import callsites
     from vllm_attn_compat.codemods.index import hierarchy as hierarchy_module
@@ -77,12 +69,11 @@ def index_hierarchy(
     read_for: frozenset[str] = frozenset()  # the methods each file not indexed was checked for
     built = hierarchy_module.ClassHierarchy.build([])
     stems = _Stems(scanned)
-    settled: ClassHierarchy | None = None  # the last round's hierarchy, for `after_round` once the next is under way
     while pending:
         # Files whose class headers show no class that can be an attention class (nor a patch, nor a
         # backend's shape) skip the parse until a later round needs them (below).
         spared_now: set[str] = set()
-        indexing = RoundIndexing(options.jobs, early)
+        tasks: list[tuple[str, tuple[bytes, str]]] = []
         class_scans = ClassScans(known_names, reading)
         index_keys: dict[str, str] = {}  # the cache's key of each file of the round to index (looked up, then stored)
         held: list[Scanned] = []  # the files whose index the cache holds an entry of, loaded below
@@ -98,26 +89,16 @@ def index_hierarchy(
                 if cache.holds(index_keys[path]):
                     held.append(s)
                     continue
-            indexing.add(path, s.source)
-        if settled is not None and not len(indexing):
-            # Nothing of this round to index (a rerun's later rounds): the last round's settled files go to the early
-            # workers at once, and migrate while this process loads the round's indexes. (The entries added this
-            # round are the class scan's: `after_round` skips them.)
-            after_round(settled, indexes)
-            settled = None
+            tasks.append((path, (s.source, path)))
         for s in held:
             path = s.source_file.path
             cached = cache.load_index(index_keys[path]) if cache is not None else None
             if cached is not None:
                 indexes[path] = cached
             else:  # gone since, or no valid entry (a warning says so): the file is indexed
-                indexing.add(path, s.source)
-        outcomes = indexing.outcomes()
-        if settled is not None:
-            # The last round's settled files go to the early workers after this round's files, which the run
-            # waits for when they index them.
-            after_round(settled, indexes)
-        for path, outcome in progress.bar(outcomes, len(indexing), options.progress, "index classes"):
+                tasks.append((path, (s.source, path)))
+        outcomes = parallel.parallel_map(worker.index_file, tasks, jobs=options.jobs, initializer=worker.no_setup)
+        for path, outcome in progress.bar(outcomes, len(tasks), options.progress, "index classes"):
             if isinstance(outcome, FileError):
                 if path not in excluded:
                     report.errors.append(outcome)
@@ -129,7 +110,6 @@ def index_hierarchy(
         built = hierarchy_module.ClassHierarchy.build(
             index for index in indexes.values() if isinstance(index, hierarchy_module.ModuleIndex)
         )
-        settled = built
         new_names = built.attention_class_names() - known_names
         known_names |= new_names
         has_name = reading.asking("words", new_names)
@@ -164,8 +144,6 @@ def index_hierarchy(
             unread_uses = _may_use(reading, unread)
             pending = [s for s in scanned if s.source_file.path not in indexes and unread_uses(s)]
             must_parse.update(s.source_file.path for s in pending)
-    if settled is not None:
-        after_round(settled, indexes)
     if cache is not None:  # (its indexes are written once the workers have their files: `Cache.write_deferred`)
         cache.read_names = frozenset(name for _, name in built.calls.methods)
     return built, indexes

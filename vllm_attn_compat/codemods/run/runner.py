@@ -1,13 +1,11 @@
 """``migrate`` over files and folders: the funnel that keeps whole-repository runs fast, and the writes.
 
 1. Every file is read once, as bytes, and checked to be decodable text.
-2. A literal scan (anchored ``bytes.find``) finds the files worth parsing at all. The first one that will
-   probably need libcst starts a worker process, which imports libcst while the rest goes on.
+2. A literal scan (anchored ``bytes.find``) finds the files worth parsing at all.
 3. The class-hierarchy pass (stdlib ``ast``) indexes the kept files that mention vLLM, then, round after
    round, files naming (as a whole identifier) an attention class found so far, until no new name
    appears: a plugin's base class in one file makes its backends in other files attention code; and any
-   file, whatever it imports, that may call a method whose fix the call-site analysis decides. After
-   each round, files whose migration can no longer change go to the early worker (:mod:`handoff`).
+   file, whatever it imports, that may call a method whose fix the call-site analysis decides.
    Files an exclude glob matches take part in this pass (a base class, a caller that withholds a fix),
    and in nothing else: they are never migrated, and nothing is reported in them.
 4. libcst parses only the files holding a rule's tokens (for rules scoped to attention classes, only
@@ -17,8 +15,7 @@
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from vllm_attn_compat.codemods import registry
@@ -26,9 +23,8 @@ from vllm_attn_compat.codemods.engine import migrate
 from vllm_attn_compat.codemods.index import classscan
 from vllm_attn_compat.codemods.index.names import forget_folders
 from vllm_attn_compat.codemods.run import answers as answers_module
-from vllm_attn_compat.codemods.run import hasher, parallel, prefork, progress, rerun, scans, sources, worker
+from vllm_attn_compat.codemods.run import parallel, progress, rerun, scans, sources, worker
 from vllm_attn_compat.codemods.run.dependencies import MissingDependency
-from vllm_attn_compat.codemods.run.handoff import Handoff, candidate_rules
 from vllm_attn_compat.codemods.run.options import Options
 from vllm_attn_compat.codemods.run.reading import Changed, Reading, Scanned, digest_of, read_and_filter, read_context
 from vllm_attn_compat.codemods.run.report import FileError, RunReport, unified_diff
@@ -42,7 +38,6 @@ if TYPE_CHECKING:
     from vllm_attn_compat.codemods.index.hierarchy import ClassHierarchy
     from vllm_attn_compat.codemods.run.cache import Cache
     from vllm_attn_compat.codemods.run.rounds import IndexOutcome
-    from vllm_attn_compat.codemods.run.worker import MigrateOutcome
 
     # A file's migration as `_record` takes it: done or failed.
     Recorded: TypeAlias = worker.Migrated | FileError | parallel.WorkerCrashed
@@ -73,128 +68,97 @@ def run_paths(
     options: Options,
     *,
     emit_diff: Callable[[str], object] = lambda text: None,
-    warm: Sequence[prefork.PreforkedWorker] = (),
     prepared: rerun.Prepared | None = None,
 ) -> RunReport:
     """Migrate the given files and folders; ``emit_diff`` receives each file's unified diff (diff mode).
 
-    ``warm`` are workers the caller started (:func:`worker.preload`) to have them ready sooner; the run
-    stops them when done. ``prepared``: the files found for ``paths`` by a caller that tried
-    `rerun.replay` already (the cache held no run over them).
+    ``prepared``: the files found for ``paths`` by a caller that tried `rerun.replay` already (the cache held no
+    run over them).
     """
     try:
         if prepared is None:
             prepared = rerun.prepare(paths, options)
             report = prepared.report(options.mode)
             if rerun.replay(prepared, options.mode, report):
-                for early in warm:
-                    early.close()
                 return report  # a rerun over files whose status says they are unchanged: none was read
         try:
-            return _run(prepared, options, emit_diff, list(warm))
+            return _run(prepared, options, emit_diff)
         except Changed:
             # A file the rerun took the status of changed since (it was edited during the run): what the run asked
             # of its bytes may mix two versions. The run starts again, reading every file. (Nothing was written: a
             # run that writes reads every file first.)
             prepared.known.clear()
-            return _run(prepared, options, emit_diff, [])
+            return _run(prepared, options, emit_diff)
     finally:
         forget_folders()  # what this run found of the folders is not the next's to trust (nor another caller's)
 
 
-def _run(
-    prepared: rerun.Prepared, options: Options, emit_diff: Callable[[str], object], warm: list[prefork.PreforkedWorker]
-) -> RunReport:
+def _run(prepared: rerun.Prepared, options: Options, emit_diff: Callable[[str], object]) -> RunReport:
     """`run_paths` over the files found, the rerun having found no report of them."""
     report = prepared.report(options.mode)
-    hashing = None
-    try:
-        found, rules, cache, table, started = (
-            prepared.found, prepared.rules, prepared.cache, prepared.table, prepared.started
-        )  # fmt: skip
-        prefilter = migrate.prefilter_tokens(rules)
-        answers = answers_module.Answers(cache.root if cache else None, cache.code if cache else b"")
-        # A run that writes reads each file before it writes any (`Changed` would start it again half-written).
-        known = prepared.known if options.mode != "write" else {}
-        if cache and table is not None and not table.rows and options.jobs > 1:  # a first run: every file is hashed
-            hashing = hasher.start([f.real_path for f in [*found.files, *found.excluded]])
-        reading = Reading(answers, table if cache else None, started, known, hasher=hashing)
-        scanned, worth, warm, probable = read_and_filter(
-            found.files, rules, prefilter, options, report, warm, reading, _done_before(cache)
+    found, rules, cache, table, started = (
+        prepared.found, prepared.rules, prepared.cache, prepared.table, prepared.started
+    )  # fmt: skip
+    prefilter = migrate.prefilter_tokens(rules)
+    answers = answers_module.Answers(cache.root if cache else None, cache.code if cache else b"")
+    # A run that writes reads each file before it writes any (`Changed` would start it again half-written).
+    known = prepared.known if options.mode != "write" else {}
+    reading = Reading(answers, table if cache else None, started, known)
+    scanned, worth = read_and_filter(found.files, prefilter, report, reading)
+    context, context_worth = read_context(found.excluded, prefilter, reading)
+    run_key = None
+    if cache and table is not None:
+        table.save()
+        digests = {s.source_file.path: s.digest for s in [*scanned, *context] if s.digest is not None}
+        run_key = cache.run_key(digests, prepared.excluded_paths, options.mode)
+    replayed = cache.load_run(run_key) if cache and run_key is not None and run_key != prepared.tried else None
+    stored = replayed is not None
+    errors = len(report.errors)
+    involved: set[str] = set()
+    if replayed is not None:
+        findings, changed, report.parsed = replayed
+        report.findings += findings
+        report.changed += changed
+    # On a big tree without any file worth parsing, nothing is parsed and libcst is never imported here.
+    # (An excluded file may hold the base class that makes the others' classes attention code.)
+    elif worth or context_worth:
+        involved = _migrate_worth(
+            scanned, worth, rules, options, report, emit_diff, cache, context, context_worth, reading=reading
         )
-        context, context_worth = read_context(found.excluded, prefilter, reading)
+    based = None
+    if (
+        cache
+        and replayed is None
+        and run_key is not None
+        and len(report.errors) == errors
+        and (options.mode == "check" or not report.changed)
+    ):
+        from vllm_attn_compat.codemods.run.cache import RunBasis
 
-        def key_of_run() -> str | None:
-            """The run's key, once every file read has its digest (recorded in the table)."""
-            if not cache or table is None:
-                return None
-            reading.settle()
-            table.save()
-            digests = {s.source_file.path: s.digest for s in [*scanned, *context] if s.digest is not None}
-            return cache.run_key(digests, prepared.excluded_paths, options.mode)
-
-        # A first run whose files are hashed meanwhile has no run to replay: its key is made at its end.
-        run_key = key_of_run() if hashing is None else None
-        replayed = cache.load_run(run_key) if cache and run_key is not None and run_key != prepared.tried else None
-        stored = replayed is not None
-        errors = len(report.errors)
-        involved: set[str] = set()
-        if replayed is not None:
-            findings, changed, report.parsed = replayed
-            report.findings += findings
-            report.changed += changed
-        # On a big tree without any file worth parsing, nothing is parsed and libcst is never imported here.
-        # (An excluded file may hold the base class that makes the others' classes attention code.)
-        elif worth or context_worth:
-            if len(warm) == 1 and options.jobs > 1 and probable >= parallel.IN_PROCESS_BELOW:
-                # Enough work for a second early worker: forked by the first once it has imported libcst
-                # (else it imports it during the hierarchy rounds). Not sooner: a small or cached run
-                # would only pay for it: a rerun after an edit of one backend of vLLM's tree took 6% longer, the
-                # first worker forking the second (and copying the pages it writes since) before the edited file.
-                second = warm[0].sibling() or prefork.start(worker.preload)
-                warm += [second] if second else []
-            involved = _migrate_worth(
-                scanned, worth, rules, options, report, emit_diff, warm, cache, context, context_worth, reading=reading
-            )
-        if hashing is not None:
-            run_key = key_of_run()
-        based = None
-        if (
-            cache
-            and replayed is None
-            and run_key is not None
-            and len(report.errors) == errors
-            and (options.mode == "check" or not report.changed)
-        ):
-            from vllm_attn_compat.codemods.run.cache import RunBasis
-
-            cache.store_run(run_key, report.findings, report.changed, report.parsed)
-            stored = True
-            involved |= {path for path, _ in report.findings} | set(report.changed)
-            asked, looked_for = frozenset(reading.asked), frozenset(reading.looked_for)
-            cache.store_basis(run_key, RunBasis(frozenset(involved), asked, looked_for, run_key, {}))
-            based = run_key  # the answers hold every question this run asked of its files
-        if stored and run_key is not None:
-            prepared.remember(options.mode, run_key, [(s.source_file, s.stat) for s in [*scanned, *context]])
-        if cache:
-            answers.save(based)
-            cache.prune()
-    finally:
-        for early in warm:
-            early.close()
-        if hashing is not None:
-            hashing.close()
+        cache.store_run(run_key, report.findings, report.changed, report.parsed)
+        stored = True
+        involved |= {path for path, _ in report.findings} | set(report.changed)
+        asked, looked_for = frozenset(reading.asked), frozenset(reading.looked_for)
+        cache.store_basis(run_key, RunBasis(frozenset(involved), asked, looked_for, run_key, {}))
+        based = run_key  # the answers hold every question this run asked of its files
+    if stored and run_key is not None:
+        prepared.remember(options.mode, run_key, [(s.source_file, s.stat) for s in [*scanned, *context]])
+    if cache:
+        answers.save(based)
+        cache.prune()
     return report
 
 
-def _done_before(cache: Cache | None) -> Callable[[Scanned], bool]:
-    """Whether a run before most likely did the work this run needs libcst for in a file: its bytes are those a
-    run before read (`Scanned.by_status`: it migrated them, or found they need no libcst), or the cache holds
-    their migration (a branch checked out again). Unless the edits since change what the rest of the run answers
-    of them, the cache serves both. (A first run's files have no digest until its end: none counts.)"""
-    if cache is None:
-        return lambda s: False
-    return lambda s: s.by_status or (s.digest is not None and cache.holds_migration(s.source_file.path, s.digest))
+def candidate_rules(
+    rules: Sequence[type[Rule]], index: object, hierarchy: ClassHierarchy, path: str
+) -> Sequence[type[Rule]]:
+    """The rules that can act in a file: all of them where its index shows an attention class, else
+    only those that act anywhere."""
+    from vllm_attn_compat.codemods.index.hierarchy import ModuleIndex
+
+    if isinstance(index, ModuleIndex) and hierarchy.has_attention_classes(path):
+        return rules
+    return [rule for rule in rules if not rule.scoped]
 
 
 def _migrate_worth(
@@ -204,7 +168,6 @@ def _migrate_worth(
     options: Options,
     report: RunReport,
     emit_diff: Callable[[str], object],
-    warm: list[prefork.PreforkedWorker],
     cache: Cache | None = None,
     context: Sequence[Scanned] = (),
     context_worth: Sequence[Scanned] = (),
@@ -227,41 +190,13 @@ def _migrate_worth(
             tests[key] = reading.asking("parse", terms)
         return tests[key](sources.scanned[path])
 
-    early = (
-        Handoff(
-            warm,
-            rules,
-            options.unsafe_fixes,
-            limit=None if options.jobs <= len(warm) else parallel.IN_PROCESS_BELOW,
-            old_op_calls=options.old_op_calls,
-            verify=options.verifies,
-            needs_parsing=needs_libcst,
-        )
-        if warm
-        else None
-    )
-
-    # With a cache, a file is sent before the last round only if the cache holds no migration of its bytes:
-    # whether an entry serves is asked of the last round's hierarchy (`cache.Cache.load`).
-    sendable = sources if cache is None else _Unmigrated({s.source_file.path: s for s in scanned}, cache)
-
-    def after_round(built: ClassHierarchy, indexes: Mapping[str, IndexOutcome]) -> None:
-        if early is not None:
-            early.after_round(built, indexes, sendable)
-
     if cache is not None:
-        cache.defer()  # the index's entries are written while the workers migrate (below)
+        cache.defer()  # the index's entries are written once the rounds know which uses the run reads
     hierarchy, indexes = index_hierarchy(
-        [*scanned, *context],
-        [*worth, *context_worth],
-        options,
-        report,
-        after_round,
-        early,
-        cache,
-        excluded,
-        reading=reading,
+        [*scanned, *context], [*worth, *context_worth], options, report, cache, excluded, reading=reading
     )
+    if cache is not None:
+        cache.write_deferred()()
     failed = {error.path for error in report.errors}
     names = hierarchy.attention_class_names()
     # A file needing libcst holds a prefilter token, or an attention-class name (it was indexed);
@@ -284,9 +219,6 @@ def _migrate_worth(
         for item in candidates:
             path = item.source_file.path
             keys[path] = cache.file_key(path, digest_of(item))
-            if early is not None and path in early.sent:  # had no entry: migrated already, the answer comes
-                missed.append(item)
-                continue
             cached = cache.load(keys[path], hierarchy)
             if cached is None:
                 missed.append(item)
@@ -295,49 +227,20 @@ def _migrate_worth(
         candidates = missed
     candidates = _parse_scanned(candidates, indexes, options, report)
     by_path = {c.source_file.path: c for c in candidates}
-    rest = [c for c in candidates if early is None or c.source_file.path not in early.sent]
-    # The early workers take the rest when they are all the jobs, or when it is a few files; else their
-    # share, and the other jobs the rest.
-    jobs = options.jobs
-    running = early.running() if early else []
     settings = (rules, hierarchy, options.unsafe_fixes, options.old_op_calls, options.verifies)
-    outcomes: Iterable[tuple[str, MigrateOutcome | parallel.WorkerCrashed]]
-    others = 0 if len(candidates) <= parallel.IN_PROCESS_BELOW else max(jobs - len(running), 0)
-    if early is not None and running and not others:
-        # The early workers are all the jobs: each takes the next file as it finishes one (a file sent ahead of
-        # the last round too, if it must be migrated again).
-        files = [(item.source_file.path, item.source) for item in rest]
-        outcomes = _from_early(early.stream(files, hierarchy), early, jobs, settings)
-    else:
-        if early is not None and rest and running:
-            share, rest = _early_share(rest, [early.loads[number] for number in running], others)
-            pickled = early.settings(hierarchy)
-            for item, to in share:
-                early.send(item.source_file.path, item.source, pickled, running[to])
-            jobs = others
-        tasks = [(c.source_file.path, (c.source, c.source_file.path)) for c in rest]
-        outcomes = parallel.parallel_map(
-            worker.migrate_file, tasks, jobs=jobs, initializer=worker.setup, initargs=settings
-        )
-        if early is not None:
-            # The early workers are at their tasks already (their answers wait, read as they come): start the
-            # rest first, so that all run at once.
-            outcomes = itertools.chain(outcomes, _from_early(early.results(hierarchy), early, jobs, settings))
+    tasks = [(c.source_file.path, (c.source, c.source_file.path)) for c in candidates]
+    outcomes = parallel.parallel_map(
+        worker.migrate_file, tasks, jobs=options.jobs, initializer=worker.setup, initargs=settings
+    )
     # libcst missing or broken: every file fails alike, and the command names it once (cli.py)
     missing: MissingDependency | None = None
-    written = cache.write_deferred() if cache is not None else None
-    reading.answers.prepare()  # every question is asked: encoded while the workers migrate
-    try:
-        for path, outcome in progress.bar(outcomes, len(candidates), options.progress, "migrate"):
-            if isinstance(outcome, MissingDependency):
-                missing = outcome  # raised once all are in: the pools shut down as usual, leaving no process behind
-            else:
-                _record(by_path[path], outcome, options, report, diffs, rewritten)
-                if cache is not None and isinstance(outcome, worker.Migrated):
-                    cache.store(keys[path], outcome)
-    finally:
-        if written is not None:
-            written()
+    for path, outcome in progress.bar(outcomes, len(candidates), options.progress, "migrate"):
+        if isinstance(outcome, MissingDependency):
+            missing = outcome  # raised once all are in: the pools shut down as usual, leaving no process behind
+        else:
+            _record(by_path[path], outcome, options, report, diffs, rewritten)
+            if cache is not None and isinstance(outcome, worker.Migrated):
+                cache.store(keys[path], outcome)
     if missing is not None:
         raise missing
     for path in sorted(diffs):  # workers finish in any order; the output must not depend on it
@@ -371,75 +274,6 @@ class _Sources(Mapping[str, bytes]):
 
     def __len__(self) -> int:
         return len(self.scanned)
-
-
-class _Unmigrated(Mapping[str, bytes]):
-    """The sources (path -> bytes) of the files of ``scanned`` of which the cache holds no migration, asked of
-    the cache per file as a round hands files out."""
-
-    def __init__(self, scanned: Mapping[str, Scanned], cache: Cache) -> None:
-        self.scanned = scanned
-        self.cache = cache
-        self._known: dict[str, bool] = {}
-
-    def __contains__(self, path: object) -> bool:
-        if not isinstance(path, str) or path not in self.scanned:
-            return False
-        if path not in self._known:
-            self._known[path] = not self.cache.holds_migration(path, digest_of(self.scanned[path]))
-        return self._known[path]
-
-    def __getitem__(self, path: str) -> bytes:
-        if path not in self:
-            raise KeyError(path)
-        return self.scanned[path].source
-
-    def __iter__(self) -> Iterator[str]:
-        return (path for path in self.scanned if path in self)
-
-    def __len__(self) -> int:
-        return sum(1 for _ in self)
-
-
-def _from_early(
-    answers: Iterable[tuple[str, MigrateOutcome | parallel.WorkerCrashed]],
-    early: Handoff,
-    jobs: int,
-    settings: tuple[object, ...],
-) -> Iterator[tuple[str, MigrateOutcome | parallel.WorkerCrashed]]:
-    """The early workers' ``answers`` (`Handoff.stream` or `Handoff.results`), then those of the files left to
-    migrate once they stopped (`Handoff.left`: no worker ran any more, or a file sent ahead of the last round
-    must be migrated again), from a pool."""
-    yield from answers
-    tasks = [(path, (source, path)) for path, source in early.left]
-    yield from parallel.parallel_map(worker.migrate_file, tasks, jobs=jobs, initializer=worker.setup, initargs=settings)
-
-
-# What the parent (or a pool) spends importing libcst before its first file, in bytes of migrated source
-# (about 0.25 s at 0.3 MB/s); the early workers imported it already.
-_IMPORT_IN_BYTES = 80_000
-
-
-def _early_share(
-    rest: Sequence[Scanned], loads: Sequence[int], others: int
-) -> tuple[list[tuple[Scanned, int]], list[Scanned]]:
-    """The files for the early workers, each with the number of the worker to take it (worker ``n`` has
-    ``loads[n]`` bytes to migrate already), and those for the ``others`` processes to start: largest first,
-    each to the process with the least work. Forking a full pool instead would import libcst once more per
-    process, and leave the early workers idle."""
-    early_loads = list(loads)
-    mine: list[tuple[Scanned, int]] = []
-    theirs: list[Scanned] = []
-    other = _IMPORT_IN_BYTES * others  # the others' work in all, shared among them
-    for item in sorted(rest, key=lambda item: -len(item.source)):
-        least = min(range(len(early_loads)), key=early_loads.__getitem__)
-        if not others or early_loads[least] <= other / others:
-            mine.append((item, least))
-            early_loads[least] += len(item.source)
-        else:
-            theirs.append(item)
-            other += len(item.source)
-    return mine, theirs
 
 
 def _record(

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from vllm_attn_compat.codemods.findings import Finding
-from vllm_attn_compat.codemods.run import dataclass_code, dependencies
+from vllm_attn_compat.codemods.run import dependencies
 from vllm_attn_compat.codemods.run.report import FileError
 
 if TYPE_CHECKING:
@@ -106,43 +106,7 @@ def setup(
     )
 
 
-def preload() -> None:
-    """Initializer of a pool started before the run knows its settings: import what migrating needs."""
-    import gc
-
-    # Importing libcst makes tens of thousands of objects that live as long as the process: the cyclic
-    # collector's passes over them while they are made cost a tenth of the import, and find nothing.
-    gc.disable()
-    try:
-        with dataclass_code.own_code():
-            dataclass_code.import_libcst()
-
-            from vllm_attn_compat.codemods import registry
-            from vllm_attn_compat.codemods.engine import (  # noqa: F401 - imported to have them loaded
-                apply,
-                migrate,
-                safety,
-                scope,
-            )
-
-            registry.all_rules()
-    except ImportError:
-        pass  # the worker lives on: each task imports it again and hands back what is missing (dependencies.py)
-    finally:
-        gc.freeze()  # and later collections need not walk them again
-        gc.enable()
-
-
-def setup_pickled(settings: bytes) -> None:
-    """:func:`setup` in a worker started by :func:`preload`, before the run knew its settings: ``settings``
-    is the pickled ``(rules, hierarchy, unsafe_fixes, old_op_calls, verify)``."""
-    import pickle
-
-    setup(*pickle.loads(settings))
-
-
 def _migrate(source: bytes, path: str, hierarchy: Recorder, *, with_findings: bool = True) -> MigrationResult:
-    dataclass_code.import_libcst()  # (not imported yet: a run that migrates in this process, or a pool's worker)
     from vllm_attn_compat.codemods.engine.migrate import migrate_source
 
     return migrate_source(

@@ -179,25 +179,26 @@ def test_no_libcst_import_when_no_file_is_a_candidate(tmp_path):
 
 @pytest.mark.parametrize("configuration", ["", '[tool.vllm-attn-compat]\nignore = ["VAC006"]\n'])
 def test_a_rerun_the_cache_replays_imports_no_rule_runner_or_heavy_module(tmp_path, configuration):
-    # What a rerun imports is most of its time: the rules' modules, the runner, dataclasses (with inspect),
-    # OpenSSL (hashlib's SHA-256 of files' bytes) and, outside git, subprocess are for runs that read files.
-    # (Rule codes in the configuration were checked by the run that made the entry.)
+    # What a rerun imports is most of its time: the rules' modules, the index and the engine, libcst, dataclasses
+    # (with inspect), OpenSSL (hashlib's SHA-256 of files' bytes) and, outside git, subprocess are for runs that
+    # read files. (Rule codes in the configuration were checked by the run that made the entry.)
     layout = {"plugin/base.py": BASE, "plugin/impl.py": IMPL, "plugin/util.py": UNRELATED}
     tree = write_tree(tmp_path / "tree", layout | ({"pyproject.toml": configuration} if configuration else {}))
     probe = (
-        "import sys\nfrom vllm_attn_compat.codemods.cli import main\nfrom vllm_attn_compat.codemods.run import stats\n"
-        "stats.RACY_NS = 0\n"  # the files were written just now: trusted by their status at once all the same
+        "import sys\nfrom vllm_attn_compat.codemods.cli import main\nfrom vllm_attn_compat.codemods.run import cache\n"
+        "cache.RACY_NS = 0\n"  # the files were written just now: trusted by their status at once all the same
         f"code = main(['migrate', '--check', '-q', '--cache-dir', {str(tmp_path / 'cache')!r}, {str(tree)!r}])\n"
-        "heavy = ['vllm_attn_compat.codemods.run.runner', 'vllm_attn_compat.codemods.rules.vac001_assert_output',\n"
-        "         'dataclasses', 'subprocess', 'libcst', '_hashlib']\n"
+        "heavy = ['vllm_attn_compat.codemods.engine.migrate', 'vllm_attn_compat.codemods.rules.vac001_assert_output',\n"
+        "         'vllm_attn_compat.codemods.index.hierarchy', 'dataclasses', 'subprocess', 'libcst', '_hashlib']\n"
         "print(code, *[name for name in heavy if name in sys.modules])\n"
     )
     runs = [subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO) for _ in range(2)]
     first, second = (run.stdout.splitlines()[-1].split() for run in runs)
-    assert first[:3] == [
+    assert first[:4] == [
         "1",
-        "vllm_attn_compat.codemods.run.runner",
+        "vllm_attn_compat.codemods.engine.migrate",
         "vllm_attn_compat.codemods.rules.vac001_assert_output",
+        "vllm_attn_compat.codemods.index.hierarchy",
     ], runs[0].stderr
     assert second == ["1"], runs[1].stderr
 
@@ -336,7 +337,9 @@ def test_the_console_script_collects_cycles_less_often_in_its_process_and_its_wo
         "from vllm_attn_compat.codemods.run import parallel\n"
         "def main(argv=None):\n"
         "    tasks = [(n, ()) for n in range(parallel.IN_PROCESS_BELOW)]\n"
-        "    found = parallel.parallel_map(gc.get_threshold, tasks, jobs=2, initializer=gc.collect)\n"
+        "    pool = parallel.Pool(2)\n"
+        "    found = list(pool.map(gc.get_threshold, tasks))\n"
+        "    pool.close()\n"
         "    print(gc.get_threshold(), *sorted({str(threshold) for _, threshold in found}))\n"
         "    return 3\n"
         "cli.main = main\n"

@@ -1,7 +1,7 @@
 """The command line at its defaults (the cache at the project's root, files trusted by their status) against
 ``--no-cache``: after any edit, the same report, exit code and files.
 
-The status table (`codemods/run/stats.py`) trusts a file whose size, inode, ``mtime_ns`` and ``ctime_ns`` are
+The cache (`codemods/run/cache.py`) trusts a file whose size, inode, ``mtime_ns`` and ``ctime_ns`` are
 those recorded. Its "racy" margin (a file modified shortly before a run read it is hashed again next time) is
 set to zero here: files written by a test are trusted at once, the worst case for staleness. The edits are
 those a status could hide: the same size within the same second, the ``mtime_ns`` restored to the
@@ -23,7 +23,7 @@ from hypothesis import given, note
 from hypothesis import strategies as st
 
 from vllm_attn_compat.codemods.cli import main
-from vllm_attn_compat.codemods.run import cachedir, stats
+from vllm_attn_compat.codemods.run import cache, cachedir
 
 from .cli_run import LEGACY, PLAIN
 from .legacy_callers import METHOD_NAMES, STUBS, GeneratedPlugin, plugins_with_callers
@@ -46,7 +46,7 @@ def _migrate(tree: Path, *args: str) -> tuple[int, str, dict[str, bytes]]:
     cwd = os.getcwd()
     os.chdir(tree)
     try:
-        with contextlib.redirect_stdout(out), mock.patch.dict(os.environ), mock.patch.object(stats, "RACY_NS", 0):
+        with contextlib.redirect_stdout(out), mock.patch.dict(os.environ), mock.patch.object(cache, "RACY_NS", 0):
             os.environ.pop(cachedir.NO_CACHE_VARIABLE, None)
             code = main(["migrate", "--format", "json", "--jobs", "1", *args, "."])
     finally:

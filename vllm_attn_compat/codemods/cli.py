@@ -249,15 +249,12 @@ def _migrate_with(args: argparse.Namespace, options: Options, config: Config) ->
         def emit_diff(text: str) -> None:
             write(text)
 
-        from vllm_attn_compat.codemods.run import rerun
+        from vllm_attn_compat.codemods.run.runner import run_paths
 
-        prepared = rerun.prepare(args.paths, options)
-        report = prepared.report(options.mode)
-        if not rerun.replay(prepared, options.mode, report):  # the runner and its imports only after a miss
-            from vllm_attn_compat.codemods.run.runner import run_paths
-
+        def on_miss() -> None:
             _check_configured_codes(args, config)
-            report = run_paths(args.paths, options, emit_diff=emit_diff, prepared=prepared)
+
+        report = run_paths(args.paths, options, emit_diff=emit_diff, on_miss=on_miss)
         report_stream = sys.stderr if options.mode == "diff" else sys.stdout
     report_stream.write(render(report, args.format, quiet=args.quiet))
     return report.exit_code()

@@ -131,10 +131,12 @@ PATHS = textwrap.dedent(
 
     base, impl = (open(f"plugin/{name}.py", "rb").read() for name in ("base", "impl"))
     hierarchy = ClassHierarchy.build([index_module(base, "plugin/base.py"), index_module(impl, "plugin/impl.py")])
-    tasks = [(i, (impl, "plugin/impl.py")) for i in range(parallel.IN_PROCESS_BELOW + 2)]
-    settings = (registry.all_rules(), hierarchy, False)
-    pool = parallel.parallel_map(worker.migrate_file, tasks, jobs=2, initializer=worker.setup, initargs=settings)
-    print("pool", sorted({type(outcome).__name__ + ": " + str(outcome) for _, outcome in pool}))
+    settings = __import__("pickle").dumps((registry.all_rules(), hierarchy, False))
+    tasks = [(i, (settings, impl, "plugin/impl.py")) for i in range(parallel.IN_PROCESS_BELOW + 2)]
+    pool = parallel.Pool(2, worker.preload)
+    outcomes = list(pool.map(worker.migrate_with, tasks))
+    pool.close()
+    print("pool", sorted({type(outcome).__name__ + ": " + str(outcome) for _, outcome in outcomes}))
     """
 )
 

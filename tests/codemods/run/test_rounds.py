@@ -1,30 +1,15 @@
 """The hierarchy's rounds (`run/rounds.py`); how a run's rounds find files is tested on whole runs too
-(`test_runner.py`, `test_bystanders.py`)."""
+(`test_runner.py`, `test_cache.py`)."""
 
 from __future__ import annotations
 
 import os
 from types import SimpleNamespace
 
-import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from vllm_attn_compat.codemods.index.names import guess_module_name
-from vllm_attn_compat.codemods.run.answers import question
-from vllm_attn_compat.codemods.run.rounds import ClassScans, _Stems
-
-from runner_trees import IMPL, UNRELATED, write_tree
-
-
-@pytest.mark.parametrize("known", [frozenset(), frozenset({"Impl"}), frozenset({"B", "A", "Ünïcode"})])
-def test_the_class_scan_of_a_round_is_asked_as_its_terms_spell_it(tmp_path, known):
-    """The round hashes the names once (`rounds.ClassScans`): the question is `answers.question` of its terms."""
-    root = write_tree(tmp_path, {"plugin/__init__.py": "", "plugin/impl.py": IMPL, "loose.py": UNRELATED})
-    for path in (str(root / "plugin/impl.py"), "loose.py", "plugin/impl.py"):
-        terms = [f"path {path}", f"module {guess_module_name(path)}", *(f"class {name}" for name in known)]
-        assert ClassScans(known, None).question(path) == question("scan", terms)  # type: ignore[arg-type]
-
+from vllm_attn_compat.codemods.run.rounds import _Stems
 
 _PARTS = st.sampled_from(["a", "b", "x.b", "__init__", "x.__init__", "b.c", "ops", "layer.ops"])
 
@@ -36,11 +21,11 @@ _PARTS = st.sampled_from(["a", "b", "x.b", "__init__", "x.__init__", "b.c", "ops
 def test_the_files_that_may_define_a_module_are_those_named_for_it_and_every_package(stems, lasts):
     """`rounds._Stems` finds the files a walk over all of them would (a file ``x.b.py`` is a module ``b``, as
     `guess_module_name` takes it), in the run's order."""
-    scanned = [SimpleNamespace(source_file=SimpleNamespace(path=f"{folder}{stem}.py")) for folder, stem in stems]
+    scanned = [SimpleNamespace(path=f"{folder}{stem}.py") for folder, stem in stems]
 
     def named(path: str) -> bool:
         stem = os.path.basename(path).rsplit(".", 1)[0]
         return stem == "__init__" or stem.rpartition(".")[2] in lasts
 
     found = _Stems(scanned).named(lasts)  # type: ignore[arg-type]
-    assert found == [s for s in scanned if named(s.source_file.path)]
+    assert found == [s for s in scanned if named(s.path)]

@@ -1,42 +1,47 @@
-"""How a run reads its files (steps 1 and 2 of `runner`'s funnel): each once, as bytes checked to be decodable text,
-its digest taken from the `stats` table where its status is the one recorded, and what the run asks of its bytes
-(`scans`) from `answers`. A rerun that missed
-(`rerun.Prepared.known`) hands over what it found of each file: such a file is read only once something asks for its
-bytes, and one whose status changed since raises :class:`Changed` (the run starts again, reading every file).
+"""How a run reads its files: each once, as bytes checked to be decodable text, and what the run asks of its bytes,
+kept with the file's results in the cache.
+
+A file the cache vouches for (its status is the one recorded: `cache.Cache.known`) is not read until something asks
+for its bytes, and most questions do not: their answers are kept. Should its status have changed by then (an edit
+during the run), :class:`Changed` is raised, and the run starts again reading every file. A file whose status
+changed is read at once, and keeps its results when its bytes are those the cache recorded.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import TypeVar
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from vllm_attn_compat.codemods.run import answers as answers_module
-from vllm_attn_compat.codemods.run import files, rerun, scans, sources, stats
-from vllm_attn_compat.codemods.run.report import FileError, RunReport
+from vllm_attn_compat.codemods.run import cache as cache_module
+from vllm_attn_compat.codemods.run import files, sources
+
+if TYPE_CHECKING:
+    from vllm_attn_compat.codemods.run.cache import Cache
 
 Answer = TypeVar("Answer")
 
 
 class Changed(Exception):
-    """A file whose status changed since the rerun took it (`rerun.Prepared.known`), read at last: the run reads
-    every file again (`runner.run_paths`)."""
+    """A file the cache vouched for changed during the run: the run reads every file again (`runner.run_paths`)."""
 
 
-@dataclass(eq=False)
-class Scanned:
-    """A file of the run: its status, its bytes, how they decode, and their digest (`stats.digest`, known with a
-    cache: the run's key, and what its answers are kept by). A file whose digest the rerun knew by its status
-    (`rerun.Prepared.known`) is read only once something asks for its bytes: a rerun keeps most answers."""
+class RunFile:
+    """A file of the run: where it is, its status, its bytes (read once), their digest (with a cache), and the
+    results the cache kept of those bytes (``kept``) and those this run keeps (``results``)."""
 
-    source_file: files.SourceFile
-    stat: os.stat_result
-    digest: str | None = None
-    _source: bytes | None = None
-    _encoding: str | None = None
-    # Its digest is the `stats` table's, by a status unchanged since: its bytes are those a run before read.
-    by_status: bool = False
+    def __init__(
+        self, source_file: files.SourceFile, stat: os.stat_result, source: bytes | None, digest: str | None
+    ) -> None:
+        self.source_file = source_file
+        self.path = source_file.path
+        self.stat = stat
+        self.digest = digest
+        self.trusted = source is None  # vouched for by its status: read only if its bytes are asked for
+        self._source = source
+        self._encoding: str | None = None
+        self.kept: dict[str, Any] = {}
+        self.results: dict[str, Any] = {"answers": {}}
 
     @property
     def source(self) -> bytes:
@@ -44,9 +49,9 @@ class Scanned:
             try:
                 source, stat = sources.read_source(self.source_file.real_path)
             except sources.SourceError:
-                raise Changed(self.source_file.path) from None
-            if stats.status_of(stat) != stats.status_of(self.stat):
-                raise Changed(self.source_file.path)
+                raise Changed(self.path) from None
+            if cache_module.status_of(stat) != cache_module.status_of(self.stat):
+                raise Changed(self.path)
             self._source = source
         return self._source
 
@@ -55,110 +60,103 @@ class Scanned:
         if self._encoding is None:
             try:
                 self._encoding = sources.source_encoding(self.source)
-            except sources.SourceError:  # (the table only knows files that decode)
-                raise Changed(self.source_file.path) from None
+            except sources.SourceError:  # (a file the cache vouched for decoded when it was read)
+                raise Changed(self.path) from None
         return self._encoding
 
-
-def digest_of(s: Scanned) -> str:
-    """The digest of a file's bytes: the one read with them, else (a run without a cache, or a first run before
-    `Reading.settle`) made now."""
-    if s.digest is None:
-        s.digest = stats.digest(s.source)
-    return s.digest
-
-
-@dataclass(eq=False)
-class Reading:
-    """How a run reads its files: with a cache, each file's digest comes from the `stats` table where its status
-    is the one recorded (else from its bytes, recorded), and what the run asks of its bytes from `answers`."""
-
-    answers: answers_module.Answers
-    table: stats.StatTable | None = None
-    started: int = 0
-    # What the rerun found of each file it took the status of (`rerun.Prepared.known`): none is read again for that.
-    known: Mapping[str, rerun.Known] = field(default_factory=dict)
-    # Every question of `scans` the run asked (of some file): what a rerun asks an edited file (`bystanders`).
-    asked: set[tuple[str, tuple[str, ...]]] = field(default_factory=set)
-    # The classes whose module the run looked for among the files, by their paths (`_defining_files`).
-    looked_for: set[str] = field(default_factory=set)
-
-    def read(self, source_file: files.SourceFile) -> Scanned:
-        """The file read once, as bytes, and checked to be decodable (`sources.SourceError` if not); one the rerun
-        knew is read when first asked for its bytes."""
-        seen = self.known.get(source_file.path)
-        if seen is not None:
-            return Scanned(source_file, seen.stat, seen.digest, seen.source, by_status=seen.source is None)
-        source, stat = sources.read_source(source_file.real_path)
-        scanned = Scanned(source_file, stat, _source=source, _encoding=sources.source_encoding(source))
-        if self.table is not None:
-            known = self.table.digest(source_file.real_path, stats.status_of(stat))
-            scanned.digest = known if known is not None else stats.digest(source)
-            scanned.by_status = known is not None
-            self.table.record(source_file.real_path, stat, scanned.digest, self.started)
-        return scanned
-
-    def recall(
+    def ask(
         self,
-        s: Scanned,
-        asked: str,
-        answer: Callable[[], Answer],
-        encode: Callable[[Answer], object],
-        decode: Callable[[object], Answer],
+        question: str,
+        test: Callable[[bytes], Answer],
+        encode: Callable[[Answer], object] = lambda answer: answer,
+        decode: Callable[[Any], Answer] = lambda data: data,
     ) -> Answer:
-        """`answers.Answers.recall` of the file ``s``."""
-        return self.answers.recall(s.digest, asked, answer, encode, decode)
-
-    def asking(self, kind: str, terms: Iterable[str | bytes]) -> Callable[[Scanned], bool]:
-        """The question ``kind`` with ``terms`` (`scans.test`) of a file, its answer kept; the question is one
-        of those the run asked (`asked`)."""
-        spelled = answers_module.spell(terms)
-        self.asked.add((kind, spelled))
-        asked = answers_module.question(kind, spelled)
-        made: list[scans.Test] = []  # the test, made once a file's answer is not kept (a rerun keeps most)
-
-        def test(s: Scanned) -> bool:
-            if not made:
-                made.append(scans.test(kind, spelled))
-            return made[0](s.source)
-
-        return lambda s: self.recall(s, asked, lambda: test(s), bool, answers_module.boolean)
-
-
-def read_and_filter(
-    source_files: Sequence[files.SourceFile],
-    prefilter: Sequence[bytes],
-    report: RunReport,
-    reading: Reading,
-) -> tuple[list[Scanned], list[Scanned]]:
-    """Read every file once; returns them all, and those worth parsing."""
-    worth_parsing = reading.asking("prefilter", prefilter)
-    scanned: list[Scanned] = []
-    worth: list[Scanned] = []
-    for source_file in source_files:
-        try:
-            item = reading.read(source_file)
-        except sources.SourceError as error:
-            report.errors.append(FileError(source_file.path, error.line, error.column, error.message))
-            continue
-        scanned.append(item)
-        if worth_parsing(item):
-            worth.append(item)
-    report.scanned = len(source_files)
-    return scanned, worth
+        """The answer of ``test`` (the question ``question``, `Asking`) for the file's bytes: the one kept, else
+        ``test(source)``. ``decode`` raises ``ValueError`` or ``TypeError`` for data it did not make: asked again."""
+        answers = self.results["answers"]
+        if question in answers:
+            return decode(answers[question])
+        kept = self.kept.get("answers", {})
+        if question in kept:
+            try:
+                found = decode(kept[question])
+            except (ValueError, TypeError):
+                pass
+            else:
+                answers[question] = kept[question]
+                return found
+        found = test(self.source)
+        answers[question] = encode(found)
+        return found
 
 
-def read_context(
-    excluded: Sequence[files.SourceFile], prefilter: Sequence[bytes], reading: Reading
-) -> tuple[list[Scanned], list[Scanned]]:
-    """The excluded files that can be read as source, and those of them the ``prefilter`` keeps: what they
-    define and call still decides the fixes of the others. One that cannot be read is left out silently:
-    nothing is reported in excluded files."""
-    context = []
-    for source_file in excluded:
-        try:
-            context.append(reading.read(source_file))
-        except sources.SourceError:
-            continue
-    worth_parsing = reading.asking("prefilter", prefilter)
-    return context, [s for s in context if worth_parsing(s)]
+def question(kind: str, terms: Iterable[str | bytes]) -> str:
+    """A question's name as the answers are kept: its kind and a digest of its terms (a set)."""
+    import hashlib
+
+    spelled = sorted({t if isinstance(t, bytes) else t.encode("utf-8", "surrogateescape") for t in terms})
+    return kind + " " + hashlib.sha256(b"\0".join(spelled)).hexdigest()[:32]
+
+
+def asking(
+    kind: str, terms: Iterable[str | bytes], make: Callable[[], Callable[[bytes], bool]]
+) -> Callable[[RunFile], bool]:
+    """The yes-or-no question ``kind`` with ``terms``, whose test of a file's bytes ``make()`` makes from them
+    alone, once a file's answer is not kept (a rerun keeps most)."""
+    named = question(kind, terms)
+    made: list[Callable[[bytes], bool]] = []
+
+    def test(source: bytes) -> bool:
+        if not made:
+            made.append(make())
+        return made[0](source)
+
+    return lambda run_file: run_file.ask(named, test, bool, _boolean)
+
+
+def _boolean(data: object) -> bool:
+    if type(data) is not bool:
+        raise TypeError(f"expected a boolean answer, found {data!r:.40}")
+    return data
+
+
+def read(
+    source_file: files.SourceFile, cache: Cache | None, started: int, trusting: bool, module: Callable[[str], str]
+) -> RunFile:
+    """The file, read unless ``trusting`` and the cache vouches for it by its status, with the results the cache
+    kept of its bytes where it was given by the same path and is the same module (``module(path)``). Raises
+    `sources.SourceError` for a file that cannot be read as source."""
+    real_path = source_file.real_path
+    if cache is not None and trusting:
+        stat = source_file.status or _stat(source_file)
+        known = cache.known(real_path, stat) if stat is not None else None
+        if stat is not None and known is not None:
+            run_file = RunFile(source_file, stat, None, known)
+            _kept(run_file, cache, module)
+            return run_file
+    source, stat = cache.read.pop(real_path) if cache is not None and real_path in cache.read else (None, None)
+    if source is None or stat is None:
+        source, stat = sources.read_source(real_path)
+    run_file = RunFile(source_file, stat, source, None)
+    run_file._encoding = sources.source_encoding(source)
+    if cache is not None:
+        run_file.digest = cache_module.digest(source)
+        cache.record(real_path, stat, run_file.digest, started)
+        _kept(run_file, cache, module)
+    return run_file
+
+
+def _stat(source_file: files.SourceFile) -> os.stat_result | None:
+    try:
+        return os.stat(source_file.real_path)
+    except OSError:
+        return None  # read below, which says why it cannot be
+
+
+def _kept(run_file: RunFile, cache: Cache, module: Callable[[str], str]) -> None:
+    assert run_file.digest is not None
+    kept = cache.results(run_file.source_file.real_path, run_file.digest)
+    name = module(run_file.path)
+    if kept is not None and kept.get("path") == run_file.path and kept.get("module") == name:
+        run_file.kept = kept
+    run_file.results.update(digest=run_file.digest, path=run_file.path, module=name)

@@ -97,7 +97,11 @@ class Pool:
             self._executor = None
 
     def map(
-        self, function: Callable[..., Result], tasks: Sequence[tuple[Key, tuple[object, ...]]], *, few_here: bool = False
+        self,
+        function: Callable[..., Result],
+        tasks: Sequence[tuple[Key, tuple[object, ...]]],
+        *,
+        few_here: bool = False,
     ) -> Iterator[tuple[Key, Result | WorkerCrashed]]:
         """Yield ``(key, function(*arguments))`` for each task, in completion order: in this process while the
         pool is not started and the tasks are few (or there is one job), else in the workers. With ``few_here``,

@@ -209,12 +209,12 @@ def _spoil_results(path: Path) -> None:
     [
         (lambda path: path.write_bytes(b"\x80\x00 not json"), True),
         (lambda path: path.write_text("[]"), True),
-        (lambda path: path.write_text(path.read_text().replace('"statuses": {', '"statuses": {"x": 1, ', 1)), True),
+        (lambda path: path.write_text(path.read_text().replace('"statuses":{', '"statuses":{"x":1,', 1)), True),
         (lambda path: _without_report(path, "{not json"), True),
         (_spoil_results, True),
         (lambda path: path.write_text(path.read_text().replace("vllm-attn-compat-cache/", "other/", 1)), True),
         # Made by another version of this package or for another project: not ours to read, said nothing of.
-        (lambda path: path.write_text(path.read_text().replace('"root": "', '"root": "/elsewhere', 1)), False),
+        (lambda path: path.write_text(path.read_text().replace('"root":"', '"root":"/elsewhere', 1)), False),
     ],
     ids=["not-json", "not-a-cache", "malformed-status", "results-not-json", "malformed-results", "other-format",
          "foreign-key"],
@@ -471,12 +471,15 @@ def test_files_whose_status_changed_but_not_their_bytes_are_read_and_the_run_rep
     tree, tmp_path, reads, settled, monkeypatch
 ):
     options = _checked(tmp_path / "cache")
-    run_paths([str(tree)], options)
-    reads.clear()
-    earlier = time.time_ns() - 3600 * 10**9
-    os.utime(tree / "plugin/impl.py", ns=(earlier, earlier))  # `touch`, or a checkout writing the same bytes back
-    assert _replayed(tree, options, monkeypatch)
-    assert reads == ["impl.py"]
+    run_paths([str(tree)], options)  # a first run hashes nothing: each file's next change is told by its status
+    impl = tree / "plugin/impl.py"
+    for hours in (1, 2):  # `touch`, or a checkout writing the same bytes back
+        earlier = time.time_ns() - hours * 3600 * 10**9
+        os.utime(impl, ns=(earlier, earlier))
+        reads.clear()
+        # The first time, the cache knows no digest of its bytes: the run reads it (alone), and takes its digest.
+        assert _replayed(tree, options, monkeypatch) == (hours == 2)
+        assert reads == ["impl.py"]
     reads.clear()
     assert _replayed(tree, options, monkeypatch) and reads == []  # its new status was recorded
 

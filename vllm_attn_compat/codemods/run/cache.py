@@ -15,11 +15,13 @@ ignored and rewritten. It holds:
   answers each one the same;
 * the last run's report, with the files it read (as given, as found, excluded or not) and its mode.
 
-A file whose status is the one recorded is trusted to hold the same bytes without being read; one whose status
-changed is read and hashed, and keeps its results when its digest is the one recorded (``touch``, a checkout that
-wrote the same bytes back, a fresh clone in CI). Git's racy rule: a file modified less than `RACY_NS` before the
-run started is recorded without its status, so the next run hashes it. When every file is unchanged, a rerun in the
-same mode over the same files replays the report without reading any file (`replay`).
+A file whose status is the one recorded is trusted to hold the same bytes without being read, as ruff and mypy
+trust theirs. One whose status changed is read, and keeps its results when the SHA-256 of its bytes is the one
+recorded (``touch``, a checkout that wrote the same bytes back, a fresh clone in CI). The digest is taken when a run
+reads a file the cache knew (its status changed) or one modified too recently to be trusted by its status next
+time (git's racy rule: less than `RACY_NS` before the run started; recorded without its status): a first run
+hashes nothing else, and the file's next change is told by its status. When every file is unchanged, a rerun in
+the same mode over the same files replays the report without reading any file (`replay`).
 
 The file is JSON lines, written atomically: a first line with the key, the statuses and the report (all that a
 replay reads), a second with the files' results. JSON only, never pickle: a cache folder is not trusted to hold
@@ -104,7 +106,8 @@ class Cache:
         name = zlib.crc32(root.encode("utf-8", "surrogateescape"))  # a name, not a check: the key holds the root
         self.path = os.path.join(cachedir.entries_folder(folder), f"{name:08x}.json")
         self.key = {"root": root, "code": code_key(), "settings": list(settings)}
-        # real path -> [size, inode, mtime_ns, ctime_ns, digest] (the four None where the file was racy)
+        # real path -> [size, inode, mtime_ns, ctime_ns, digest]: the four None where the file was racy, the digest
+        # None where it was not taken
         self.statuses: dict[str, list[Any]] = {}
         self.run: dict[str, Any] | None = None  # the last run's report and files
         self._results: dict[str, dict[str, Any]] | None = None  # real path -> results, read when first asked for
@@ -141,20 +144,22 @@ class Cache:
             self._warned = True
             print(f"warning: the cache file {self.path} {why}; the run goes on without it", file=sys.stderr)
 
-    def known(self, real_path: str, stat: os.stat_result) -> str | None:
-        """The digest of the file's bytes when its status is the one recorded, else None."""
+    def trusts(self, real_path: str, stat: os.stat_result) -> bool:
+        """Whether the file's status is the one recorded: its bytes are those its results were made of."""
         row = self.statuses.get(real_path)
-        return row[4] if row is not None and row[:4] == status_of(stat) else None
+        return row is not None and row[:4] == status_of(stat)
+
+    def knows(self, real_path: str) -> bool:
+        return real_path in self.statuses
 
     def recorded(self, real_path: str) -> str | None:
-        """The digest recorded for the file, whatever its status now."""
+        """The digest recorded for the file (of the bytes its results were made of), if one was taken."""
         row = self.statuses.get(real_path)
         return None if row is None else row[4]
 
-    def results(self, real_path: str, digest: str) -> dict[str, Any] | None:
-        """The results kept of the file's bytes of ``digest``, or None."""
-        found = self._all_results().get(real_path)
-        return found if found is not None and found.get("digest") == digest else None
+    def results(self, real_path: str) -> dict[str, Any] | None:
+        """The results kept of the file (made of the bytes its recorded status and digest are of), or None."""
+        return self._all_results().get(real_path)
 
     def _all_results(self) -> dict[str, dict[str, Any]]:
         if self._results is None:
@@ -183,13 +188,16 @@ class Cache:
                 stat = source_file.status or os.stat(source_file.real_path)
             except OSError:
                 return False
-            if self.known(source_file.real_path, stat) is None:
+            if not self.trusts(source_file.real_path, stat):
+                recorded = self.recorded(source_file.real_path)
+                if recorded is None:
+                    return False
                 try:
                     source, stat = sources.read_source(source_file.real_path)
                 except sources.SourceError:
                     return False
                 self.read[source_file.real_path] = source, stat
-                if digest(source) != self.recorded(source_file.real_path):
+                if digest(source) != recorded:
                     return False
                 restated[source_file.real_path] = stat
         report.findings += [(path, _finding(row)) for path, *row in run["findings"]]
@@ -204,7 +212,7 @@ class Cache:
             self.save(self.run, self._all_results())
         return True
 
-    def record(self, real_path: str, stat: os.stat_result, file_digest: str, started_ns: int) -> None:
+    def record(self, real_path: str, stat: os.stat_result, file_digest: str | None, started_ns: int) -> None:
         """Record the status and digest of the bytes a run read (without the status where the file is racy)."""
         status: list[Any] = [None] * 4 if racy(stat, started_ns) else status_of(stat)
         self.statuses[real_path] = [*status, file_digest]
@@ -225,19 +233,17 @@ class Cache:
         """Write the file: the statuses recorded, ``run`` (None: no report to replay) and ``results`` (real path ->
         results). Statuses and results of files outside the folders ``listed`` are kept as they were: another run
         over other paths of the project keeps its own."""
-        roots = [root.rstrip(os.sep) + os.sep for root in listed]
-        statuses = {
-            path: row
-            for path, row in self.statuses.items()
-            if path in results or not any(path.startswith(root) for root in roots)
-        }
+        roots = tuple(root.rstrip(os.sep) + os.sep for root in listed)
+        statuses = {path: row for path, row in self.statuses.items() if path in results or not path.startswith(roots)}
         kept = {
             path: entry
             for path, entry in self._all_results().items()
-            if path not in results and path in statuses and not any(path.startswith(root) for root in roots)
+            if path not in results and path in statuses and not path.startswith(roots)
         }
-        header = json.dumps({"format": FORMAT, "key": self.key, "statuses": statuses, "run": run})
-        text = header + "\n" + json.dumps({**kept, **results}) + "\n"
+        header = json.dumps(
+            {"format": FORMAT, "key": self.key, "statuses": statuses, "run": run}, separators=(",", ":")
+        )
+        text = header + "\n" + json.dumps({**kept, **results}, separators=(",", ":")) + "\n"
         try:
             cachedir.make(self.folder)
             os.makedirs(os.path.dirname(self.path), exist_ok=True)
@@ -261,8 +267,7 @@ def _statuses(data: object) -> dict[str, list[Any]]:
             isinstance(row, list)
             and len(row) == 5
             and (all(type(n) is int for n in row[:4]) or row[:4] == [None] * 4)
-            and isinstance(row[4], str)
-            and len(row[4]) == 64
+            and (row[4] is None or (isinstance(row[4], str) and len(row[4]) == 64))
         ):
             raise TypeError(f"malformed status of {path!r:.80}")
     return data

@@ -1,9 +1,10 @@
 """The run's worker processes: one `concurrent.futures.ProcessPoolExecutor`, which the runner starts and stops.
 
-The pool forks where the platform forks safely (`forks_safely`), else spawns. Its workers start with
-``initializer`` (for a run, `worker.preload`: libcst imported before the first file arrives), so the runner starts
-the pool as soon as it sees a file that will probably need libcst, and the import overlaps the class hierarchy's
-rounds. Small jobs stay in the run's process while the pool is not started: starting processes costs more.
+The pool forks where the platform forks safely (`forks_safely`), else spawns. The runner starts it as soon as it
+sees a file that will probably need libcst, and has each worker import libcst at once (`worker.preload`), while
+the class hierarchy's rounds go on; on a first run over many files, at once, to hash the files apart from the run
+that reads them (`reading.Reader`). Small jobs stay in the run's process while the pool is not started: starting
+processes costs more.
 
 A worker killed on one file (out of memory, a crash in a native parser) must cost that file, not the run:
 ``concurrent.futures`` reports it as ``BrokenProcessPool`` for every unfinished task, so the unfinished ones are
@@ -59,10 +60,10 @@ def _context() -> BaseContext | None:
 
 
 class Pool:
-    """Up to ``jobs`` worker processes, each prepared by ``initializer()``; started by `start` or by the first
-    `map` with enough tasks, stopped by `close`."""
+    """Up to ``jobs`` worker processes, each prepared by ``initializer()``; started by `start`, `submit`, or the
+    first `map` with enough tasks, and stopped by `close`."""
 
-    def __init__(self, jobs: int, initializer: Callable[[], object] = lambda: None) -> None:
+    def __init__(self, jobs: int, initializer: Callable[[], object] = int) -> None:
         self.jobs = jobs
         self.initializer = initializer
         self._executor: ProcessPoolExecutor | None = None
@@ -90,6 +91,17 @@ class Pool:
         from concurrent.futures import ProcessPoolExecutor
 
         return ProcessPoolExecutor(workers, _context(), initializer=self.initializer)
+
+    def submit(self, function: Callable[..., Result], *arguments: object) -> Future[Result] | None:
+        """``function(*arguments)`` in a worker, the pool started if it is not; None with one job, or once the pool
+        broke (the caller does the work itself)."""
+        from concurrent.futures.process import BrokenProcessPool
+
+        self.start()
+        try:
+            return None if self._executor is None else self._executor.submit(function, *arguments)
+        except BrokenProcessPool:
+            return None
 
     def close(self) -> None:
         if self._executor is not None:

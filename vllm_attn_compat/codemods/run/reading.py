@@ -1,7 +1,7 @@
 """How a run reads its files: each once, as bytes checked to be decodable text, and what the run asks of its bytes,
 kept with the file's results in the cache.
 
-A file the cache vouches for (its status is the one recorded: `cache.Cache.known`) is not read until something asks
+A file the cache vouches for (its status is the one recorded: `cache.Cache.trusts`) is not read until something asks
 for its bytes, and most questions do not: their answers are kept. Should its status have changed by then (an edit
 during the run), :class:`Changed` is raised, and the run starts again reading every file. A file whose status
 changed is read at once, and keeps its results when its bytes are those the cache recorded.
@@ -27,21 +27,32 @@ class Changed(Exception):
 
 
 class RunFile:
-    """A file of the run: where it is, its status, its bytes (read once), their digest (with a cache), and the
-    results the cache kept of those bytes (``kept``) and those this run keeps (``results``)."""
+    """A file of the run: where it is, its status, its bytes (read once), and the results the cache kept of those
+    bytes (``kept``) and those this run keeps (``results``)."""
 
-    def __init__(
-        self, source_file: files.SourceFile, stat: os.stat_result, source: bytes | None, digest: str | None
-    ) -> None:
+    def __init__(self, source_file: files.SourceFile, stat: os.stat_result, source: bytes | None) -> None:
         self.source_file = source_file
         self.path = source_file.path
         self.stat = stat
-        self.digest = digest
         self.trusted = source is None  # vouched for by its status: read only if its bytes are asked for
         self._source = source
         self._encoding: str | None = None
         self.kept: dict[str, Any] = {}
-        self.results: dict[str, Any] = {"answers": {}}
+        self.results: dict[str, Any] = {"answers": {}, "path": self.path}
+
+    @property
+    def module(self) -> str:
+        """The module name the file's folders give it (`names.guess_module_name`), which its class index and the
+        class scan's answer depend on: kept results made for another serve neither."""
+        if "module" not in self.results:
+            from vllm_attn_compat.codemods.index.names import guess_module_name
+
+            self.results["module"] = guess_module_name(self.path)
+        return str(self.results["module"])
+
+    def kept_for_module(self) -> dict[str, Any]:
+        """The kept results where they were made for the module the file is now, else none."""
+        return self.kept if self.kept and self.kept.get("module") == self.module else {}
 
     @property
     def source(self) -> bytes:
@@ -70,13 +81,16 @@ class RunFile:
         test: Callable[[bytes], Answer],
         encode: Callable[[Answer], object] = lambda answer: answer,
         decode: Callable[[Any], Answer] = lambda data: data,
+        *,
+        by_module: bool = False,
     ) -> Answer:
-        """The answer of ``test`` (the question ``question``, `Asking`) for the file's bytes: the one kept, else
-        ``test(source)``. ``decode`` raises ``ValueError`` or ``TypeError`` for data it did not make: asked again."""
+        """The answer of ``test`` (the question ``question``, `asking`) for the file's bytes: the one kept, else
+        ``test(source)``; ``by_module``: an answer that depends on the file's module name too. ``decode`` raises
+        ``ValueError`` or ``TypeError`` for data it did not make: asked again."""
         answers = self.results["answers"]
         if question in answers:
             return decode(answers[question])
-        kept = self.kept.get("answers", {})
+        kept = (self.kept_for_module() if by_module else self.kept).get("answers", {})
         if question in kept:
             try:
                 found = decode(kept[question])
@@ -120,30 +134,29 @@ def _boolean(data: object) -> bool:
     return data
 
 
-def read(
-    source_file: files.SourceFile, cache: Cache | None, started: int, trusting: bool, module: Callable[[str], str]
-) -> RunFile:
+def read(source_file: files.SourceFile, cache: Cache | None, started: int, trusting: bool) -> RunFile:
     """The file, read unless ``trusting`` and the cache vouches for it by its status, with the results the cache
-    kept of its bytes where it was given by the same path and is the same module (``module(path)``). Raises
-    `sources.SourceError` for a file that cannot be read as source."""
+    kept of its bytes (where it was given by the same path), its status and digest recorded in the cache (the
+    digest where the cache knew the file, or the file is racy: `cache`). Raises `sources.SourceError` for a file
+    that cannot be read as source."""
     real_path = source_file.real_path
-    if cache is not None and trusting:
+    if cache is not None and trusting and cache.knows(real_path):
         stat = source_file.status or _stat(source_file)
-        known = cache.known(real_path, stat) if stat is not None else None
-        if stat is not None and known is not None:
-            run_file = RunFile(source_file, stat, None, known)
-            _kept(run_file, cache, module)
-            return run_file
+        if stat is not None and cache.trusts(real_path, stat):
+            return _kept(RunFile(source_file, stat, None), cache)
     source, stat = cache.read.pop(real_path) if cache is not None and real_path in cache.read else (None, None)
     if source is None or stat is None:
         source, stat = sources.read_source(real_path)
-    run_file = RunFile(source_file, stat, source, None)
+    run_file = RunFile(source_file, stat, source)
     run_file._encoding = sources.source_encoding(source)
-    if cache is not None:
-        run_file.digest = cache_module.digest(source)
-        cache.record(real_path, stat, run_file.digest, started)
-        _kept(run_file, cache, module)
-    return run_file
+    if cache is None:
+        return run_file
+    recorded = cache.recorded(real_path)  # of the bytes the kept results were made of
+    digest = None
+    if cache.knows(real_path) or cache_module.racy(stat, started):
+        digest = cache_module.digest(source)
+    cache.record(real_path, stat, digest, started)
+    return _kept(run_file, cache) if recorded is not None and recorded == digest else run_file
 
 
 def _stat(source_file: files.SourceFile) -> os.stat_result | None:
@@ -153,10 +166,9 @@ def _stat(source_file: files.SourceFile) -> os.stat_result | None:
         return None  # read below, which says why it cannot be
 
 
-def _kept(run_file: RunFile, cache: Cache, module: Callable[[str], str]) -> None:
-    assert run_file.digest is not None
-    kept = cache.results(run_file.source_file.real_path, run_file.digest)
-    name = module(run_file.path)
-    if kept is not None and kept.get("path") == run_file.path and kept.get("module") == name:
+def _kept(run_file: RunFile, cache: Cache) -> RunFile:
+    """The file, with the results the cache kept of its bytes where it was given by the same path."""
+    kept = cache.results(run_file.source_file.real_path)
+    if kept is not None and kept.get("path") == run_file.path:
         run_file.kept = kept
-    run_file.results.update(digest=run_file.digest, path=run_file.path, module=name)
+    return run_file

@@ -108,6 +108,7 @@ def _class_scan(f: RunFile, known: frozenset[str]) -> classscan.ScannedIndex | N
         lambda source: classscan.quick_index(source, f.path, known),
         lambda spared: None if spared is None else records.scan_to_data(spared),
         lambda data: None if data is None else records.scan_from_data(data),
+        by_module=True,
     )
 
 

@@ -98,10 +98,27 @@ def _run(
     *,
     trusting: bool,
 ) -> RunReport:
-    """`run_paths` over the files found, the cache holding no report of them."""
+    """`run_paths` over the files found, the cache holding no report of them. The run's worker processes are
+    started and stopped here, and only here."""
+    pool = parallel.Pool(options.jobs)
+    try:
+        return _run_with(pool, found, listed, options, cache, emit_diff, started, trusting)
+    finally:
+        pool.close()
+
+
+def _run_with(
+    pool: parallel.Pool,
+    found: files.Discovered,
+    listed: Sequence[str],
+    options: Options,
+    cache: cache_module.Cache | None,
+    emit_diff: Callable[[str], object],
+    started: int,
+    trusting: bool,
+) -> RunReport:
     from vllm_attn_compat.codemods import registry
     from vllm_attn_compat.codemods.engine import migrate, tokens
-    from vllm_attn_compat.codemods.index.names import guess_module_name
     from vllm_attn_compat.codemods.run.scan import TokenScan
 
     report = _listing(found, options.mode)
@@ -109,33 +126,32 @@ def _run(
     run_files, context = [], []
     for source_file in found.files:
         try:
-            run_files.append(reading.read(source_file, cache, started, trusting, guess_module_name))
+            run_files.append(reading.read(source_file, cache, started, trusting))
         except sources.SourceError as error:
             report.errors.append(FileError(source_file.path, error.line, error.column, error.message))
     for source_file in found.excluded:  # read for what decides the others' fixes; nothing is reported in them
         try:
-            context.append(reading.read(source_file, cache, started, trusting, guess_module_name))
+            context.append(reading.read(source_file, cache, started, trusting))
         except sources.SourceError:
             continue
     report.scanned = len(found.files)
     prefilter = migrate.prefilter_tokens(rules)
     worth_parsing = reading.asking("prefilter", prefilter, lambda: TokenScan(prefilter))
     worth, context_worth = [f for f in run_files if worth_parsing(f)], [f for f in context if worth_parsing(f)]
-    pool = parallel.Pool(options.jobs, worker.preload)
     anywhere, scoped = tokens.own_tokens(rules, scoped=False), tokens.own_tokens(rules, scoped=True)
     # Files read afresh that will probably need libcst (the cache most likely holds the others' migrations): as many
-    # workers as those start now, and import libcst while this process runs the rounds.
+    # workers as those import libcst now, while this process runs the rounds.
     probable = (f for f in worth if not f.trusted and tokens.probably_libcst(f.source, anywhere, scoped))
     if any(probable):
-        pool.start(1 + sum(1 for _ in itertools.islice(probable, options.jobs - 1)))
+        workers = 1 + sum(1 for _ in itertools.islice(probable, options.jobs - 1))
+        pool.start(workers)
+        for _ in range(workers):
+            pool.submit(worker.preload)
     migration = _Migration(rules, options, report, pool, cache)
-    try:
-        # On a big tree without any file worth parsing, nothing is parsed and libcst is never imported.
-        # (An excluded file may hold the base class that makes the others' classes attention code.)
-        if worth or context_worth:
-            migration.run(run_files, worth, context, context_worth, emit_diff)
-    finally:
-        pool.close()
+    # On a big tree without any file worth parsing, nothing is parsed and libcst is never imported.
+    # (An excluded file may hold the base class that makes the others' classes attention code.)
+    if worth or context_worth:
+        migration.run(run_files, worth, context, context_worth, emit_diff)
     if cache is not None:
         _save(cache, found, listed, options.mode, report, [*run_files, *context], migration)
     return report
@@ -224,8 +240,9 @@ class _Migration:
         from vllm_attn_compat.codemods.index import records
 
         tasks = []
+        by_path = {f.path: f for f in to_index}
         for f in to_index:
-            data = f.kept.get("index")
+            data = f.kept_for_module().get("index")
             if data is not None:
                 try:
                     yield f.path, records.from_data(data, self.cache.path if self.cache else None)
@@ -244,6 +261,7 @@ class _Migration:
                 self.report.errors.append(FileError(path, 1, 1, f"internal error: {outcome}"))
             else:
                 self.indexed[path] = outcome
+                by_path[path].module  # noqa: B018 - the results keep the module it was indexed as
             yield path, outcome
 
     def _needs_libcst(self, f: RunFile, index: object, hierarchy: ClassHierarchy) -> bool:

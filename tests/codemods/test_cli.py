@@ -98,9 +98,18 @@ def test_usage_errors_exit_2_with_a_message(arguments, message, capsys):
     assert message in capsys.readouterr().err
 
 
-def test_a_missing_path_is_a_file_error(tmp_path, capsys):
-    assert main(["migrate", str(tmp_path / "nope.py")]) == 2
-    assert f"{tmp_path / 'nope.py'}:1:1: no such file or directory" in capsys.readouterr().out
+def test_a_missing_path_is_an_error_naming_it_and_creates_nothing(plugin, monkeypatch, capsys):
+    monkeypatch.delenv("VLLM_ATTN_COMPAT_NO_CACHE", raising=False)  # the cache on, at the project's root
+    monkeypatch.chdir(plugin)
+    before = sorted(path.relative_to(plugin) for path in plugin.rglob("*"))
+    assert main(["migrate", "plugin", "nope.py"]) == 2
+    captured = capsys.readouterr()
+    assert (
+        captured.err
+        == "vllm-attn-compat: error: nope.py: no such file or directory (expected a file or folder to migrate)\n"
+    )
+    assert captured.out == ""
+    assert sorted(path.relative_to(plugin) for path in plugin.rglob("*")) == before  # no cache folder, nothing
 
 
 def test_configuration_is_read_and_command_line_flags_win(plugin, capsys):
@@ -120,15 +129,58 @@ def test_a_wrong_configuration_exits_2_naming_key_and_value(plugin, capsys):
     assert (plugin / "plugin/impl.py").read_text() == IMPL
 
 
-def test_json_report_has_a_record_per_site_and_the_summary(plugin, capsys):
+@pytest.mark.parametrize("mode", ["--check", "--diff"])
+def test_json_report_under_check_or_diff_says_what_would_be_fixed_and_writes_nothing(plugin, capsys, mode):
     write_tree(plugin, {"plugin/manual.py": MANUAL})
-    assert main(["migrate", "--check", "--format", "json", str(plugin)]) == 1
-    document = json.loads(capsys.readouterr().out)
+    assert main(["migrate", mode, "--format", "json", str(plugin)]) == 1
+    captured = capsys.readouterr()
+    document = json.loads(captured.out if mode == "--check" else captured.err)  # (--diff: the diff on stdout)
+    assert document["version"] == 2 and document["mode"] == mode[2:]
     assert [(os.path.basename(f["file"]), f["code"], f["status"]) for f in document["findings"]] == [
-        ("impl.py", "VAC001", "fixed"),
+        ("impl.py", "VAC001", "fixable"),
         ("manual.py", "VAC001", "manual"),
     ]
-    assert document["summary"]["files_changed"] == 1 and document["summary"]["exit_code"] == 1
+    summary = document["summary"]
+    assert (summary["files_changed"], summary["files_would_change"], summary["exit_code"]) == (0, 1, 1)
+    assert summary["findings"] == {"fixed": 0, "fixable": 1, "unsafe-fix-available": 0, "manual": 1, "suppressed": 0}
+    assert (plugin / "plugin/impl.py").read_text() == IMPL
+
+
+def test_json_report_of_a_run_that_writes_says_what_it_fixed(plugin, capsys):
+    write_tree(plugin, {"plugin/manual.py": MANUAL})
+    assert main(["migrate", "--format", "json", str(plugin)]) == 1
+    document = json.loads(capsys.readouterr().out)
+    assert [f["status"] for f in document["findings"]] == ["fixed", "manual"]
+    summary = document["summary"]
+    assert (summary["files_changed"], summary["files_would_change"], summary["exit_code"]) == (1, 0, 1)
+    assert (plugin / "plugin/impl.py").read_text() == IMPL_MIGRATED
+
+
+def test_the_help_names_where_the_json_report_is_described(capsys):
+    assert main(["migrate", "--help"]) == 0
+    assert "docs/json-report.md" in capsys.readouterr().out.replace("\n", " ").replace("  ", " ")
+    assert os.path.isfile(os.path.join(REPO, "docs", "json-report.md"))
+
+
+@pytest.mark.parametrize(
+    ("args", "code"), [(["rules", "VAC004"], 0), (["rules"], 0), (["migrate", "--diff", "{plugin}"], 1)]
+)
+def test_a_reader_that_goes_away_ends_the_command_quietly_with_its_own_code(plugin, args, code):
+    """``vllm-attn-compat rules VAC004 | head``: once the pipe's reader is gone, the command exits as it would have
+    (0 for ``rules``; a ``--diff`` that would change a file, 1), saying nothing of the pipe."""
+    command = [sys.executable, "-m", "vllm_attn_compat", *(arg.format(plugin=plugin) for arg in args)]
+    env = {**os.environ, "PYTHONPATH": REPO}
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    assert process.stdout is not None and process.stderr is not None
+    process.stdout.close()  # the reader is gone before the command writes anything: a real pipe, broken
+    errors = process.stderr.read().decode()
+    assert process.wait(timeout=120) == code
+    assert "Broken" not in errors and "Traceback" not in errors and "Exception ignored" not in errors
+    if args[0] == "rules":
+        assert errors == ""
+    shell = f"{subprocess.list2cmdline(command)} | head -c 1 >/dev/null; exit ${{PIPESTATUS[0]}}"
+    piped = subprocess.run(["bash", "-c", shell], capture_output=True, env=env, timeout=120)
+    assert piped.returncode == code and b"Traceback" not in piped.stderr
 
 
 def test_github_format_annotates_each_site(plugin, capsys):

@@ -9,6 +9,7 @@ or a dependency missing or broken (one line naming it and its install command; t
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -137,7 +138,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="paths never to change nor report (globs); still read for the others' class hierarchy and callers",
     )
     migrate.add_argument("--jobs", "-j", type=_jobs, default=None, help="worker processes (default: all cores)")
-    migrate.add_argument("--format", choices=("text", "json", "github"), default="text", help="report format")
+    migrate.add_argument(
+        "--format", choices=("text", "json", "github"), default="text",
+        help="report format (json's fields: docs/json-report.md in the project's repository)",
+    )  # fmt: skip
     caching = migrate.add_mutually_exclusive_group()
     caching.add_argument(
         "--cache-dir", metavar="DIR",
@@ -219,8 +223,30 @@ def _cache_dir(args: argparse.Namespace, config: Config) -> str | None:
 
 
 def _migrate(args: argparse.Namespace) -> int:
+    for path in args.paths if "-" not in args.paths else ():  # before anything is read or created (the cache)
+        if not os.path.lexists(path):
+            raise ValueError(f"{path}: no such file or directory (expected a file or folder to migrate)")
     options, config = _configured(args)
     return _migrate_with(args, options, config)
+
+
+def _reader_gone() -> None:
+    """Standard output's reader went away (``| head``): the rest goes nowhere, quietly, and the command exits with
+    its own code, as well-behaved commands do (a flush at exit would fail again)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+
+
+def _write(stream: Any, text: str) -> None:
+    """``stream.write(text)``, and nothing more once standard output's reader is gone."""
+    try:
+        stream.write(text)
+        stream.flush()
+    except BrokenPipeError:
+        if stream is not sys.stdout:
+            raise
+        _reader_gone()
 
 
 def _migrate_with(args: argparse.Namespace, options: Options, config: Config) -> int:
@@ -237,17 +263,19 @@ def _migrate_with(args: argparse.Namespace, options: Options, config: Config) ->
         _check_configured_codes(args, config)
         name = args.stdin_filename or "-"
         report, result, diff = run_source(sys.stdin.buffer.read(), name, options)
-        if options.mode == "write":
-            sys.stdout.buffer.write(result)
-        elif options.mode == "diff":
-            sys.stdout.write(diff)
-        sys.stdout.flush()
+        try:
+            if options.mode == "write":
+                sys.stdout.buffer.write(result)
+            elif options.mode == "diff":
+                sys.stdout.write(diff)
+            sys.stdout.flush()
+        except BrokenPipeError:
+            _reader_gone()
         report_stream = sys.stderr
     else:
-        write = sys.stdout.write
 
         def emit_diff(text: str) -> None:
-            write(text)
+            _write(sys.stdout, text)
 
         from vllm_attn_compat.codemods.run.runner import run_paths
 
@@ -256,7 +284,7 @@ def _migrate_with(args: argparse.Namespace, options: Options, config: Config) ->
 
         report = run_paths(args.paths, options, emit_diff=emit_diff, on_miss=on_miss)
         report_stream = sys.stderr if options.mode == "diff" else sys.stdout
-    report_stream.write(render(report, args.format, quiet=args.quiet))
+    _write(report_stream, render(report, args.format, quiet=args.quiet))
     return report.exit_code()
 
 
@@ -299,8 +327,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("vllm-attn-compat: interrupted; every file written so far is complete", file=sys.stderr)
         return 130
-    except BrokenPipeError:  # e.g. `| head`: the reader is gone, nothing left to report to
-        return 1
+    except BrokenPipeError:  # `rules ... | head`: the reader is gone, and the command did what it was asked
+        _reader_gone()
+        return 0
 
 
 # Allocations between two collections of the cyclic collector's youngest generation (CPython's default: 700).
@@ -331,9 +360,10 @@ def run() -> NoReturn:
     code = main()
     try:
         sys.stdout.flush()
+    except BrokenPipeError:  # `| head`: the reader is gone, as in main()
+        _reader_gone()
+    with contextlib.suppress(BrokenPipeError):
         sys.stderr.flush()
-    except BrokenPipeError:  # e.g. `| head`: the reader is gone, as in main()
-        code = 1
     os._exit(code)
 
 

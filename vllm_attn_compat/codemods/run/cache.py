@@ -36,7 +36,7 @@ import os
 import sys
 import zlib
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from vllm_attn_compat.codemods.findings import Finding, Status
 from vllm_attn_compat.codemods.run import cachedir, sources
@@ -114,29 +114,36 @@ class Cache:
         # What `replay` read of files whose status changed, for the run that follows when it found them changed.
         self.read: dict[str, tuple[bytes, os.stat_result]] = {}
         self._warned = False
+        # The results are read once a run asks for them (a replay never does), from the file the first line came
+        # from: kept open until then (another run may replace the file meanwhile).
+        self._rest: BinaryIO | None = None
         try:
-            with open(self.path, "rb") as handle:
-                self._rest = handle.read()
+            self._rest = open(self.path, "rb")  # noqa: SIM115 - closed once the results are read
+            first = self._rest.readline()
         except FileNotFoundError:
-            self._rest = b""
             return
         except OSError as error:
-            self._rest = b""
             self.warn(f"cannot be read ({error.strerror or error})")
+            self._forget()
             return
-        first, _, self._rest = self._rest.partition(b"\n")
         try:
             header = json.loads(first)
             if not isinstance(header, dict) or header.get("format") != FORMAT:
                 raise ValueError(f"expected format {FORMAT!r}")
             if header.get("key") != self.key:  # another version, other settings or another project: not ours to use
-                self._rest = b""
+                self._forget()
                 return
             self.statuses = _statuses(header["statuses"])
             self.run = _run(header["run"])
         except (ValueError, TypeError, KeyError) as error:
-            self.statuses, self.run, self._rest = {}, None, b""
+            self.statuses, self.run = {}, None
+            self._forget()
             self.warn(f"is not valid ({error})")
+
+    def _forget(self) -> None:
+        if self._rest is not None:
+            self._rest.close()
+            self._rest = None
 
     def warn(self, why: str) -> None:
         """Say once on stderr why the cache file is ignored or not written; the run goes on without it."""
@@ -164,14 +171,15 @@ class Cache:
     def _all_results(self) -> dict[str, dict[str, Any]]:
         if self._results is None:
             self._results = {}
-            if self._rest:
+            if self._rest is not None:
                 try:
-                    results = json.loads(self._rest)
+                    results = json.loads(self._rest.read())
                     if not isinstance(results, dict) or not all(isinstance(r, dict) for r in results.values()):
                         raise TypeError("expected an object of objects")
                     self._results = results
-                except (ValueError, TypeError) as error:
-                    self.warn(f"holds results that are not valid ({error})")
+                except (OSError, ValueError, TypeError) as error:
+                    self.warn(f"holds results that cannot be read or are not valid ({error})")
+                self._forget()
         return self._results
 
     # --- the runs users repeat ---
@@ -210,6 +218,7 @@ class Cache:
             for real_path, stat in restated.items():
                 self.record(real_path, stat, self.statuses[real_path][4], started)
             self.save(self.run, self._all_results())
+        self._forget()
         return True
 
     def record(self, real_path: str, stat: os.stat_result, file_digest: str | None, started_ns: int) -> None:

@@ -170,11 +170,11 @@ def test_a_reader_that_goes_away_ends_the_command_quietly_with_its_own_code(plug
     (0 for ``rules``; a ``--diff`` that would change a file, 1), saying nothing of the pipe."""
     command = [sys.executable, "-m", "vllm_attn_compat", *(arg.format(plugin=plugin) for arg in args)]
     env = {**os.environ, "PYTHONPATH": REPO}
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
-    assert process.stdout is not None and process.stderr is not None
-    process.stdout.close()  # the reader is gone before the command writes anything: a real pipe, broken
-    errors = process.stderr.read().decode()
-    assert process.wait(timeout=120) == code
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env) as process:
+        assert process.stdout is not None and process.stderr is not None
+        process.stdout.close()  # the reader is gone before the command writes anything: a real pipe, broken
+        errors = process.stderr.read().decode()
+        assert process.wait(timeout=120) == code
     assert "Broken" not in errors and "Traceback" not in errors and "Exception ignored" not in errors
     if args[0] == "rules":
         assert errors == ""

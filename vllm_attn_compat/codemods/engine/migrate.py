@@ -150,17 +150,7 @@ def migrate_source(
     if reduce_spans:
         from vllm_attn_compat.codemods.engine import spans, statements
 
-        needs = [
-            spans.Needs(
-                rule.tokens,
-                rule.context_tokens,
-                rule.class_context_tokens,
-                rule.scoped,
-                rule.body_tokens,
-                rule.functions,
-            )
-            for rule in rules
-        ]
+        needs = [spans.Needs(rule.tokens, rule.reads, rule.scoped) for rule in rules]
         reduction = spans.reduce(source, needs, _scope_test(hierarchy, hierarchy.module_name(path)))
         tree = statements.cached(source)
         if reduction is not None:

@@ -52,10 +52,6 @@ class DiscardedOutput(Rule):
     fix_safety = FixSafety.DISPLAY_ONLY
     # The parameter however spelled (`output: torch.Tensor`, `output=None`, `output)`), and its replacement.
     tokens = (b"output =", b"output=", b"output:", b"output,", b"output)")
-    # Of a method's body: the statements naming `output`, the first of which it looks at (those that make a body
-    # a stub, `pass`, `raise`, `...` and docstrings, are never stubbed).
-    body_tokens = (b"output",)
-    functions = _GIVEN_THE_BUFFER
     examples = (
         Example(
             "a forward that allocates its own result and returns it",

@@ -49,6 +49,27 @@ def test_one_job_runs_everything_here_and_starts_no_process():
     assert {pid for _, pid in _map(pool, 12).values()} == {os.getpid()}  # type: ignore[misc]
 
 
+def test_tasks_given_as_they_are_made_are_submitted_as_they_come():
+    """A generator of tasks (a round's class scan finds the files to index one by one): the first ones are at work
+    in the pool while the generator makes the others."""
+    made: list[int] = []
+
+    def making():
+        for key, arguments in tasks(12):
+            made.append(len(made))
+            yield key, arguments
+
+    pool = Pool(2, remember_pid)
+    try:
+        results = dict(pool.map(square_or_die, making()))
+    finally:
+        pool.close()
+    assert made == list(range(12)) and {key: value[0] for key, value in results.items()} == {  # type: ignore[index]
+        f"file{n}.py": n * n for n in range(12)
+    }
+    assert os.getpid() not in {pid for _, pid in results.values()}  # type: ignore[misc]
+
+
 def test_a_dying_worker_costs_only_the_file_it_was_processing():
     results = _map(Pool(2, remember_pid), 30)
     assert set(results) == {f"file{n}.py" for n in range(30)}

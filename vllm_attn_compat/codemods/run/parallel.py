@@ -14,9 +14,10 @@ that kills its worker is known.
 
 from __future__ import annotations
 
+import itertools
 import os
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
@@ -111,28 +112,40 @@ class Pool:
     def map(
         self,
         function: Callable[..., Result],
-        tasks: Sequence[tuple[Key, tuple[object, ...]]],
+        tasks: Iterable[tuple[Key, tuple[object, ...]]],
         *,
         few_here: bool = False,
     ) -> Iterator[tuple[Key, Result | WorkerCrashed]]:
         """Yield ``(key, function(*arguments))`` for each task, in completion order: in this process while the
-        pool is not started and the tasks are few (or there is one job), else in the workers. With ``few_here``,
-        a few tasks stay in this process even with the workers started (they may still be starting). A task whose
-        worker died yields a :class:`WorkerCrashed` instead of a result."""
-        few = len(tasks) < IN_PROCESS_BELOW
-        if self.jobs <= 1 or (few and (few_here or self._executor is None)):
-            for key, arguments in tasks:
+        pool is not started and the tasks are few (or there is one job), else in the workers, each task submitted
+        as soon as ``tasks`` yields it (whatever makes them overlaps the work). With ``few_here``, a few tasks stay
+        in this process even with the workers started (they may still be starting). A task whose worker died
+        yields a :class:`WorkerCrashed` instead of a result."""
+        stream = iter(tasks)
+        first = list(itertools.islice(stream, IN_PROCESS_BELOW))
+        if self.jobs <= 1 or (len(first) < IN_PROCESS_BELOW and (few_here or self._executor is None)):
+            for key, arguments in itertools.chain(first, stream):
                 yield key, function(*arguments)
             return
         self.start()
         assert self._executor is not None
-        remaining = dict(tasks)
-        for key, result in _finished(self._executor, function, tasks):
-            del remaining[key]
+        every: dict[Key, tuple[object, ...]] = {}
+        stream = itertools.chain(first, stream)
+
+        def recorded() -> Iterator[tuple[Key, tuple[object, ...]]]:
+            for key, arguments in stream:
+                every[key] = arguments
+                yield key, arguments
+
+        done = set()
+        for key, result in _finished(self._executor, function, recorded()):
+            done.add(key)
             yield key, result
+        every.update(stream)  # (those not submitted when the pool broke)
+        remaining = [(key, arguments) for key, arguments in every.items() if key not in done]
         if remaining:  # the pool broke: what it left is retried apart, and a later map starts a fresh pool
             self.close()
-            yield from self._retry(function, list(remaining.items()))
+            yield from self._retry(function, remaining)
 
     def _retry(
         self, function: Callable[..., Result], tasks: Sequence[tuple[Key, tuple[object, ...]]]
@@ -161,7 +174,7 @@ _BROKEN = _Broken()
 
 
 def _finished(
-    executor: ProcessPoolExecutor, function: Callable[..., Result], tasks: Sequence[tuple[Key, tuple[object, ...]]]
+    executor: ProcessPoolExecutor, function: Callable[..., Result], tasks: Iterable[tuple[Key, tuple[object, ...]]]
 ) -> Iterator[tuple[Key, Result | WorkerCrashed]]:
     """Yield ``(key, result)`` for every task that finished; stop quietly when the pool breaks."""
     from concurrent.futures import as_completed

@@ -16,7 +16,7 @@ cache, worker processes); each question about a file's bytes is asked through `r
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Sequence, Set
+from collections.abc import Callable, Iterable, Iterator, Sequence, Set
 
 from vllm_attn_compat.codemods.index import classscan
 from vllm_attn_compat.codemods.index.hierarchy import ClassHierarchy, ModuleIndex
@@ -24,8 +24,9 @@ from vllm_attn_compat.codemods.index.names import FLAG_BYTES
 from vllm_attn_compat.codemods.run import reading
 from vllm_attn_compat.codemods.run.reading import RunFile
 
-# What indexes a round's files: ``(path, outcome)`` for each, the outcome a `ModuleIndex` or why there is none.
-Index = Callable[[Sequence[RunFile]], Iterable[tuple[str, object]]]
+# What indexes a round's files (given as the class scan finds them): ``(path, outcome)`` for each, the outcome a
+# `ModuleIndex` or why there is none.
+Index = Callable[[Iterable[RunFile]], Iterable[tuple[str, object]]]
 
 
 def build_hierarchy(
@@ -33,7 +34,8 @@ def build_hierarchy(
 ) -> tuple[ClassHierarchy, dict[str, object]]:
     """The class hierarchy of the run over ``files`` (``worth``: those the prefilter kept), with what each file
     that took part gave: its `ModuleIndex`, its `classscan.ScannedIndex` (spared), or why it has none (whatever
-    ``index`` gave for it). ``index(files)`` yields ``(path, outcome)`` for each file to index."""
+    ``index`` gave for it). ``index(files)`` yields ``(path, outcome)`` for each file of ``files`` (an iterator:
+    each file comes once the class scan has found that it must be parsed)."""
     from vllm_attn_compat.codemods.index import callsites
     from vllm_attn_compat.codemods.index.names import guess_module_name
 
@@ -54,16 +56,10 @@ def build_hierarchy(
     while pending:
         # Files whose class headers show no class that can be an attention class (nor a patch, nor a
         # backend's shape) skip the parse until a later round needs them (below).
-        spared_now: set[str] = set()
-        to_index = []
-        for f in pending:
-            scanned = None if f.path in must_parse else _class_scan(f, known_names)
-            if scanned is not None:
-                indexes[f.path] = scanned
-                spared_now.add(f.path)
-            else:
-                to_index.append(f)
-        indexes.update(index(to_index))
+        spared_now: dict[str, classscan.ScannedIndex] = {}
+        indexed = dict(index(_to_parse(pending, must_parse, known_names, spared_now)))
+        indexes.update(spared_now)
+        indexes.update(indexed)
         built = ClassHierarchy.build(found for found in indexes.values() if isinstance(found, ModuleIndex))
         new_names = built.attention_class_names() - known_names
         known_names |= new_names
@@ -97,6 +93,19 @@ def build_hierarchy(
             pending = [f for f in files if f.path not in indexes and unread_uses(f)]
             must_parse.update(f.path for f in pending)
     return built, indexes
+
+
+def _to_parse(
+    pending: Sequence[RunFile], must_parse: Set[str], known: frozenset[str], spared: dict[str, classscan.ScannedIndex]
+) -> Iterator[RunFile]:
+    """The files of a round to parse, as the class scan finds them (they are indexed meanwhile); those it spares
+    go to ``spared``."""
+    for f in pending:
+        scanned = None if f.path in must_parse else _class_scan(f, known)
+        if scanned is None:
+            yield f
+        else:
+            spared[f.path] = scanned
 
 
 def _class_scan(f: RunFile, known: frozenset[str]) -> classscan.ScannedIndex | None:

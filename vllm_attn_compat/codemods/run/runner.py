@@ -123,30 +123,36 @@ def _run_with(
 
     report = _listing(found, options.mode)
     rules = registry.select_rules(options.select, options.ignore)
+    prefilter = migrate.prefilter_tokens(rules)
+    worth_parsing = reading.asking("prefilter", prefilter, lambda: TokenScan(prefilter))
+    anywhere, scoped = tokens.own_tokens(rules, scoped=False), tokens.own_tokens(rules, scoped=True)
+
+    def probable(f: RunFile) -> bool:
+        """Whether the file, read afresh (the cache most likely holds the others' migrations), will probably need
+        libcst: it starts the workers, which import libcst while this process reads on and runs the rounds."""
+        return not f.trusted and worth_parsing(f) and tokens.probably_libcst(f.source, anywhere, scoped)
+
+    # Where the cache vouches for no file (a first run, or none), every worker starts at the first such file;
+    # else once every file is read, one for each such file (a rerun after an edit: one).
+    cold = cache is None or not cache.statuses
     run_files, context = [], []
     for source_file in found.files:
         try:
             run_files.append(reading.read(source_file, cache, started, trusting))
         except sources.SourceError as error:
             report.errors.append(FileError(source_file.path, error.line, error.column, error.message))
+            continue
+        if cold and not pool.started and probable(run_files[-1]):
+            _preload(pool, options.jobs)
     for source_file in found.excluded:  # read for what decides the others' fixes; nothing is reported in them
         try:
             context.append(reading.read(source_file, cache, started, trusting))
         except sources.SourceError:
             continue
     report.scanned = len(found.files)
-    prefilter = migrate.prefilter_tokens(rules)
-    worth_parsing = reading.asking("prefilter", prefilter, lambda: TokenScan(prefilter))
     worth, context_worth = [f for f in run_files if worth_parsing(f)], [f for f in context if worth_parsing(f)]
-    anywhere, scoped = tokens.own_tokens(rules, scoped=False), tokens.own_tokens(rules, scoped=True)
-    # Files read afresh that will probably need libcst (the cache most likely holds the others' migrations): as many
-    # workers as those import libcst now, while this process runs the rounds.
-    probable = (f for f in worth if not f.trusted and tokens.probably_libcst(f.source, anywhere, scoped))
-    if any(probable):
-        workers = 1 + sum(1 for _ in itertools.islice(probable, options.jobs - 1))
-        pool.start(workers)
-        for _ in range(workers):
-            pool.submit(worker.preload)
+    if not pool.started:
+        _preload(pool, sum(1 for _ in itertools.islice(filter(probable, worth), options.jobs)))
     migration = _Migration(rules, options, report, pool, cache)
     # On a big tree without any file worth parsing, nothing is parsed and libcst is never imported.
     # (An excluded file may hold the base class that makes the others' classes attention code.)
@@ -155,6 +161,14 @@ def _run_with(
     if cache is not None:
         _save(cache, found, listed, options.mode, report, [*run_files, *context], migration)
     return report
+
+
+def _preload(pool: parallel.Pool, workers: int) -> None:
+    """Start ``workers`` of the pool, each importing libcst at once (`worker.preload`)."""
+    if workers:
+        pool.start(workers)
+        for _ in range(min(workers, pool.jobs)):
+            pool.submit(worker.preload)
 
 
 class _Migration:
@@ -234,26 +248,31 @@ class _Migration:
         )
         self.read_names = frozenset(name for _, name in hierarchy.calls.methods)
 
-    def _index(self, to_index: Sequence[RunFile]) -> Iterator[tuple[str, object]]:
+    def _index(self, to_index: Iterable[RunFile]) -> Iterator[tuple[str, object]]:
         """``(path, outcome)`` of each file to index: the index the cache kept of its bytes, else one made (in the
-        workers when there are enough); a file that does not parse is reported, unless excluded."""
+        workers, as the files come, when there are enough); a file that does not parse is reported, unless
+        excluded."""
         from vllm_attn_compat.codemods.index import records
 
-        tasks = []
-        by_path = {f.path: f for f in to_index}
-        for f in to_index:
-            data = f.kept_for_module().get("index")
-            if data is not None:
-                try:
-                    yield f.path, records.from_data(data, self.cache.path if self.cache else None)
-                    f.results["index"] = data
-                    continue
-                except ValueError as error:
-                    assert self.cache is not None
-                    self.cache.warn(f"holds an index that is not valid ({error})")
-            tasks.append((f.path, (f.source, f.path)))
-        outcomes = self.pool.map(worker.index_file, tasks, few_here=True)  # (the workers may be importing libcst)
-        for path, outcome in progress.bar(outcomes, len(tasks), self.options.progress, "index classes"):
+        kept: list[tuple[str, object]] = []
+        by_path: dict[str, RunFile] = {}
+
+        def tasks() -> Iterator[tuple[str, tuple[bytes, str]]]:
+            for f in to_index:
+                data = f.kept_for_module().get("index")
+                if data is not None:
+                    try:
+                        kept.append((f.path, records.from_data(data, self.cache.path if self.cache else None)))
+                        f.results["index"] = data
+                        continue
+                    except ValueError as error:
+                        assert self.cache is not None
+                        self.cache.warn(f"holds an index that is not valid ({error})")
+                by_path[f.path] = f
+                yield f.path, (f.source, f.path)
+
+        outcomes = self.pool.map(worker.index_file, tasks(), few_here=True)  # (the workers may be importing libcst)
+        for path, outcome in progress.bar(outcomes, None, self.options.progress, "index classes"):
             if isinstance(outcome, FileError):
                 if path not in self.excluded:
                     self.report.errors.append(outcome)
@@ -263,6 +282,7 @@ class _Migration:
                 self.indexed[path] = outcome
                 by_path[path].module  # noqa: B018 - the results keep the module it was indexed as
             yield path, outcome
+        yield from kept
 
     def _needs_libcst(self, f: RunFile, index: object, hierarchy: ClassHierarchy) -> bool:
         """`migrate.needs_parsing` of a file for the rules that can act in it (all where its index shows an

@@ -3,8 +3,8 @@
 The pass (`rounds.build_hierarchy`, `runner.index_hierarchy` in older revisions: the class-header scan, then
 `hierarchy.index_module` on every file it cannot spare, the hierarchy and the call-site analysis, round after
 round) is timed inside real ``migrate --check --no-cache --jobs 1`` runs, one process per run, the two revisions
-taking turns (A B A B ...) so that the drifting load of a shared machine weighs on both alike. Prints the medians (wall and CPU seconds) of
-the pass and of the whole run, and their ratios.
+taking turns (A B A B ...) so that the drifting load of a shared machine weighs on both alike. Prints the
+medians (wall and CPU seconds) of the pass and of the whole run, and their ratios.
 
 Usage: ``python benchmarks/bench_index.py [--tree DIR] [--baseline REV] [--repeat N]``; the baseline
 revision's package is taken with ``git archive``. The default tree is vLLM 0.19.1's sources as

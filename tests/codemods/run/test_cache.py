@@ -629,3 +629,27 @@ def test_a_file_edited_during_a_rerun_has_the_run_start_again_reading_every_file
     assert runs == [True, False]
     assert _outcome(report) == _outcome(run_paths([str(tree)], Options(mode="diff", jobs=1)))
     assert not any(path.endswith("impl.py") for path in report.changed)  # its assert is gone: the new bytes
+
+
+def test_after_an_edit_the_class_scan_reads_the_edited_file_alone(tree, tmp_path, settled, monkeypatch):
+    """What the class scan made of a file is kept with its results, for the module the file is (it is asked again
+    of a file whose module changed): after an edit that changes no attention class, only the edited file is
+    scanned again."""
+    from vllm_attn_compat.codemods.index import classscan
+
+    options = _checked(tmp_path / "cache")
+    scanned: list[str] = []
+    real = classscan.quick_index
+
+    def counted(source, path, known):
+        scanned.append(os.path.basename(path))
+        return real(source, path, known)
+
+    monkeypatch.setattr(classscan, "quick_index", counted)
+    run_paths([str(tree)], options)
+    assert len(scanned) > 1
+    _edit(tree / "plugin/manual.py", "# edited\n" + MANUAL)
+    scanned.clear()
+    report = run_paths([str(tree)], options)
+    assert scanned == ["manual.py"]
+    assert _outcome(report) == _outcome(run_paths([str(tree)], Options(mode="check", jobs=1)))

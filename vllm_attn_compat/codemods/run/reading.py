@@ -51,8 +51,10 @@ class RunFile:
         return str(self.results["module"])
 
     def kept_for_module(self) -> dict[str, Any]:
-        """The kept results where they were made for the module the file is now, else none."""
-        return self.kept if self.kept and self.kept.get("module") == self.module else {}
+        """The kept results where they were made for the module the file is now, else none (the results this run
+        keeps name the module either way)."""
+        module = self.module
+        return self.kept if self.kept.get("module") == module else {}
 
     @property
     def source(self) -> bytes:

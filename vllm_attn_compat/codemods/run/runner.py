@@ -102,39 +102,56 @@ def _run(
     started and stopped here, and only here."""
     pool = parallel.Pool(options.jobs)
     try:
-        return _run_with(pool, found, listed, options, cache, emit_diff, started, trusting)
+        from vllm_attn_compat.codemods import registry
+        from vllm_attn_compat.codemods.engine import migrate, tokens
+        from vllm_attn_compat.codemods.run.scan import TokenScan
+
+        report = _listing(found, options.mode)
+        rules = registry.select_rules(options.select, options.ignore)
+        prefilter = migrate.prefilter_tokens(rules)
+        worth_parsing = reading.asking("prefilter", prefilter, lambda: TokenScan(prefilter))
+        anywhere, scoped = tokens.own_tokens(rules, scoped=False), tokens.own_tokens(rules, scoped=True)
+
+        def probable(f: RunFile) -> bool:
+            """Whether the file, read afresh (the cache most likely holds the others' migrations), will probably need
+            libcst: it starts the workers, which import libcst while this process reads on and runs the rounds."""
+            return not f.trusted and worth_parsing(f) and tokens.probably_libcst(f.source, anywhere, scoped)
+
+        # Where the cache vouches for no file (a first run, or none), every worker starts at the first such file;
+        # else once every file is read, one for each such file (a rerun after an edit: one).
+        cold = cache is None or not cache.statuses
+
+        def read(f: RunFile) -> None:
+            if cold and not pool.started and probable(f):
+                _preload(pool, options.jobs)
+
+        run_files, context = _read(found, cache, started, trusting, report, read)
+        worth, context_worth = [f for f in run_files if worth_parsing(f)], [f for f in context if worth_parsing(f)]
+        if not pool.started:
+            _preload(pool, sum(1 for _ in itertools.islice(filter(probable, worth), options.jobs)))
+        migration = _Migration(rules, options, report, pool, cache)
+        # On a big tree without any file worth parsing, nothing is parsed and libcst is never imported.
+        # (An excluded file may hold the base class that makes the others' classes attention code.)
+        if worth or context_worth:
+            migration.run(run_files, worth, context, context_worth, emit_diff)
+        if cache is not None:
+            _save(cache, found, listed, options.mode, report, [*run_files, *context], migration)
+        return report
     finally:
         pool.close()
 
 
-def _run_with(
-    pool: parallel.Pool,
+def _read(
     found: files.Discovered,
-    listed: Sequence[str],
-    options: Options,
     cache: cache_module.Cache | None,
-    emit_diff: Callable[[str], object],
     started: int,
     trusting: bool,
-) -> RunReport:
-    from vllm_attn_compat.codemods import registry
-    from vllm_attn_compat.codemods.engine import migrate, tokens
-    from vllm_attn_compat.codemods.run.scan import TokenScan
-
-    report = _listing(found, options.mode)
-    rules = registry.select_rules(options.select, options.ignore)
-    prefilter = migrate.prefilter_tokens(rules)
-    worth_parsing = reading.asking("prefilter", prefilter, lambda: TokenScan(prefilter))
-    anywhere, scoped = tokens.own_tokens(rules, scoped=False), tokens.own_tokens(rules, scoped=True)
-
-    def probable(f: RunFile) -> bool:
-        """Whether the file, read afresh (the cache most likely holds the others' migrations), will probably need
-        libcst: it starts the workers, which import libcst while this process reads on and runs the rounds."""
-        return not f.trusted and worth_parsing(f) and tokens.probably_libcst(f.source, anywhere, scoped)
-
-    # Where the cache vouches for no file (a first run, or none), every worker starts at the first such file;
-    # else once every file is read, one for each such file (a rerun after an edit: one).
-    cold = cache is None or not cache.statuses
+    report: RunReport,
+    each: Callable[[RunFile], object],
+) -> tuple[list[RunFile], list[RunFile]]:
+    """The files to migrate (``each`` called as each is read) and the excluded ones (read for what decides the
+    others' fixes; nothing is reported in them), less those that cannot be read as source (reported if not
+    excluded)."""
     run_files, context = [], []
     for source_file in found.files:
         try:
@@ -142,25 +159,14 @@ def _run_with(
         except sources.SourceError as error:
             report.errors.append(FileError(source_file.path, error.line, error.column, error.message))
             continue
-        if cold and not pool.started and probable(run_files[-1]):
-            _preload(pool, options.jobs)
-    for source_file in found.excluded:  # read for what decides the others' fixes; nothing is reported in them
+        each(run_files[-1])
+    for source_file in found.excluded:
         try:
             context.append(reading.read(source_file, cache, started, trusting))
         except sources.SourceError:
             continue
     report.scanned = len(found.files)
-    worth, context_worth = [f for f in run_files if worth_parsing(f)], [f for f in context if worth_parsing(f)]
-    if not pool.started:
-        _preload(pool, sum(1 for _ in itertools.islice(filter(probable, worth), options.jobs)))
-    migration = _Migration(rules, options, report, pool, cache)
-    # On a big tree without any file worth parsing, nothing is parsed and libcst is never imported.
-    # (An excluded file may hold the base class that makes the others' classes attention code.)
-    if worth or context_worth:
-        migration.run(run_files, worth, context, context_worth, emit_diff)
-    if cache is not None:
-        _save(cache, found, listed, options.mode, report, [*run_files, *context], migration)
-    return report
+    return run_files, context
 
 
 def _preload(pool: parallel.Pool, workers: int) -> None:

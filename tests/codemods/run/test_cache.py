@@ -246,7 +246,7 @@ def test_the_cache_is_one_json_file_of_the_project_keyed_by_the_code_and_setting
     assert head["key"]["settings"] == [[], [], False, "with-output"]
     assert {row[0] for row in head["key"]["code"][4]} >= {"cli.py", os.path.join("run", "cache.py")}
     impl = str((tree / "plugin/impl.py").resolve())
-    assert results[impl]["path"] == str(tree / "plugin/impl.py") and results[impl]["module"] == "plugin.impl"
+    assert results[impl]["where"] == [str(tree / "plugin/impl.py"), "plugin.impl"]  # what its index was made for
     assert {"answers", "index", "migration"} <= set(results[impl])
 
 
@@ -361,6 +361,17 @@ def test_an_index_entry_serves_only_the_module_its_folders_make_of_the_file(tree
     warm = _run(tree, cache)
     assert sorted(indexed) == ["base.py", "impl.py", "manual.py", "prefill.py", "warm.py"]
     assert warm == _uncached(tree)
+
+
+def test_an_index_kept_serves_only_the_path_the_file_is_given_as(tree, tmp_path, indexed, monkeypatch):
+    cache = tmp_path / "cache"
+    _run(tree, cache)
+    monkeypatch.chdir(tree)  # the same files, given by other paths: their indexes record the paths
+    indexed.clear()
+    report = run_paths(["plugin"], Options(mode="check", jobs=1, cache_dir=str(cache)))
+    assert sorted(indexed) == ["base.py", "impl.py", "manual.py", "prefill.py", "warm.py"]
+    uncached = run_paths(["plugin"], Options(mode="check", jobs=1))
+    assert (sorted(report.findings), report.changed) == (sorted(uncached.findings), uncached.changed)
 
 
 def test_the_command_line_option(tree, tmp_path, capsys):

@@ -9,10 +9,10 @@ change results (``select``, ``ignore``, ``unsafe-fixes``, ``old-op-calls``). A f
 ignored and rewritten. It holds:
 
 * per file, by its real path: its status (size, inode, ``mtime_ns``, ``ctime_ns``) and the SHA-256 of its bytes
-  (`hashlib`); the path it was given as and its module name; and its results: the answers to what the run asked
-  of its bytes (`reading.RunFile.ask`), its class index (`index.records`), and its migration with every question
-  it asked of the class hierarchy (`index.questions`), which serves a later run only if that run's hierarchy
-  answers each one the same;
+  (`hashlib`); and its results: the answers to what the run asked of its bytes (`reading.RunFile.ask`), its class
+  index (`index.records`) with the path and module name it was made for, and its migration with every question it
+  asked of the class hierarchy (`index.questions`), which serves a later run only if that run's hierarchy answers
+  each one the same;
 * the last run's report, with the files it read (as given, as found, excluded or not) and its mode.
 
 A file whose status is the one recorded is trusted to hold the same bytes without being read, as ruff and mypy

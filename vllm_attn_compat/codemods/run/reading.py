@@ -38,23 +38,24 @@ class RunFile:
         self._source = source
         self._encoding: str | None = None
         self.kept: dict[str, Any] = {}
-        self.results: dict[str, Any] = {"answers": {}, "path": self.path}
+        self.results: dict[str, Any] = {"answers": {}}
 
     @property
     def module(self) -> str:
         """The module name the file's folders give it (`names.guess_module_name`), which its class index and the
-        class scan's answer depend on: kept results made for another serve neither."""
-        if "module" not in self.results:
+        class scan's answer depend on, with the path it was given as: kept results made for another serve
+        neither."""
+        if "where" not in self.results:
             from vllm_attn_compat.codemods.index.names import guess_module_name
 
-            self.results["module"] = guess_module_name(self.path)
-        return str(self.results["module"])
+            self.results["where"] = [self.path, guess_module_name(self.path)]
+        return str(self.results["where"][1])
 
     def kept_for_module(self) -> dict[str, Any]:
-        """The kept results where they were made for the module the file is now, else none (the results this run
-        keeps name the module either way)."""
-        module = self.module
-        return self.kept if self.kept.get("module") == module else {}
+        """The kept results where they were made for the file as it is given now (path and module), else none (the
+        results this run keeps say how it was given either way)."""
+        self.module  # noqa: B018 - made, and kept with the results
+        return self.kept if self.kept.get("where") == self.results["where"] else {}
 
     @property
     def source(self) -> bytes:
@@ -111,7 +112,7 @@ def question(kind: str, terms: Iterable[str | bytes]) -> str:
     import hashlib
 
     spelled = sorted({t if isinstance(t, bytes) else t.encode("utf-8", "surrogateescape") for t in terms})
-    return kind + " " + hashlib.sha256(b"\0".join(spelled)).hexdigest()[:32]
+    return kind + " " + hashlib.sha256(b"\0".join(spelled)).hexdigest()[:16]
 
 
 def asking(
@@ -138,7 +139,7 @@ def _boolean(data: object) -> bool:
 
 def read(source_file: files.SourceFile, cache: Cache | None, started: int, trusting: bool) -> RunFile:
     """The file, read unless ``trusting`` and the cache vouches for it by its status, with the results the cache
-    kept of its bytes (where it was given by the same path), its status and digest recorded in the cache (the
+    kept of its bytes, its status and digest recorded in the cache (the
     digest where the cache knew the file, or the file is racy: `cache`). Raises `sources.SourceError` for a file
     that cannot be read as source."""
     real_path = source_file.real_path
@@ -169,8 +170,6 @@ def _stat(source_file: files.SourceFile) -> os.stat_result | None:
 
 
 def _kept(run_file: RunFile, cache: Cache) -> RunFile:
-    """The file, with the results the cache kept of its bytes where it was given by the same path."""
-    kept = cache.results(run_file.source_file.real_path)
-    if kept is not None and kept.get("path") == run_file.path:
-        run_file.kept = kept
+    """The file, with the results the cache kept of its bytes."""
+    run_file.kept = cache.results(run_file.source_file.real_path) or {}
     return run_file

@@ -139,9 +139,8 @@ def _boolean(data: object) -> bool:
 
 def read(source_file: files.SourceFile, cache: Cache | None, started: int, trusting: bool) -> RunFile:
     """The file, read unless ``trusting`` and the cache vouches for it by its status, with the results the cache
-    kept of its bytes, its status and digest recorded in the cache (the
-    digest where the cache knew the file, or the file is racy: `cache`). Raises `sources.SourceError` for a file
-    that cannot be read as source."""
+    kept of its bytes; its status and digest recorded in the cache (the digest where the cache knew the file, or
+    the file is racy: `cache`). Raises `sources.SourceError` for a file that cannot be read as source."""
     real_path = source_file.real_path
     if cache is not None and trusting and cache.knows(real_path):
         stat = source_file.status or _stat(source_file)

@@ -7,6 +7,7 @@ import ast
 import codecs
 import os
 import re
+import textwrap
 
 import pytest
 
@@ -142,6 +143,77 @@ def test_nothing_is_stubbed_where_it_cannot_be_done_exactly(always, text, why):
     assert reduction is None or not reduction.stubs, why
 
 
+SIGNATURE = spans.Needs((b"output=None",), reads_statements=())
+
+
+@pytest.mark.parametrize(
+    ("body", "hidden", "shown"),
+    [
+        ("    x = 1\n\n    # a comment\n    return x + 1\n", ["x = 1", "a comment", "return x"], []),
+        ("    # a comment before\n    return q\n", ["return q"], ["# a comment before"]),
+        (
+            '    """doc"""\n    assert q\n    pass\n    y = q\n    return y\n',
+            ["y = q", "return y"],
+            ["doc", "assert q", "pass"],
+        ),
+        (
+            "    @decorator\n    def inner(a):\n        return a\n\n    x = inner\n",
+            ["x = inner"],
+            ["@decorator", "return a"],
+        ),
+        ("    x = 1; y = 2\n    z = 3\n", ["z = 3"], ["x = 1; y = 2"]),
+        ("    y = q\n    raise ValueError(y)\n    ...\n", ["y = q"], ["raise ValueError(y)", "    ..."]),
+        ("    x = (1 +\n         2)\n    if x:\n        return\n", ["x = (1", "2)", "if x:"], []),
+    ],
+)
+@pytest.mark.parametrize("newline", ["\n", "\r\n"], ids=["LF", "CRLF"])
+def test_statements_no_rule_reads_reach_libcst_as_one_stub_per_run(always, body, hidden, shown, newline):
+    header = "class Impl:\n    @property\n    def forward(\n        self, q,\n        output=None,\n    ):\n"
+    text = ("import os\n\n\n" + header + textwrap.indent(body, "    ") + "\n\nTAIL = 0\n").replace("\n", newline)
+    reduction = spans.reduce(text.encode(), [SIGNATURE])
+    assert reduction is not None and len(reduction.stubs) == 1
+    reduced = reduction.source.decode()
+    assert reduced.startswith(("import os\n\n\n" + header).replace("\n", newline))  # the def lines, as they were
+    assert not [text for text in hidden if text in reduced] and all(text in reduced for text in shown)
+    assert reduced.count(newline) == text.count(newline)
+    method = ast.parse(reduced).body[1].body[0]
+    assert isinstance(method, ast.FunctionDef)
+    stubs = [node for node in method.body if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call)]
+    assert len(stubs) == 1
+    assert not ast.get_docstring(method) or "doc" in body  # a stub is no docstring
+    assert reduction.restore(reduction.source) == text.encode()
+    edited = reduction.source.replace(b"output=None", b"output")
+    assert reduction.restore(edited) == text.encode().replace(b"output=None", b"output")
+
+
+@pytest.mark.parametrize(
+    ("text", "kept"),
+    [
+        ("def f(q, output=None):\n    g = lambda output=None: output\n    return g\n", "g = lambda"),
+        ("def f(q, output=None): return q\n", "return q"),
+        ("def f(q, output=None): \\\n    return q\n", "return q"),
+    ],
+)
+def test_statements_holding_a_token_or_that_cannot_be_stubbed_exactly_are_kept(always, text, kept):
+    whole = "import os\n\n\n" + text + "\n\ndef other():\n    return 1\n"
+    reduction = spans.reduce(whole.encode(), [SIGNATURE])
+    assert reduction is not None and kept.encode() in reduction.source and b"return 1" not in reduction.source
+
+
+def test_a_rule_reading_whole_bodies_keeps_every_statement_of_a_function_it_wants(always):
+    text = b"import os\n\n\ndef f(q, output=None):\n    x = 1\n    return x\n\n\ndef g(q):\n    return 2\n"
+    reduction = spans.reduce(text, [SIGNATURE, spans.Needs((b"output=None",))])
+    assert reduction is not None and b"x = 1" in reduction.source and b"return 2" not in reduction.source
+
+
+def test_a_rule_reading_statements_that_name_output_keeps_those(always):
+    text = b"import os\n\n\ndef f(q, output=None):\n    x = 1\n    output = x\n    return x\n\n\nx = 1\n"
+    needs = [SIGNATURE, spans.Needs((b"output=None",), reads_statements=(b"output",))]
+    reduction = spans.reduce(text, needs)
+    assert reduction is not None and b"output = x" in reduction.source
+    assert b"x = 1\n    output" not in reduction.source and b"return x" not in reduction.source
+
+
 NESTED = '''\
 import torch
 from vllm.v1.attention.backend import AttentionImpl
@@ -184,6 +256,20 @@ class Impl(AttentionImpl):
 '''
 
 
+def test_runs_are_found_in_the_blocks_of_compound_statements_kept_for_what_they_hold(always):
+    needs = [spans.Needs((b"output is not None",), reads_statements=(b"output",))]
+    reduction = spans.reduce(NESTED.encode(), needs)
+    assert reduction is not None
+    reduced = reduction.source.decode()
+    hidden = ["x = 1", "a comment", "y = 2", "z = 3", "w = 4", "v = i", "u = 5", "t = 6", "s = 7", "p = 8", "o = 9"]
+    assert [text for text in hidden if text in reduced] == []
+    shown = ["elif query.dim()", "else:", "return output.fill_(0)", "output[0] = u", "r = output", "q = output"]
+    assert [text for text in shown if text not in reduced] == []
+    assert reduced.count("\n") == NESTED.count("\n")
+    ast.parse(reduced)
+    assert reduction.restore(reduction.source) == NESTED.encode()
+
+
 @pytest.mark.parametrize("unsafe", [False, True], ids=["safe", "unsafe"])
 def test_a_method_with_nested_blocks_migrates_the_same_through_the_reduction(always, unsafe):
     both_ways(NESTED.encode(), unsafe=unsafe)
@@ -217,7 +303,7 @@ def test_scoped_tokens_count_only_in_attention_code(always):
     assert "return 1" not in reduced
 
 
-def test_what_a_rule_reads_is_kept_in_a_class_only_where_the_rule_s_token_is(always):
+def test_what_a_rule_reads_in_a_class_is_kept_only_where_the_rule_s_token_is(always):
     text = source(
         """
         import torch
@@ -236,12 +322,12 @@ def test_what_a_rule_reads_is_kept_in_a_class_only_where_the_rule_s_token_is(alw
                 self.num_heads = 8
         """
     ).encode()
-    reduction = spans.reduce(text, [spans.Needs((b"unified_attention",), reads=(b"num_heads",))])
+    reduction = spans.reduce(text, [spans.Needs((b"unified_attention",), reads_in_class=(b"num_heads",))])
     assert reduction is not None
     assert reduction.source.count(b"self.num_heads = 8") == 1  # Layer's, not Other's
 
 
-def test_what_a_rule_reads_is_kept_at_the_module_s_level_of_a_file_holding_the_rule_s_token(always):
+def test_what_a_rule_reads_is_kept_anywhere_in_a_file_holding_the_rule_s_token(always):
     text = source(
         """
         def setup():

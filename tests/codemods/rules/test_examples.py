@@ -84,11 +84,20 @@ def test_example_migrates_the_same_with_the_code_the_rule_does_not_read_stubbed(
     assert stubbed == whole
 
 
-@pytest.mark.parametrize("rule", [rule for rule in all_rules() if rule.reads], ids=lambda rule: rule.code)
-def test_a_rule_declaring_less_than_it_reads_fails_its_own_examples(rule, monkeypatch):
-    """VAC007 reads a layer's shape from the attributes its other methods set, VAC008 the imports that bind the
-    forwarders: each declares it (`Rule.reads`), and without that declaration its examples come out otherwise."""
-    monkeypatch.setattr(rule, "reads", ())
+DECLARED = [
+    pytest.param(rule, what, id=f"{rule.code}-{what}")
+    for rule in all_rules()
+    for what in ("reads", "reads_in_class", "reads_statements")
+    if getattr(rule, what)
+]
+
+
+@pytest.mark.parametrize(("rule", "what"), DECLARED)
+def test_a_rule_declaring_less_than_it_reads_fails_its_own_examples(rule, what, monkeypatch):
+    """Each declaration of what a rule reads is needed, and its examples show it: VAC007 reads a layer's shape from
+    the attributes its other methods set, VAC008 the imports that bind the forwarders, VAC001, VAC003 and VAC009
+    the statements naming `output`. Without the declaration, some example comes out otherwise."""
+    monkeypatch.setattr(rule, what, ())
     assert any(
         stubbed != whole
         for example in rule.examples

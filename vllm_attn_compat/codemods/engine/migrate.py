@@ -150,7 +150,10 @@ def migrate_source(
     if reduce_spans:
         from vllm_attn_compat.codemods.engine import spans, statements
 
-        needs = [spans.Needs(rule.tokens, rule.reads, rule.scoped) for rule in rules]
+        needs = [
+            spans.Needs(rule.tokens, rule.reads, rule.reads_in_class, rule.scoped, rule.reads_statements)
+            for rule in rules
+        ]
         reduction = spans.reduce(source, needs, _scope_test(hierarchy, hierarchy.module_name(path)))
         tree = statements.cached(source)
         if reduction is not None:

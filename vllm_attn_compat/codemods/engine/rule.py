@@ -67,12 +67,16 @@ class Rule:
     # True when a rule that acts anywhere decides its fix safety from the class hierarchy too (a fork's own
     # base class): the hierarchy's files then take part in the run even when no scoped rule is selected.
     reads_hierarchy: ClassVar[bool] = False
-    # What the rule reads besides the code holding its tokens, by the names that mark it: a ``def`` or ``class``
-    # naming one (an import it follows, an attribute another method sets), at the module's level or in a class
-    # holding one of its tokens. libcst is handed the rest as stubs of the same shape (`spans`); every example
-    # is migrated with those stubs and without, and must come out the same (tests/codemods/rules/
-    # test_examples.py): a rule that reads more than it declares fails its own tests.
+    # What the rule reads besides the code holding its tokens, by the names that mark it. libcst is handed the rest
+    # as stubs of the same shape (`spans`); every example is migrated with those stubs and without, and must come
+    # out the same (tests/codemods/rules/test_examples.py): a rule that reads more than it declares fails its own
+    # tests. Code naming one of ``reads`` anywhere in a file holding one of its tokens (an import it follows);
+    # code naming one of ``reads_in_class`` in a class holding one (an attribute another method sets); and of the
+    # body of a function it acts in, every statement (None), or only the statements naming one of its tokens or
+    # of ``reads_statements`` (and the asserts, `pass`, `raise`, docstrings and definitions, never stubbed).
     reads: ClassVar[tuple[bytes, ...]] = ()
+    reads_in_class: ClassVar[tuple[bytes, ...]] = ()
+    reads_statements: ClassVar[tuple[bytes, ...] | None] = None
     examples: ClassVar[tuple[Example, ...]] = ()
 
     def __init_subclass__(cls, **kwargs: object) -> None:
@@ -86,8 +90,12 @@ class Rule:
             raise TypeError(f"rule {cls.code}: name must be kebab-case, found {cls.name!r}")
         if not cls.tokens or not all(isinstance(t, bytes) and len(t) >= 6 for t in cls.tokens):
             raise TypeError(f"rule {cls.code}: tokens must be selective byte strings, found {cls.tokens!r}")
-        if not (isinstance(cls.reads, tuple) and all(isinstance(name, bytes) and name for name in cls.reads)):
-            raise TypeError(f"rule {cls.code}: reads must be a tuple of byte strings, found {cls.reads!r}")
+        for what in ("reads", "reads_in_class", "reads_statements"):
+            names = getattr(cls, what)
+            if not ((names is None and what == "reads_statements") or (
+                isinstance(names, tuple) and all(isinstance(name, bytes) and name for name in names)
+            )):  # fmt: skip
+                raise TypeError(f"rule {cls.code}: {what} must be a tuple of byte strings, found {names!r}")
         if not cls.__doc__:
             raise TypeError(f"rule {cls.code}: the docstring must explain why the rule exists")
         other = _REGISTRY.get(cls.code)

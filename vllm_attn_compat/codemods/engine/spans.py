@@ -17,12 +17,17 @@ the original lines back in place of each stub, found by its unique marker. Where
 exactly the caller migrates the whole file instead: a stub that did not come back unchanged, or an
 import edit (whether an import is still used depends on the code the stubs hide).
 
-What a rule reads beyond the statements holding its tokens, it declares by the names that mark it
-(`Rule.reads`: the imports VAC008 follows, the attributes VAC007 reads of a layer); the rules that act only in
-attention code count their tokens only where the class hierarchy puts attention code. Each rule's examples are
-migrated with every stub this can make and without any, and must come out the same
-(tests/codemods/rules/test_examples.py): a rule that reads code it does not declare fails its own tests. Tests run
-vLLM's own sources and generated modules both ways too.
+What a rule reads beyond the statements holding its tokens, it declares (`Rule.reads`, `Rule.reads_in_class`,
+`Rule.reads_statements`): the names that mark code it reads anywhere in a file holding one of its tokens (the
+imports VAC008 follows), or in a class holding one (the attributes VAC007 reads of a layer), and, for a rule that
+reads no more of a function's body than some statements, the names that mark those (VAC001, VAC003 and VAC009:
+the statements naming ``output``, VAC002 none). In a function kept only for such rules, the other statements
+become stubs too: runs of them, each a neutral expression statement of the same lines (a string holding the
+marker, ``.strip()`` called), never an assert, ``pass``, ``raise``, docstring, ``...`` or definition (rules tell
+those apart). The rules that act only in attention code count their tokens only where the class hierarchy puts
+attention code. Each rule's examples are migrated with every stub this can make and without any, and must come
+out the same (tests/codemods/rules/test_examples.py): a rule that reads code it does not declare fails its own
+tests. Tests run vLLM's own sources and generated modules both ways too.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ import bisect
 import codecs
 import itertools
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from vllm_attn_compat.codemods.engine import statements
@@ -94,11 +99,13 @@ class Reduction:
 
 @dataclass(frozen=True)
 class Needs:
-    """What one rule needs libcst to see (`Rule.tokens`, `Rule.reads`, `Rule.scoped`)."""
+    """What one rule needs libcst to see (`Rule.tokens`, `Rule.scoped` and what it reads: `Rule.reads`)."""
 
     tokens: Sequence[bytes]
     reads: Sequence[bytes] = ()
+    reads_in_class: Sequence[bytes] = ()
     scoped: bool = False
+    reads_statements: Sequence[bytes] | None = None
 
 
 def reduce(
@@ -109,10 +116,11 @@ def reduce(
     """``source`` with each ``def``/``class`` that can hold no finding stubbed, or None when nothing is
     worth stubbing or the file is not one this can do exactly (unparsable, a coding declaration).
 
-    A statement is kept for a rule when it holds one of the rule's tokens, or one of the names it reads
-    (`Needs.reads`) at the module's level or in a class holding one of its tokens. For a scoped rule (acting only
-    in attention code) only if ``in_scope(qualname, is_class)`` holds for the statement, for a class or function
-    defined inside it or for an enclosing class."""
+    A statement is kept for a rule when it holds one of the rule's tokens; one of the names it reads, where the
+    file holds one of its tokens; or one of the names it reads in a class, inside a class that holds one of its
+    tokens. For a scoped rule (acting only in attention code) only if ``in_scope(qualname, is_class)`` holds for
+    the statement, for a class or function defined inside it or for an enclosing class. In a function kept only
+    for rules that read some of its statements (`Needs.reads_statements`), the others are stubbed."""
     lines = source.splitlines(keepends=True)
     if any(CODING_LINE.match(line) for line in lines[:2]):
         return None  # an encoding other than UTF-8 may be declared: leave the bytes to libcst
@@ -121,12 +129,17 @@ def reduce(
     except (SyntaxError, ValueError):
         return None  # the whole-file path reports it, with libcst's and CPython's positions
     ends = list(itertools.accumulate(map(len, lines)))
-    # Per rule present in the file: its token lines, those of the names it reads, and whether it is scoped.
+    # Per rule present in the file: its token lines, the lines that count anywhere in a class holding one of
+    # them, the lines that count elsewhere, whether it is scoped, and the lines of a body it reads.
     found = []
     for need in needs:
         hits = _hit_lines(source, ends, _with_aliases(source, need.tokens))
         if hits:
-            found.append((hits, _merged(hits, _hit_lines(source, ends, need.reads)), need.scoped))
+            anywhere = _hit_lines(source, ends, need.reads)
+            in_class = _merged(anywhere, _hit_lines(source, ends, need.reads_in_class))
+            statements_read = need.reads_statements
+            read = None if statements_read is None else _merged(hits, _hit_lines(source, ends, statements_read))
+            found.append((hits, in_class, anywhere, need.scoped, read))
     nonce = _nonce(source)
     stubs: list[_Stub] = []
     # (statements, qualname prefix, inside attention code, the enclosing class's lines or None)
@@ -134,19 +147,27 @@ def reduce(
     while pending:
         body, prefix, scoped, enclosing = pending.pop()
         wanted_lines = [
-            (read if enclosing is None or _any_between(hits, *enclosing) else hits, is_scoped)
-            for hits, read, is_scoped in found
+            (_merged(hits, in_class if enclosing and _any_between(hits, *enclosing) else anywhere), is_scoped, read)
+            for hits, in_class, anywhere, is_scoped, read in found
+            if enclosing is None or _any_between(hits, *enclosing) or anywhere
         ]
         for node in body:
             if not isinstance(node, _DEFS):
                 continue
             first, last = statements.first_line(node), statements.last_line(node)
             qualname = prefix + node.name
-            # Whether each rule that may act here acts only in attention code.
-            wanted = [is_scoped for wanted, is_scoped in wanted_lines if _any_between(wanted, first, last)]
-            if not all(wanted) or (wanted and (scoped or _defines_scope(node, qualname, in_scope))):
+            # The lines each rule that may act here wants, whether it acts only in attention code, and the
+            # lines of a function's body it reads (None: all).
+            wanted = [want for want in wanted_lines if _any_between(want[0], first, last)]
+            if any(not is_scoped for _, is_scoped, _ in wanted) or (
+                wanted and (scoped or _defines_scope(node, qualname, in_scope))
+            ):
                 if isinstance(node, ast.ClassDef):
                     pending.append((node.body, qualname + ".", scoped or in_scope(qualname, True), (first, last)))
+                elif all(read is not None for _, _, read in wanted):
+                    read_lines = sorted({line for _, _, read in wanted for line in read or ()})
+                    for run in _statement_runs(node.body, read_lines, lines):
+                        stubs.append(_run_stub(*run, lines, nonce, len(stubs)))
                 continue
             stub = _stub(node, first, last, lines, nonce, len(stubs))
             if stub is not None:
@@ -271,3 +292,74 @@ def _stub(
         return _Stub(first - 1, (*opening, *ends[2:-1], b'"""' + ends[-1]), marker, 1)
     opening_line = header + b' """' + marker + ends[0]
     return _Stub(first - 1, (opening_line, *ends[1:-1], b'"""' + ends[-1]), marker, 0)
+
+
+# Kinds a rule tells apart (a body of `pass`, `raise` or `...` computes nothing), and bindings of names.
+_NEVER_STUBBED = (ast.Assert, ast.Pass, ast.Raise, *_DEFS)
+
+
+# Compound statements whose blocks are searched for runs too, when they are kept themselves (`except*`: 3.11+).
+_COMPOUND: tuple[type[ast.stmt], ...] = tuple(
+    getattr(ast, name)
+    for name in ("If", "For", "AsyncFor", "While", "With", "AsyncWith", "Try", "TryStar", "Match")
+    if hasattr(ast, name)
+)
+
+
+def _statement_runs(body: list[ast.stmt], read: list[int], lines: list[bytes]) -> list[tuple[int, int]]:
+    """The runs of consecutive statements of ``body`` (and of the blocks of its ``if``, ``for``, ``with``,
+    ``try`` ... statements) that hold none of the ``read`` lines and can be stubbed exactly, as ``(first
+    line, last line)``, 1-based: not an assert, ``pass``, ``raise``, docstring, ``...`` or definition, each on
+    lines of its own (not ``a = 1; b = 2``, nor ``if x: a = 1``, nor after a line continuation)."""
+    runs: list[tuple[int, int]] = []
+    run: tuple[int, int] | None = None
+    for index, statement in enumerate(body):
+        start, end = statements.first_line(statement), statements.last_line(statement)
+        stubbable = (
+            not isinstance(statement, _NEVER_STUBBED)
+            and not (isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant))
+            and not _any_between(read, start, end)
+            and (index == 0 or statements.last_line(body[index - 1]) < start)
+            and (index + 1 == len(body) or end < statements.first_line(body[index + 1]))
+            and not lines[start - 1][: statement.col_offset].strip(b" \t\f")
+            and not lines[start - 2].rstrip(b"\r\n").endswith(b"\\")
+        )
+        if stubbable:
+            run = (start, end) if run is None else (run[0], end)
+            continue
+        if run is not None:
+            runs.append(run)
+        run = None
+        if isinstance(statement, _COMPOUND):
+            for block in _blocks(statement, lines):
+                runs += _statement_runs(block, read, lines)
+    if run is not None:
+        runs.append(run)
+    return runs
+
+
+def _blocks(statement: ast.stmt, lines: list[bytes]) -> Iterator[list[ast.stmt]]:
+    """The blocks of statements of a compound statement; an ``elif``'s own blocks in place of it (it is
+    part of the ``if`` statement, not a statement of the ``else`` block)."""
+    for block in statements.sub_blocks(statement):
+        if len(block) == 1 and _is_elif(block[0], lines):
+            yield from _blocks(block[0], lines)
+        else:
+            yield block
+
+
+def _is_elif(statement: ast.stmt, lines: list[bytes]) -> bool:
+    return isinstance(statement, ast.If) and lines[statement.lineno - 1][statement.col_offset :].startswith(b"elif")
+
+
+def _run_stub(first: int, last: int, lines: list[bytes], nonce: bytes, number: int) -> _Stub:
+    """One expression statement in place of the statements on lines ``first``..``last`` (1-based): a string
+    holding the marker, whose ``.strip()`` makes it no docstring, at the first statement's indentation."""
+    marker = nonce + b"%d." % number
+    indent = _INDENT.match(lines[first - 1])
+    assert indent is not None  # the pattern matches the empty string
+    ends = [_ending(line) for line in lines[first - 1 : last]]
+    if len(ends) == 1:
+        return _Stub(first - 1, (indent.group() + b'"""' + marker + b'""".strip()' + ends[0],), marker, 0)
+    stub = (indent.group() + b'"""' + marker + ends[0], *ends[1:-1], b'""".strip()' + ends[-1])
+    return _Stub(first - 1, stub, marker, 0)

@@ -41,6 +41,9 @@ class AssertOutputNotNone(Rule):
     summary = "Remove `assert output is not None`: vLLM >= 0.20 always passes the output buffer."
     fix_safety = FixSafety.SAFE
     tokens = (b"output is not None",)
+    # Of a method's body: the statements naming `output` (its bindings, its None tests), and the asserts,
+    # `pass` and docstrings that may come before the code it looks at.
+    reads_statements = (b"output",)
     examples = (
         Example(
             "the assert at the start of forward, with its message",

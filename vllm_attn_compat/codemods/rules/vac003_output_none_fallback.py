@@ -96,6 +96,9 @@ class OutputNoneFallback(Rule):
     summary = "Remove dead `if output is None: output = torch.empty(...)` fallbacks; report other None tests."
     fix_safety = FixSafety.SAFE
     tokens = (b"output is None", b"output is not None")
+    # Of a method's body: the statements naming `output` (its bindings, its None tests), and the asserts,
+    # `pass` and docstrings that may come before the code it looks at.
+    reads_statements = (b"output",)
     examples = (
         Example(
             "a fallback allocation at the start of forward",

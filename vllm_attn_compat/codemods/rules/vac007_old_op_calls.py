@@ -91,7 +91,7 @@ class OldOpCalls(Rule):
     tokens = (b"unified_attention", b"unified_mla_attention")
     scoped = False
     # The buffer's shape comes from the `self.` attributes any method of the class uses (`with_output`).
-    reads = (b"num_heads", b"num_kv_heads", b"head_size", b"v_head_dim")
+    reads_in_class = (b"num_heads", b"num_kv_heads", b"head_size", b"v_head_dim")
     examples = (
         Example(
             "an attention layer calling the op: allocate, call the with-output op, return the buffer",

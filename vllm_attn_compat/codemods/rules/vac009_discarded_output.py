@@ -52,6 +52,9 @@ class DiscardedOutput(Rule):
     fix_safety = FixSafety.DISPLAY_ONLY
     # The parameter however spelled (`output: torch.Tensor`, `output=None`, `output)`), and its replacement.
     tokens = (b"output =", b"output=", b"output:", b"output,", b"output)")
+    # Of a method's body: the statements naming `output`, the first of which it looks at (those that make a body
+    # a stub, `pass`, `raise`, `...` and docstrings, are never stubbed).
+    reads_statements = (b"output",)
     examples = (
         Example(
             "a forward that allocates its own result and returns it",
@@ -127,6 +130,18 @@ class DiscardedOutput(Rule):
                         output = query.new_zeros(query.shape)
                     output.copy_(query)
                     output = output[: attn_metadata.num_actual_tokens]
+                    return output
+                """,
+            ),
+        ),
+        Example(
+            "the buffer written before the name is bound to another tensor: left alone",
+            class_source(
+                _IMPL_HEADER,
+                """
+                def forward(self, layer, query, key, value, kv_cache, attn_metadata, output: torch.Tensor):
+                    output.copy_(query)
+                    output = torch.empty_like(query)
                     return output
                 """,
             ),

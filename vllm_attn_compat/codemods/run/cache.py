@@ -216,15 +216,17 @@ class Cache:
 
             started = time.time_ns()
             for real_path, stat in restated.items():
-                self.record(real_path, stat, self.statuses[real_path][4], started)
+                self.record(real_path, stat, self.statuses[real_path][4], racy(stat, started))
             self.save(self.run, self._all_results())
         self._forget()
         return True
 
-    def record(self, real_path: str, stat: os.stat_result, file_digest: str | None, started_ns: int) -> None:
+    def record(self, real_path: str, stat: os.stat_result, file_digest: str | None, is_racy: bool) -> None:
         """Record the status and digest of the bytes a run read (without the status where the file is racy)."""
-        status: list[Any] = [None] * 4 if racy(stat, started_ns) else status_of(stat)
-        self.statuses[real_path] = [*status, file_digest]
+        if is_racy:
+            self.statuses[real_path] = [None, None, None, None, file_digest]
+        else:
+            self.statuses[real_path] = [stat.st_size, stat.st_ino, stat.st_mtime_ns, stat.st_ctime_ns, file_digest]
 
     def keep_run(self, found: Discovered, mode: str, report: RunReport) -> dict[str, Any]:
         """The run to record with the statuses (`save`): its report and the files it read."""

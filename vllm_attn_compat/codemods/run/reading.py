@@ -154,10 +154,9 @@ def read(source_file: files.SourceFile, cache: Cache | None, started: int, trust
     if cache is None:
         return run_file
     recorded = cache.recorded(real_path)  # of the bytes the kept results were made of
-    digest = None
-    if cache.knows(real_path) or cache_module.racy(stat, started):
-        digest = cache_module.digest(source)
-    cache.record(real_path, stat, digest, started)
+    racy = cache_module.racy(stat, started)
+    digest = cache_module.digest(source) if racy or recorded is not None or cache.knows(real_path) else None
+    cache.record(real_path, stat, digest, racy)
     return _kept(run_file, cache) if recorded is not None and recorded == digest else run_file
 
 

@@ -240,25 +240,43 @@ class Cache:
             "parsed": report.parsed,
         }
 
-    def save(self, run: dict[str, Any] | None, results: dict[str, dict[str, Any]], listed: Iterable[str] = ()) -> None:
-        """Write the file: the statuses recorded, ``run`` (None: no report to replay) and ``results`` (real path ->
-        results). Statuses and results of files outside the folders ``listed`` are kept as they were: another run
-        over other paths of the project keeps its own."""
+    def encode(self, results: dict[str, dict[str, Any]]) -> tuple[str, frozenset[str]]:
+        """Results (real path -> results) as `save` writes them, and their paths: made ahead of it, while the
+        workers migrate."""
+        return json.dumps(results, separators=(",", ":")), frozenset(results)
+
+    def save(
+        self,
+        run: dict[str, Any] | None,
+        results: dict[str, dict[str, Any]],
+        listed: Iterable[str] = (),
+        ahead: tuple[str, frozenset[str]] = ("{}", frozenset()),
+    ) -> None:
+        """Write the file: the statuses recorded, ``run`` (None: no report to replay), and the files' results:
+        ``results`` (real path -> results) and those encoded ``ahead`` (`encode`). Statuses and results of files
+        outside the folders ``listed`` are kept as they were: another run over other paths of the project keeps
+        its own."""
         roots = tuple(root.rstrip(os.sep) + os.sep for root in listed)
-        statuses = {path: row for path, row in self.statuses.items() if path in results or not path.startswith(roots)}
+        encoded, done = ahead
+        statuses = {
+            path: row
+            for path, row in self.statuses.items()
+            if path in results or path in done or not path.startswith(roots)
+        }
         kept = {
             path: entry
             for path, entry in self._all_results().items()
-            if path not in results and path in statuses and not path.startswith(roots)
+            if path not in results and path not in done and path in statuses and not path.startswith(roots)
         }
         header = json.dumps(
             {"format": FORMAT, "key": self.key, "statuses": statuses, "run": run}, separators=(",", ":")
         )
-        text = header + "\n" + json.dumps({**kept, **results}, separators=(",", ":")) + "\n"
+        rest = self.encode({**kept, **results})[0]
+        body = rest if encoded == "{}" else encoded if rest == "{}" else f"{encoded[:-1]},{rest[1:]}"
         try:
             cachedir.make(self.folder)
             os.makedirs(os.path.dirname(self.path), exist_ok=True)
-            cachedir.write_atomically(self.path, text.encode("utf-8", "surrogateescape"))
+            cachedir.write_atomically(self.path, f"{header}\n{body}\n".encode("utf-8", "surrogateescape"))
         except OSError as error:  # a read-only or full cache folder costs the cache, not the run
             self.warn(f"cannot be written ({error.strerror or error})")
 

@@ -115,15 +115,18 @@ class Pool:
         tasks: Iterable[tuple[Key, tuple[object, ...]]],
         *,
         few_here: bool = False,
+        meanwhile: Callable[[], object] = int,
     ) -> Iterator[tuple[Key, Result | WorkerCrashed]]:
         """Yield ``(key, function(*arguments))`` for each task, in completion order: in this process while the
         pool is not started and the tasks are few (or there is one job), else in the workers, each task submitted
         as soon as ``tasks`` yields it (whatever makes them overlaps the work). With ``few_here``, a few tasks stay
-        in this process even with the workers started (they may still be starting). A task whose worker died
-        yields a :class:`WorkerCrashed` instead of a result."""
+        in this process even with the workers started (they may still be starting). ``meanwhile()`` runs once the
+        workers have every task (in this process, before them). A task whose worker died yields a
+        :class:`WorkerCrashed` instead of a result."""
         stream = iter(tasks)
         first = list(itertools.islice(stream, IN_PROCESS_BELOW))
         if self.jobs <= 1 or (len(first) < IN_PROCESS_BELOW and (few_here or self._executor is None)):
+            meanwhile()
             for key, arguments in itertools.chain(first, stream):
                 yield key, function(*arguments)
             return
@@ -138,7 +141,7 @@ class Pool:
                 yield key, arguments
 
         done = set()
-        for key, result in _finished(self._executor, function, recorded()):
+        for key, result in _finished(self._executor, function, recorded(), meanwhile):
             done.add(key)
             yield key, result
         every.update(stream)  # (those not submitted when the pool broke)
@@ -157,12 +160,12 @@ class Pool:
             batch, pending = pending[: self.jobs], pending[self.jobs :]
             unfinished = dict(batch)
             with self._new(len(batch)) as executor:
-                for key, result in _finished(executor, function, batch):
+                for key, result in _finished(executor, function, batch, int):
                     del unfinished[key]
                     yield key, result
             for key, arguments in unfinished.items():
                 with self._new(1) as executor:
-                    alone = list(_finished(executor, function, [(key, arguments)]))
+                    alone = list(_finished(executor, function, [(key, arguments)], int))
                 yield key, alone[0][1] if alone else WorkerCrashed("the worker process died while processing it")
 
 
@@ -174,9 +177,13 @@ _BROKEN = _Broken()
 
 
 def _finished(
-    executor: ProcessPoolExecutor, function: Callable[..., Result], tasks: Iterable[tuple[Key, tuple[object, ...]]]
+    executor: ProcessPoolExecutor,
+    function: Callable[..., Result],
+    tasks: Iterable[tuple[Key, tuple[object, ...]]],
+    meanwhile: Callable[[], object],
 ) -> Iterator[tuple[Key, Result | WorkerCrashed]]:
-    """Yield ``(key, result)`` for every task that finished; stop quietly when the pool breaks."""
+    """Yield ``(key, result)`` for every task that finished, ``meanwhile()`` run once all are submitted; stop
+    quietly when the pool breaks."""
     from concurrent.futures import as_completed
     from concurrent.futures.process import BrokenProcessPool
 
@@ -186,6 +193,7 @@ def _finished(
             futures[executor.submit(function, *arguments)] = key
     except BrokenProcessPool:
         pass  # a worker died on a task submitted first: the tasks not submitted are left, as those it took down
+    meanwhile()
     for future in as_completed(futures):
         result = _outcome(future)
         if not isinstance(result, _Broken):

@@ -22,7 +22,7 @@ from __future__ import annotations
 import itertools
 import os
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Set
 from typing import TYPE_CHECKING, Any
 
 from vllm_attn_compat.codemods.index.names import forget_folders
@@ -118,8 +118,11 @@ def _run(
             return not f.trusted and worth_parsing(f) and tokens.probably_libcst(f.source, anywhere, scoped)
 
         # Where the cache vouches for no file (a first run, or none), every worker starts at the first such file;
-        # else once every file is read, one for each such file (a rerun after an edit: one).
+        # else one at once where a file the replay found changed is one (a rerun after a backend's edit), or else
+        # once every file is read, one for each such file.
         cold = cache is None or not cache.statuses
+        if cache is not None and any(tokens.probably_libcst(text, anywhere, scoped) for text, _ in cache.read.values()):
+            _preload(pool, 1)
 
         def read(f: RunFile) -> None:
             if cold and not pool.started and probable(f):
@@ -130,12 +133,13 @@ def _run(
         if not pool.started:
             _preload(pool, sum(1 for _ in itertools.islice(filter(probable, worth), options.jobs)))
         migration = _Migration(rules, options, report, pool, cache)
+        saving = _Saving(cache, [*run_files, *context], migration) if cache is not None else None
         # On a big tree without any file worth parsing, nothing is parsed and libcst is never imported.
         # (An excluded file may hold the base class that makes the others' classes attention code.)
         if worth or context_worth:
-            migration.run(run_files, worth, context, context_worth, emit_diff)
-        if cache is not None:
-            _save(cache, found, listed, options.mode, report, [*run_files, *context], migration)
+            migration.run(run_files, worth, context, context_worth, emit_diff, saving.ahead if saving else None)
+        if saving is not None:
+            saving.save(found, listed, report)
         return report
     finally:
         pool.close()
@@ -201,9 +205,11 @@ class _Migration:
         context: Sequence[RunFile],
         context_worth: Sequence[RunFile],
         emit_diff: Callable[[str], object],
+        meanwhile: Callable[[Set[str]], object] | None = None,
     ) -> None:
         """Index, then migrate the candidates among ``run_files`` (``worth``: those the prefilter kept). The
-        ``context`` files (excluded; ``context_worth``: those the prefilter kept) take part in the index alone."""
+        ``context`` files (excluded; ``context_worth``: those the prefilter kept) take part in the index alone.
+        ``meanwhile(paths)`` runs while the workers migrate the files of ``paths``."""
         from vllm_attn_compat.codemods.index import callsites, classscan
         from vllm_attn_compat.codemods.run.rounds import build_hierarchy
 
@@ -238,7 +244,10 @@ class _Migration:
                 if isinstance(checked, FileError):
                     report.errors.append(checked)
         failed = {error.path for error in report.errors}
-        self._migrate([item for item in missed if item.path not in failed], hierarchy, diffs, rewritten)
+        self.read_names = frozenset(name for _, name in hierarchy.calls.methods)
+        items = [item for item in missed if item.path not in failed]
+        pending = {item.path for item in items}
+        self._migrate(items, hierarchy, diffs, rewritten, (lambda: meanwhile(pending)) if meanwhile else int)
         for path in sorted(diffs):  # workers finish in any order; the output must not depend on it
             emit_diff(diffs[path])
         report.changed.sort()
@@ -252,7 +261,6 @@ class _Migration:
             options.unsafe_fixes,
             rewritten,
         )
-        self.read_names = frozenset(name for _, name in hierarchy.calls.methods)
 
     def _index(self, to_index: Iterable[RunFile]) -> Iterator[tuple[str, object]]:
         """``(path, outcome)`` of each file to index: the index the cache kept of its bytes, else one made (in the
@@ -328,7 +336,12 @@ class _Migration:
         return worker.Migrated(new_source, findings, answers)
 
     def _migrate(
-        self, items: Sequence[RunFile], hierarchy: ClassHierarchy, diffs: dict[str, str], rewritten: dict[str, bytes]
+        self,
+        items: Sequence[RunFile],
+        hierarchy: ClassHierarchy,
+        diffs: dict[str, str],
+        rewritten: dict[str, bytes],
+        meanwhile: Callable[[], object],
     ) -> None:
         import pickle
 
@@ -340,7 +353,7 @@ class _Migration:
         tasks = [(item.path, (settings, item.source, item.path)) for item in items]
         # libcst missing or broken: every file fails alike, and the command names it once (cli.py)
         missing: MissingDependency | None = None
-        outcomes = self.pool.map(worker.migrate_with, tasks)
+        outcomes = self.pool.map(worker.migrate_with, tasks, meanwhile=meanwhile)
         for path, outcome in progress.bar(outcomes, len(tasks), options.progress, "migrate"):
             if isinstance(outcome, MissingDependency):
                 missing = outcome  # raised once all are in: the pool shuts down as usual, leaving no process behind
@@ -402,32 +415,42 @@ class _Sources(Mapping[str, bytes]):
         return len(self.run_files)
 
 
-def _save(
-    cache: cache_module.Cache,
-    found: files.Discovered,
-    listed: Sequence[str],
-    mode: str,
-    report: RunReport,
-    run_files: Iterable[RunFile],
-    migration: _Migration,
-) -> None:
-    """Keep each file's results, and the report where a rerun may replay it: a run without errors that changed no
-    file (with ``--check``, that would change some). A file this run wrote is read afresh next time."""
-    from vllm_attn_compat.codemods.index import records
+class _Saving:
+    """The cache's file, written at the run's end: each file's results (most of them encoded while the workers
+    migrate: `ahead`), and the report where a rerun may replay it, a run without errors that changed no file (with
+    ``--check``, that would change some). A file this run wrote is read afresh next time."""
 
-    indexes, read = migration.indexed, migration.read_names
-    written = set(report.changed) if mode == "write" else set()
-    results: dict[str, dict[str, Any]] = {}
-    for f in run_files:
-        real_path = f.source_file.real_path
-        if f.path in written:
-            cache.statuses.pop(real_path, None)
-            continue
-        if f.path in indexes:
-            f.results["index"] = records.to_data(indexes[f.path], read)
-        results[real_path] = f.results
-    replayable = not report.errors and (mode == "check" or not report.changed)
-    cache.save(cache.keep_run(found, mode, report) if replayable else None, results, listed)
+    def __init__(self, cache: cache_module.Cache, run_files: Sequence[RunFile], migration: _Migration) -> None:
+        self.cache, self.run_files, self.migration = cache, run_files, migration
+        self.encoded: tuple[str, frozenset[str]] = ("{}", frozenset())
+
+    def _results(self, run_files: Iterable[RunFile], written: Set[str]) -> dict[str, dict[str, Any]]:
+        from vllm_attn_compat.codemods.index import records
+
+        indexes, read = self.migration.indexed, self.migration.read_names
+        results: dict[str, dict[str, Any]] = {}
+        for f in run_files:
+            if f.path in written:
+                self.cache.statuses.pop(f.source_file.real_path, None)
+                continue
+            if f.path in indexes:
+                f.results["index"] = records.to_data(indexes[f.path], read)
+            results[f.source_file.real_path] = f.results
+        return results
+
+    def ahead(self, pending: Set[str]) -> None:
+        """Encode the results of the files other than those still ``pending`` (being migrated)."""
+        report = self.migration.report
+        written = set(report.changed) if report.mode == "write" else set()
+        done = [f for f in self.run_files if f.path not in pending]
+        self.encoded = self.cache.encode(self._results(done, written))
+
+    def save(self, found: files.Discovered, listed: Sequence[str], report: RunReport) -> None:
+        written = set(report.changed) if report.mode == "write" else set()
+        rest = [f for f in self.run_files if f.source_file.real_path not in self.encoded[1]]
+        replayable = not report.errors and (report.mode == "check" or not report.changed)
+        run = self.cache.keep_run(found, report.mode, report) if replayable else None
+        self.cache.save(run, self._results(rest, written), listed, self.encoded)
 
 
 def run_source(source: bytes, path: str, options: Options) -> tuple[RunReport, bytes, str]:

@@ -114,7 +114,7 @@ def timed(command: list[str], repeat: int, **kwargs) -> tuple[float, float, subp
 
 def adopt_orphans() -> bool:
     """Make this process the reaper of whatever its commands leave running (Linux's child subreaper): a
-    worker forked by another worker (`prefork.PreforkedWorker.sibling`) that outlives it is then reaped
+    process that outlives the command that started it (a pool's worker still exiting) is then reaped
     here, so that its CPU time counts among this process's children's. False where that is not possible."""
     import ctypes
 
@@ -250,7 +250,7 @@ def main() -> int:
             print(
                 f"{name}: {wall:.3f} s wall, {cpu:.3f} CPU-s; exit {done.returncode}; "
                 f"scanned {summary['files_scanned']}, parsed {summary['files_parsed']}, "
-                f"would change {summary['files_changed']}, findings {summary['findings']}"
+                f"would change {summary['files_would_change']}, findings {summary['findings']}"
             )
         print(f"grep -rlF ({len(tokens)} tokens): {grep_wall:.3f} s wall, {grep_cpu:.3f} CPU-s; "
               f"{len(grep_run.stdout.splitlines())} files match")  # fmt: skip

@@ -1,10 +1,10 @@
 """How long `migrate --check`'s class-hierarchy pass takes on a tree, this checkout next to another revision.
 
-The pass (`runner._index_hierarchy`: the class-header scan, then `hierarchy.index_module` on every file it
-cannot spare, the hierarchy and the call-site analysis, round after round) is timed inside real
-``migrate --check --jobs 1`` runs, one process per run, the two revisions taking turns (A B A B ...) so that
-the drifting load of a shared machine weighs on both alike. Prints the medians (wall and CPU seconds) of
-the pass and of the whole run, and their ratios.
+The pass (`rounds.build_hierarchy`, `runner.index_hierarchy` in older revisions: the class-header scan, then
+`hierarchy.index_module` on every file it cannot spare, the hierarchy and the call-site analysis, round after
+round) is timed inside real ``migrate --check --no-cache --jobs 1`` runs, one process per run, the two revisions
+taking turns (A B A B ...) so that the drifting load of a shared machine weighs on both alike. Prints the
+medians (wall and CPU seconds) of the pass and of the whole run, and their ratios.
 
 Usage: ``python benchmarks/bench_index.py [--tree DIR] [--baseline REV] [--repeat N]``; the baseline
 revision's package is taken with ``git archive``. The default tree is vLLM 0.19.1's sources as
@@ -28,8 +28,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _CHILD = """
 import contextlib, io, json, sys, time
 from vllm_attn_compat.codemods.cli import main
-from vllm_attn_compat.codemods.run import runner
-index_pass = runner._index_hierarchy
+from vllm_attn_compat.codemods.run import rounds, runner
+owner, name = (rounds, "build_hierarchy") if hasattr(rounds, "build_hierarchy") else (runner, "index_hierarchy")
+index_pass = getattr(owner, name)
 took = {}
 def timed(*args, **kwargs):
     wall, cpu = time.perf_counter(), time.process_time()
@@ -37,10 +38,10 @@ def timed(*args, **kwargs):
         return index_pass(*args, **kwargs)
     finally:
         took["pass_wall"], took["pass_cpu"] = time.perf_counter() - wall, time.process_time() - cpu
-runner._index_hierarchy = timed
+setattr(owner, name, timed)
 wall, cpu = time.perf_counter(), time.process_time()
 with contextlib.redirect_stdout(io.StringIO()):
-    main(["migrate", "--check", "--jobs", "1", sys.argv[1]])
+    main(["migrate", "--check", "--no-cache", "--jobs", "1", sys.argv[1]])
 took["run_wall"], took["run_cpu"] = time.perf_counter() - wall, time.process_time() - cpu
 print(json.dumps(took))
 """

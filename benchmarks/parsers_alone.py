@@ -3,10 +3,11 @@
 A cold ``migrate --check`` parses, with CPython's ``ast``, every file the class-hierarchy and call-site
 analysis indexes, and with libcst the reduced source of every candidate (`engine/spans.py`: the classes and
 functions that can hold a finding). No analysis, rule, scan or process of the tool can make those parses
-cheaper; the rest of a run comes on top. ``bench_fork.py`` times this next to ruff, so that the README can
-say how much of ruff's time the parsers alone take.
+cheaper; the rest of a run comes on top. Time ``parse`` next to ``ruff check --no-cache`` to see how much of
+ruff's time the parsers alone take.
 
-Two roles, each run as a child process by ``bench_fork.py``:
+Two roles, each run as a process of its own (``python benchmarks/parsers_alone.py record OUT TREE``, then
+``... parse OUT TREE``):
 
 * ``record OUT TREE``: one ``migrate --check --jobs 1 TREE`` in this process (the package on
   ``PYTHONPATH``), with `worker.index_file` and ``libcst.parse_module`` wrapped to note their inputs; writes

@@ -98,9 +98,18 @@ def test_usage_errors_exit_2_with_a_message(arguments, message, capsys):
     assert message in capsys.readouterr().err
 
 
-def test_a_missing_path_is_a_file_error(tmp_path, capsys):
-    assert main(["migrate", str(tmp_path / "nope.py")]) == 2
-    assert f"{tmp_path / 'nope.py'}:1:1: no such file or directory" in capsys.readouterr().out
+def test_a_missing_path_is_an_error_naming_it_and_creates_nothing(plugin, monkeypatch, capsys):
+    monkeypatch.delenv("VLLM_ATTN_COMPAT_NO_CACHE", raising=False)  # the cache on, at the project's root
+    monkeypatch.chdir(plugin)
+    before = sorted(path.relative_to(plugin) for path in plugin.rglob("*"))
+    assert main(["migrate", "plugin", "nope.py"]) == 2
+    captured = capsys.readouterr()
+    assert (
+        captured.err
+        == "vllm-attn-compat: error: nope.py: no such file or directory (expected a file or folder to migrate)\n"
+    )
+    assert captured.out == ""
+    assert sorted(path.relative_to(plugin) for path in plugin.rglob("*")) == before  # no cache folder, nothing
 
 
 def test_configuration_is_read_and_command_line_flags_win(plugin, capsys):
@@ -120,15 +129,58 @@ def test_a_wrong_configuration_exits_2_naming_key_and_value(plugin, capsys):
     assert (plugin / "plugin/impl.py").read_text() == IMPL
 
 
-def test_json_report_has_a_record_per_site_and_the_summary(plugin, capsys):
+@pytest.mark.parametrize("mode", ["--check", "--diff"])
+def test_json_report_under_check_or_diff_says_what_would_be_fixed_and_writes_nothing(plugin, capsys, mode):
     write_tree(plugin, {"plugin/manual.py": MANUAL})
-    assert main(["migrate", "--check", "--format", "json", str(plugin)]) == 1
-    document = json.loads(capsys.readouterr().out)
+    assert main(["migrate", mode, "--format", "json", str(plugin)]) == 1
+    captured = capsys.readouterr()
+    document = json.loads(captured.out if mode == "--check" else captured.err)  # (--diff: the diff on stdout)
+    assert document["version"] == 2 and document["mode"] == mode[2:]
     assert [(os.path.basename(f["file"]), f["code"], f["status"]) for f in document["findings"]] == [
-        ("impl.py", "VAC001", "fixed"),
+        ("impl.py", "VAC001", "fixable"),
         ("manual.py", "VAC001", "manual"),
     ]
-    assert document["summary"]["files_changed"] == 1 and document["summary"]["exit_code"] == 1
+    summary = document["summary"]
+    assert (summary["files_changed"], summary["files_would_change"], summary["exit_code"]) == (0, 1, 1)
+    assert summary["findings"] == {"fixed": 0, "fixable": 1, "unsafe-fix-available": 0, "manual": 1, "suppressed": 0}
+    assert (plugin / "plugin/impl.py").read_text() == IMPL
+
+
+def test_json_report_of_a_run_that_writes_says_what_it_fixed(plugin, capsys):
+    write_tree(plugin, {"plugin/manual.py": MANUAL})
+    assert main(["migrate", "--format", "json", str(plugin)]) == 1
+    document = json.loads(capsys.readouterr().out)
+    assert [f["status"] for f in document["findings"]] == ["fixed", "manual"]
+    summary = document["summary"]
+    assert (summary["files_changed"], summary["files_would_change"], summary["exit_code"]) == (1, 0, 1)
+    assert (plugin / "plugin/impl.py").read_text() == IMPL_MIGRATED
+
+
+def test_the_help_names_where_the_json_report_is_described(capsys):
+    assert main(["migrate", "--help"]) == 0
+    assert "docs/json-report.md" in capsys.readouterr().out.replace("\n", " ").replace("  ", " ")
+    assert os.path.isfile(os.path.join(REPO, "docs", "json-report.md"))
+
+
+@pytest.mark.parametrize(
+    ("args", "code"), [(["rules", "VAC004"], 0), (["rules"], 0), (["migrate", "--diff", "{plugin}"], 1)]
+)
+def test_a_reader_that_goes_away_ends_the_command_quietly_with_its_own_code(plugin, args, code):
+    """``vllm-attn-compat rules VAC004 | head``: once the pipe's reader is gone, the command exits as it would have
+    (0 for ``rules``; a ``--diff`` that would change a file, 1), saying nothing of the pipe."""
+    command = [sys.executable, "-m", "vllm_attn_compat", *(arg.format(plugin=plugin) for arg in args)]
+    env = {**os.environ, "PYTHONPATH": REPO}
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env) as process:
+        assert process.stdout is not None and process.stderr is not None
+        process.stdout.close()  # the reader is gone before the command writes anything: a real pipe, broken
+        errors = process.stderr.read().decode()
+        assert process.wait(timeout=120) == code
+    assert "Broken" not in errors and "Traceback" not in errors and "Exception ignored" not in errors
+    if args[0] == "rules":
+        assert errors == ""
+    shell = f"{subprocess.list2cmdline(command)} | head -c 1 >/dev/null; exit ${{PIPESTATUS[0]}}"
+    piped = subprocess.run(["bash", "-c", shell], capture_output=True, env=env, timeout=120)
+    assert piped.returncode == code and b"Traceback" not in piped.stderr
 
 
 def test_github_format_annotates_each_site(plugin, capsys):
@@ -179,25 +231,26 @@ def test_no_libcst_import_when_no_file_is_a_candidate(tmp_path):
 
 @pytest.mark.parametrize("configuration", ["", '[tool.vllm-attn-compat]\nignore = ["VAC006"]\n'])
 def test_a_rerun_the_cache_replays_imports_no_rule_runner_or_heavy_module(tmp_path, configuration):
-    # What a rerun imports is most of its time: the rules' modules, the runner, dataclasses (with inspect),
-    # OpenSSL (hashlib's SHA-256 of files' bytes) and, outside git, subprocess are for runs that read files.
-    # (Rule codes in the configuration were checked by the run that made the entry.)
+    # What a rerun imports is most of its time: the rules' modules, the index and the engine, libcst, dataclasses
+    # (with inspect), OpenSSL (hashlib's SHA-256 of files' bytes) and, outside git, subprocess are for runs that
+    # read files. (Rule codes in the configuration were checked by the run that made the entry.)
     layout = {"plugin/base.py": BASE, "plugin/impl.py": IMPL, "plugin/util.py": UNRELATED}
     tree = write_tree(tmp_path / "tree", layout | ({"pyproject.toml": configuration} if configuration else {}))
     probe = (
-        "import sys\nfrom vllm_attn_compat.codemods.cli import main\nfrom vllm_attn_compat.codemods.run import stats\n"
-        "stats.RACY_NS = 0\n"  # the files were written just now: trusted by their status at once all the same
+        "import sys\nfrom vllm_attn_compat.codemods.cli import main\nfrom vllm_attn_compat.codemods.run import cache\n"
+        "cache.RACY_NS = 0\n"  # the files were written just now: trusted by their status at once all the same
         f"code = main(['migrate', '--check', '-q', '--cache-dir', {str(tmp_path / 'cache')!r}, {str(tree)!r}])\n"
-        "heavy = ['vllm_attn_compat.codemods.run.runner', 'vllm_attn_compat.codemods.rules.vac001_assert_output',\n"
-        "         'dataclasses', 'subprocess', 'libcst', '_hashlib']\n"
+        "heavy = ['vllm_attn_compat.codemods.engine.migrate', 'vllm_attn_compat.codemods.rules.vac001_assert_output',\n"
+        "         'vllm_attn_compat.codemods.index.hierarchy', 'dataclasses', 'subprocess', 'libcst', '_hashlib']\n"
         "print(code, *[name for name in heavy if name in sys.modules])\n"
     )
     runs = [subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO) for _ in range(2)]
     first, second = (run.stdout.splitlines()[-1].split() for run in runs)
-    assert first[:3] == [
+    assert first[:4] == [
         "1",
-        "vllm_attn_compat.codemods.run.runner",
+        "vllm_attn_compat.codemods.engine.migrate",
         "vllm_attn_compat.codemods.rules.vac001_assert_output",
+        "vllm_attn_compat.codemods.index.hierarchy",
     ], runs[0].stderr
     assert second == ["1"], runs[1].stderr
 
@@ -333,11 +386,13 @@ def test_the_console_script_collects_cycles_less_often_in_its_process_and_its_wo
     probe = (
         "import gc\n"
         "from vllm_attn_compat.codemods import cli\n"
-        "from vllm_attn_compat.codemods.run import prefork\n"
+        "from vllm_attn_compat.codemods.run import parallel\n"
         "def main(argv=None):\n"
-        "    worker = prefork.start(gc.collect)\n"
-        "    worker.submit('in the worker', gc.get_threshold, ())\n"
-        "    print(gc.get_threshold(), *dict(worker.results()).values())\n"
+        "    tasks = [(n, ()) for n in range(parallel.IN_PROCESS_BELOW)]\n"
+        "    pool = parallel.Pool(2)\n"
+        "    found = list(pool.map(gc.get_threshold, tasks))\n"
+        "    pool.close()\n"
+        "    print(gc.get_threshold(), *sorted({str(threshold) for _, threshold in found}))\n"
         "    return 3\n"
         "cli.main = main\n"
         "cli.run()\n"
@@ -390,42 +445,3 @@ def test_the_configured_cache_folder_and_the_environment_variable(plugin, monkey
 def test_no_cache_and_cache_dir_exclude_each_other(plugin, capsys):
     assert main(["migrate", "--no-cache", "--cache-dir", "x", str(plugin)]) == 2
     assert "not allowed with argument" in capsys.readouterr().err
-
-
-def test_a_rerun_forks_its_worker_only_once_the_cache_has_missed_before_the_runner_starts(tmp_path, monkeypatch):
-    """A rerun the cache replays needs no libcst: no worker. One it misses most likely does: the worker is forked
-    at once, so that its import of libcst overlaps the runner's own imports and reads."""
-    from vllm_attn_compat.codemods.run import prefork, rerun, runner, stats
-
-    monkeypatch.setattr(stats, "RACY_NS", 0)  # the files were just written: trusted at once
-    root = write_tree(tmp_path / "tree", {"plugin/__init__.py": "", "plugin/base.py": BASE, "plugin/impl.py": IMPL})
-    events: list[str] = []
-    real_start, real_replay, real_run_paths = prefork.start, rerun.replay, runner.run_paths
-
-    def start(*args, **kwargs):
-        events.append("fork")
-        return real_start(*args, **kwargs)
-
-    def replay(*args):
-        replayed = real_replay(*args)
-        events.append("replayed" if replayed else "missed")
-        return replayed
-
-    def run_paths(*args, **kwargs):
-        events.append("runner")
-        return real_run_paths(*args, **kwargs)
-
-    monkeypatch.setattr(prefork, "start", start)
-    monkeypatch.setattr(rerun, "replay", replay)
-    monkeypatch.setattr(runner, "run_paths", run_paths)
-    monkeypatch.chdir(root)
-    check = ["migrate", "--check", "--jobs", "2", "--cache-dir", str(tmp_path / "cache"), "plugin"]
-    assert main(check) == 1
-    assert events == ["fork", "missed", "runner"]  # a first run: forked before it lists the files
-    events.clear()
-    assert main(check) == 1
-    assert events == ["replayed"]
-    (root / "plugin/impl.py").write_text(IMPL.replace("# the buffer comes from the layer", "# edited"))
-    events.clear()
-    assert main(check) == 1
-    assert events == ["missed", "fork", "runner"]

@@ -202,7 +202,6 @@ CASES = [
         None,
         check=_migrated_file("backslash.py", suffix=b"# see C:\\\n"),
     ),
-    Case("missing-path", {}, 2, "missing.py:1:1: no such file or directory", extra_args=("missing.py",)),
     # libcst's native parser runs for minutes on this: the tool must reject it before (hang guard 60 s).
     Case(
         "nested-10000",
@@ -312,3 +311,21 @@ def test_a_fix_that_would_lose_the_final_newline_is_never_written(tmp_path: Path
         assert after == source and "backslash.py:1:1: internal error" in report, report
     else:
         assert result.returncode == 0 and _migrated(after, suffix=b"# see C:\\\r\n"), report
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_a_path_that_does_not_exist_stops_the_run_before_anything_is_read_or_created(tmp_path: Path, jobs: str) -> None:
+    """Given a path that does not exist, the command names it and does nothing: no file of the other paths is
+    migrated, and no cache folder is made (the cache on, as at the command line's defaults)."""
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "good.py").write_bytes(LEGACY)
+    (tree / "plain.py").write_bytes(PLAIN)
+    before = snapshot(tree)
+    result = run_cli("migrate", ".", "missing.py", "--jobs", jobs, "--cache-dir", ".vllm-attn-compat-cache", cwd=tree)
+    assert result.returncode == 2
+    assert result.stderr.decode() == (
+        "vllm-attn-compat: error: missing.py: no such file or directory (expected a file or folder to migrate)\n"
+    )
+    assert result.stdout == b""
+    assert snapshot(tree) == before and sorted(path.name for path in tree.iterdir()) == ["good.py", "plain.py"]

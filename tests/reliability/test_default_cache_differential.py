@@ -1,7 +1,7 @@
 """The command line at its defaults (the cache at the project's root, files trusted by their status) against
 ``--no-cache``: after any edit, the same report, exit code and files.
 
-The status table (`codemods/run/stats.py`) trusts a file whose size, inode, ``mtime_ns`` and ``ctime_ns`` are
+The cache (`codemods/run/cache.py`) trusts a file whose size, inode, ``mtime_ns`` and ``ctime_ns`` are
 those recorded. Its "racy" margin (a file modified shortly before a run read it is hashed again next time) is
 set to zero here: files written by a test are trusted at once, the worst case for staleness. The edits are
 those a status could hide: the same size within the same second, the ``mtime_ns`` restored to the
@@ -15,8 +15,6 @@ import io
 import os
 import shutil
 import subprocess
-import time
-from collections.abc import Iterator
 from pathlib import Path
 from unittest import mock
 
@@ -25,8 +23,7 @@ from hypothesis import given, note
 from hypothesis import strategies as st
 
 from vllm_attn_compat.codemods.cli import main
-from vllm_attn_compat.codemods.run import cachedir, hasher, parallel, stats
-from vllm_attn_compat.codemods.run.reading import Reading
+from vllm_attn_compat.codemods.run import cache, cachedir
 
 from .cli_run import LEGACY, PLAIN
 from .legacy_callers import METHOD_NAMES, STUBS, GeneratedPlugin, plugins_with_callers
@@ -42,54 +39,16 @@ def _write(root: Path, files: dict[str, str | bytes]) -> None:
         path.write_bytes(content.encode() if isinstance(content, str) else content)
 
 
-# How a first run takes its files' digests (`codemods/run/hasher.py`): in the run (trees of a test are smaller than
-# pay for a process), in a process of its own, as far as it got when the run needed them, or all of them.
-HASHING = ["in the run", "apart", "apart, all"]
-
-
-@contextlib.contextmanager
-def _hashing(how: str) -> Iterator[None]:
-    settle = Reading.settle
-
-    def settle_when_all_hashed(reading: Reading) -> None:
-        deadline = time.monotonic() + 60
-        while reading.hasher is not None and reading.hasher.hashed < len(reading.hasher._paths):
-            assert time.monotonic() < deadline, "the hasher did not finish in 60 s"
-            time.sleep(0.002)
-        settle(reading)
-
-    start = hasher.start
-    started: list[hasher.Hasher | None] = []
-
-    def starting(paths: list[str]) -> hasher.Hasher | None:
-        started.append(start(paths))
-        return started[-1]
-
-    with contextlib.ExitStack() as stack:
-        if how != "in the run":
-            stack.enter_context(mock.patch.object(hasher, "FROM_FILES", 0))
-            # (whatever threads tests before left running: torch's, say)
-            stack.enter_context(mock.patch.object(hasher, "may_fork", parallel.forks_safely))
-            stack.enter_context(mock.patch.object(hasher, "start", starting))
-        if how == "apart, all":
-            stack.enter_context(mock.patch.object(Reading, "settle", settle_when_all_hashed))
-        yield
-    assert how == "in the run" or (started and started[0] is not None)  # (a first run, on a platform that forks)
-
-
-def _migrate(tree: Path, *args: str, hashing: str = HASHING[0]) -> tuple[int, str, dict[str, bytes]]:
+def _migrate(tree: Path, *args: str) -> tuple[int, str, dict[str, bytes]]:
     """``migrate --format json`` run in ``tree`` (the project's root, there being no pyproject.toml above it
     that a test would write), at the command line's defaults but for ``args``: exit code, output, files."""
     out = io.StringIO()
     cwd = os.getcwd()
     os.chdir(tree)
     try:
-        with contextlib.redirect_stdout(out), mock.patch.dict(os.environ), mock.patch.object(stats, "RACY_NS", 0):
+        with contextlib.redirect_stdout(out), mock.patch.dict(os.environ), mock.patch.object(cache, "RACY_NS", 0):
             os.environ.pop(cachedir.NO_CACHE_VARIABLE, None)
-            with _hashing(hashing):
-                # (the hasher is a second process: it needs two jobs)
-                jobs = "1" if hashing == HASHING[0] else "2"
-                code = main(["migrate", "--format", "json", "--jobs", jobs, *args, "."])
+            code = main(["migrate", "--format", "json", "--jobs", "1", *args, "."])
     finally:
         os.chdir(cwd)
     files = {
@@ -100,13 +59,12 @@ def _migrate(tree: Path, *args: str, hashing: str = HASHING[0]) -> tuple[int, st
     return code, out.getvalue(), files
 
 
-def _same_as_uncached(tree: Path, *args: str, hashing: str = HASHING[0]) -> tuple[int, str, dict[str, bytes]]:
-    """The default run in ``tree`` (``args`` added; a first run taking its digests as ``hashing`` says), checked
-    against ``--no-cache`` on a copy of the tree."""
+def _same_as_uncached(tree: Path, *args: str) -> tuple[int, str, dict[str, bytes]]:
+    """The default run in ``tree`` (``args`` added), checked against ``--no-cache`` on a copy of the tree."""
     copy = tree.parent / (tree.name + "-uncached")
     shutil.rmtree(copy, ignore_errors=True)
     shutil.copytree(tree, copy, ignore=shutil.ignore_patterns(cachedir.DEFAULT_NAME))
-    cached = _migrate(tree, *args, hashing=hashing)
+    cached = _migrate(tree, *args)
     assert (tree / cachedir.DEFAULT_NAME / "CACHEDIR.TAG").is_file()  # the default cache was used
     assert cached == _migrate(copy, "--no-cache", *args)
     shutil.rmtree(copy)
@@ -122,16 +80,15 @@ def _same_as_uncached(tree: Path, *args: str, hashing: str = HASHING[0]) -> tupl
     # answers to the one after (they depend on neither).
     modes=st.tuples(st.sampled_from(["--check", "--diff"]), st.sampled_from(["--check", "--diff"])),
     restore_mtime=st.booleans(),
-    hashing=st.sampled_from(HASHING),
 )
 def test_after_an_edit_the_default_cache_reports_what_no_cache_does(
     before: GeneratedPlugin, after: GeneratedPlugin, edited: set[str], modes: tuple[str, str], restore_mtime: bool,
-    hashing: str, tmp_path_factory,
+    tmp_path_factory,
 ) -> None:  # fmt: skip
     root = tmp_path_factory.mktemp("default")
     tree = root / "tree"
     _write(tree, {**STUBS, **before.files})
-    _same_as_uncached(tree, modes[0], hashing=hashing)
+    _same_as_uncached(tree, modes[0])
     for path in sorted(edited):
         target = tree / path
         old = os.stat(target)
@@ -178,10 +135,9 @@ bystander_paths = st.sampled_from(["engine/scheduler.py", "engine/limits.py", "e
     flagged=st.booleans(),
     edits=st.lists(st.tuples(bystander_paths, bystander_texts), min_size=1, max_size=3),
     restore_mtime=st.booleans(),
-    hashing=st.sampled_from(HASHING),
 )
 def test_edits_of_files_that_took_no_part_report_what_no_cache_does(
-    plugin: GeneratedPlugin, flagged: bool, edits: list[tuple[str, str | bytes]], restore_mtime: bool, hashing: str,
+    plugin: GeneratedPlugin, flagged: bool, edits: list[tuple[str, str | bytes]], restore_mtime: bool,
     tmp_path_factory,
 ) -> None:  # fmt: skip
     root = tmp_path_factory.mktemp("bystander")
@@ -193,7 +149,7 @@ def test_edits_of_files_that_took_no_part_report_what_no_cache_does(
             "class Flagged(CommonBackend):\n    accept_output_buffer = True\n"
         )
     _write(tree, files)
-    _same_as_uncached(tree, "--check", hashing=hashing)
+    _same_as_uncached(tree, "--check")
     for path, text in edits:
         target = tree / path
         old = os.stat(target) if target.exists() else None
@@ -206,14 +162,13 @@ def test_edits_of_files_that_took_no_part_report_what_no_cache_does(
     shutil.rmtree(root)
 
 
-@pytest.mark.parametrize("hashing", HASHING)
-def test_an_edit_keeping_the_size_within_the_same_second_is_seen(tmp_path, hashing):
+def test_an_edit_keeping_the_size_within_the_same_second_is_seen(tmp_path):
     tree = tmp_path / "tree"
     _write(tree, {"plugin/backend.py": LEGACY, "plugin/plain.py": PLAIN})
     backend = tree / "plugin/backend.py"
     second = (os.stat(backend).st_mtime_ns // 10**9 - 60) * 10**9  # a whole second, a minute ago
     os.utime(backend, ns=(second, second + 1))
-    first = _same_as_uncached(tree, "--check", hashing=hashing)
+    first = _same_as_uncached(tree, "--check")
     backend.write_bytes(LEGACY.replace(b"assert output is not None", b"assert output is not Nope"))
     os.utime(backend, ns=(second, second + 2))  # the same second, the same size: only the nanoseconds differ
     assert os.stat(backend).st_size == len(LEGACY)
@@ -225,8 +180,7 @@ def test_an_edit_keeping_the_size_within_the_same_second_is_seen(tmp_path, hashi
 
 
 @pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
-@pytest.mark.parametrize("hashing", HASHING)
-def test_git_checkout_between_branches_reports_each_branch_as_no_cache_does(tmp_path, hashing):
+def test_git_checkout_between_branches_reports_each_branch_as_no_cache_does(tmp_path):
     tree = tmp_path / "repo"
 
     def git(*args: str) -> None:
@@ -237,7 +191,7 @@ def test_git_checkout_between_branches_reports_each_branch_as_no_cache_does(tmp_
     git("add", "-A")
     git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "legacy")
     git("checkout", "-q", "-b", "migrated")
-    migrated = _same_as_uncached(tree, hashing=hashing)  # write mode: the safe fixes
+    migrated = _same_as_uncached(tree)  # write mode: the safe fixes
     assert migrated[2]["plugin/backend.py"] != LEGACY
     git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "migrated")
     outcomes = {}

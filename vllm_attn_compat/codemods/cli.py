@@ -9,6 +9,7 @@ or a dependency missing or broken (one line naming it and its install command; t
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -21,7 +22,6 @@ from vllm_attn_compat.codemods.run.config import ConfigError
 if TYPE_CHECKING:
     from vllm_attn_compat.codemods.run.config import Config
     from vllm_attn_compat.codemods.run.options import Options
-    from vllm_attn_compat.codemods.run.prefork import PreforkedWorker
 
 EPILOG = (
     "exit codes: 0 nothing left to do; 1 findings remain, or --check/--diff would change a file; "
@@ -138,7 +138,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="paths never to change nor report (globs); still read for the others' class hierarchy and callers",
     )
     migrate.add_argument("--jobs", "-j", type=_jobs, default=None, help="worker processes (default: all cores)")
-    migrate.add_argument("--format", choices=("text", "json", "github"), default="text", help="report format")
+    migrate.add_argument(
+        "--format", choices=("text", "json", "github"), default="text",
+        help="report format (json's fields: docs/json-report.md in the project's repository)",
+    )  # fmt: skip
     caching = migrate.add_mutually_exclusive_group()
     caching.add_argument(
         "--cache-dir", metavar="DIR",
@@ -219,38 +222,34 @@ def _cache_dir(args: argparse.Namespace, config: Config) -> str | None:
     return config.cache_dir or cachedir.default_folder(config.base)
 
 
-def _early_workers(args: argparse.Namespace, options: Options, *, missed: bool = False) -> list[PreforkedWorker]:
-    """A worker forked as soon as the command line is read, when the run is over folders: those very
-    likely hold a file that needs libcst, and the worker imports it while this process lists and reads
-    the files (the modules imported so far serve both processes; those imported after, only this one).
-    Once the run has read the files, this worker forks a second one if they are worth it (`runner`).
-    A rerun (the cache holds a status table) forks it only once the cache has ``missed`` (`rerun.replay`),
-    before this process imports the runner."""
-    from vllm_attn_compat.codemods.run import stats
-
-    cache = options.cache_dir
-    if not missed and cache is not None and stats.has_run(cache):
-        # Most likely a rerun the cache answers without libcst: none yet.
-        return []
-    from vllm_attn_compat.codemods.run import parallel, prefork, worker
-
-    jobs = args.jobs or parallel.available_cores()
-    if prefork.worth_starting(jobs) and "-" not in args.paths and any(os.path.isdir(p) for p in args.paths):
-        return [early] if (early := prefork.start(worker.preload, sibling=True)) else []
-    return []
-
-
 def _migrate(args: argparse.Namespace) -> int:
+    for path in args.paths if "-" not in args.paths else ():  # before anything is read or created (the cache)
+        if not os.path.lexists(path):
+            raise ValueError(f"{path}: no such file or directory (expected a file or folder to migrate)")
     options, config = _configured(args)
-    warm = _early_workers(args, options)
+    return _migrate_with(args, options, config)
+
+
+def _reader_gone() -> None:
+    """Standard output's reader went away (``| head``): the rest goes nowhere, quietly, and the command exits with
+    its own code, as well-behaved commands do (a flush at exit would fail again)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+
+
+def _write(stream: Any, text: str) -> None:
+    """``stream.write(text)``, and nothing more once standard output's reader is gone."""
     try:
-        return _migrate_with(args, options, config, warm)
-    finally:
-        for early in warm:
-            early.close()
+        stream.write(text)
+        stream.flush()
+    except BrokenPipeError:
+        if stream is not sys.stdout:
+            raise
+        _reader_gone()
 
 
-def _migrate_with(args: argparse.Namespace, options: Options, config: Config, warm: list[PreforkedWorker]) -> int:
+def _migrate_with(args: argparse.Namespace, options: Options, config: Config) -> int:
     from vllm_attn_compat.codemods.run.report import render
 
     for stream in (sys.stdout, sys.stderr):
@@ -259,42 +258,33 @@ def _migrate_with(args: argparse.Namespace, options: Options, config: Config, wa
     if "-" in args.paths:
         if len(args.paths) > 1:
             raise ValueError("'-' (standard input) cannot be combined with other paths")
-        from vllm_attn_compat.codemods.run import dataclass_code
+        from vllm_attn_compat.codemods.run.runner import run_source
 
-        with dataclass_code.own_code():
-            from vllm_attn_compat.codemods.run.runner import run_source
-
-            _check_configured_codes(args, config)
-            name = args.stdin_filename or "-"
-            report, result, diff = run_source(sys.stdin.buffer.read(), name, options)
-        if options.mode == "write":
-            sys.stdout.buffer.write(result)
-        elif options.mode == "diff":
-            sys.stdout.write(diff)
-        sys.stdout.flush()
+        _check_configured_codes(args, config)
+        name = args.stdin_filename or "-"
+        report, result, diff = run_source(sys.stdin.buffer.read(), name, options)
+        try:
+            if options.mode == "write":
+                sys.stdout.buffer.write(result)
+            elif options.mode == "diff":
+                sys.stdout.write(diff)
+            sys.stdout.flush()
+        except BrokenPipeError:
+            _reader_gone()
         report_stream = sys.stderr
     else:
-        write = sys.stdout.write
 
         def emit_diff(text: str) -> None:
-            write(text)
+            _write(sys.stdout, text)
 
-        from vllm_attn_compat.codemods.run import rerun
+        from vllm_attn_compat.codemods.run.runner import run_paths
 
-        prepared = rerun.prepare(args.paths, options)
-        report = prepared.report(options.mode)
-        if not rerun.replay(prepared, options.mode, report):  # the runner and its imports only after a miss
-            if not warm:  # (the first file needing libcst would start it, after the runner's imports and more)
-                warm += _early_workers(args, options, missed=True)
-            from vllm_attn_compat.codemods.run import dataclass_code
+        def on_miss() -> None:
+            _check_configured_codes(args, config)
 
-            with dataclass_code.own_code():  # (the runner's modules and those it imports as it goes)
-                from vllm_attn_compat.codemods.run.runner import run_paths
-
-                _check_configured_codes(args, config)
-                report = run_paths(args.paths, options, emit_diff=emit_diff, warm=warm, prepared=prepared)
+        report = run_paths(args.paths, options, emit_diff=emit_diff, on_miss=on_miss)
         report_stream = sys.stderr if options.mode == "diff" else sys.stdout
-    report_stream.write(render(report, args.format, quiet=args.quiet))
+    _write(report_stream, render(report, args.format, quiet=args.quiet))
     return report.exit_code()
 
 
@@ -337,8 +327,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("vllm-attn-compat: interrupted; every file written so far is complete", file=sys.stderr)
         return 130
-    except BrokenPipeError:  # e.g. `| head`: the reader is gone, nothing left to report to
-        return 1
+    except BrokenPipeError:  # `rules ... | head`: the reader is gone, and the command did what it was asked
+        _reader_gone()
+        return 0
 
 
 # Allocations between two collections of the cyclic collector's youngest generation (CPython's default: 700).
@@ -369,9 +360,10 @@ def run() -> NoReturn:
     code = main()
     try:
         sys.stdout.flush()
+    except BrokenPipeError:  # `| head`: the reader is gone, as in main()
+        _reader_gone()
+    with contextlib.suppress(BrokenPipeError):
         sys.stderr.flush()
-    except BrokenPipeError:  # e.g. `| head`: the reader is gone, as in main()
-        code = 1
     os._exit(code)
 
 

@@ -22,7 +22,7 @@ class FixSafety(enum.Enum):
 class Status(enum.Enum):
     """What became of one finding in this run."""
 
-    FIXED = "fixed"  # the fix was applied (or would be, with --check/--diff)
+    FIXED = "fixed"  # the fix was applied (with --check/--diff, would be: the reports say "fixable" then)
     UNSAFE_FIX_AVAILABLE = "unsafe-fix-available"  # withheld: needs --unsafe-fixes
     MANUAL = "manual"  # no automatic fix; a person must act
     SUPPRESSED = "suppressed"  # silenced by a noqa comment

@@ -143,7 +143,7 @@ def test_nothing_is_stubbed_where_it_cannot_be_done_exactly(always, text, why):
     assert reduction is None or not reduction.stubs, why
 
 
-SIGNATURE = spans.Needs((b"output=None",), body_tokens=())
+SIGNATURE = spans.Needs((b"output=None",), reads_statements=())
 
 
 @pytest.mark.parametrize(
@@ -208,7 +208,7 @@ def test_a_rule_reading_whole_bodies_keeps_every_statement_of_a_function_it_want
 
 def test_a_rule_reading_statements_that_name_output_keeps_those(always):
     text = b"import os\n\n\ndef f(q, output=None):\n    x = 1\n    output = x\n    return x\n\n\nx = 1\n"
-    needs = [SIGNATURE, spans.Needs((b"output=None",), body_tokens=(b"output",))]
+    needs = [SIGNATURE, spans.Needs((b"output=None",), reads_statements=(b"output",))]
     reduction = spans.reduce(text, needs)
     assert reduction is not None and b"output = x" in reduction.source
     assert b"x = 1\n    output" not in reduction.source and b"return x" not in reduction.source
@@ -257,7 +257,7 @@ class Impl(AttentionImpl):
 
 
 def test_runs_are_found_in_the_blocks_of_compound_statements_kept_for_what_they_hold(always):
-    needs = [spans.Needs((b"output is not None",), body_tokens=(b"output",))]
+    needs = [spans.Needs((b"output is not None",), reads_statements=(b"output",))]
     reduction = spans.reduce(NESTED.encode(), needs)
     assert reduction is not None
     reduced = reduction.source.decode()
@@ -303,7 +303,7 @@ def test_scoped_tokens_count_only_in_attention_code(always):
     assert "return 1" not in reduced
 
 
-def test_class_context_tokens_keep_a_class_s_other_methods_only_where_the_rule_s_token_is(always):
+def test_what_a_rule_reads_in_a_class_is_kept_only_where_the_rule_s_token_is(always):
     text = source(
         """
         import torch
@@ -322,12 +322,12 @@ def test_class_context_tokens_keep_a_class_s_other_methods_only_where_the_rule_s
                 self.num_heads = 8
         """
     ).encode()
-    reduction = spans.reduce(text, [spans.Needs((b"unified_attention",), class_context_tokens=(b"num_heads",))])
+    reduction = spans.reduce(text, [spans.Needs((b"unified_attention",), reads_in_class=(b"num_heads",))])
     assert reduction is not None
     assert reduction.source.count(b"self.num_heads = 8") == 1  # Layer's, not Other's
 
 
-def test_context_tokens_keep_code_anywhere_in_a_file_holding_the_rule_s_token(always):
+def test_what_a_rule_reads_is_kept_anywhere_in_a_file_holding_the_rule_s_token(always):
     text = source(
         """
         def setup():
@@ -342,42 +342,11 @@ def test_context_tokens_keep_code_anywhere_in_a_file_holding_the_rule_s_token(al
             import vllm_attn_compat
         """
     ).encode()
-    needs = [spans.Needs((b"unified_attention",), context_tokens=(b"vllm_attn_compat",))]
+    needs = [spans.Needs((b"unified_attention",), reads=(b"vllm_attn_compat",))]
     reduction = spans.reduce(text, needs)
-    assert reduction is None or not reduction.stubs  # every function holds a token or a context token
+    assert reduction is None or not reduction.stubs  # every function holds a token or a name the rule reads
     without = spans.reduce(text.replace(b"unified_attention", b"other_name"), needs)
-    assert without is not None and len(without.stubs) == 3  # without the rule's token, context counts for nothing
-
-
-def test_a_rule_acting_in_named_functions_keeps_no_other_function_but_one_defining_code_inside(always):
-    text = source(
-        """
-        import torch
-
-
-        class Impl(AttentionImpl):
-            def forward(self, q, output=None):
-                return self._helper(q, output)
-
-            def _helper(self, q, output):
-                return output
-
-
-        def make(base):
-            class Inner(base):
-                def forward(self, q, output=None):
-                    return q.clone(output)
-
-            return Inner
-        """
-    ).encode()
-    needs = [spans.Needs((b"output)",), functions=frozenset({"forward"}))]
-    reduction = spans.reduce(text, needs)
-    assert reduction is not None
-    reduced = reduction.source.decode()
-    assert "self._helper(q, output)" in reduced and "return output" not in reduced
-    assert "q.clone(output)" in reduced  # inside a function of another name, which defines a class
-    assert reduction.source != spans.reduce(text, [spans.Needs((b"output)",))])
+    assert without is not None and len(without.stubs) == 3  # without the rule's token, what it reads counts for nothing
 
 
 FACTORY = """\

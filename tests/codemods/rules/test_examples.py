@@ -46,3 +46,61 @@ def test_unchanged_examples_come_out_byte_identical():
                     assert run(example.source(), [rule.code], unsafe=unsafe, path="example.py").source == (
                         example.source().encode()
                     )
+
+
+def _both_ways(rule, example, unsafe: bool):
+    """The example migrated through every stub `spans` can make of it (however little that saves), and whole:
+    the two results, and whether anything was stubbed."""
+    from vllm_attn_compat.codemods.engine import spans
+    from vllm_attn_compat.codemods.engine.migrate import migrate_source
+    from vllm_attn_compat.codemods.index.hierarchy import ClassHierarchy, index_module
+
+    source = example.source().encode()
+    settings = dict(
+        path="example.py",
+        rules=[rule],
+        hierarchy=ClassHierarchy.build([index_module(source, "example.py")]),
+        unsafe_fixes=unsafe,
+    )
+    saved, reduce, made = spans._MIN_SAVED, spans.reduce, []
+    spans._MIN_SAVED = -(1 << 30)
+    spans.reduce = lambda *args, **kwargs: made.append(reduce(*args, **kwargs)) or made[-1]
+    try:
+        stubbed = migrate_source(source, **settings, reduce_spans=True)
+    finally:
+        spans._MIN_SAVED, spans.reduce = saved, reduce
+    whole = migrate_source(source, **settings, reduce_spans=False)
+    results = [(r.source, r.findings, r.removed_comments) for r in (stubbed, whole)]
+    return results[0], results[1], any(reduction is not None for reduction in made)
+
+
+@pytest.mark.parametrize(("rule", "example"), CASES)
+@pytest.mark.parametrize("unsafe", [False, True], ids=["safe", "unsafe"])
+def test_example_migrates_the_same_with_the_code_the_rule_does_not_read_stubbed(rule, example, unsafe):
+    """A rule declares what it matches and reads (`Rule.tokens`, `Rule.reads`); libcst is handed the rest as stubs
+    (`engine/spans.py`). Every example, stubbed wherever it can be, migrates as the whole file does: a rule that
+    reads code it does not declare fails here, on its own examples, rather than seeing a stub in a real run."""
+    stubbed, whole, _ = _both_ways(rule, example, unsafe)
+    assert stubbed == whole
+
+
+DECLARED = [
+    pytest.param(rule, what, id=f"{rule.code}-{what}")
+    for rule in all_rules()
+    for what in ("reads", "reads_in_class", "reads_statements")
+    if getattr(rule, what)
+]
+
+
+@pytest.mark.parametrize(("rule", "what"), DECLARED)
+def test_a_rule_declaring_less_than_it_reads_fails_its_own_examples(rule, what, monkeypatch):
+    """Each declaration of what a rule reads is needed, and its examples show it: VAC007 reads a layer's shape from
+    the attributes its other methods set, VAC008 the imports that bind the forwarders, VAC001, VAC003 and VAC009
+    the statements naming `output`. Without the declaration, some example comes out otherwise."""
+    monkeypatch.setattr(rule, what, ())
+    assert any(
+        stubbed != whole
+        for example in rule.examples
+        for unsafe in (False, True)
+        for stubbed, whole, _ in [_both_ways(rule, example, unsafe)]
+    )

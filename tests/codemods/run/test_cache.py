@@ -1,11 +1,11 @@
-"""The opt-in result cache: a warm run reports and writes what a cold one does, without libcst; any change
-a file's result depends on misses, and only that; an entry not trusted is ignored with a warning."""
+"""The cache (`run/cache.py`): a warm run reports and writes what a cold one does, without libcst; any change a
+file's result depends on misses, and only that; a rerun over unchanged files replays the report without reading
+a file; a cache file that cannot be trusted is ignored with a warning and rewritten, never a crash."""
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import time
 from pathlib import Path
 
@@ -13,10 +13,10 @@ import pytest
 
 from vllm_attn_compat.codemods.cli import main
 from vllm_attn_compat.codemods.run import cache as cache_module
-from vllm_attn_compat.codemods.run import worker
+from vllm_attn_compat.codemods.run import runner, worker
 from vllm_attn_compat.codemods.run.runner import Options, run_paths
 
-from runner_trees import BASE, IMPL, IMPL_MIGRATED, MANUAL, write_tree
+from runner_trees import BASE, IMPL, IMPL_MIGRATED, MANUAL, UNRELATED, write_tree
 
 STUB_VLLM = {
     "vllm/__init__.py": "",
@@ -176,54 +176,88 @@ def test_other_rules_or_options_miss(tree, tmp_path, migrations, options):
     assert set(migrations) == {"impl.py", "manual.py", "prefill.py"}
 
 
-def _entries(cache: Path) -> list[Path]:
-    """The entries (named by their key), not the status table, the pruning marker nor the folder's tags."""
-    return sorted(path for path in cache.rglob("*") if path.is_file() and re.fullmatch("[0-9a-f]{64}", path.name))
+def _cache_file(cache: Path) -> Path:
+    [found] = (cache / "vllm-attn-compat").glob("*.json")
+    return found
 
 
-def _spoil_shape(path: Path) -> None:
-    """A well-formed entry of its kind with one value of the wrong shape."""
-    entry = json.loads(path.read_text())
-    if entry["kind"] == "index":
-        entry["index"]["uses"] = [[1, "x"]]
-    elif entry["kind"] == "file":
-        entry["migrations"][0]["answers"] = [["is_attention_class", "plugin.impl.MyImpl", True]]  # no list
-    else:
-        entry["findings"] = [[1, "x"]]
-    path.write_text(json.dumps(entry))
+def _lines(cache: Path) -> tuple[dict, dict]:
+    """The cache file's two lines: the key, statuses and report; the files' results."""
+    first, second = _cache_file(cache).read_text().splitlines()
+    return json.loads(first), json.loads(second)
+
+
+def _without_report(path: Path, results: str) -> None:
+    """The cache file with no report to replay (the results are read) and ``results`` as its second line."""
+    head = json.loads(path.read_text().splitlines()[0])
+    path.write_text(json.dumps({**head, "run": None}) + "\n" + results + "\n")
+
+
+def _spoil_results(path: Path) -> None:
+    """A well-formed file whose results hold a value of the wrong shape."""
+    results = json.loads(path.read_text().splitlines()[1])
+    for entry in results.values():
+        if "index" in entry:
+            entry["index"]["classes"] = [[1, "x"]]
+        if "migration" in entry:
+            entry["migration"]["answers"] = [["is_attention_class", "plugin.impl.MyImpl", True]]  # no list
+    _without_report(path, json.dumps(results))
 
 
 @pytest.mark.parametrize(
-    "spoil",
+    ("spoil", "warned"),
     [
-        lambda path: path.write_bytes(b"\x80\x00 not json"),
-        lambda path: path.write_text("[]"),
-        lambda path: path.write_text(json.dumps({**json.loads(path.read_text()), "key": "0" * 64})),  # foreign
-        _spoil_shape,
-        lambda path: path.write_text(json.dumps({**json.loads(path.read_text()), "format": "other/9"})),
+        (lambda path: path.write_bytes(b"\x80\x00 not json"), True),
+        (lambda path: path.write_text("[]"), True),
+        (lambda path: path.write_text(path.read_text().replace('"statuses":{', '"statuses":{"x":1,', 1)), True),
+        (lambda path: _without_report(path, "{not json"), True),
+        (_spoil_results, True),
+        (lambda path: path.write_text(path.read_text().replace("vllm-attn-compat-cache/", "other/", 1)), True),
+        # Made by another version of this package or for another project: not ours to read, said nothing of.
+        (lambda path: path.write_text(path.read_text().replace('"root":"', '"root":"/elsewhere', 1)), False),
     ],
-    ids=["not-json", "not-an-entry", "foreign-key", "malformed", "other-format"],
-)
-def test_an_entry_not_trusted_is_ignored_with_a_warning(tree, tmp_path, migrations, indexed, capsys, spoil):
+    ids=["not-json", "not-a-cache", "malformed-status", "results-not-json", "malformed-results", "other-format",
+         "foreign-key"],
+)  # fmt: skip
+def test_a_cache_file_not_trusted_is_ignored_and_rewritten(tree, tmp_path, migrations, indexed, capsys, spoil, warned):
     cache = tmp_path / "cache"
     cold = _run(tree, cache)
-    entries = _entries(cache)
-    kinds = {entry: json.loads(entry.read_text())["kind"] for entry in entries}
-    # The files migrated and indexed (three mentioning vLLM, then two naming an attention class), the run and
-    # what it rests on (read by a rerun after an edit: `test_bystanders`).
-    assert sorted(kinds.values()) == ["basis"] + ["file"] * 3 + ["index"] * 5 + ["run"]
-    entries = [entry for entry in entries if kinds[entry] != "basis"]
-    for entry in entries:
-        spoil(entry)
+    spoil(_cache_file(cache))
     capsys.readouterr()
     migrations.clear()
     indexed.clear()
     assert _run(tree, cache) == cold
     assert set(migrations) == {"impl.py", "manual.py", "prefill.py"} and len(indexed) == 5
-    assert capsys.readouterr().err.count("warning: ignoring the cache entry") == len(entries)
+    assert capsys.readouterr().err.count("warning: the cache file") == warned
     migrations.clear()
     indexed.clear()
     assert _run(tree, cache) == cold and migrations == indexed == []  # rewritten
+    assert not capsys.readouterr().err
+
+
+def test_the_cache_is_one_json_file_of_the_project_keyed_by_the_code_and_settings(tree, tmp_path):
+    cache = tmp_path / "cache"
+    _run(tree, cache)
+    [folder] = [path for path in cache.iterdir() if path.is_dir()]
+    assert sorted(path.name for path in cache.iterdir()) == [".gitignore", "CACHEDIR.TAG", "vllm-attn-compat"]
+    assert len(list(folder.iterdir())) == 1
+    head, results = _lines(cache)
+    assert head["key"]["root"] == os.path.abspath(".")
+    assert head["key"]["settings"] == [[], [], False, "with-output"]
+    assert {row[0] for row in head["key"]["code"][4]} >= {"cli.py", os.path.join("run", "cache.py")}
+    impl = str((tree / "plugin/impl.py").resolve())
+    assert results[impl]["where"] == [str(tree / "plugin/impl.py"), "plugin.impl"]  # what its index was made for
+    assert {"answers", "index", "migration"} <= set(results[impl])
+
+
+def test_a_change_of_this_package_s_code_is_a_change_of_key(tree, tmp_path, migrations, monkeypatch):
+    cache = tmp_path / "cache"
+    _run(tree, cache)
+    real = cache_module.code_key
+    monkeypatch.setattr(cache_module, "code_key", lambda: [*real()[:4], [["cli.py", 1, 2]]])
+    migrations.clear()
+    _run(tree, cache)
+    assert set(migrations) == {"impl.py", "manual.py", "prefill.py"}
 
 
 def _uncached(tree: Path):
@@ -288,28 +322,24 @@ def test_an_edit_giving_a_method_output_reads_its_calls_from_the_indexes_kept(tr
     assert "`impl.decode(...)` does not pass `output`" in finding.message
 
 
-def _index_path(entry: Path) -> str:
-    """The path of the file whose index the entry keeps, if it keeps one."""
-    return json.loads(entry.read_text()).get("index", {}).get("path", "")
-
-
 def test_uses_kept_that_turn_out_not_to_be_valid_stop_the_run_before_it_writes(tree, tmp_path, capsys):
-    """Read only once a run asks for them, after the entry was taken: the run stops, naming the file, and writes
+    """Read only once a run asks for them, after the index was taken: the run stops, naming the file, and writes
     nothing (the analysis comes before any write)."""
     (tree / "plugin/warm.py").write_text(WARM.format(body="impl.decode(q)"))
     cache = tmp_path / "cache"
     command = ["migrate", "--cache-dir", str(cache), str(tree / "plugin")]
-    assert main(command) == 1  # (a run that writes keeps entries apart from `--check`'s: it verifies its fixes)
-    [entry] = [path for path in _entries(cache) if _index_path(path).endswith("/warm.py")]
-    spoiled = json.loads(entry.read_text())
-    spoiled["index"]["other_uses"] = '[[0], ["decode"]]'  # a column, where there are 19
-    entry.write_text(json.dumps(spoiled))
+    assert main(command) == 1
+    path = _cache_file(cache)
+    first, second = path.read_text().splitlines()
+    results = json.loads(second)
+    results[str((tree / "plugin/warm.py").resolve())]["index"]["other_uses"] = '[[0], ["decode"]]'  # 1 of 19 columns
+    path.write_text(first + "\n" + json.dumps(results) + "\n")
     (tree / "plugin/prefill.py").write_text(PREFILL + DECODE)
     files = {path: path.read_bytes() for path in tree.rglob("*.py")}
     capsys.readouterr()
     assert main(command) == 2
     error = capsys.readouterr().err
-    assert f"error: the class index kept in {entry} is not valid (expected 19 columns of Use values" in error
+    assert f"error: the class index kept in {path} is not valid (expected 19 columns of Use values" in error
     assert "delete the file, or run with --no-cache" in error
     assert {path: path.read_bytes() for path in tree.rglob("*.py")} == files
 
@@ -319,8 +349,7 @@ def test_an_index_kept_holds_ready_the_uses_of_the_methods_the_run_read(tree, tm
     (tree / "plugin/warm.py").write_text(WARM.format(body="impl.prefill(q).view(-1)"))
     cache = tmp_path / "cache"
     _run(tree, cache)
-    [entry] = [path for path in _entries(cache) if _index_path(path).endswith("/warm.py")]
-    kept = json.loads(entry.read_text())["index"]
+    kept = _lines(cache)[1][str((tree / "plugin/warm.py").resolve())]["index"]
     assert kept["uses"][1] == ["prefill"] and kept["other_names"] == ["view"]
 
 
@@ -334,11 +363,22 @@ def test_an_index_entry_serves_only_the_module_its_folders_make_of_the_file(tree
     assert warm == _uncached(tree)
 
 
+def test_an_index_kept_serves_only_the_path_the_file_is_given_as(tree, tmp_path, indexed, monkeypatch):
+    cache = tmp_path / "cache"
+    _run(tree, cache)
+    monkeypatch.chdir(tree)  # the same files, given by other paths: their indexes record the paths
+    indexed.clear()
+    report = run_paths(["plugin"], Options(mode="check", jobs=1, cache_dir=str(cache)))
+    assert sorted(indexed) == ["base.py", "impl.py", "manual.py", "prefill.py", "warm.py"]
+    uncached = run_paths(["plugin"], Options(mode="check", jobs=1))
+    assert (sorted(report.findings), report.changed) == (sorted(uncached.findings), uncached.changed)
+
+
 def test_the_command_line_option(tree, tmp_path, capsys):
     cache = tmp_path / "cache"
     assert main(["migrate", "--check", "--cache-dir", str(cache), str(tree / "plugin")]) == 1
     cold = capsys.readouterr().out
-    assert _entries(cache)
+    assert _cache_file(cache).is_file()
     assert main(["migrate", "--check", "--cache-dir", str(cache), str(tree / "plugin")]) == 1
     assert capsys.readouterr().out == cold
 
@@ -383,65 +423,246 @@ def test_a_run_with_an_error_is_never_replayed(tree, tmp_path, indexed):
     assert indexed.count("broken.py") == 2
 
 
-def test_a_cache_folder_that_cannot_be_used_costs_the_cache_and_two_warnings(tree, tmp_path, capsys):
+def test_a_cache_folder_that_cannot_be_used_costs_the_cache_and_one_warning(tree, tmp_path, capsys):
     blocked = tmp_path / "blocked"
     blocked.mkdir()
     (blocked / "vllm-attn-compat").write_text("a file where the cache's folder should be")
     assert _run(tree, blocked) == _uncached(tree)
     warnings = capsys.readouterr().err.splitlines()
-    assert len(warnings) == 2, warnings  # not one per entry: a run looks up and writes dozens
-    assert "cannot be read" in warnings[0] and "ignored without another warning" in warnings[0]
-    assert "cannot be written" in warnings[1] and "this run writes no more entries" in warnings[1]
+    assert len(warnings) == 1, warnings  # (it cannot be read either: said once)
+    assert "cannot be" in warnings[0] and "the run goes on without it" in warnings[0]
 
 
-def test_trees_that_alternate_each_find_their_migration_of_a_file_they_share(tree, tmp_path, migrations):
-    """Two branches share `prefill.py`, but in one a caller withholds its safe fixes. Once each has run,
-    switching back and forth never migrates it again (each switch edits `manual.py` too, so that no run is
-    replayed whole)."""
+# --- the runs users repeat: a rerun over unchanged files replays the report without reading any ---
+
+
+@pytest.fixture
+def settled(monkeypatch) -> None:
+    """Files written by a test are "racy" for `cache.RACY_NS`: trusted at once here, the worst case for staleness."""
+    monkeypatch.setattr(cache_module, "RACY_NS", 0)
+
+
+def _checked(cache: Path, **more) -> Options:
+    return Options(**{"mode": "check", "jobs": 1, "cache_dir": str(cache), **more})
+
+
+def _outcome(report):
+    """Everything a run reports, in an order that does not depend on the run's."""
+    return sorted(report.findings), sorted(report.changed), sorted(report.errors), report.scanned, report.parsed
+
+
+def _replayed(tree: Path, options: Options, monkeypatch) -> bool:
+    """Whether a run of ``options`` over ``tree`` replays the report (no run after the replay is tried)."""
+    runs = []
+    real = runner._run
+    monkeypatch.setattr(runner, "_run", lambda *args, **kwargs: runs.append(1) or real(*args, **kwargs))
+    run_paths([str(tree)], options)
+    monkeypatch.setattr(runner, "_run", real)
+    return not runs
+
+
+def test_a_rerun_over_unchanged_files_reads_none_and_reports_the_same(tree, tmp_path, reads, settled):
+    options = _checked(tmp_path / "cache")
+    cold = _outcome(run_paths([str(tree)], options))
+    assert reads
+    reads.clear()
+    assert _outcome(run_paths([str(tree)], options)) == cold
+    assert reads == []
+
+
+def test_a_tree_with_nothing_to_migrate_is_replayed_too(tmp_path, reads, settled, monkeypatch):
+    tree = write_tree(tmp_path / "plain", {f"pkg/m{n}.py": UNRELATED for n in range(5)})
+    options = _checked(tmp_path / "cache")
+    assert _outcome(run_paths([str(tree)], options)) == ([], [], [], 5, 0)
+    reads.clear()
+    assert _replayed(tree, options, monkeypatch) and reads == []
+
+
+def test_files_whose_status_changed_but_not_their_bytes_are_read_and_the_run_replayed(
+    tree, tmp_path, reads, settled, monkeypatch
+):
+    options = _checked(tmp_path / "cache")
+    run_paths([str(tree)], options)  # a first run hashes nothing: each file's next change is told by its status
+    impl = tree / "plugin/impl.py"
+    for hours in (1, 2):  # `touch`, or a checkout writing the same bytes back
+        earlier = time.time_ns() - hours * 3600 * 10**9
+        os.utime(impl, ns=(earlier, earlier))
+        reads.clear()
+        # The first time, the cache knows no digest of its bytes: the run reads it (alone), and takes its digest.
+        assert _replayed(tree, options, monkeypatch) == (hours == 2)
+        assert reads == ["impl.py"]
+    reads.clear()
+    assert _replayed(tree, options, monkeypatch) and reads == []  # its new status was recorded
+
+
+def _edit(path: Path, text: str) -> None:
+    """Write ``text`` with a status unlike the one before (a later ``mtime_ns``, whatever the clock's grain)."""
+    before = path.stat().st_mtime_ns
+    path.write_text(text)
+    later = max(path.stat().st_mtime_ns, before + 10**9)
+    os.utime(path, ns=(later, later))
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda tree: (tree / "plugin/impl.py").write_text(IMPL.replace("is not None", "is not Nope")),  # same size
+        lambda tree: (tree / "plugin/new.py").write_text(IMPL),
+        lambda tree: (tree / "plugin/manual.py").unlink(),
+        lambda tree: (tree / "plugin/base.py").write_text("class PluginImplBase:\n    pass\n"),
+    ],
+    ids=["same-size-edit", "file-added", "file-removed", "base-edited"],
+)
+def test_any_change_misses_and_the_run_reports_what_an_uncached_run_does(tree, tmp_path, settled, monkeypatch, change):
+    options = _checked(tmp_path / "cache")
+    run_paths([str(tree)], options)
+    change(tree)
+    uncached = _outcome(run_paths([str(tree)], Options(mode="check", jobs=1)))
+    assert not _replayed(tree, options, monkeypatch)
+    assert _outcome(run_paths([str(tree)], options)) == uncached
+
+
+def test_an_edit_restoring_the_mtime_to_the_nanosecond_is_seen_by_the_ctime(tree, tmp_path, settled, monkeypatch):
+    options = _checked(tmp_path / "cache")
+    run_paths([str(tree)], options)
+    impl = tree / "plugin/impl.py"
+    before = impl.stat()
+    time.sleep(0.01)
+    impl.write_text(IMPL.replace("is not None", "is not Nope"))  # the same size
+    os.utime(impl, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert not _replayed(tree, options, monkeypatch)
+
+
+def test_options_mode_and_excludes_key_the_run(tree, tmp_path, settled, monkeypatch):
     cache = tmp_path / "cache"
-    callers = {"main": WARM.format(body="q"), "feature": WARM.format(body="impl.prefill(q)")}
-    for switch, branch in enumerate(["main", "feature", "main", "feature", "main"]):
-        (tree / "plugin/warm.py").write_text(callers[branch])
-        (tree / "plugin/manual.py").write_text(f"# switch {switch}\n" + MANUAL)
-        expected = _uncached(tree)
-        migrations.clear()
-        findings, changed, errors = _run(tree, cache)
-        assert (findings, changed, errors) == expected
-        fixed = any(name == "prefill.py" and f.status.value == "fixed" for name, f in findings)
-        assert fixed == (branch == "main")
-        assert ("prefill.py" in migrations) == (switch < 2)
+    run_paths([str(tree)], _checked(cache))
+    assert _replayed(tree, _checked(cache), monkeypatch)
+    assert not _replayed(tree, _checked(cache, mode="diff"), monkeypatch)
+    for other in ({"select": ("VAC001",)}, {"unsafe_fixes": True}, {"exclude": ("impl.py",), "base": str(tree)}):
+        run_paths([str(tree)], _checked(cache))
+        assert not _replayed(tree, _checked(cache, **other), monkeypatch), other
 
 
-def _age(path: Path, days: float) -> None:
-    then = time.time() - days * 24 * 3600
-    os.utime(path, (then, then))
+def test_an_edit_of_an_excluded_file_misses(tree, tmp_path, settled, monkeypatch):
+    options = _checked(tmp_path / "cache", exclude=("base.py",), base=str(tree))
+    run_paths([str(tree)], options)
+    assert _replayed(tree, options, monkeypatch)
+    _edit(tree / "plugin/base.py", "class PluginImplBase:\n    pass\n")
+    assert not _replayed(tree, options, monkeypatch)
 
 
-def test_entries_no_run_used_for_a_month_are_deleted_once_a_day_and_nothing_else(tree, tmp_path):
+def test_a_file_that_cannot_be_read_as_source_is_never_replayed_over(tree, tmp_path, settled, monkeypatch):
+    (tree / "plugin/binary.py").write_bytes(b"x = 1\n\0")
+    options = _checked(tmp_path / "cache")
+    first = _outcome(run_paths([str(tree)], options))
+    assert [error.path for error in first[2]] == [str(tree / "plugin/binary.py")]
+    assert not _replayed(tree, options, monkeypatch)  # the run reads it, and reports it again
+    assert _outcome(run_paths([str(tree)], options)) == first
+
+
+def test_a_racy_file_is_not_trusted_by_its_status_next_time(tree, tmp_path, reads, monkeypatch):
+    monkeypatch.setattr(cache_module, "RACY_NS", 3600 * 10**9)  # every file was modified "just now"
+    options = _checked(tmp_path / "cache")
+    cold = _outcome(run_paths([str(tree)], options))
+    every = sorted(path.name for path in tree.rglob("*.py"))
+    for _ in range(2):  # no status is trusted: each file is read and hashed again, and found to be the same
+        reads.clear()
+        assert _replayed(tree, options, monkeypatch) and sorted(reads) == every
+    monkeypatch.setattr(cache_module, "RACY_NS", 0)  # old enough now: read, hashed, the statuses kept
+    assert _outcome(run_paths([str(tree)], options)) == cold
+    reads.clear()
+    assert _replayed(tree, options, monkeypatch) and reads == []
+
+
+@pytest.mark.parametrize("mode", ["check", "diff"])
+def test_a_rerun_after_an_edit_reads_only_the_files_whose_bytes_it_needs(tree, tmp_path, reads, settled, mode):
+    """A file that takes part edited: the others' answers and results are kept, so their bytes are not read again
+    (a ``--diff`` reads those it shows a diff of); the report is an uncached run's."""
+    options = _checked(tmp_path / "cache", mode=mode)
+    run_paths([str(tree)], options)
+    _edit(tree / "plugin/manual.py", "# edited\n" + MANUAL)
+    reads.clear()
+    report = run_paths([str(tree)], options)
+    assert sorted(reads) == (["manual.py"] if mode == "check" else ["impl.py", "manual.py", "prefill.py"])
+    assert _outcome(report) == _outcome(run_paths([str(tree)], Options(mode=mode, jobs=1)))
+
+
+@pytest.mark.parametrize(("before", "after"), [("check", "diff"), ("diff", "check")])
+def test_after_a_run_in_another_mode_a_rerun_indexes_only_the_file_edited(
+    tree, tmp_path, indexed, settled, before, after
+):
+    """What a run asks of a file's bytes and its class index depend on neither mode nor options: a ``--check``
+    in pre-commit after a ``--diff`` (and the other way round) indexes the edited file alone."""
     cache = tmp_path / "cache"
-    _run(tree, cache)
-    folder = cache / "vllm-attn-compat"
-    marker = folder / ".pruned"
-    entries = _entries(cache)
-    assert marker.is_file() and entries
-    assert {entry.parent for entry in entries} == {folder}  # one folder, none made per entry
-    leftover = folder / ("1" * 64 + ".4242.tmp")  # the write of a run that was killed
-    leftover.write_text("{")
-    (folder / "ff").mkdir()
-    foreign = [folder / "notes.txt", folder / "README", folder / ("2" * 63), folder / "ff" / ("ff" + "3" * 62)]
-    for path in foreign:
-        path.write_text("kept")
-    for path in [*entries, leftover, *foreign]:
-        _age(path, cache_module.KEEP_DAYS + 1)
-    # No replay: the run reads the entries of the other files, and those of `manual.py` and of the run go unused.
-    (tree / "plugin/manual.py").write_text("# edited\n" + MANUAL)
-    _run(tree, cache)  # the marker is fresh: nothing is deleted
-    month = time.time() - cache_module.KEEP_DAYS * 24 * 3600
-    used = {path for path in _entries(cache) if path.stat().st_mtime > month}
-    unused = set(entries) - used
-    assert unused and used & set(entries) and leftover.exists()
-    _age(marker, 2)
-    assert _run(tree, cache) == _uncached(tree)  # a replay of the last run, then the pruning
-    assert not any(path.exists() for path in unused) and not leftover.exists()
-    assert all(path.exists() for path in used) and all(path.exists() for path in foreign)
-    assert time.time() - marker.stat().st_mtime < 3600
+    run_paths([str(tree)], _checked(cache, mode=before))
+    _edit(tree / "plugin/impl.py", IMPL.replace("# the buffer comes from the layer", "# edited"))
+    indexed.clear()
+    report = run_paths([str(tree)], _checked(cache, mode=after))
+    assert indexed == ["impl.py"]
+    assert _outcome(report) == _outcome(run_paths([str(tree)], Options(mode=after, jobs=1)))
+
+
+def test_a_run_that_writes_reads_every_file_before_writing_any(tree, tmp_path, reads, settled):
+    cache = tmp_path / "cache"
+    run_paths([str(tree)], _checked(cache))
+    _edit(tree / "plugin/manual.py", MANUAL + "\n# edited\n")
+    reads.clear()
+    run_paths([str(tree)], _checked(cache, mode="write"))
+    assert sorted(reads) == sorted(p.name for p in tree.rglob("*.py"))
+
+
+def test_a_file_edited_during_a_rerun_has_the_run_start_again_reading_every_file(tree, tmp_path, settled, monkeypatch):
+    """The run trusted a file by its status; it changes before the run asks for its bytes (to show its diff): what
+    was asked of it may mix two versions, so the run reads every file anew (`reading.Changed`)."""
+    from vllm_attn_compat.codemods.run import rounds
+
+    options = _checked(tmp_path / "cache", mode="diff")
+    first = run_paths([str(tree)], options)  # (a diff that shows changes is no report to replay)
+    assert any(path.endswith("impl.py") for path in first.changed)
+    real_build, real_run = rounds.build_hierarchy, runner._run
+    runs = []
+
+    def build(*args):
+        if len(runs) == 1:
+            _edit(
+                tree / "plugin/impl.py",
+                IMPL.replace('assert output is not None, "Output tensor must be provided."', ""),
+            )
+        return real_build(*args)
+
+    def counted(*args, trusting):
+        runs.append(trusting)
+        return real_run(*args, trusting=trusting)
+
+    monkeypatch.setattr(rounds, "build_hierarchy", build)
+    monkeypatch.setattr(runner, "_run", counted)
+    report = run_paths([str(tree)], options)
+    assert runs == [True, False]
+    assert _outcome(report) == _outcome(run_paths([str(tree)], Options(mode="diff", jobs=1)))
+    assert not any(path.endswith("impl.py") for path in report.changed)  # its assert is gone: the new bytes
+
+
+def test_after_an_edit_the_class_scan_reads_the_edited_file_alone(tree, tmp_path, settled, monkeypatch):
+    """What the class scan made of a file is kept with its results, for the module the file is (it is asked again
+    of a file whose module changed): after an edit that changes no attention class, only the edited file is
+    scanned again."""
+    from vllm_attn_compat.codemods.index import classscan
+
+    options = _checked(tmp_path / "cache")
+    scanned: list[str] = []
+    real = classscan.quick_index
+
+    def counted(source, path, known):
+        scanned.append(os.path.basename(path))
+        return real(source, path, known)
+
+    monkeypatch.setattr(classscan, "quick_index", counted)
+    spared = "from vllm.v1.attention.backend import AttentionImpl\n\n\nclass Plain:\n    pass\n"
+    write_tree(tree, {"plugin/spared.py": spared})  # the scan spares its parse: it has a class, none of vLLM's
+    run_paths([str(tree)], options)
+    assert "spared.py" in scanned
+    _edit(tree / "plugin/manual.py", "# edited\n" + MANUAL)
+    scanned.clear()
+    report = run_paths([str(tree)], options)
+    assert scanned == ["manual.py"]
+    assert _outcome(report) == _outcome(run_paths([str(tree)], Options(mode="check", jobs=1)))

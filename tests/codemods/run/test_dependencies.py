@@ -122,29 +122,26 @@ def test_standard_input_names_it_too(tmp_path, without_libcst):
     assert result.returncode == 2 and re.fullmatch(NOT_INSTALLED_LINE, result.stderr.strip()), result.stderr
 
 
-# Each way a task reaches a worker, called directly: every outcome is the missing dependency, as a value.
+# A task in the pool's workers, called directly: every outcome is the missing dependency, as a value.
 PATHS = textwrap.dedent(
     """\
     import sys
-    from vllm_attn_compat.codemods.run import parallel, prefork, worker; from vllm_attn_compat.codemods import registry
+    from vllm_attn_compat.codemods.run import parallel, worker; from vllm_attn_compat.codemods import registry
     from vllm_attn_compat.codemods.index.hierarchy import ClassHierarchy, index_module
 
     base, impl = (open(f"plugin/{name}.py", "rb").read() for name in ("base", "impl"))
     hierarchy = ClassHierarchy.build([index_module(base, "plugin/base.py"), index_module(impl, "plugin/impl.py")])
-    tasks = [(i, (impl, "plugin/impl.py")) for i in range(parallel.IN_PROCESS_BELOW + 2)]
-    settings = (registry.all_rules(), hierarchy, False)
-    pool = parallel.parallel_map(worker.migrate_file, tasks, jobs=2, initializer=worker.setup, initargs=settings)
-    early = prefork.start(worker.preload)
-    early.configure(worker.setup_pickled, (__import__("pickle").dumps(settings),))
-    for key, arguments in tasks:
-        early.submit(key, worker.migrate_file, arguments)
-    for name, outcomes in (("pool", pool), ("early", early.results())):
-        print(name, sorted({type(outcome).__name__ + ": " + str(outcome) for _, outcome in outcomes}))
+    settings = __import__("pickle").dumps((registry.all_rules(), hierarchy, False))
+    tasks = [(i, (settings, impl, "plugin/impl.py")) for i in range(parallel.IN_PROCESS_BELOW + 2)]
+    pool = parallel.Pool(2, worker.preload)
+    outcomes = list(pool.map(worker.migrate_with, tasks))
+    pool.close()
+    print("pool", sorted({type(outcome).__name__ + ": " + str(outcome) for _, outcome in outcomes}))
     """
 )
 
 
-def test_pool_and_early_worker_hand_the_missing_dependency_back(tmp_path, without_libcst):
+def test_the_pool_hands_the_missing_dependency_back(tmp_path, without_libcst):
     write_tree(tmp_path, {"paths.py": PATHS, "plugin/base.py": BASE, "plugin/impl.py": IMPL})
     env = {**os.environ, "PYTHONPATH": f"{without_libcst('not installed')}{os.pathsep}{REPO}"}
     result = subprocess.run(
@@ -152,7 +149,7 @@ def test_pool_and_early_worker_hand_the_missing_dependency_back(tmp_path, withou
     )
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert [line.split(" ", 1)[0] for line in lines] == ["pool", "early"]
+    assert [line.split(" ", 1)[0] for line in lines] == ["pool"]
     for line in lines:
         (outcome,) = ast.literal_eval(line.split(" ", 1)[1])
         assert outcome.startswith("MissingDependency: the module 'libcst' is not installed"), line

@@ -79,8 +79,8 @@ def test_json_has_one_record_per_site_and_the_summary():
     }
     assert [f["status"] for f in document["findings"]] == ["fixed", "suppressed", "manual"]
     summary = document["summary"]
-    assert summary["files_scanned"] == 10 and summary["files_changed"] == 1
-    assert summary["findings"] == {"fixed": 1, "unsafe-fix-available": 0, "manual": 1, "suppressed": 1}
+    assert summary["files_scanned"] == 10 and summary["files_changed"] == 1 and summary["files_would_change"] == 0
+    assert summary["findings"] == {"fixed": 1, "fixable": 0, "unsafe-fix-available": 0, "manual": 1, "suppressed": 1}
     assert summary["left_by_code"] == {"VAC003": 1} and summary["exit_code"] == 1
 
 

@@ -52,13 +52,3 @@ def test_the_collector_is_off_while_a_file_migrates_and_as_it_was_after(monkeypa
         assert gc.isenabled() is collecting and seen == [False, False]  # the file, then the safety re-run
     finally:
         gc.enable()
-
-
-def test_an_index_keeps_the_syntax_tree_only_of_a_file_this_process_will_migrate():
-    worker.index_file(SOURCE, "plugin/impl.py")
-    assert statements._kept == {}
-    worker.index_file(SOURCE, "plugin/impl.py", keep=True)
-    [kept] = statements._kept.values()
-    assert statements.parse(bytes(bytearray(SOURCE))) is kept
-    assert isinstance(worker.index_file(b"def f(:\n", "bad.py", keep=True), FileError)
-    assert statements._kept == {}

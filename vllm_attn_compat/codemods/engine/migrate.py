@@ -151,14 +151,7 @@ def migrate_source(
         from vllm_attn_compat.codemods.engine import spans, statements
 
         needs = [
-            spans.Needs(
-                rule.tokens,
-                rule.context_tokens,
-                rule.class_context_tokens,
-                rule.scoped,
-                rule.body_tokens,
-                rule.functions,
-            )
+            spans.Needs(rule.tokens, rule.reads, rule.reads_in_class, rule.scoped, rule.reads_statements)
             for rule in rules
         ]
         reduction = spans.reduce(source, needs, _scope_test(hierarchy, hierarchy.module_name(path)))

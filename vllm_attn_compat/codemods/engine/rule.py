@@ -1,7 +1,7 @@
 """The `Rule` base class: what every rule module declares, and how rules register themselves.
 
 A rule is one module in ``vllm_attn_compat.codemods.rules`` defining one `Rule` subclass. It
-declares its code, name, summary, fix safety, prefilter tokens and examples as class attributes,
+declares its code, name, summary, fix safety, what it matches (tokens) and reads, and examples as class attributes,
 and reacts to libcst nodes through ``visit_<NodeType>(self, node)`` methods that the engine
 calls during its single traversal of the file. Findings and fixes go through ``self.ctx``
 (`vllm_attn_compat.codemods.engine.scope.FileContext`). Rule modules import libcst inside their
@@ -58,7 +58,8 @@ class Rule:
     name: ClassVar[str]
     summary: ClassVar[str]
     fix_safety: ClassVar[FixSafety]
-    # Literal byte strings: a file containing none of them cannot hold a finding of this rule.
+    # What the rule matches, as literal byte strings: a file, class or function containing none of them cannot hold
+    # a finding of this rule (the engine derives the prefilter from them, and what libcst is handed: `spans`).
     tokens: ClassVar[tuple[bytes, ...]]
     # True when the rule acts only inside vLLM attention classes (see `hierarchy`); such a rule
     # also needs a hierarchy token or attention-class name in the file to be worth parsing.
@@ -66,18 +67,16 @@ class Rule:
     # True when a rule that acts anywhere decides its fix safety from the class hierarchy too (a fork's own
     # base class): the hierarchy's files then take part in the run even when no scoped rule is selected.
     reads_hierarchy: ClassVar[bool] = False
-    # libcst sees only the classes and functions holding some rule's tokens (`spans`): a rule whose findings
-    # also depend on other code names here what marks that code, in a file holding one of its tokens
-    # (an import it tracks), or only inside a class holding one (the attributes another method sets).
-    context_tokens: ClassVar[tuple[bytes, ...]] = ()
-    class_context_tokens: ClassVar[tuple[bytes, ...]] = ()
-    # What a rule reads of the body of a function it acts in: None, every statement; else only the statements
-    # holding one of its tokens or of these (and asserts, `pass`, docstrings and definitions, never stubbed).
-    # In a function kept for such rules alone, the other statements reach libcst as stubs (`spans`).
-    body_tokens: ClassVar[tuple[bytes, ...] | None] = None
-    # The names of the only functions (``def`` statements) the rule acts in, None for any: a function of
-    # another name, defining no function or class inside, reaches libcst as a stub for this rule (`spans`).
-    functions: ClassVar[frozenset[str] | None] = None
+    # What the rule reads besides the code holding its tokens, by the names that mark it. libcst is handed the rest
+    # as stubs of the same shape (`spans`); every example is migrated with those stubs and without, and must come
+    # out the same (tests/codemods/rules/test_examples.py): a rule that reads more than it declares fails its own
+    # tests. Code naming one of ``reads`` anywhere in a file holding one of its tokens (an import it follows);
+    # code naming one of ``reads_in_class`` in a class holding one (an attribute another method sets); and of the
+    # body of a function it acts in, every statement (None), or only the statements naming one of its tokens or
+    # of ``reads_statements`` (and the asserts, `pass`, `raise`, docstrings and definitions, never stubbed).
+    reads: ClassVar[tuple[bytes, ...]] = ()
+    reads_in_class: ClassVar[tuple[bytes, ...]] = ()
+    reads_statements: ClassVar[tuple[bytes, ...] | None] = None
     examples: ClassVar[tuple[Example, ...]] = ()
 
     def __init_subclass__(cls, **kwargs: object) -> None:
@@ -91,6 +90,12 @@ class Rule:
             raise TypeError(f"rule {cls.code}: name must be kebab-case, found {cls.name!r}")
         if not cls.tokens or not all(isinstance(t, bytes) and len(t) >= 6 for t in cls.tokens):
             raise TypeError(f"rule {cls.code}: tokens must be selective byte strings, found {cls.tokens!r}")
+        for what in ("reads", "reads_in_class", "reads_statements"):
+            names = getattr(cls, what)
+            if not ((names is None and what == "reads_statements") or (
+                isinstance(names, tuple) and all(isinstance(name, bytes) and name for name in names)
+            )):  # fmt: skip
+                raise TypeError(f"rule {cls.code}: {what} must be a tuple of byte strings, found {names!r}")
         if not cls.__doc__:
             raise TypeError(f"rule {cls.code}: the docstring must explain why the rule exists")
         other = _REGISTRY.get(cls.code)

@@ -17,16 +17,17 @@ the original lines back in place of each stub, found by its unique marker. Where
 exactly the caller migrates the whole file instead: a stub that did not come back unchanged, or an
 import edit (whether an import is still used depends on the code the stubs hide).
 
-What a rule needs beyond the statements holding its tokens, it declares (`Rule.context_tokens`,
-`Rule.class_context_tokens`); the rules that act only in attention code count their tokens only where
-the class hierarchy puts attention code. In a function kept only for rules that read no more of a
-body than the statements holding some token (`Rule.body_tokens`: VAC001, VAC003 and VAC009 the
-statements naming ``output``, VAC002 none), the other statements become stubs too: runs of them, each a
-neutral expression statement of the same lines (a string holding the marker, ``.strip()`` called), never
-an assert, ``pass``, ``raise``, docstring, ``...`` or definition (rules tell those apart). A rule that acts
-only in functions of given names (`Rule.functions`: VAC009 those vLLM passes the buffer, ``forward`` and
-two more) keeps no other function, unless it defines a function or class inside. Tests run every rule's
-examples and vLLM's own sources both ways and compare.
+What a rule reads beyond the statements holding its tokens, it declares (`Rule.reads`, `Rule.reads_in_class`,
+`Rule.reads_statements`): the names that mark code it reads anywhere in a file holding one of its tokens (the
+imports VAC008 follows), or in a class holding one (the attributes VAC007 reads of a layer), and, for a rule that
+reads no more of a function's body than some statements, the names that mark those (VAC001, VAC003 and VAC009:
+the statements naming ``output``, VAC002 none). In a function kept only for such rules, the other statements
+become stubs too: runs of them, each a neutral expression statement of the same lines (a string holding the
+marker, ``.strip()`` called), never an assert, ``pass``, ``raise``, docstring, ``...`` or definition (rules tell
+those apart). The rules that act only in attention code count their tokens only where the class hierarchy puts
+attention code. Each rule's examples are migrated with every stub this can make and without any, and must come
+out the same (tests/codemods/rules/test_examples.py): a rule that reads code it does not declare fails its own
+tests. Tests run vLLM's own sources and generated modules both ways too.
 """
 
 from __future__ import annotations
@@ -98,14 +99,13 @@ class Reduction:
 
 @dataclass(frozen=True)
 class Needs:
-    """What one rule needs libcst to see (see `Rule.tokens`, `Rule.scoped` and the context tokens there)."""
+    """What one rule needs libcst to see (`Rule.tokens`, `Rule.scoped` and what it reads: `Rule.reads`)."""
 
     tokens: Sequence[bytes]
-    context_tokens: Sequence[bytes] = ()
-    class_context_tokens: Sequence[bytes] = ()
+    reads: Sequence[bytes] = ()
+    reads_in_class: Sequence[bytes] = ()
     scoped: bool = False
-    body_tokens: Sequence[bytes] | None = None
-    functions: frozenset[str] | None = None
+    reads_statements: Sequence[bytes] | None = None
 
 
 def reduce(
@@ -116,12 +116,11 @@ def reduce(
     """``source`` with each ``def``/``class`` that can hold no finding stubbed, or None when nothing is
     worth stubbing or the file is not one this can do exactly (unparsable, a coding declaration).
 
-    A statement is kept for a rule when it holds one of the rule's tokens; one of its context tokens,
-    where the file holds one of its tokens; or one of its class context tokens, inside a class that holds
-    one of its tokens; a function, only where the rule acts in functions of its name (`Needs.functions`) or
-    it defines a function or class inside. For a scoped rule (acting only in attention code) only if
-    ``in_scope(qualname, is_class)`` holds for the statement, for a class or function defined inside it or for
-    an enclosing class."""
+    A statement is kept for a rule when it holds one of the rule's tokens; one of the names it reads, where the
+    file holds one of its tokens; or one of the names it reads in a class, inside a class that holds one of its
+    tokens. For a scoped rule (acting only in attention code) only if ``in_scope(qualname, is_class)`` holds for
+    the statement, for a class or function defined inside it or for an enclosing class. In a function kept only
+    for rules that read some of its statements (`Needs.reads_statements`), the others are stubbed."""
     lines = source.splitlines(keepends=True)
     if any(CODING_LINE.match(line) for line in lines[:2]):
         return None  # an encoding other than UTF-8 may be declared: leave the bytes to libcst
@@ -131,18 +130,16 @@ def reduce(
         return None  # the whole-file path reports it, with libcst's and CPython's positions
     ends = list(itertools.accumulate(map(len, lines)))
     # Per rule present in the file: its token lines, the lines that count anywhere in a class holding one of
-    # them, the lines that count elsewhere, whether it is scoped, the lines of a body it reads and the names
-    # of the functions it acts in.
+    # them, the lines that count elsewhere, whether it is scoped, and the lines of a body it reads.
     found = []
     for need in needs:
         hits = _hit_lines(source, ends, _with_aliases(source, need.tokens))
         if hits:
-            anywhere = _hit_lines(source, ends, need.context_tokens)
-            in_class = _merged(anywhere, _hit_lines(source, ends, need.class_context_tokens))
-            read = None if need.body_tokens is None else _merged(hits, _hit_lines(source, ends, need.body_tokens))
-            found.append((hits, in_class, anywhere, need.scoped, read, need.functions))
-    named = any(functions is not None for *_, functions in found)
-    definitions = _hit_lines(source, ends, (b"def", b"class")) if named else []
+            anywhere = _hit_lines(source, ends, need.reads)
+            in_class = _merged(anywhere, _hit_lines(source, ends, need.reads_in_class))
+            statements_read = need.reads_statements
+            read = None if statements_read is None else _merged(hits, _hit_lines(source, ends, statements_read))
+            found.append((hits, in_class, anywhere, need.scoped, read))
     nonce = _nonce(source)
     stubs: list[_Stub] = []
     # (statements, qualname prefix, inside attention code, the enclosing class's lines or None)
@@ -150,13 +147,8 @@ def reduce(
     while pending:
         body, prefix, scoped, enclosing = pending.pop()
         wanted_lines = [
-            (
-                _merged(hits, in_class if enclosing and _any_between(hits, *enclosing) else anywhere),
-                is_scoped,
-                read,
-                functions,
-            )
-            for hits, in_class, anywhere, is_scoped, read, functions in found
+            (_merged(hits, in_class if enclosing and _any_between(hits, *enclosing) else anywhere), is_scoped, read)
+            for hits, in_class, anywhere, is_scoped, read in found
             if enclosing is None or _any_between(hits, *enclosing) or anywhere
         ]
         for node in body:
@@ -166,11 +158,7 @@ def reduce(
             qualname = prefix + node.name
             # The lines each rule that may act here wants, whether it acts only in attention code, and the
             # lines of a function's body it reads (None: all).
-            wanted = [
-                want[:3]
-                for want in wanted_lines
-                if _any_between(want[0], first, last) and _acts_in(node, last, want[3], definitions)
-            ]
+            wanted = [want for want in wanted_lines if _any_between(want[0], first, last)]
             if any(not is_scoped for _, is_scoped, _ in wanted) or (
                 wanted and (scoped or _defines_scope(node, qualname, in_scope))
             ):
@@ -192,15 +180,6 @@ def reduce(
     for stub in stubs:
         reduced[stub.first : stub.first + len(stub.lines)] = stub.lines
     return Reduction(b"".join(reduced), tuple(lines), tuple(stubs), nonce)
-
-
-def _acts_in(node: ast.stmt, last: int, functions: frozenset[str] | None, definitions: list[int]) -> bool:
-    """Whether a rule acting in ``functions`` (None: any) may act in ``node`` (ending on line ``last``) or in
-    what it defines inside: ``definitions`` are the lines naming ``def`` or ``class`` (a comment's too: a
-    function that seems to define something is kept, as it costs no more than before the names counted)."""
-    if functions is None or not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or node.name in functions:
-        return True
-    return _any_between(definitions, node.lineno + 1, last)
 
 
 def _defines_scope(node: ast.stmt, qualname: str, in_scope: Callable[[str, bool], bool]) -> bool:

@@ -43,7 +43,7 @@ class AssertOutputNotNone(Rule):
     tokens = (b"output is not None",)
     # Of a method's body: the statements naming `output` (its bindings, its None tests), and the asserts,
     # `pass` and docstrings that may come before the code it looks at.
-    body_tokens = (b"output",)
+    reads_statements = (b"output",)
     examples = (
         Example(
             "the assert at the start of forward, with its message",

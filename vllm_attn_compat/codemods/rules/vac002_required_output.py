@@ -103,7 +103,7 @@ class RequiredOutputParameter(Rule):
     summary = "Make the `output` parameter of attention methods required: vLLM >= 0.20 always passes it."
     fix_safety = FixSafety.SAFE
     tokens = (b"output=None", b"output = None", b"output:", b"output :", b"output =None", b"output= None")
-    body_tokens = ()  # the parameter, its annotation and default; callers come from the run's index
+    reads_statements = ()  # the parameter, its annotation and default; callers come from the run's index
     examples = (
         Example(
             "Optional annotation",

@@ -98,7 +98,7 @@ class OutputNoneFallback(Rule):
     tokens = (b"output is None", b"output is not None")
     # Of a method's body: the statements naming `output` (its bindings, its None tests), and the asserts,
     # `pass` and docstrings that may come before the code it looks at.
-    body_tokens = (b"output",)
+    reads_statements = (b"output",)
     examples = (
         Example(
             "a fallback allocation at the start of forward",

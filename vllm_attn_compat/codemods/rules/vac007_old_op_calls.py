@@ -91,7 +91,7 @@ class OldOpCalls(Rule):
     tokens = (b"unified_attention", b"unified_mla_attention")
     scoped = False
     # The buffer's shape comes from the `self.` attributes any method of the class uses (`with_output`).
-    class_context_tokens = (b"num_heads", b"num_kv_heads", b"head_size", b"v_head_dim")
+    reads_in_class = (b"num_heads", b"num_kv_heads", b"head_size", b"v_head_dim")
     examples = (
         Example(
             "an attention layer calling the op: allocate, call the with-output op, return the buffer",
@@ -113,6 +113,54 @@ class OldOpCalls(Rule):
             class MyAttention(Attention):
                 def forward(self, query, key, value):
                     # the backend returns its result
+                    output = torch.empty(
+                        (query.shape[0], self.num_heads * self.head_size_v),
+                        dtype=query.dtype,
+                        device=query.device,
+                    )
+                    torch.ops.vllm.unified_attention_with_output(
+                        query.view(-1, self.num_heads, self.head_size),
+                        key.view(-1, self.num_kv_heads, self.head_size),
+                        value.view(-1, self.num_kv_heads, self.head_size_v),
+                        output.view(-1, self.num_heads, self.head_size_v),
+                        self.layer_name,
+                    )
+                    return output
+            """,
+            findings=(Status.UNSAFE_FIX_AVAILABLE,),
+        ),
+        Example(
+            "a plugin's own layer: its shape from the attributes another of its methods sets",
+            """\
+            import torch
+
+
+            class PluginAttention(torch.nn.Module):
+                def __init__(self, num_heads, head_size, num_kv_heads, layer_name):
+                    super().__init__()
+                    self.num_heads = num_heads
+                    self.num_kv_heads = num_kv_heads
+                    self.head_size = head_size
+                    self.head_size_v = head_size
+                    self.layer_name = layer_name
+
+                def forward(self, query, key, value):
+                    return torch.ops.vllm.unified_attention(query, key, value, self.layer_name)
+            """,
+            unsafe_after="""\
+            import torch
+
+
+            class PluginAttention(torch.nn.Module):
+                def __init__(self, num_heads, head_size, num_kv_heads, layer_name):
+                    super().__init__()
+                    self.num_heads = num_heads
+                    self.num_kv_heads = num_kv_heads
+                    self.head_size = head_size
+                    self.head_size_v = head_size
+                    self.layer_name = layer_name
+
+                def forward(self, query, key, value):
                     output = torch.empty(
                         (query.shape[0], self.num_heads * self.head_size_v),
                         dtype=query.dtype,

@@ -54,7 +54,7 @@ class CompatNames(Rule):
     # Every use names a forwarder (which VAC007's tokens cover too) or the adapter.
     tokens = (b"unified_attention", b"unified_mla_attention", b"adapt_legacy_impl")
     scoped = False
-    context_tokens = (b"vllm_attn_compat",)  # its imports bind the names, wherever the walk meets them
+    reads = (b"vllm_attn_compat",)  # its imports bind the names, wherever the walk meets them
     examples = (
         Example(
             "a call of the forwarder VAC007's unsafe fix wrote",
@@ -64,6 +64,21 @@ class CompatNames(Rule):
 
             def attend(query, key, value, layer_name):
                 return vllm_attn_compat.compat.unified_attention(query, key, value, layer_name)
+            """,
+            findings=(Status.MANUAL,),
+        ),
+        Example(
+            "the forwarders' module imported in a helper, a forwarder called in another function",
+            """\
+            def _forwarders():
+                import vllm_attn_compat.compat as compat
+
+                return compat
+
+
+            def attend(query, key, value, layer_name):
+                compat = _forwarders()
+                return compat.unified_attention(query, key, value, layer_name)
             """,
             findings=(Status.MANUAL,),
         ),

@@ -54,8 +54,7 @@ class DiscardedOutput(Rule):
     tokens = (b"output =", b"output=", b"output:", b"output,", b"output)")
     # Of a method's body: the statements naming `output`, the first of which it looks at (those that make a body
     # a stub, `pass`, `raise`, `...` and docstrings, are never stubbed).
-    body_tokens = (b"output",)
-    functions = _GIVEN_THE_BUFFER
+    reads_statements = (b"output",)
     examples = (
         Example(
             "a forward that allocates its own result and returns it",
@@ -131,6 +130,18 @@ class DiscardedOutput(Rule):
                         output = query.new_zeros(query.shape)
                     output.copy_(query)
                     output = output[: attn_metadata.num_actual_tokens]
+                    return output
+                """,
+            ),
+        ),
+        Example(
+            "the buffer written before the name is bound to another tensor: left alone",
+            class_source(
+                _IMPL_HEADER,
+                """
+                def forward(self, layer, query, key, value, kv_cache, attn_metadata, output: torch.Tensor):
+                    output.copy_(query)
+                    output = torch.empty_like(query)
                     return output
                 """,
             ),

@@ -8,7 +8,7 @@ from typing import TypeVar
 Item = TypeVar("Item")
 
 
-def bar(outcomes: Iterable[Item], total: int, enabled: bool, stage: str) -> Iterable[Item]:
+def bar(outcomes: Iterable[Item], total: int | None, enabled: bool, stage: str) -> Iterable[Item]:
     if not enabled:
         return outcomes
     from tqdm import tqdm

@@ -1,48 +1,61 @@
-"""How a run reads its files (steps 1 and 2 of `runner`'s funnel): each once, as bytes checked to be decodable text,
-its digest taken from the `stats` table where its status is the one recorded (a first run's from the `hasher`, at
-the run's end: `Reading.settle`), and what the run asks of its bytes (`scans`) from `answers`. A rerun that missed
-(`rerun.Prepared.known`) hands over what it found of each file: such a file is read only once something asks for its
-bytes, and one whose status changed since raises :class:`Changed` (the run starts again, reading every file).
+"""How a run reads its files: each once, as bytes checked to be decodable text, and what the run asks of its bytes,
+kept with the file's results in the cache.
+
+A file the cache vouches for (its status is the one recorded: `cache.Cache.trusts`) is not read until something asks
+for its bytes, and most questions do not: their answers are kept. Should its status have changed by then (an edit
+during the run), :class:`Changed` is raised, and the run starts again reading every file. A file whose status
+changed is read at once, and keeps its results when its bytes are those the cache recorded.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, TypeVar
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from vllm_attn_compat.codemods.run import answers as answers_module
-from vllm_attn_compat.codemods.run import files, parallel, prefork, rerun, scans, sources, stats, worker
-from vllm_attn_compat.codemods.run.options import Options
-from vllm_attn_compat.codemods.run.report import FileError, RunReport
+from vllm_attn_compat.codemods.run import cache as cache_module
+from vllm_attn_compat.codemods.run import files, sources
 
 if TYPE_CHECKING:
-    from vllm_attn_compat.codemods.engine.rule import Rule
-    from vllm_attn_compat.codemods.run import hasher as hasher_module
-
+    from vllm_attn_compat.codemods.run.cache import Cache
 
 Answer = TypeVar("Answer")
 
 
 class Changed(Exception):
-    """A file whose status changed since the rerun took it (`rerun.Prepared.known`), read at last: the run reads
-    every file again (`runner.run_paths`)."""
+    """A file the cache vouched for changed during the run: the run reads every file again (`runner.run_paths`)."""
 
 
-@dataclass(eq=False)
-class Scanned:
-    """A file of the run: its status, its bytes, how they decode, and their digest (`stats.digest`, known with a
-    cache: the run's key, and what its answers are kept by). A file whose digest the rerun knew by its status
-    (`rerun.Prepared.known`) is read only once something asks for its bytes: a rerun keeps most answers."""
+class RunFile:
+    """A file of the run: where it is, its status, its bytes (read once), and the results the cache kept of those
+    bytes (``kept``) and those this run keeps (``results``)."""
 
-    source_file: files.SourceFile
-    stat: os.stat_result
-    digest: str | None = None
-    _source: bytes | None = None
-    _encoding: str | None = None
-    # Its digest is the `stats` table's, by a status unchanged since: its bytes are those a run before read.
-    by_status: bool = False
+    def __init__(self, source_file: files.SourceFile, stat: os.stat_result, source: bytes | None) -> None:
+        self.source_file = source_file
+        self.path = source_file.path
+        self.stat = stat
+        self.trusted = source is None  # vouched for by its status: read only if its bytes are asked for
+        self._source = source
+        self._encoding: str | None = None
+        self.kept: dict[str, Any] = {}
+        self.results: dict[str, Any] = {"answers": {}}
+
+    @property
+    def module(self) -> str:
+        """The module name the file's folders give it (`names.guess_module_name`), which its class index and the
+        class scan's answer depend on, with the path it was given as: kept results made for another serve
+        neither."""
+        if "where" not in self.results:
+            from vllm_attn_compat.codemods.index.names import guess_module_name
+
+            self.results["where"] = [self.path, guess_module_name(self.path)]
+        return str(self.results["where"][1])
+
+    def kept_for_module(self) -> dict[str, Any]:
+        """The kept results where they were made for the file as it is given now (path and module), else none (the
+        results this run keeps say how it was given either way)."""
+        self.module  # noqa: B018 - made, and kept with the results
+        return self.kept if self.kept.get("where") == self.results["where"] else {}
 
     @property
     def source(self) -> bytes:
@@ -50,9 +63,9 @@ class Scanned:
             try:
                 source, stat = sources.read_source(self.source_file.real_path)
             except sources.SourceError:
-                raise Changed(self.source_file.path) from None
-            if stats.status_of(stat) != stats.status_of(self.stat):
-                raise Changed(self.source_file.path)
+                raise Changed(self.path) from None
+            if cache_module.status_of(stat) != cache_module.status_of(self.stat):
+                raise Changed(self.path)
             self._source = source
         return self._source
 
@@ -61,170 +74,100 @@ class Scanned:
         if self._encoding is None:
             try:
                 self._encoding = sources.source_encoding(self.source)
-            except sources.SourceError:  # (the table only knows files that decode)
-                raise Changed(self.source_file.path) from None
+            except sources.SourceError:  # (a file the cache vouched for decoded when it was read)
+                raise Changed(self.path) from None
         return self._encoding
 
-
-def digest_of(s: Scanned) -> str:
-    """The digest of a file's bytes: the one read with them, else (a run without a cache, or a first run before
-    `Reading.settle`) made now."""
-    if s.digest is None:
-        s.digest = stats.digest(s.source)
-    return s.digest
-
-
-@dataclass(eq=False)
-class Reading:
-    """How a run reads its files: with a cache, each file's digest comes from the `stats` table where its status
-    is the one recorded (else from its bytes, recorded), and what the run asks of its bytes from `answers`."""
-
-    answers: answers_module.Answers
-    table: stats.StatTable | None = None
-    started: int = 0
-    # What the rerun found of each file it took the status of (`rerun.Prepared.known`): none is read again for that.
-    known: Mapping[str, rerun.Known] = field(default_factory=dict)
-    # Every question of `scans` the run asked (of some file): what a rerun asks an edited file (`bystanders`).
-    asked: set[tuple[str, tuple[str, ...]]] = field(default_factory=set)
-    # The classes whose module the run looked for among the files, by their paths (`_defining_files`).
-    looked_for: set[str] = field(default_factory=set)
-    # A first run's digests, taken on another core: the files read meanwhile have none until `settle`.
-    hasher: hasher_module.Hasher | None = None
-    _unsettled: list[Scanned] = field(default_factory=list)
-    _unkept: dict[Scanned, dict[str, object]] = field(default_factory=dict)  # their answers, kept once settled
-
-    def read(self, source_file: files.SourceFile) -> Scanned:
-        """The file read once, as bytes, and checked to be decodable (`sources.SourceError` if not); one the rerun
-        knew is read when first asked for its bytes."""
-        seen = self.known.get(source_file.path)
-        if seen is not None:
-            return Scanned(source_file, seen.stat, seen.digest, seen.source, by_status=seen.source is None)
-        source, stat = sources.read_source(source_file.real_path)
-        scanned = Scanned(source_file, stat, _source=source, _encoding=sources.source_encoding(source))
-        if self.table is not None:
-            known = self.table.digest(source_file.real_path, stats.status_of(stat))
-            if known is None and self.hasher is not None:
-                self._unsettled.append(scanned)
-            else:
-                scanned.digest = known if known is not None else stats.digest(source)
-                scanned.by_status = known is not None
-                self.table.record(source_file.real_path, stat, scanned.digest, self.started)
-        return scanned
-
-    def settle(self) -> None:
-        """Give each file read its digest, once the run needs them (its key, at its end): the `hasher`'s where it read
-        the file with the same status and the file is not racy (`stats.RACY_NS`), else one of the bytes read here
-        (`digest_of` may have made it already); record it, and keep the answers found of the file meanwhile."""
-        if self.hasher is None or self.table is None:
-            return
-        found, started, record, keep = self.hasher.records(), self.started, self.table.record, self.answers.keep
-        for scanned in self._unsettled:
-            stat = scanned.stat
-            if scanned.digest is None:
-                row = found.get(scanned.source_file.real_path)
-                if row is not None and row[:4] == stats.status_of(stat) and not stats.racy(stat, started):
-                    scanned.digest = row[4].hex()
-                else:
-                    scanned.digest = stats.digest(scanned.source)
-            record(scanned.source_file.real_path, stat, scanned.digest, started)
-            unkept = self._unkept.pop(scanned, None)
-            if unkept:
-                keep(scanned.digest, unkept)
-        self._unsettled.clear()
-
-    def recall(
+    def ask(
         self,
-        s: Scanned,
-        asked: str,
-        answer: Callable[[], Answer],
-        encode: Callable[[Answer], object],
-        decode: Callable[[object], Answer],
+        question: str,
+        test: Callable[[bytes], Answer],
+        encode: Callable[[Answer], object] = lambda answer: answer,
+        decode: Callable[[Any], Answer] = lambda data: data,
+        *,
+        by_module: bool = False,
     ) -> Answer:
-        """`answers.Answers.recall` of the file ``s``; one whose digest is not settled keeps its answer until it is."""
-        if s.digest is not None or self.hasher is None:
-            return self.answers.recall(s.digest, asked, answer, encode, decode)
-        unkept = self._unkept.setdefault(s, {})
-        if asked in unkept:
-            return decode(unkept[asked])
-        found = answer()
-        unkept[asked] = encode(found)
+        """The answer of ``test`` (the question ``question``, `asking`) for the file's bytes: the one kept, else
+        ``test(source)``; ``by_module``: an answer that depends on the file's module name too. ``decode`` raises
+        ``ValueError`` or ``TypeError`` for data it did not make: asked again."""
+        answers = self.results["answers"]
+        if question in answers:
+            return decode(answers[question])
+        kept = (self.kept_for_module() if by_module else self.kept).get("answers", {})
+        if question in kept:
+            try:
+                found = decode(kept[question])
+            except (ValueError, TypeError):
+                pass
+            else:
+                answers[question] = kept[question]
+                return found
+        found = test(self.source)
+        answers[question] = encode(found)
         return found
 
-    def asking(self, kind: str, terms: Iterable[str | bytes]) -> Callable[[Scanned], bool]:
-        """The question ``kind`` with ``terms`` (`scans.test`) of a file, its answer kept; the question is one
-        of those the run asked (`asked`)."""
-        spelled = answers_module.spell(terms)
-        self.asked.add((kind, spelled))
-        asked = answers_module.question(kind, spelled)
-        made: list[scans.Test] = []  # the test, made once a file's answer is not kept (a rerun keeps most)
 
-        def test(s: Scanned) -> bool:
-            if not made:
-                made.append(scans.test(kind, spelled))
-            return made[0](s.source)
+def question(kind: str, terms: Iterable[str | bytes]) -> str:
+    """A question's name as the answers are kept: its kind and a digest of its terms (a set)."""
+    import hashlib
 
-        return lambda s: self.recall(s, asked, lambda: test(s), bool, answers_module.boolean)
+    spelled = sorted({t if isinstance(t, bytes) else t.encode("utf-8", "surrogateescape") for t in terms})
+    return kind + " " + hashlib.sha256(b"\0".join(spelled)).hexdigest()[:16]
 
 
-def read_and_filter(
-    source_files: Sequence[files.SourceFile],
-    rules: Sequence[type[Rule]],
-    prefilter: Sequence[bytes],
-    options: Options,
-    report: RunReport,
-    warm: list[prefork.PreforkedWorker],
-    reading: Reading,
-    done_before: Callable[[Scanned], bool] = lambda s: False,
-) -> tuple[list[Scanned], list[Scanned], list[prefork.PreforkedWorker], int]:
-    """Read every file once; returns them all, those worth parsing, the workers started early, and how
-    many files will probably need libcst (counted up to ``parallel.IN_PROCESS_BELOW``), leaving out those
-    a run before most likely did the work of (``done_before``).
+def asking(
+    kind: str, terms: Iterable[str | bytes], make: Callable[[], Callable[[bytes], bool]]
+) -> Callable[[RunFile], bool]:
+    """The yes-or-no question ``kind`` with ``terms``, whose test of a file's bytes ``make()`` makes from them
+    alone, once a file's answer is not kept (a rerun keeps most)."""
+    named = question(kind, terms)
+    made: list[Callable[[bytes], bool]] = []
 
-    Without a worker started already (``warm``), the first file that will probably need libcst starts one
-    at once, so that its import of libcst (a quarter of a second) overlaps the reading and the
-    class-hierarchy pass.
-    """
-    worth_parsing = reading.asking("prefilter", prefilter)
-    probably_parsed = reading.asking("probable", scans.rule_terms(rules))
-    scanned: list[Scanned] = []
-    worth: list[Scanned] = []
-    may_start = not warm and prefork.worth_starting(options.jobs)
-    probable = 0
+    def test(source: bytes) -> bool:
+        if not made:
+            made.append(make())
+        return made[0](source)
+
+    return lambda run_file: run_file.ask(named, test, bool, _boolean)
+
+
+def _boolean(data: object) -> bool:
+    if type(data) is not bool:
+        raise TypeError(f"expected a boolean answer, found {data!r:.40}")
+    return data
+
+
+def read(source_file: files.SourceFile, cache: Cache | None, started: int, trusting: bool) -> RunFile:
+    """The file, read unless ``trusting`` and the cache vouches for it by its status, with the results the cache
+    kept of its bytes; its status and digest recorded in the cache (the digest where the cache knew the file, or
+    the file is racy: `cache`). Raises `sources.SourceError` for a file that cannot be read as source."""
+    real_path = source_file.real_path
+    if cache is not None and trusting and cache.knows(real_path):
+        stat = source_file.status or _stat(source_file)
+        if stat is not None and cache.trusts(real_path, stat):
+            return _kept(RunFile(source_file, stat, None), cache)
+    source, stat = cache.read.pop(real_path) if cache is not None and real_path in cache.read else (None, None)
+    if source is None or stat is None:
+        source, stat = sources.read_source(real_path)
+    run_file = RunFile(source_file, stat, source)
+    run_file._encoding = sources.source_encoding(source)
+    if cache is None:
+        return run_file
+    recorded = cache.recorded(real_path)  # of the bytes the kept results were made of
+    racy = cache_module.racy(stat, started)
+    digest = cache_module.digest(source) if racy or recorded is not None or cache.knows(real_path) else None
+    cache.record(real_path, stat, digest, racy)
+    return _kept(run_file, cache) if recorded is not None and recorded == digest else run_file
+
+
+def _stat(source_file: files.SourceFile) -> os.stat_result | None:
     try:
-        for source_file in source_files:
-            try:
-                item = reading.read(source_file)
-            except sources.SourceError as error:
-                report.errors.append(FileError(source_file.path, error.line, error.column, error.message))
-                continue
-            scanned.append(item)
-            if worth_parsing(item):
-                worth.append(item)
-                # Counted up to what decides a second worker (each test reads the whole file for tokens).
-                if probable < parallel.IN_PROCESS_BELOW and probably_parsed(item) and not done_before(item):
-                    probable += 1
-                    if may_start:
-                        early = prefork.start(worker.preload, sibling=True)
-                        warm, may_start = [early] if early else [], False
-    except BaseException:
-        for early in warm:
-            early.close()
-        raise
-    report.scanned = len(source_files)
-    return scanned, worth, warm, probable
+        return os.stat(source_file.real_path)
+    except OSError:
+        return None  # read below, which says why it cannot be
 
 
-def read_context(
-    excluded: Sequence[files.SourceFile], prefilter: Sequence[bytes], reading: Reading
-) -> tuple[list[Scanned], list[Scanned]]:
-    """The excluded files that can be read as source, and those of them the ``prefilter`` keeps: what they
-    define and call still decides the fixes of the others. One that cannot be read is left out silently:
-    nothing is reported in excluded files."""
-    context = []
-    for source_file in excluded:
-        try:
-            context.append(reading.read(source_file))
-        except sources.SourceError:
-            continue
-    worth_parsing = reading.asking("prefilter", prefilter)
-    return context, [s for s in context if worth_parsing(s)]
+def _kept(run_file: RunFile, cache: Cache) -> RunFile:
+    """The file, with the results the cache kept of its bytes."""
+    run_file.kept = cache.results(run_file.source_file.real_path) or {}
+    return run_file

@@ -130,9 +130,22 @@ def render_text(report: RunReport, *, quiet: bool = False) -> str:
     return "".join(line + "\n" for line in lines)
 
 
+# The version of the JSON report's schema (docs/json-report.md).
+JSON_VERSION = 2
+
+
 def render_json(report: RunReport) -> str:
-    counts = report.by_status
+    """The report as docs/json-report.md describes it: under ``--check`` and ``--diff`` a fix the run would take is
+    ``fixable``, not ``fixed``, and the files it would change are not counted as changed."""
+    written = report.mode == "write"
+
+    def status(value: Status) -> str:
+        return "fixable" if value is Status.FIXED and not written else value.value
+
+    counts = Counter(status(finding.status) for _, finding in report.findings)
+    names = ["fixed", "fixable", *(value.value for value in Status if value is not Status.FIXED)]
     document = {
+        "version": JSON_VERSION,
         "mode": report.mode,
         "findings": [
             {
@@ -141,7 +154,7 @@ def render_json(report: RunReport) -> str:
                 "column": finding.column,
                 "code": finding.code,
                 "message": finding.message,
-                "status": finding.status.value,
+                "status": status(finding.status),
             }
             for path, finding in report.sorted_findings()
         ],
@@ -150,9 +163,10 @@ def render_json(report: RunReport) -> str:
         "summary": {
             "files_scanned": report.scanned,
             "files_parsed": report.parsed,
-            "files_changed": len(report.changed),
+            "files_changed": len(report.changed) if written else 0,
+            "files_would_change": 0 if written else len(report.changed),
             "files_failed": len(report.errors),
-            "findings": {status.value: counts[status] for status in Status},
+            "findings": {name: counts[name] for name in names},
             "left_by_code": dict(sorted(report.left_by_code.items())),
             "exit_code": report.exit_code(),
         },

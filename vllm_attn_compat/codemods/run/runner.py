@@ -1,71 +1,42 @@
 """``migrate`` over files and folders: the funnel that keeps whole-repository runs fast, and the writes.
 
-1. Every file is read once, as bytes, and checked to be decodable text.
-2. A literal scan (anchored ``bytes.find``) finds the files worth parsing at all. The first one that will
-   probably need libcst starts a worker process, which imports libcst while the rest goes on.
-3. The class-hierarchy pass (stdlib ``ast``) indexes the kept files that mention vLLM, then, round after
-   round, files naming (as a whole identifier) an attention class found so far, until no new name
-   appears: a plugin's base class in one file makes its backends in other files attention code; and any
-   file, whatever it imports, that may call a method whose fix the call-site analysis decides. After
-   each round, files whose migration can no longer change go to the early worker (:mod:`handoff`).
-   Files an exclude glob matches take part in this pass (a base class, a caller that withholds a fix),
-   and in nothing else: they are never migrated, and nothing is reported in them.
-4. libcst parses only the files holding a rule's tokens (for rules scoped to attention classes, only
-   files whose class index shows an attention class), in worker processes when there are enough.
+0. With the cache (`cache`), a rerun in the same mode over the same unchanged files replays the last report:
+   nothing is read, parsed or imported beyond this module and the cache's.
+1. Every file is read once, as bytes, and checked to be decodable text; a file the cache vouches for by its status
+   only when its bytes are asked for (`reading`), and what the run asks of its bytes is kept with its results.
+2. A literal scan (anchored ``bytes.find``) finds the files worth parsing at all. The first such file read afresh
+   that will probably need libcst starts the worker processes (`parallel.Pool`, owned here), which import libcst
+   while the rest goes on.
+3. The class hierarchy's rounds (`rounds`, stdlib ``ast``): the files that mention vLLM, then, round after round,
+   the files naming an attention class found so far, and any file, whatever it imports, that may call a method
+   whose fix the call-site analysis decides. Files an exclude glob matches take part in this pass (a base class,
+   a caller that withholds a fix), and in nothing else: they are never migrated, and nothing is reported in them.
+4. Once the rounds have settled, libcst migrates the files holding a rule's tokens (for rules scoped to attention
+   classes, only files whose index shows an attention class), in the workers when there are enough, each
+   migration the cache holds serving instead while the hierarchy answers its questions the same.
 5. A rewritten file is written only if every invariant in :mod:`safety` holds, atomically.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING
+import os
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Set
+from typing import TYPE_CHECKING, Any
 
-from vllm_attn_compat.codemods import registry
-from vllm_attn_compat.codemods.engine import migrate
-from vllm_attn_compat.codemods.index import classscan
 from vllm_attn_compat.codemods.index.names import forget_folders
-from vllm_attn_compat.codemods.run import answers as answers_module
-from vllm_attn_compat.codemods.run import hasher, parallel, prefork, progress, rerun, scans, sources, worker
-from vllm_attn_compat.codemods.run.dependencies import MissingDependency
-from vllm_attn_compat.codemods.run.handoff import Handoff, candidate_rules
+from vllm_attn_compat.codemods.run import cache as cache_module
+from vllm_attn_compat.codemods.run import files, parallel, progress, reading, sources, worker
 from vllm_attn_compat.codemods.run.options import Options
-from vllm_attn_compat.codemods.run.reading import Changed, Reading, Scanned, digest_of, read_and_filter, read_context
+from vllm_attn_compat.codemods.run.reading import Changed, RunFile
 from vllm_attn_compat.codemods.run.report import FileError, RunReport, unified_diff
-from vllm_attn_compat.codemods.run.rounds import index_hierarchy
-from vllm_attn_compat.codemods.run.scan import TokenScan
 
 if TYPE_CHECKING:
-    from typing import TypeAlias
-
     from vllm_attn_compat.codemods.engine.rule import Rule
-    from vllm_attn_compat.codemods.index.hierarchy import ClassHierarchy
-    from vllm_attn_compat.codemods.run.cache import Cache
-    from vllm_attn_compat.codemods.run.rounds import IndexOutcome
-    from vllm_attn_compat.codemods.run.worker import MigrateOutcome
+    from vllm_attn_compat.codemods.index.hierarchy import ClassHierarchy, ModuleIndex
 
-    # A file's migration as `_record` takes it: done or failed.
-    Recorded: TypeAlias = worker.Migrated | FileError | parallel.WorkerCrashed
-
-
-def _parse_scanned(
-    candidates: Sequence[Scanned], indexes: Mapping[str, IndexOutcome], options: Options, report: RunReport
-) -> list[Scanned]:
-    """The candidates, less those that do not parse: a file the class scan spared is parsed by ``ast``
-    before libcst sees it, as every indexed file was (CPython's parser rejects input on which libcst's
-    native parser would hang or crash, and points at syntax errors more precisely)."""
-    spared = [c for c in candidates if isinstance(indexes.get(c.source_file.path), classscan.ScannedIndex)]
-    tasks = [(c.source_file.path, (c.source, c.source_file.path)) for c in spared]
-    failed: set[str] = set()
-    # In this process: a few hundred kilobytes, less than a pool's start-up costs.
-    for path, outcome in parallel.parallel_map(worker.check_syntax, tasks, jobs=1, initializer=worker.no_setup):
-        if isinstance(outcome, FileError):
-            report.errors.append(outcome)
-            failed.add(path)
-        elif isinstance(outcome, parallel.WorkerCrashed):
-            report.errors.append(FileError(path, 1, 1, f"internal error: {outcome}"))
-            failed.add(path)
-    return [c for c in candidates if c.source_file.path not in failed]
+__all__ = ["Options", "run_paths", "run_source"]
 
 
 def run_paths(
@@ -73,407 +44,413 @@ def run_paths(
     options: Options,
     *,
     emit_diff: Callable[[str], object] = lambda text: None,
-    warm: Sequence[prefork.PreforkedWorker] = (),
-    prepared: rerun.Prepared | None = None,
+    on_miss: Callable[[], object] = lambda: None,
 ) -> RunReport:
     """Migrate the given files and folders; ``emit_diff`` receives each file's unified diff (diff mode).
-
-    ``warm`` are workers the caller started (:func:`worker.preload`) to have them ready sooner; the run
-    stops them when done. ``prepared``: the files found for ``paths`` by a caller that tried
-    `rerun.replay` already (the cache held no run over them).
-    """
+    ``on_miss()`` is called before a run the cache does not replay (the command line checks the configured rule
+    codes then: a replayed run's codes were valid when it was made, and checking imports every rule)."""
+    forget_folders()  # which folders are packages is asked afresh (an earlier run in this process may have seen others)
     try:
-        if prepared is None:
-            prepared = rerun.prepare(paths, options)
-            report = prepared.report(options.mode)
-            if rerun.replay(prepared, options.mode, report):
-                for early in warm:
-                    early.close()
-                return report  # a rerun over files whose status says they are unchanged: none was read
+        started = time.time_ns()  # before any file's status is taken (`cache.racy`)
+        found = files.discover(paths, options.exclude, options.base)
+        cache = _cache(options) if options.cache_dir else None
+        report = _listing(found, options.mode)
+        if cache is not None and cache.replay(found, options.mode, report):
+            return report
+        on_miss()
+        listed = [os.path.realpath(path) for path in paths if os.path.isdir(path)]
         try:
-            return _run(prepared, options, emit_diff, list(warm))
+            # A run that writes reads each file before it writes any (`Changed` would start it again half-written).
+            return _run(found, listed, options, cache, emit_diff, started, trusting=options.mode != "write")
         except Changed:
-            # A file the rerun took the status of changed since (it was edited during the run): what the run asked
-            # of its bytes may mix two versions. The run starts again, reading every file. (Nothing was written: a
-            # run that writes reads every file first.)
-            prepared.known.clear()
-            return _run(prepared, options, emit_diff, [])
+            # A file the cache vouched for changed during the run: what the run asked of its bytes may mix two
+            # versions. The run starts again, reading every file. (Nothing was written: see above.)
+            return _run(found, listed, options, cache, emit_diff, started, trusting=False)
     finally:
-        forget_folders()  # what this run found of the folders is not the next's to trust (nor another caller's)
+        forget_folders()
 
 
-def _run(
-    prepared: rerun.Prepared, options: Options, emit_diff: Callable[[str], object], warm: list[prefork.PreforkedWorker]
-) -> RunReport:
-    """`run_paths` over the files found, the rerun having found no report of them."""
-    report = prepared.report(options.mode)
-    hashing = None
-    try:
-        found, rules, cache, table, started = (
-            prepared.found, prepared.rules, prepared.cache, prepared.table, prepared.started
-        )  # fmt: skip
-        prefilter = migrate.prefilter_tokens(rules)
-        answers = answers_module.Answers(cache.root if cache else None, cache.code if cache else b"")
-        # A run that writes reads each file before it writes any (`Changed` would start it again half-written).
-        known = prepared.known if options.mode != "write" else {}
-        if cache and table is not None and not table.rows and options.jobs > 1:  # a first run: every file is hashed
-            hashing = hasher.start([f.real_path for f in [*found.files, *found.excluded]])
-        reading = Reading(answers, table if cache else None, started, known, hasher=hashing)
-        scanned, worth, warm, probable = read_and_filter(
-            found.files, rules, prefilter, options, report, warm, reading, _done_before(cache)
-        )
-        context, context_worth = read_context(found.excluded, prefilter, reading)
+def _cache(options: Options) -> cache_module.Cache:
+    """The cache of the project's root, for the settings that change results (the rules by the options that select
+    them: this package's code, in the key too, decides what they select)."""
+    assert options.cache_dir is not None
+    select = sorted({code.upper() for code in options.select})
+    ignore = sorted({code.upper() for code in options.ignore})
+    settings = [select, ignore, options.unsafe_fixes, options.old_op_calls]
+    return cache_module.Cache(options.cache_dir, os.path.abspath(options.base), settings)
 
-        def key_of_run() -> str | None:
-            """The run's key, once every file read has its digest (recorded in the table)."""
-            if not cache or table is None:
-                return None
-            reading.settle()
-            table.save()
-            digests = {s.source_file.path: s.digest for s in [*scanned, *context] if s.digest is not None}
-            return cache.run_key(digests, prepared.excluded_paths, options.mode)
 
-        # A first run whose files are hashed meanwhile has no run to replay: its key is made at its end.
-        run_key = key_of_run() if hashing is None else None
-        replayed = cache.load_run(run_key) if cache and run_key is not None and run_key != prepared.tried else None
-        stored = replayed is not None
-        errors = len(report.errors)
-        involved: set[str] = set()
-        if replayed is not None:
-            findings, changed, report.parsed = replayed
-            report.findings += findings
-            report.changed += changed
-        # On a big tree without any file worth parsing, nothing is parsed and libcst is never imported here.
-        # (An excluded file may hold the base class that makes the others' classes attention code.)
-        elif worth or context_worth:
-            if len(warm) == 1 and options.jobs > 1 and probable >= parallel.IN_PROCESS_BELOW:
-                # Enough work for a second early worker: forked by the first once it has imported libcst
-                # (else it imports it during the hierarchy rounds). Not sooner: a small or cached run
-                # would only pay for it: a rerun after an edit of one backend of vLLM's tree took 6% longer, the
-                # first worker forking the second (and copying the pages it writes since) before the edited file.
-                second = warm[0].sibling() or prefork.start(worker.preload)
-                warm += [second] if second else []
-            involved = _migrate_worth(
-                scanned, worth, rules, options, report, emit_diff, warm, cache, context, context_worth, reading=reading
-            )
-        if hashing is not None:
-            run_key = key_of_run()
-        based = None
-        if (
-            cache
-            and replayed is None
-            and run_key is not None
-            and len(report.errors) == errors
-            and (options.mode == "check" or not report.changed)
-        ):
-            from vllm_attn_compat.codemods.run.cache import RunBasis
-
-            cache.store_run(run_key, report.findings, report.changed, report.parsed)
-            stored = True
-            involved |= {path for path, _ in report.findings} | set(report.changed)
-            asked, looked_for = frozenset(reading.asked), frozenset(reading.looked_for)
-            cache.store_basis(run_key, RunBasis(frozenset(involved), asked, looked_for, run_key, {}))
-            based = run_key  # the answers hold every question this run asked of its files
-        if stored and run_key is not None:
-            prepared.remember(options.mode, run_key, [(s.source_file, s.stat) for s in [*scanned, *context]])
-        if cache:
-            answers.save(based)
-            cache.prune()
-    finally:
-        for early in warm:
-            early.close()
-        if hashing is not None:
-            hashing.close()
+def _listing(found: files.Discovered, mode: str) -> RunReport:
+    """A report with what the listing found: skipped and unreadable paths."""
+    report = RunReport(mode=mode)
+    report.skipped = [(s.path, s.reason) for s in found.skipped]
+    report.errors += [FileError(u.path, 1, 1, u.reason) for u in found.unreadable]
     return report
 
 
-def _done_before(cache: Cache | None) -> Callable[[Scanned], bool]:
-    """Whether a run before most likely did the work this run needs libcst for in a file: its bytes are those a
-    run before read (`Scanned.by_status`: it migrated them, or found they need no libcst), or the cache holds
-    their migration (a branch checked out again). Unless the edits since change what the rest of the run answers
-    of them, the cache serves both. (A first run's files have no digest until its end: none counts.)"""
-    if cache is None:
-        return lambda s: False
-    return lambda s: s.by_status or (s.digest is not None and cache.holds_migration(s.source_file.path, s.digest))
-
-
-def _migrate_worth(
-    scanned: Sequence[Scanned],
-    worth: Sequence[Scanned],
-    rules: Sequence[type[Rule]],
+def _run(
+    found: files.Discovered,
+    listed: Sequence[str],
     options: Options,
-    report: RunReport,
+    cache: cache_module.Cache | None,
     emit_diff: Callable[[str], object],
-    warm: list[prefork.PreforkedWorker],
-    cache: Cache | None = None,
-    context: Sequence[Scanned] = (),
-    context_worth: Sequence[Scanned] = (),
+    started: int,
     *,
-    reading: Reading,
-) -> set[str]:
-    """Index, then migrate the candidates among ``scanned`` (``worth``: those the prefilter kept). The
-    ``context`` files (excluded; ``context_worth``: those the prefilter kept) take part in the index alone.
-    Returns the files that took part beyond answering the run's questions: indexed, scanned, or parsed."""
-    sources = _Sources({s.source_file.path: s for s in scanned})  # the files this run may migrate
-    excluded = {s.source_file.path for s in context}
-    tests: dict[tuple[tuple[str, ...], frozenset[str]], Callable[[Scanned], bool]] = {}
-
-    def needs_libcst(path: str, acting: Sequence[type[Rule]], names: frozenset[str]) -> bool:
-        """`migrate.needs_parsing` of a file the run may migrate, as the answers keep it (by the codes of the
-        rules ``acting`` and the attention classes ``names``)."""
-        key = (tuple(rule.code for rule in acting), names)
-        if key not in tests:
-            terms = [*scans.rule_terms(acting), *(f"class {name}" for name in names)]
-            tests[key] = reading.asking("parse", terms)
-        return tests[key](sources.scanned[path])
-
-    early = (
-        Handoff(
-            warm,
-            rules,
-            options.unsafe_fixes,
-            limit=None if options.jobs <= len(warm) else parallel.IN_PROCESS_BELOW,
-            old_op_calls=options.old_op_calls,
-            verify=options.verifies,
-            needs_parsing=needs_libcst,
-        )
-        if warm
-        else None
-    )
-
-    # With a cache, a file is sent before the last round only if the cache holds no migration of its bytes:
-    # whether an entry serves is asked of the last round's hierarchy (`cache.Cache.load`).
-    sendable = sources if cache is None else _Unmigrated({s.source_file.path: s for s in scanned}, cache)
-
-    def after_round(built: ClassHierarchy, indexes: Mapping[str, IndexOutcome]) -> None:
-        if early is not None:
-            early.after_round(built, indexes, sendable)
-
-    if cache is not None:
-        cache.defer()  # the index's entries are written while the workers migrate (below)
-    hierarchy, indexes = index_hierarchy(
-        [*scanned, *context],
-        [*worth, *context_worth],
-        options,
-        report,
-        after_round,
-        early,
-        cache,
-        excluded,
-        reading=reading,
-    )
-    failed = {error.path for error in report.errors}
-    names = hierarchy.attention_class_names()
-    # A file needing libcst holds a prefilter token, or an attention-class name (it was indexed);
-    # rules scoped to attention classes matter only where the index shows such a class.
-    reachable = {s.source_file.path: s for s in scanned if s.source_file.path in indexes}
-    reachable |= {s.source_file.path: s for s in worth}
-
-    def needs_parsing(s: Scanned) -> bool:
-        path = s.source_file.path
-        return needs_libcst(path, candidate_rules(rules, indexes.get(path), hierarchy, path), names)
-
-    candidates = [s for path, s in sorted(reachable.items()) if path not in failed and needs_parsing(s)]
-    involved = set(indexes) | {c.source_file.path for c in candidates}
-    report.parsed = len((set(indexes) - excluded) | {c.source_file.path for c in candidates})
-    diffs: dict[str, str] = {}
-    rewritten: dict[str, bytes] = {}  # the files the run's fixes changed, as they left them
-    keys: dict[str, str] = {}
-    if cache is not None:
-        missed: list[Scanned] = []
-        for item in candidates:
-            path = item.source_file.path
-            keys[path] = cache.file_key(path, digest_of(item))
-            if early is not None and path in early.sent:  # had no entry: migrated already, the answer comes
-                missed.append(item)
-                continue
-            cached = cache.load(keys[path], hierarchy)
-            if cached is None:
-                missed.append(item)
-            else:  # (an entry is only made of a file that parsed)
-                _record(item, cached, options, report, diffs, rewritten)
-        candidates = missed
-    candidates = _parse_scanned(candidates, indexes, options, report)
-    by_path = {c.source_file.path: c for c in candidates}
-    rest = [c for c in candidates if early is None or c.source_file.path not in early.sent]
-    # The early workers take the rest when they are all the jobs, or when it is a few files; else their
-    # share, and the other jobs the rest.
-    jobs = options.jobs
-    running = early.running() if early else []
-    settings = (rules, hierarchy, options.unsafe_fixes, options.old_op_calls, options.verifies)
-    outcomes: Iterable[tuple[str, MigrateOutcome | parallel.WorkerCrashed]]
-    others = 0 if len(candidates) <= parallel.IN_PROCESS_BELOW else max(jobs - len(running), 0)
-    if early is not None and running and not others:
-        # The early workers are all the jobs: each takes the next file as it finishes one (a file sent ahead of
-        # the last round too, if it must be migrated again).
-        files = [(item.source_file.path, item.source) for item in rest]
-        outcomes = _from_early(early.stream(files, hierarchy), early, jobs, settings)
-    else:
-        if early is not None and rest and running:
-            share, rest = _early_share(rest, [early.loads[number] for number in running], others)
-            pickled = early.settings(hierarchy)
-            for item, to in share:
-                early.send(item.source_file.path, item.source, pickled, running[to])
-            jobs = others
-        tasks = [(c.source_file.path, (c.source, c.source_file.path)) for c in rest]
-        outcomes = parallel.parallel_map(
-            worker.migrate_file, tasks, jobs=jobs, initializer=worker.setup, initargs=settings
-        )
-        if early is not None:
-            # The early workers are at their tasks already (their answers wait, read as they come): start the
-            # rest first, so that all run at once.
-            outcomes = itertools.chain(outcomes, _from_early(early.results(hierarchy), early, jobs, settings))
-    # libcst missing or broken: every file fails alike, and the command names it once (cli.py)
-    missing: MissingDependency | None = None
-    written = cache.write_deferred() if cache is not None else None
-    reading.answers.prepare()  # every question is asked: encoded while the workers migrate
+    trusting: bool,
+) -> RunReport:
+    """`run_paths` over the files found, the cache holding no report of them. The run's worker processes are
+    started and stopped here, and only here."""
+    pool = parallel.Pool(options.jobs)
     try:
-        for path, outcome in progress.bar(outcomes, len(candidates), options.progress, "migrate"):
-            if isinstance(outcome, MissingDependency):
-                missing = outcome  # raised once all are in: the pools shut down as usual, leaving no process behind
-            else:
-                _record(by_path[path], outcome, options, report, diffs, rewritten)
-                if cache is not None and isinstance(outcome, worker.Migrated):
-                    cache.store(keys[path], outcome)
-    finally:
-        if written is not None:
-            written()
-    if missing is not None:
-        raise missing
-    for path in sorted(diffs):  # workers finish in any order; the output must not depend on it
-        emit_diff(diffs[path])
-    report.changed.sort()
-    # A finding at each use in the run that withholds a fix (`index.callsites`), where findings are reported,
-    # unless the run's own fixes deleted it.
-    from vllm_attn_compat.codemods.index import callsites
+        from vllm_attn_compat.codemods import registry
+        from vllm_attn_compat.codemods.engine import migrate, tokens
+        from vllm_attn_compat.codemods.run.scan import TokenScan
 
-    report.findings += callsites.findings_for_run(
-        hierarchy.calls,
-        _Sources({path: sources.scanned[path] for path in indexes if path in sources.scanned}),
-        [rule.code for rule in rules],
-        options.unsafe_fixes,
-        rewritten,
-    )
-    return involved
+        report = _listing(found, options.mode)
+        rules = registry.select_rules(options.select, options.ignore)
+        prefilter = migrate.prefilter_tokens(rules)
+        worth_parsing = reading.asking("prefilter", prefilter, lambda: TokenScan(prefilter))
+        anywhere, scoped = tokens.own_tokens(rules, scoped=False), tokens.own_tokens(rules, scoped=True)
+
+        def probable(f: RunFile) -> bool:
+            """Whether the file, read afresh (the cache most likely holds the others' migrations), will probably need
+            libcst: it starts the workers, which import libcst while this process reads on and runs the rounds."""
+            return not f.trusted and worth_parsing(f) and tokens.probably_libcst(f.source, anywhere, scoped)
+
+        # Where the cache vouches for no file (a first run, or none), every worker starts at the first such file;
+        # else one at once where a file the replay found changed is one (a rerun after a backend's edit), or else
+        # once every file is read, one for each such file.
+        cold = cache is None or not cache.statuses
+        if cache is not None and any(tokens.probably_libcst(text, anywhere, scoped) for text, _ in cache.read.values()):
+            _preload(pool, 1)
+
+        def read(f: RunFile) -> None:
+            if cold and not pool.started and probable(f):
+                _preload(pool, options.jobs)
+
+        run_files, context = _read(found, cache, started, trusting, report, read)
+        worth, context_worth = [f for f in run_files if worth_parsing(f)], [f for f in context if worth_parsing(f)]
+        if not pool.started:
+            _preload(pool, sum(1 for _ in itertools.islice(filter(probable, worth), options.jobs)))
+        migration = _Migration(rules, options, report, pool, cache)
+        saving = _Saving(cache, [*run_files, *context], migration) if cache is not None else None
+        # On a big tree without any file worth parsing, nothing is parsed and libcst is never imported.
+        # (An excluded file may hold the base class that makes the others' classes attention code.)
+        if worth or context_worth:
+            migration.run(run_files, worth, context, context_worth, emit_diff, saving.ahead if saving else None)
+        if saving is not None:
+            saving.save(found, listed, report)
+        return report
+    finally:
+        pool.close()
+
+
+def _read(
+    found: files.Discovered,
+    cache: cache_module.Cache | None,
+    started: int,
+    trusting: bool,
+    report: RunReport,
+    each: Callable[[RunFile], object],
+) -> tuple[list[RunFile], list[RunFile]]:
+    """The files to migrate (``each`` called as each is read) and the excluded ones (read for what decides the
+    others' fixes; nothing is reported in them), less those that cannot be read as source (reported if not
+    excluded)."""
+    run_files, context = [], []
+    for source_file in found.files:
+        try:
+            run_files.append(reading.read(source_file, cache, started, trusting))
+        except sources.SourceError as error:
+            report.errors.append(FileError(source_file.path, error.line, error.column, error.message))
+            continue
+        each(run_files[-1])
+    for source_file in found.excluded:
+        try:
+            context.append(reading.read(source_file, cache, started, trusting))
+        except sources.SourceError:
+            continue
+    report.scanned = len(found.files)
+    return run_files, context
+
+
+def _preload(pool: parallel.Pool, workers: int) -> None:
+    """Start ``workers`` of the pool, each importing libcst at once (`worker.preload`)."""
+    if workers:
+        pool.start(workers)
+        for _ in range(min(workers, pool.jobs)):
+            pool.submit(worker.preload)
+
+
+class _Migration:
+    """Steps 3 to 5 of the funnel, over the files the prefilter kept."""
+
+    def __init__(
+        self,
+        rules: Sequence[type[Rule]],
+        options: Options,
+        report: RunReport,
+        pool: parallel.Pool,
+        cache: cache_module.Cache | None,
+    ) -> None:
+        self.rules, self.options, self.report, self.pool, self.cache = rules, options, report, pool, cache
+        self.excluded: set[str] = set()
+        self.indexed: dict[str, ModuleIndex] = {}  # the indexes this run made, which the cache keeps
+        self.read_names: frozenset[str] = frozenset()  # the methods whose uses the call-site analysis read
+        self._needs: dict[bool, tuple[tuple[bytes, ...], tuple[bytes, ...], frozenset[str], str]] = {}
+
+    def run(
+        self,
+        run_files: Sequence[RunFile],
+        worth: Sequence[RunFile],
+        context: Sequence[RunFile],
+        context_worth: Sequence[RunFile],
+        emit_diff: Callable[[str], object],
+        meanwhile: Callable[[Set[str]], object] | None = None,
+    ) -> None:
+        """Index, then migrate the candidates among ``run_files`` (``worth``: those the prefilter kept). The
+        ``context`` files (excluded; ``context_worth``: those the prefilter kept) take part in the index alone.
+        ``meanwhile(paths)`` runs while the workers migrate the files of ``paths``."""
+        from vllm_attn_compat.codemods.index import callsites, classscan
+        from vllm_attn_compat.codemods.run.rounds import build_hierarchy
+
+        report, options = self.report, self.options
+        self.excluded = {f.path for f in context}
+        hierarchy, indexes = build_hierarchy([*run_files, *context], [*worth, *context_worth], self._index)
+        failed = {error.path for error in report.errors}
+        # A file needing libcst holds a prefilter token, or an attention-class name (it was indexed);
+        # rules scoped to attention classes matter only where the index shows such a class.
+        reachable = {f.path: f for f in run_files if f.path in indexes} | {f.path: f for f in worth}
+        candidates = [
+            f
+            for path, f in sorted(reachable.items())
+            if path not in failed and self._needs_libcst(f, indexes.get(path), hierarchy)
+        ]
+        report.parsed = len((set(indexes) - self.excluded) | {c.path for c in candidates})
+        diffs: dict[str, str] = {}
+        rewritten: dict[str, bytes] = {}  # the files the run's fixes changed, as they left them
+        missed = []
+        for item in candidates:
+            kept = self._kept_migration(item, hierarchy)
+            if kept is None:
+                missed.append(item)
+            else:  # (a migration is kept only of a file that parsed)
+                self._record(item, kept, diffs, rewritten)
+        # A file the class scan spared is parsed by ``ast`` before libcst sees it, as every indexed file was
+        # (CPython's parser rejects input on which libcst's native parser would hang or crash, and points at
+        # syntax errors more precisely).
+        for item in missed:
+            if isinstance(indexes.get(item.path), classscan.ScannedIndex):
+                checked = worker.check_syntax(item.source, item.path)
+                if isinstance(checked, FileError):
+                    report.errors.append(checked)
+        failed = {error.path for error in report.errors}
+        self.read_names = frozenset(name for _, name in hierarchy.calls.methods)
+        items = [item for item in missed if item.path not in failed]
+        pending = {item.path for item in items}
+        self._migrate(items, hierarchy, diffs, rewritten, (lambda: meanwhile(pending)) if meanwhile else int)
+        for path in sorted(diffs):  # workers finish in any order; the output must not depend on it
+            emit_diff(diffs[path])
+        report.changed.sort()
+        # A finding at each use in the run that withholds a fix (`index.callsites`), where findings are reported,
+        # unless the run's own fixes deleted it.
+        by_path = {f.path: f for f in run_files}
+        report.findings += callsites.findings_for_run(
+            hierarchy.calls,
+            _Sources({path: by_path[path] for path in indexes if path in by_path}),
+            [rule.code for rule in self.rules],
+            options.unsafe_fixes,
+            rewritten,
+        )
+
+    def _index(self, to_index: Iterable[RunFile]) -> Iterator[tuple[str, object]]:
+        """``(path, outcome)`` of each file to index: the index the cache kept of its bytes, else one made (in the
+        workers, as the files come, when there are enough); a file that does not parse is reported, unless
+        excluded."""
+        from vllm_attn_compat.codemods.index import records
+
+        kept: list[tuple[str, object]] = []
+        by_path: dict[str, RunFile] = {}
+
+        def tasks() -> Iterator[tuple[str, tuple[bytes, str]]]:
+            for f in to_index:
+                data = f.kept_for_module().get("index")
+                if data is not None:
+                    try:
+                        kept.append((f.path, records.from_data(data, self.cache.path if self.cache else None)))
+                        f.results["index"] = data
+                        continue
+                    except ValueError as error:
+                        assert self.cache is not None
+                        self.cache.warn(f"holds an index that is not valid ({error})")
+                by_path[f.path] = f
+                yield f.path, (f.source, f.path)
+
+        outcomes = self.pool.map(worker.index_file, tasks(), few_here=True)  # (the workers may be importing libcst)
+        for path, outcome in progress.bar(outcomes, None, self.options.progress, "index classes"):
+            if isinstance(outcome, FileError):
+                if path not in self.excluded:
+                    self.report.errors.append(outcome)
+            elif isinstance(outcome, parallel.WorkerCrashed):
+                self.report.errors.append(FileError(path, 1, 1, f"internal error: {outcome}"))
+            else:
+                self.indexed[path] = outcome
+                by_path[path].module  # noqa: B018 - the results keep the module it was indexed as
+            yield path, outcome
+        yield from kept
+
+    def _needs_libcst(self, f: RunFile, index: object, hierarchy: ClassHierarchy) -> bool:
+        """`migrate.needs_parsing` of a file for the rules that can act in it (all where its index shows an
+        attention class, else those acting anywhere), the answer kept by the rules' codes and the run's
+        attention classes."""
+        from vllm_attn_compat.codemods.engine import tokens
+        from vllm_attn_compat.codemods.index.hierarchy import ModuleIndex
+
+        every_rule = isinstance(index, ModuleIndex) and hierarchy.has_attention_classes(f.path)
+        if every_rule not in self._needs:
+            rules = self.rules if every_rule else [rule for rule in self.rules if not rule.scoped]
+            names = hierarchy.attention_class_names()
+            anywhere, scoped = tokens.own_tokens(rules, scoped=False), tokens.own_tokens(rules, scoped=True)
+            terms = [b"anywhere " + t for t in anywhere] + [b"scoped " + t for t in scoped]
+            question = reading.question("parse", [*terms, *(f"class {name}" for name in names)])
+            self._needs[every_rule] = anywhere, scoped, names, question
+        anywhere, scoped, names, question = self._needs[every_rule]
+        return f.ask(question, lambda source: tokens.needs_libcst(source, anywhere, scoped, names))
+
+    def _kept_migration(self, f: RunFile, hierarchy: ClassHierarchy) -> worker.Migrated | None:
+        """The migration the cache kept of the file's bytes, if it was checked for safety where this run needs it
+        and this run's hierarchy answers each question it asked the same."""
+        from vllm_attn_compat.codemods.index.questions import still_holds
+
+        data = f.kept.get("migration")
+        if data is None:
+            return None
+        try:
+            new_source, findings, answers, verified = cache_module.migration_from_data(data)
+            if not (verified or not self.options.verifies) or not still_holds(answers, hierarchy):
+                return None
+        except (ValueError, TypeError, KeyError) as error:
+            assert self.cache is not None
+            self.cache.warn(f"holds a migration that is not valid ({error})")
+            return None
+        f.results["migration"] = data
+        return worker.Migrated(new_source, findings, answers)
+
+    def _migrate(
+        self,
+        items: Sequence[RunFile],
+        hierarchy: ClassHierarchy,
+        diffs: dict[str, str],
+        rewritten: dict[str, bytes],
+        meanwhile: Callable[[], object],
+    ) -> None:
+        import pickle
+
+        from vllm_attn_compat.codemods.run.dependencies import MissingDependency
+
+        options = self.options
+        settings = pickle.dumps((self.rules, hierarchy, options.unsafe_fixes, options.old_op_calls, options.verifies))
+        by_path = {item.path: item for item in items}
+        tasks = [(item.path, (settings, item.source, item.path)) for item in items]
+        # libcst missing or broken: every file fails alike, and the command names it once (cli.py)
+        missing: MissingDependency | None = None
+        outcomes = self.pool.map(worker.migrate_with, tasks, meanwhile=meanwhile)
+        for path, outcome in progress.bar(outcomes, len(tasks), options.progress, "migrate"):
+            if isinstance(outcome, MissingDependency):
+                missing = outcome  # raised once all are in: the pool shuts down as usual, leaving no process behind
+                continue
+            self._record(by_path[path], outcome, diffs, rewritten)
+            if isinstance(outcome, worker.Migrated) and outcome.answers is not None and self.cache is not None:
+                by_path[path].results["migration"] = cache_module.migration_to_data(
+                    outcome.new_source, outcome.findings, outcome.answers, options.verifies
+                )
+        if missing is not None:
+            raise missing
+
+    def _record(
+        self,
+        item: RunFile,
+        outcome: worker.Migrated | FileError | parallel.WorkerCrashed,
+        diffs: dict[str, str],
+        rewritten: dict[str, bytes],
+    ) -> None:
+        path, report, mode = item.path, self.report, self.options.mode
+        if isinstance(outcome, parallel.WorkerCrashed):
+            report.errors.append(FileError(path, 1, 1, f"internal error: {outcome}; the file was not changed"))
+            return
+        if isinstance(outcome, FileError):
+            report.errors.append(outcome)
+            return
+        report.findings += [(path, finding) for finding in outcome.findings]
+        new_source = outcome.new_source
+        if new_source is None:
+            return
+        if mode == "write":
+            try:
+                sources.write_atomic(item.source_file.real_path, new_source, expected_stat=item.stat)
+            except sources.SourceError as error:
+                report.errors.append(FileError(path, 1, 1, error.message))
+                return
+            except OSError as error:
+                report.errors.append(FileError(path, 1, 1, f"could not write the file: {error.strerror or error}"))
+                return
+        elif mode == "diff":
+            diffs[path] = unified_diff(path, item.source, new_source, item.encoding)
+        report.changed.append(path)
+        rewritten[path] = new_source
 
 
 class _Sources(Mapping[str, bytes]):
-    """The bytes of the files of ``scanned`` by path, each read when first asked for (`Scanned.source`)."""
+    """The bytes of the files of ``run_files`` by path, each read when first asked for (`RunFile.source`)."""
 
-    def __init__(self, scanned: Mapping[str, Scanned]) -> None:
-        self.scanned = scanned
-
-    def __getitem__(self, path: str) -> bytes:
-        return self.scanned[path].source
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.scanned)
-
-    def __len__(self) -> int:
-        return len(self.scanned)
-
-
-class _Unmigrated(Mapping[str, bytes]):
-    """The sources (path -> bytes) of the files of ``scanned`` of which the cache holds no migration, asked of
-    the cache per file as a round hands files out."""
-
-    def __init__(self, scanned: Mapping[str, Scanned], cache: Cache) -> None:
-        self.scanned = scanned
-        self.cache = cache
-        self._known: dict[str, bool] = {}
-
-    def __contains__(self, path: object) -> bool:
-        if not isinstance(path, str) or path not in self.scanned:
-            return False
-        if path not in self._known:
-            self._known[path] = not self.cache.holds_migration(path, digest_of(self.scanned[path]))
-        return self._known[path]
+    def __init__(self, run_files: Mapping[str, RunFile]) -> None:
+        self.run_files = run_files
 
     def __getitem__(self, path: str) -> bytes:
-        if path not in self:
-            raise KeyError(path)
-        return self.scanned[path].source
+        return self.run_files[path].source
 
     def __iter__(self) -> Iterator[str]:
-        return (path for path in self.scanned if path in self)
+        return iter(self.run_files)
 
     def __len__(self) -> int:
-        return sum(1 for _ in self)
+        return len(self.run_files)
 
 
-def _from_early(
-    answers: Iterable[tuple[str, MigrateOutcome | parallel.WorkerCrashed]],
-    early: Handoff,
-    jobs: int,
-    settings: tuple[object, ...],
-) -> Iterator[tuple[str, MigrateOutcome | parallel.WorkerCrashed]]:
-    """The early workers' ``answers`` (`Handoff.stream` or `Handoff.results`), then those of the files left to
-    migrate once they stopped (`Handoff.left`: no worker ran any more, or a file sent ahead of the last round
-    must be migrated again), from a pool."""
-    yield from answers
-    tasks = [(path, (source, path)) for path, source in early.left]
-    yield from parallel.parallel_map(worker.migrate_file, tasks, jobs=jobs, initializer=worker.setup, initargs=settings)
+class _Saving:
+    """The cache's file, written at the run's end: each file's results (most of them encoded while the workers
+    migrate: `ahead`), and the report where a rerun may replay it, a run without errors that changed no file (with
+    ``--check``, that would change some). A file this run wrote is read afresh next time."""
 
+    def __init__(self, cache: cache_module.Cache, run_files: Sequence[RunFile], migration: _Migration) -> None:
+        self.cache, self.run_files, self.migration = cache, run_files, migration
+        self.encoded: tuple[str, frozenset[str]] = ("{}", frozenset())
 
-# What the parent (or a pool) spends importing libcst before its first file, in bytes of migrated source
-# (about 0.25 s at 0.3 MB/s); the early workers imported it already.
-_IMPORT_IN_BYTES = 80_000
+    def _results(self, run_files: Iterable[RunFile], written: Set[str]) -> dict[str, dict[str, Any]]:
+        from vllm_attn_compat.codemods.index import records
 
+        indexes, read = self.migration.indexed, self.migration.read_names
+        results: dict[str, dict[str, Any]] = {}
+        for f in run_files:
+            if f.path in written:
+                self.cache.statuses.pop(f.source_file.real_path, None)
+                continue
+            if f.path in indexes:
+                f.results["index"] = records.to_data(indexes[f.path], read)
+            results[f.source_file.real_path] = f.results
+        return results
 
-def _early_share(
-    rest: Sequence[Scanned], loads: Sequence[int], others: int
-) -> tuple[list[tuple[Scanned, int]], list[Scanned]]:
-    """The files for the early workers, each with the number of the worker to take it (worker ``n`` has
-    ``loads[n]`` bytes to migrate already), and those for the ``others`` processes to start: largest first,
-    each to the process with the least work. Forking a full pool instead would import libcst once more per
-    process, and leave the early workers idle."""
-    early_loads = list(loads)
-    mine: list[tuple[Scanned, int]] = []
-    theirs: list[Scanned] = []
-    other = _IMPORT_IN_BYTES * others  # the others' work in all, shared among them
-    for item in sorted(rest, key=lambda item: -len(item.source)):
-        least = min(range(len(early_loads)), key=early_loads.__getitem__)
-        if not others or early_loads[least] <= other / others:
-            mine.append((item, least))
-            early_loads[least] += len(item.source)
-        else:
-            theirs.append(item)
-            other += len(item.source)
-    return mine, theirs
+    def ahead(self, pending: Set[str]) -> None:
+        """Encode the results of the files other than those still ``pending`` (being migrated)."""
+        report = self.migration.report
+        written = set(report.changed) if report.mode == "write" else set()
+        done = [f for f in self.run_files if f.path not in pending]
+        self.encoded = self.cache.encode(self._results(done, written))
 
-
-def _record(
-    item: Scanned,
-    outcome: Recorded,
-    options: Options,
-    report: RunReport,
-    diffs: dict[str, str],
-    rewritten: dict[str, bytes],
-) -> None:
-    path = item.source_file.path
-    if isinstance(outcome, parallel.WorkerCrashed):
-        report.errors.append(FileError(path, 1, 1, f"internal error: {outcome}; the file was not changed"))
-        return
-    if isinstance(outcome, FileError):
-        report.errors.append(outcome)
-        return
-    new_source = outcome.new_source
-    report.findings += [(path, finding) for finding in outcome.findings]
-    if new_source is None:
-        return
-    if options.mode == "write":
-        try:
-            sources.write_atomic(item.source_file.real_path, new_source, expected_stat=item.stat)
-        except sources.SourceError as error:
-            report.errors.append(FileError(path, 1, 1, error.message))
-            return
-        except OSError as error:
-            report.errors.append(FileError(path, 1, 1, f"could not write the file: {error.strerror or error}"))
-            return
-    elif options.mode == "diff":
-        diffs[path] = unified_diff(path, item.source, new_source, item.encoding)
-    report.changed.append(path)
-    rewritten[path] = new_source
+    def save(self, found: files.Discovered, listed: Sequence[str], report: RunReport) -> None:
+        written = set(report.changed) if report.mode == "write" else set()
+        rest = [f for f in self.run_files if f.source_file.real_path not in self.encoded[1]]
+        replayable = not report.errors and (report.mode == "check" or not report.changed)
+        run = self.cache.keep_run(found, report.mode, report) if replayable else None
+        self.cache.save(run, self._results(rest, written), listed, self.encoded)
 
 
 def run_source(source: bytes, path: str, options: Options) -> tuple[RunReport, bytes, str]:
@@ -490,6 +467,12 @@ def run_source(source: bytes, path: str, options: Options) -> tuple[RunReport, b
 
 
 def _run_source(source: bytes, path: str, options: Options) -> tuple[RunReport, bytes, str]:
+    from vllm_attn_compat.codemods import registry
+    from vllm_attn_compat.codemods.engine import migrate
+    from vllm_attn_compat.codemods.index import callsites, hierarchy
+    from vllm_attn_compat.codemods.run.dependencies import MissingDependency
+    from vllm_attn_compat.codemods.run.scan import TokenScan
+
     report = RunReport(mode=options.mode, scanned=1)
     rules = registry.select_rules(options.select, options.ignore)
     try:
@@ -499,15 +482,24 @@ def _run_source(source: bytes, path: str, options: Options) -> tuple[RunReport, 
         return report, source, ""
     if not TokenScan(migrate.prefilter_tokens(rules), once=True)(source):
         return report, source, ""
-    from vllm_attn_compat.codemods.index import callsites, hierarchy
-
     index = worker.index_file(source, path)
     if isinstance(index, FileError):
         report.errors.append(index)
         return report, source, ""
     report.parsed = 1
     built = hierarchy.ClassHierarchy.build([index])
-    new_source = _migrate_source(source, path, options, rules, built, report)
+    new_source = None
+    acting = rules if built.has_attention_classes(path) else [rule for rule in rules if not rule.scoped]
+    if migrate.needs_parsing(source, acting, built.attention_class_names()):
+        worker.setup(rules, built, options.unsafe_fixes, options.old_op_calls, options.verifies)
+        outcome = worker.migrate_file(source, path)
+        if isinstance(outcome, MissingDependency):
+            raise outcome
+        if isinstance(outcome, FileError):
+            report.errors.append(outcome)
+        else:
+            report.findings += [(path, finding) for finding in outcome.findings]
+            new_source = outcome.new_source
     codes = [rule.code for rule in rules]
     rewritten = {path: new_source} if new_source is not None else None
     report.findings += callsites.findings_for_run(built.calls, {path: source}, codes, options.unsafe_fixes, rewritten)
@@ -515,21 +507,3 @@ def _run_source(source: bytes, path: str, options: Options) -> tuple[RunReport, 
         return report, source, ""
     report.changed.append(path)
     return report, new_source, unified_diff(path, source, new_source, encoding)
-
-
-def _migrate_source(
-    source: bytes, path: str, options: Options, rules: Sequence[type[Rule]], built: ClassHierarchy, report: RunReport
-) -> bytes | None:
-    """`run_source`'s migration of its one file: the new source, or None (unchanged, or failed: reported)."""
-    acting = rules if built.has_attention_classes(path) else [rule for rule in rules if not rule.scoped]
-    if not migrate.needs_parsing(source, acting, built.attention_class_names()):
-        return None
-    worker.setup(rules, built, options.unsafe_fixes, options.old_op_calls, options.verifies)
-    outcome = worker.migrate_file(source, path)
-    if isinstance(outcome, MissingDependency):
-        raise outcome
-    if isinstance(outcome, FileError):
-        report.errors.append(outcome)
-        return None
-    report.findings += [(path, finding) for finding in outcome.findings]
-    return outcome.new_source

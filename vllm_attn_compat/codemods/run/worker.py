@@ -8,12 +8,11 @@ libcst only when it migrates files itself.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from vllm_attn_compat.codemods.findings import Finding
-from vllm_attn_compat.codemods.run import dataclass_code, dependencies
+from vllm_attn_compat.codemods.run import dependencies
 from vllm_attn_compat.codemods.run.report import FileError
 
 if TYPE_CHECKING:
@@ -46,24 +45,26 @@ _settings: dict[str, Any] = {}
 BUG = "this is a bug in vllm-attn-compat, please report it; the file was not changed"
 
 
-def no_setup() -> None:
-    """Initializer for the hierarchy pass, which needs no per-process state."""
+def preload() -> None:
+    """The initializer of the run's worker processes: import what migrating a file needs before the first file
+    arrives (libcst's import takes a tenth of a second or more). A missing dependency is left to the tasks, each
+    handing it back (`dependencies`)."""
+    try:
+        import libcst  # noqa: F401 - imported to have it loaded
+
+        from vllm_attn_compat.codemods import registry
+        from vllm_attn_compat.codemods.engine import apply, migrate, safety  # noqa: F401 - likewise
+
+        registry.all_rules()
+    except ImportError:
+        pass
 
 
-def index_file(source: bytes, path: str, keep: bool = False) -> ModuleIndex | FileError:
-    """The file's class index (``hierarchy.ModuleIndex``), or a :class:`FileError` if it does not parse.
-    ``keep``: this process will probably migrate the file, so its syntax tree is kept for that
-    (`statements.keep`: the migration's `spans` read the same parse)."""
+def index_file(source: bytes, path: str) -> ModuleIndex | FileError:
+    """The file's class index (``hierarchy.ModuleIndex``), or a :class:`FileError` if it does not parse."""
     from vllm_attn_compat.codemods.index import hierarchy
 
-    if not keep:
-        return _parsed(hierarchy.index_module, source, path)
-    from vllm_attn_compat.codemods.engine import statements
-
-    def index_keeping(text: bytes, name: str) -> ModuleIndex:
-        return hierarchy.index_module(text, name, functools.partial(statements.keep, text))
-
-    return _parsed(index_keeping, source, path)
+    return _parsed(hierarchy.index_module, source, path)
 
 
 def check_syntax(source: bytes, path: str) -> bool | FileError:
@@ -104,45 +105,21 @@ def setup(
     _settings.update(
         rules=list(rules), hierarchy=hierarchy, unsafe_fixes=unsafe_fixes, old_op_calls=old_op_calls, verify=verify
     )
+    _settings.pop("pickled", None)
 
 
-def preload() -> None:
-    """Initializer of a pool started before the run knows its settings: import what migrating needs."""
-    import gc
+def migrate_with(settings: bytes, source: bytes, path: str) -> MigrateOutcome:
+    """:func:`migrate_file` with the pickled arguments of :func:`setup` (the run's settings and class hierarchy:
+    a worker started before the rounds gets them with its tasks, and unpickles them once)."""
+    if _settings.get("pickled") != settings:
+        import pickle
 
-    # Importing libcst makes tens of thousands of objects that live as long as the process: the cyclic
-    # collector's passes over them while they are made cost a tenth of the import, and find nothing.
-    gc.disable()
-    try:
-        with dataclass_code.own_code():
-            dataclass_code.import_libcst()
-
-            from vllm_attn_compat.codemods import registry
-            from vllm_attn_compat.codemods.engine import (  # noqa: F401 - imported to have them loaded
-                apply,
-                migrate,
-                safety,
-                scope,
-            )
-
-            registry.all_rules()
-    except ImportError:
-        pass  # the worker lives on: each task imports it again and hands back what is missing (dependencies.py)
-    finally:
-        gc.freeze()  # and later collections need not walk them again
-        gc.enable()
-
-
-def setup_pickled(settings: bytes) -> None:
-    """:func:`setup` in a worker started by :func:`preload`, before the run knew its settings: ``settings``
-    is the pickled ``(rules, hierarchy, unsafe_fixes, old_op_calls, verify)``."""
-    import pickle
-
-    setup(*pickle.loads(settings))
+        setup(*pickle.loads(settings))
+        _settings["pickled"] = settings
+    return migrate_file(source, path)
 
 
 def _migrate(source: bytes, path: str, hierarchy: Recorder, *, with_findings: bool = True) -> MigrationResult:
-    dataclass_code.import_libcst()  # (not imported yet: a run that migrates in this process, or a pool's worker)
     from vllm_attn_compat.codemods.engine.migrate import migrate_source
 
     return migrate_source(

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from vllm_attn_compat.codemods.findings import Finding, Status
 from vllm_attn_compat.codemods.index.calls import UNSHOWN, CallIndex, OutputMethod, Signature, Use
+from vllm_attn_compat.codemods.index.classgraph import ClassGraph
 from vllm_attn_compat.codemods.index.names import is_vllm_base, normalize_path
 from vllm_attn_compat.codemods.index.old_ops import OldOpBody
 
@@ -41,10 +42,8 @@ if TYPE_CHECKING:
 # What the analysis reads of `hierarchy.ClassHierarchy` and `hierarchy.ModuleIndex`: protocols, since the
 # hierarchy module imports this one to index calls and to decide which fixes they withhold.
 class ClassHierarchy(Protocol):
-    bases: dict[str, tuple[str, ...]]
-    _by_last: dict[str, list[str]]
-
-    def _classes_named(self, reference: str) -> list[str]: ...
+    @property
+    def graph(self) -> ClassGraph: ...
 
     def is_attention_class(self, full_name: str) -> bool: ...
 
@@ -282,51 +281,30 @@ def _in_order(blockers: Iterable[Blocker]) -> tuple[Blocker, ...]:
 
 
 class _Relations:
-    """Subclass relations among the run's classes (through `ClassHierarchy`'s resolution of bases)."""
+    """What the analysis asks of the run's class graph (`classgraph`), where a reference is loose: a class re-exported
+    by a package (``plugin.MyImpl`` for ``plugin.backend.MyImpl``) is the same class."""
 
-    def __init__(self, hierarchy: ClassHierarchy) -> None:
-        self.hierarchy = hierarchy
-        self._ancestors: dict[str, frozenset[str]] = {}
-        self._descendants: dict[str, set[str]] | None = None
+    def __init__(self, graph: ClassGraph) -> None:
+        self.graph = graph
 
-    def named(self, reference: str, *, exactly: bool = False) -> list[str]:
+    def named(self, reference: str, *, exactly: bool = False) -> tuple[str, ...]:
         """The run's classes ``reference`` may name; ``exactly``: by its dotted name alone (`names_match`)."""
-        found = self.hierarchy._classes_named(reference)
-        if found or exactly:
-            return found
-        # A class re-exported by a package (``plugin.MyImpl`` for ``plugin.backend.MyImpl``): same name.
-        return list(self.hierarchy._by_last.get(reference.rpartition(".")[2], ()))
+        return self.graph.named(reference) if exactly else self.graph.named_loosely(reference)
 
-    def ancestors(self, full: str) -> frozenset[str]:
+    def ancestors(self, full: str) -> tuple[str, ...]:
         """The run's classes ``full`` derives from, itself included."""
-        known = self._ancestors.get(full)
-        if known is not None:
-            return known
-        self._ancestors[full] = frozenset({full})  # breaks cycles
-        found = {full}
-        for base in self.hierarchy.bases.get(full, ()):
-            for other in self.hierarchy._classes_named(base):
-                found |= self.ancestors(other)
-        self._ancestors[full] = frozenset(found)
-        return self._ancestors[full]
+        return self.graph.lineage(full)
 
     def related(self, first: str, second: str) -> bool:
         """Whether one instance can be of both classes: some class of the run derives from both."""
-        if self._descendants is None:
-            self._descendants = {}
-            for full in self.hierarchy.bases:
-                for ancestor in self.ancestors(full):
-                    self._descendants.setdefault(ancestor, set()).add(full)
-        mine = self._descendants.get(first, {first})
-        return first == second or not mine.isdisjoint(self._descendants.get(second, {second}))
+        return self.graph.related(first, second)
 
     def is_layer(self, full: str) -> bool:
-        for ancestor in self.ancestors(full):
-            for base in self.hierarchy.bases.get(ancestor, ()):
-                last = base.rpartition(".")[2]
-                if last in _MODULE_BASES and (is_vllm_base(base) or base.endswith("nn.Module")):
-                    return True
-        return False
+        return any(
+            base.rpartition(".")[2] in _MODULE_BASES and (is_vllm_base(base) or base.endswith("nn.Module"))
+            for ancestor in self.graph.lineage(full)
+            for base in self.graph.bases.get(ancestor, ())
+        )
 
 
 def _how(use: Use, module: str, target: str, method: OutputMethod, relations: _Relations) -> tuple[str, ...]:
@@ -474,7 +452,7 @@ def _withheld(
     old_ops = {index.path: index.old_ops for index in indexes if index.old_ops}
     if not methods:
         return CallAnalysis(old_ops=old_ops, alternatives=alternatives)
-    relations = _Relations(hierarchy)
+    relations = _Relations(hierarchy.graph)
     by_name: dict[str, list[tuple[tuple[str, str], OutputMethod]]] = {}
     for key, method in methods.items():
         by_name.setdefault(method.name, []).append((key, method))

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from vllm_attn_compat.codemods.index import calls, callsites, flags, runtime_patches
+from vllm_attn_compat.codemods.index.classgraph import ClassGraph
 from vllm_attn_compat.codemods.index.flag_owners import FlagOwners
 from vllm_attn_compat.codemods.index.names import (
     VLLM_LAYER_NAMES,
@@ -311,12 +312,11 @@ def _index_module(source: bytes, path: str, parsed: Callable[[ast.Module], objec
 
 
 @dataclass
-class ClassHierarchy(FlagOwners):
+class ClassHierarchy:
     """Attention-ness of every class of a run; built once, queried per class."""
 
     modules: dict[str, str] = field(default_factory=dict)  # normalized path -> module name
-    bases: dict[str, tuple[str, ...]] = field(default_factory=dict)  # full class name -> bases
-    _by_last: dict[str, list[str]] = field(default_factory=dict)
+    graph: ClassGraph = field(default_factory=ClassGraph)  # the run's classes and their bases
     _by_module: dict[str, list[str]] = field(default_factory=dict)  # module -> full class names
     _attention: dict[str, bool] = field(default_factory=dict)
     duck_typed: set[str] = field(default_factory=set)  # full names of backends shaped like one
@@ -332,9 +332,8 @@ class ClassHierarchy(FlagOwners):
     calls: callsites.CallAnalysis = field(default_factory=callsites.CallAnalysis)
     _patched: list[tuple[str, str]] | None = None  # `_patched_in_scope`, once asked (asked once per file)
     _from_vllm: dict[str, bool] = field(default_factory=dict)
-    _vllm_bases: dict[str, frozenset[str]] = field(default_factory=dict)  # `_vllm_bases_of`, once asked
-    _subclasses: dict[str, list[str]] | None = None  # in-run class -> its direct subclasses in the run
     _names: frozenset[str] | None = None  # `attention_class_names`, once asked (each round asks it twice)
+    _flags: FlagOwners | None = None  # `flags`, once asked
 
     @classmethod
     def build(cls, indexes: Iterable[ModuleIndex]) -> ClassHierarchy:
@@ -349,8 +348,7 @@ class ClassHierarchy(FlagOwners):
         self.modules[index.path] = index.module
         for entry in index.classes:
             full = f"{index.module}.{entry.qualname}"
-            self.bases[full] = self.bases.get(full, ()) + entry.bases
-            self._by_last.setdefault(full.rpartition(".")[2], []).append(full)
+            self.graph.add(full, entry.bases)
             self._by_module.setdefault(index.module, []).append(full)
             if entry.duck_typed:
                 self.duck_typed.add(full)
@@ -364,17 +362,15 @@ class ClassHierarchy(FlagOwners):
             self.patches.setdefault(patch.source.rpartition(".")[2], []).append(record)
         self._attention.clear()
         self._from_vllm.clear()
-        self._vllm_bases.clear()
         self._patched = None
-        self._subclasses = None
         self._names = None
+        self._flags = None
 
     def extended(self, index: ModuleIndex) -> ClassHierarchy:
         """A copy that also holds ``index`` (the hierarchy itself is left alone)."""
         copy = ClassHierarchy(
             dict(self.modules),
-            dict(self.bases),
-            {k: list(v) for k, v in self._by_last.items()},
+            self.graph.copy(),
             {k: list(v) for k, v in self._by_module.items()},
             duck_typed=set(self.duck_typed),
             flag_bases=set(self.flag_bases),
@@ -386,15 +382,29 @@ class ClassHierarchy(FlagOwners):
         copy.calls = callsites.extend(self.calls, copy, index)
         return copy
 
+    @property
+    def flags(self) -> FlagOwners:
+        """Who owns the flag each class declares, and what reads it (`flag_owners`)."""
+        if self._flags is None:
+            self._flags = FlagOwners(
+                self.graph, set(self.modules.values()), self.flag_classes, self.flag_reads, self.from_vllm
+            )
+        return self._flags
+
+    def own_flag_base(self, full_name: str) -> str | None:
+        return self.flags.own_flag_base(full_name)
+
+    def flag_readers(self, full_name: str) -> str | None:
+        return self.flags.flag_readers(full_name)
+
+    def missing_flag_classes(self) -> set[str]:
+        return self.flags.missing_flag_classes()
+
     def covers(self, path: str) -> bool:
         return normalize_path(path) in self.modules
 
     def module_name(self, path: str) -> str:
         return self.modules.get(normalize_path(path)) or guess_module_name(path)
-
-    def _classes_named(self, reference: str) -> list[str]:
-        candidates = self._by_last.get(reference.rpartition(".")[2], ())
-        return [full for full in candidates if _names_match(reference, full)]
 
     def is_attention_class(self, full_name: str) -> bool:
         """``full_name`` is ``module.qualname`` as `module_name` and ``__qualname__`` give it."""
@@ -414,14 +424,9 @@ class ClassHierarchy(FlagOwners):
         known = self._from_vllm.get(full_name)
         if known is not None:
             return known
-        self._from_vllm[full_name] = False  # breaks cycles
-        result = (
-            is_vllm_base(full_name)
-            or any(
-                is_vllm_base(base) or any(self.from_vllm(other) for other in self._classes_named(base))
-                for base in self.bases.get(full_name, ())
-            )
-            or self.patch_scope(full_name, runtime_patches.MEMBERS) == "attention"
+        self._from_vllm[full_name] = False  # breaks cycles (`patch_scope` asks of other classes)
+        result = bool(self.graph.provenance(full_name)) or any(
+            self.patch_scope(name, runtime_patches.MEMBERS) == "attention" for name in self.graph.lineage(full_name)
         )
         self._from_vllm[full_name] = result
         return result
@@ -430,35 +435,18 @@ class ClassHierarchy(FlagOwners):
         """Whether the class is one of vLLM's attention layers (`names.VLLM_LAYER_NAMES`) or derives from one through
         the run's classes, and from none of its impls: vLLM calls its ``forward`` as ``layer(q, k, v)``, never
         with ``output`` (which the layer allocates), so what the rules say of ``output`` there does not hold."""
-        names = {base.rpartition(".")[2] for base in self._vllm_bases_of(full_name)}
+        names = {base.rpartition(".")[2] for base in self.graph.vllm_bases(full_name)}
         return bool(names & VLLM_LAYER_NAMES) and not any(name.endswith(("Impl", "ImplBase")) for name in names)
 
     def is_mla_layer_class(self, full_name: str) -> bool:
         """Whether the class is vLLM's MLA layer (``MLAAttention``) or a layer deriving from it: the one layer of
         which vLLM calls a method with the buffer (``forward_impl``, from its ``unified_mla_attention_with_output``
         op; a plugin's own layer's ``forward_impl`` is called by the plugin's code)."""
-        names = {base.rpartition(".")[2] for base in self._vllm_bases_of(full_name)}
+        names = {base.rpartition(".")[2] for base in self.graph.vllm_bases(full_name)}
         return "MLAAttention" in names and self.is_layer_class(full_name)
 
-    def _vllm_bases_of(self, full_name: str) -> frozenset[str]:
-        """vLLM's base classes (`is_vllm_base`) the class is or derives from through the run's classes."""
-        known = self._vllm_bases.get(full_name)
-        if known is not None:
-            return known
-        self._vllm_bases[full_name] = frozenset()  # breaks cycles
-        found = {full_name} if is_vllm_base(full_name) else set()
-        for base in self.bases.get(full_name, ()):
-            if is_vllm_base(base):
-                found.add(base)
-            for other in self._classes_named(base):
-                found |= self._vllm_bases_of(other)
-        self._vllm_bases[full_name] = frozenset(found)
-        return self._vllm_bases[full_name]
-
     def _is_attention_reference(self, reference: str) -> bool:
-        return is_vllm_base(reference) or any(
-            self.is_attention_class(other) for other in self._classes_named(reference)
-        )
+        return is_vllm_base(reference) or any(self.is_attention_class(other) for other in self.graph.named(reference))
 
     def patch_scope(self, full_name: str, kind: str) -> str | None:
         """``"attention"`` when the function (``kind`` ATTRIBUTE) or class (MEMBERS) ``full_name`` is copied
@@ -513,7 +501,7 @@ class ClassHierarchy(FlagOwners):
         """Plain names (``PluginBase``) of the attention classes of the run, for the prefilter; with them the
         names of functions patched onto one from another module (their file is attention code too)."""
         if self._names is None:
-            classes = {full.rpartition(".")[2] for full in self.bases if self.is_attention_class(full)}
+            classes = {full.rpartition(".")[2] for full in self.graph if self.is_attention_class(full)}
             functions = {
                 source.rpartition(".")[2]
                 for source, module in self._patched_in_scope()

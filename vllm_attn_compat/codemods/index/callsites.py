@@ -23,7 +23,6 @@ raises ``TypeError`` today, so no working call changes).
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -32,7 +31,7 @@ from typing import TYPE_CHECKING, Protocol
 from vllm_attn_compat.codemods.findings import Finding, Status
 from vllm_attn_compat.codemods.index.calls import UNSHOWN, CallIndex, OutputMethod, Signature, Use
 from vllm_attn_compat.codemods.index.classgraph import ClassGraph
-from vllm_attn_compat.codemods.index.names import is_vllm_base, normalize_path
+from vllm_attn_compat.codemods.index.names import is_vllm_base, normalize_path, shown_path
 from vllm_attn_compat.codemods.index.old_ops import OldOpBody
 
 if TYPE_CHECKING:
@@ -150,7 +149,7 @@ class Blocker:
     resolved: bool = True
 
     def describe(self, name: str, here: str) -> str:
-        where = f"line {self.line}" if self.path == here else f"{_shown(self.path)}:{self.line}"
+        where = f"line {self.line}" if self.path == here else f"{shown_path(self.path)}:{self.line}"
         call = f"`{self.text}.{name}(...)`" if self.how not in _NOT_CALLS else f"`{self.text}.{name}`"
         if self.how == "omits":
             return f"{call} at {where} calls it without `output`"
@@ -169,14 +168,6 @@ class Blocker:
         if self.how == "positional":
             return f"{call} at {where} passes `output` by position"
         return "a layer's `forward` runs through `layer(...)` calls, which cannot be attributed to it"
-
-
-def _shown(path: str) -> str:
-    try:
-        relative = os.path.relpath(path)
-    except ValueError:  # another drive on Windows
-        return path
-    return path if relative.startswith("..") else relative
 
 
 # (class full name, method name) -> rule code -> what withholds that rule's fix there

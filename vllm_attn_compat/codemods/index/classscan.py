@@ -30,8 +30,8 @@ from dataclasses import dataclass
 from vllm_attn_compat.codemods.index.calltext import OPENING, SEP, call_extent
 from vllm_attn_compat.codemods.index.hierarchy import ModuleIndex
 from vllm_attn_compat.codemods.index.names import (
-    _IN_TREE_SUFFIXES,
     IDENTIFIER_BYTES,
+    IN_TREE_SUFFIXES,
     VLLM_BASE_NAMES,
     guess_module_name,
     normalize_path,
@@ -83,7 +83,7 @@ _DEFINED = tuple(re.compile(keyword + rb"[ \t\f\\]+(" + _IDENT + rb")") for keyw
 _DEFINES = re.compile(rb"(?<![A-Za-z0-9_\x80-\xff])def[ \t\f]+\Z")
 _DEFINITION = re.compile(rb"[\r\n][ \t\f]*(?:async[ \t\f]+def|def|class)[ \t\f\\]")
 
-_SUFFIXES = tuple(suffix.encode() for suffix in _IN_TREE_SUFFIXES)
+_SUFFIXES = tuple(suffix.encode() for suffix in IN_TREE_SUFFIXES)
 _BASE_NAMES = frozenset(name.encode() for name in VLLM_BASE_NAMES)
 
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
 
-from vllm_attn_compat.codemods.index import callsites, flags
+from vllm_attn_compat.codemods.index import flags
 from vllm_attn_compat.codemods.index.classgraph import ClassGraph
-from vllm_attn_compat.codemods.index.names import is_vllm_base, names_match
+from vllm_attn_compat.codemods.index.names import is_vllm_base, names_match, shown_path
 
 
 class FlagOwners:
@@ -58,7 +58,7 @@ class FlagOwners:
             return None
         path, read = reads[0]
         more = f" (and {len(reads) - 1} more read(s) in the run)" if len(reads) > 1 else ""
-        return f"`{read.text}` at {callsites._shown(path)}:{read.line} reads it{more}"
+        return f"`{read.text}` at {shown_path(path)}:{read.line} reads it{more}"
 
     def _read_reaches(self, read: flags.FlagRead, full_name: str) -> bool:
         if read.target is None or read.kind == "any":

@@ -30,7 +30,7 @@ VLLM_BASE_NAMES = frozenset(
 VLLM_LAYER_NAMES = frozenset({"AttentionLayer", "AttentionLayerBase", "Attention", "MLAAttention"})
 # vLLM's in-tree backends (FlashAttentionBackend, MLACommonImpl, ...) are attention classes
 # too; a plugin deriving from them is found by these suffixes on names from the modules above.
-_IN_TREE_SUFFIXES = ("Backend", "Impl")
+IN_TREE_SUFFIXES = ("Backend", "Impl")
 
 # A file defining an attention class either imports from a vLLM attention module (its text
 # then contains one of these), defines vLLM's own bases (a fork of vLLM), or derives from an
@@ -56,6 +56,15 @@ BASE_TOKENS: tuple[bytes, ...] = (
 
 def normalize_path(path: str) -> str:
     return path if path == "-" else os.path.normpath(os.path.abspath(path))
+
+
+def shown_path(path: str) -> str:
+    """``path`` as messages show it: relative to the working directory when it is below it."""
+    try:
+        relative = os.path.relpath(path)
+    except ValueError:  # another drive on Windows
+        return path
+    return path if relative.startswith("..") else relative
 
 
 @lru_cache(maxsize=4096)
@@ -105,7 +114,7 @@ def is_vllm_base(dotted: str) -> bool:
     module, _, name = dotted.rpartition(".")
     if not any(module == prefix or module.startswith(prefix + ".") for prefix in VLLM_ATTENTION_MODULES):
         return False
-    return name in VLLM_BASE_NAMES or name.endswith(_IN_TREE_SUFFIXES)
+    return name in VLLM_BASE_NAMES or name.endswith(IN_TREE_SUFFIXES)
 
 
 # Bytes that can continue a Python identifier (non-ASCII too: identifiers may be Unicode): what the text scans

@@ -19,7 +19,7 @@ import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from vllm_attn_compat.codemods.index import calls, callsites, flags, runtime_patches
+from vllm_attn_compat.codemods.index import calls, callsites, flags, occurrences, runtime_patches
 from vllm_attn_compat.codemods.index.classgraph import ClassGraph
 from vllm_attn_compat.codemods.index.flag_owners import FlagOwners
 from vllm_attn_compat.codemods.index.names import (
@@ -31,6 +31,8 @@ from vllm_attn_compat.codemods.index.names import (
 from vllm_attn_compat.codemods.index.names import (
     names_match as _names_match,
 )
+from vllm_attn_compat.codemods.index.occurrences import EMPTY as EMPTY_OCCURRENCES
+from vllm_attn_compat.codemods.index.occurrences import Occurrences
 from vllm_attn_compat.codemods.index.old_ops import OldOpBody, old_op_bodies
 from vllm_attn_compat.codemods.index.runtime_patches import PatchEntry
 
@@ -56,6 +58,8 @@ class ModuleIndex:
     calls: calls.CallIndex = calls.EMPTY  # methods taking `output`, and attribute calls
     flag_reads: tuple[flags.FlagRead, ...] = ()  # reads of `accept_output_buffer`
     old_ops: tuple[OldOpBody, ...] = ()  # functions named as the ops vLLM 0.20 deleted
+    # What else names what a fix changes: reflection, class-body reads, doctests, op strings (`occurrences`).
+    occurrences: Occurrences = EMPTY_OCCURRENCES
 
 
 # Where statements nest, by statement type, in the order ``ast.NodeVisitor`` would reach them.
@@ -296,7 +300,12 @@ def _index_module(source: bytes, path: str, parsed: Callable[[ast.Module], objec
         flag = qualname in indexer.flag_classes
         true = qualname in indexer.true_flags
         classes.append(ClassEntry(qualname, bases_found, line, qualname in duck, flag, true))
-    found_calls = calls.index_calls(tree, indexer)
+    found_calls, found = calls.index_calls_and_occurrences(tree, indexer)
+    doctests = occurrences.doctest_uses(tree) if b">>>" in source else []
+    ops = occurrences.op_strings(tree) if any(token in source for token in occurrences.OP_BYTES) else []
+    if doctests or ops:
+        named = tuple(sorted((*found.named, *doctests), key=lambda use: (use.line, use.column)))
+        found = Occurrences(found.class_names, found.reflection, named, tuple(ops))
     reads: tuple[flags.FlagRead, ...] = ()
     if flags.FLAG_BYTES in source:
         reads = flags.index_flag_reads(tree, module, lambda expr: indexer.resolve_bound(expr, []))
@@ -308,6 +317,7 @@ def _index_module(source: bytes, path: str, parsed: Callable[[ast.Module], objec
         calls=found_calls,
         flag_reads=reads,
         old_ops=old_op_bodies(tree),
+        occurrences=found,
     )
 
 

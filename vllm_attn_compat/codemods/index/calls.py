@@ -671,8 +671,6 @@ class _Collector:
         callee = func.id if type(func) is ast.Name else func.attr if type(func) is ast.Attribute else None
         if callee in occurrences.BY_NAME or callee in occurrences.ALL_MEMBERS or callee == "locals":
             self._reflection_call(node, callee, scope, scopes)
-            if callee != "getattr" or type(func) is not ast.Name:
-                return
         elif callee in occurrences.NAME_LOOKUPS or (
             type(func) is ast.Attribute and "patch" in (_dotted(func.value) or "").rpartition(".")[2].lower()
         ):

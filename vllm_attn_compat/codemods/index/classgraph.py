@@ -20,6 +20,8 @@ from collections.abc import Iterable, Iterator
 
 from vllm_attn_compat.codemods.index.names import is_vllm_base, names_match
 
+_METACLASS_ENDINGS = ("Meta", "Metaclass", "MetaClass", "EnumType")
+
 
 class ClassGraph:
     """The run's classes (full names) with their bases (dotted names, as resolved by their modules)."""
@@ -122,6 +124,14 @@ class ClassGraph:
         return tuple(
             base for name in self.lineage(full_name) for base in self.bases.get(name, ()) if not self.named(base)
         )
+
+    def is_metaclass(self, full_name: str) -> bool:
+        """Whether the class may be a metaclass (its instances are classes): it or an ancestor derives from ``type``
+        or from a class named like a metaclass (``ABCMeta``, ``EnumType``, ``...Meta``, ``...Metaclass``)."""
+        return any(
+            last == "type" or last.endswith(_METACLASS_ENDINGS)
+            for last in (base.rpartition(".")[2] for base in self.outside_bases(full_name))
+        ) or any(name.rpartition(".")[2].endswith(_METACLASS_ENDINGS) for name in self.lineage(full_name))
 
     # --- provenance ----------------------------------------------------------------------------------------
 

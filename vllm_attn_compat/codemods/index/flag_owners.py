@@ -12,9 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
 
-from vllm_attn_compat.codemods.index import flags
+from vllm_attn_compat.codemods.index import accounting, flags
+from vllm_attn_compat.codemods.index.accounting import Located
 from vllm_attn_compat.codemods.index.classgraph import ClassGraph
-from vllm_attn_compat.codemods.index.names import is_vllm_base, names_match, shown_path
+from vllm_attn_compat.codemods.index.names import FLAG, is_vllm_base, names_match, shown_path
 
 
 class FlagOwners:
@@ -27,15 +28,18 @@ class FlagOwners:
         flag_classes: Mapping[str, bool],
         flag_reads: Sequence[tuple[str, flags.FlagRead]],
         from_vllm: Callable[[str], bool],
+        occurrences: Sequence[Located] = (),
     ) -> None:
         """``modules``: the run's module names; ``flag_classes``: every class declaring ``accept_output_buffer`` ->
         whether to the literal True; ``flag_reads``: every read of the flag with the path of its file;
-        ``from_vllm``: whether a class is vLLM's or derives from it (`hierarchy.ClassHierarchy.from_vllm`)."""
+        ``from_vllm``: whether a class is vLLM's or derives from it (`hierarchy.ClassHierarchy.from_vllm`);
+        ``occurrences``: the run's other occurrences of names (`accounting`: reflection, class-body reads, ...)."""
         self.graph = graph
         self.modules = modules
         self.flag_classes = flag_classes
         self.flag_reads = flag_reads
         self.from_vllm = from_vllm
+        self.occurrences = occurrences
 
     def own_flag_base(self, full_name: str) -> str | None:
         """The nearest class of the run ``full_name`` derives from that declares ``accept_output_buffer`` and
@@ -53,12 +57,18 @@ class FlagOwners:
             if ancestor in self.flag_classes and not self.flag_classes[ancestor]:
                 short = ancestor.rpartition(".")[2]
                 return f"`{short}`, a base class of the run, declares it too, and not True: the class would read that"
-        reads = sorted((path, read) for path, read in self.flag_reads if self._read_reaches(read, full_name))
-        if not reads:
+        reads = sorted(
+            (path, read.line, f"`{read.text}` at {shown_path(path)}:{read.line} reads it")
+            for path, read in self.flag_reads
+            if self._read_reaches(read, full_name)
+        )
+        modules = set(self.modules)
+        others = accounting.flag_blockers(self.occurrences, full_name, self.graph, modules)
+        uses = reads + [(b.path, b.line, b.describe(FLAG, "")) for b in others]
+        if not uses:
             return None
-        path, read = reads[0]
-        more = f" (and {len(reads) - 1} more read(s) in the run)" if len(reads) > 1 else ""
-        return f"`{read.text}` at {shown_path(path)}:{read.line} reads it{more}"
+        first = min(uses)[2]
+        return first + (f" (and {len(uses) - 1} more)" if len(uses) > 1 else "")
 
     def _read_reaches(self, read: flags.FlagRead, full_name: str) -> bool:
         if read.target is None or read.kind == "any":
@@ -70,8 +80,9 @@ class FlagOwners:
             return read.kind == "instance" or self._names_in_run(read.target)
         if read.kind != "subclass":  # the class itself, or an instance of it
             return any(self.graph.derives(other, full_name) for other in named)
-        # `self` in a method of K: an instance of any class deriving from K; one deriving from both sees it.
-        return any(self.graph.related(other, full_name) for other in named)
+        # `self` in a method of K: an instance of any class deriving from K; one deriving from both sees it. In a
+        # metaclass's method, `cls` is a class made with it: any class.
+        return any(self.graph.related(other, full_name) or self.graph.is_metaclass(other) for other in named)
 
     def _names_in_run(self, dotted: str) -> bool:
         owner = dotted.rpartition(".")[0]

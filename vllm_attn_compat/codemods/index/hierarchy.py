@@ -19,7 +19,7 @@ import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from vllm_attn_compat.codemods.index import calls, callsites, flags, occurrences, runtime_patches
+from vllm_attn_compat.codemods.index import accounting, calls, callsites, flags, occurrences, runtime_patches
 from vllm_attn_compat.codemods.index.classgraph import ClassGraph
 from vllm_attn_compat.codemods.index.flag_owners import FlagOwners
 from vllm_attn_compat.codemods.index.names import (
@@ -340,6 +340,10 @@ class ClassHierarchy:
     patches: dict[str, list[tuple[str, str, tuple[str, ...], str]]] = field(default_factory=dict)
     # Which fixes the run's calls withhold (`callsites`); set by `build` and `extended`.
     calls: callsites.CallAnalysis = field(default_factory=callsites.CallAnalysis)
+    # Every module's occurrences of names that no attribute use accounts for (`accounting`), and, per old op an op
+    # list of the run names, the strings that withhold its renaming (VAC006).
+    occurrences: list[accounting.Located] = field(default_factory=list)
+    ops: dict[str, tuple[accounting.Blocker, ...]] = field(default_factory=dict)
     _patched: list[tuple[str, str]] | None = None  # `_patched_in_scope`, once asked (asked once per file)
     _from_vllm: dict[str, bool] = field(default_factory=dict)
     _names: frozenset[str] | None = None  # `attention_class_names`, once asked (each round asks it twice)
@@ -352,7 +356,18 @@ class ClassHierarchy:
         for index in indexes:
             hierarchy.add(index)
         hierarchy.calls = callsites.analyse(hierarchy, indexes)
+        hierarchy.ops = hierarchy.op_blockers()
         return hierarchy
+
+    def op_blockers(self) -> dict[str, tuple[accounting.Blocker, ...]]:
+        """Per old op an op list of the run names, what withholds renaming it (`accounting.op_blockers`)."""
+        sites = accounting.op_sites(self.occurrences)
+        return {op: found for op, found in accounting.op_blockers(self.occurrences).items() if op in sites}
+
+    def op_renaming_withheld(self, op: str, path: str) -> str | None:
+        """Why renaming the old op ``op`` (``unified_attention``) in the op lists of the run is withheld, for the
+        finding at ``path``; None when it is not (VAC006's safe fix)."""
+        return accounting.op_reason(self.ops.get(op, ()), path)
 
     def add(self, index: ModuleIndex) -> None:
         self.modules[index.path] = index.module
@@ -367,6 +382,9 @@ class ClassHierarchy:
             if entry.declares_flag:
                 self.flag_classes[full] = entry.flag_true
         self.flag_reads += [(index.path, read) for read in index.flag_reads]
+        found = index.occurrences
+        if found.class_names or found.reflection or found.named or found.op_strings:
+            self.occurrences.append(accounting.Located(index.path, index.module, found))
         for patch in index.patches:
             record = (patch.source, patch.kind, patch.targets, index.module)
             self.patches.setdefault(patch.source.rpartition(".")[2], []).append(record)
@@ -387,9 +405,11 @@ class ClassHierarchy:
             flag_classes=dict(self.flag_classes),
             flag_reads=list(self.flag_reads),
             patches={k: list(v) for k, v in self.patches.items()},
+            occurrences=list(self.occurrences),
         )
         copy.add(index)
         copy.calls = callsites.extend(self.calls, copy, index)
+        copy.ops = copy.op_blockers()
         return copy
 
     @property
@@ -397,7 +417,12 @@ class ClassHierarchy:
         """Who owns the flag each class declares, and what reads it (`flag_owners`)."""
         if self._flags is None:
             self._flags = FlagOwners(
-                self.graph, set(self.modules.values()), self.flag_classes, self.flag_reads, self.from_vllm
+                self.graph,
+                set(self.modules.values()),
+                self.flag_classes,
+                self.flag_reads,
+                self.from_vllm,
+                self.occurrences,
             )
         return self._flags
 

@@ -32,8 +32,10 @@ class AssertOutputNotNone(Rule):
     the parameter, and upstream deleted exactly these asserts. An assert that tests more than
     ``output is not None`` is reported for a person to simplify. Where ``output`` defaults to None, a
     call the run sees passing ``output=None``, or no ``output``, fails at the assert today and would run
-    on without it: the deletion is then unsafe, and the call is reported where it is; so it is where the
-    method's callers cannot all be seen (``*args``, the method handed on), as for VAC002.
+    on without it: the deletion is then unsafe, and the finding names the call; so it is where the value passed
+    may be None (an attribute such as ``self.buffer``, what a call returns), and wherever VAC002's fix is withheld
+    (``*args``, the method handed on, reflection: see VAC002). A parameter already required, or a fresh tensor,
+    counts as a buffer.
     """
 
     code = "VAC001"

@@ -86,9 +86,11 @@ class OutputNoneFallback(Rule):
     that no assignment to ``output`` may run before tests it, whatever the method assigns to the name afterwards
     (``output = output.view(...)``); a test after one may test the local, and is never touched, nor is a function
     without such a parameter.
-    Deleting a fallback is safe only while every call of the method the run can see passes a buffer: a call
-    without ``output`` (or with ``output=None``), or the method handed on as a value, withholds it (unsafe)
-    and is reported where it is, as for VAC002.
+    Deleting a fallback is safe only while every use of the method in the run passes a buffer: a value that
+    cannot be None (a fresh tensor, a required parameter, a slice or view of one). A call without ``output``, with
+    ``output=None`` or with a value that may be None (``self.buffer``, a field defaulting to None), the method
+    handed on as a value, and every use that withholds VAC002's fix (see there) withhold it (unsafe); the finding
+    names the first.
     """
 
     code = "VAC003"
@@ -124,7 +126,7 @@ class OutputNoneFallback(Rule):
             findings=(Status.FIXED,),
         ),
         Example(
-            "a fallback the run relies on stays (unsafe), and the call is reported",
+            "a fallback the run relies on stays (unsafe), the finding naming the call",
             class_source(
                 _HEADER,
                 """
@@ -149,7 +151,7 @@ class OutputNoneFallback(Rule):
                     return self.forward(None, query, query, query, None, None)
                 """,
             ),
-            findings=(Status.UNSAFE_FIX_AVAILABLE, Status.MANUAL),
+            findings=(Status.UNSAFE_FIX_AVAILABLE,),
         ),
         Example(
             "a fallback opening a method that reshapes the buffer afterwards goes too",

@@ -111,7 +111,7 @@ def test_a_file_sent_ahead_of_the_last_round_is_migrated_again_when_a_later_roun
     assert _relative(report, ahead) == _relative(expected, alone)
     assert report.changed == [] and expected.changed == []
     (withheld,) = [f for path, f in report.findings if path.endswith("base.py")]
-    assert withheld.code == "VAC002" and "runner.py:2 calls it without `output`" in withheld.message
+    assert withheld.code == "VAC002" and "runner.py:2 does not pass `output`" in withheld.message
 
 
 def test_a_file_sent_ahead_whose_answers_the_last_round_gives_alike_is_migrated_once(tmp_path, monkeypatch):
@@ -155,7 +155,7 @@ def test_with_more_jobs_than_early_workers_a_file_sent_ahead_in_vain_is_migrated
     assert report.errors == expected.errors == []
     assert _relative(report, ahead) == _relative(expected, alone)
     (withheld,) = [f for path, f in report.findings if path.endswith("base.py")]
-    assert "runner.py:2 calls it without `output`" in withheld.message
+    assert "runner.py:2 does not pass `output`" in withheld.message
 
 
 def test_a_file_sent_ahead_is_answered_only_where_the_last_rounds_hierarchy_gives_its_answers_alike(tmp_path):

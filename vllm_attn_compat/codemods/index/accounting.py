@@ -119,11 +119,11 @@ def reaches(
             return any(graph.derives(other, target) for other in named)
         if receiver == "instance":
             return True  # what a function or a class outside the run returned: anything
-        return _global_of_the_run(dotted, modules)
+        return global_of_the_run(dotted, modules)
     return True
 
 
-def _global_of_the_run(dotted: str, modules: Collection[str]) -> bool:
+def global_of_the_run(dotted: str, modules: Collection[str]) -> bool:
     """Whether ``dotted`` (no class of the run) may be a global variable of one of the run's modules (any object);
     not a module of the run itself, nor anything from outside the run."""
     if any(names_match(dotted, module) for module in modules):

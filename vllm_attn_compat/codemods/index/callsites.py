@@ -53,8 +53,7 @@ class ClassHierarchy(Protocol):
     @property
     def graph(self) -> ClassGraph: ...
 
-    @property
-    def modules(self) -> dict[str, str]: ...
+    def all_modules(self) -> frozenset[str]: ...
 
     def is_attention_class(self, full_name: str) -> bool: ...
 
@@ -428,7 +427,7 @@ def _withheld(
             block(key, _codes(method, "layer"), Blocker("", 0, 0, 0, "layer", "layer"))
     # What else may use the methods: their own decorators, reads in their class bodies, reflection, names looked up
     # from strings, doctests, unknown syntax, the text of files that do not parse (`accounting`).
-    modules = set(hierarchy.modules.values())
+    modules = hierarchy.all_modules()
     located = [Located(index.path, index.module, index.occurrences) for index in indexes]
     for key, method in methods.items():
         for blocker in occurrence_blockers(located, method.name, key[0], hierarchy.graph, modules):
@@ -488,8 +487,11 @@ def open_method_names(analysis: CallAnalysis) -> frozenset[str]:
 
 
 def has_methods(index: ModuleIndex) -> bool:
-    """Whether a fix in this module could be withheld by calls in other modules (found in later rounds)."""
-    return any(method.output_default_none or method.fallback for method in index.calls.methods)
+    """Whether a fix in this module could be withheld by uses in other modules (found in later rounds): a method's
+    (VAC001-VAC003: calls), or an op list's (VAC006: the op's name in other strings, `accounting.op_blockers`)."""
+    return any(method.output_default_none or method.fallback for method in index.calls.methods) or any(
+        string.place == "list" for string in index.occurrences.op_strings
+    )
 
 
 # --- the caller findings ---------------------------------------------------------------------------

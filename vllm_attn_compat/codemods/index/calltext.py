@@ -1,6 +1,6 @@
 """Reading calls in a file's bytes without parsing it: the text between a call's brackets, and whether the file
-may use a method (`may_use`): what the class scan (`classscan`) reads calls with, and what the runner asks of
-files for the call-site analysis (`run.scans`).
+may use a name (`may_use`): what the class scan (`classscan`) reads calls with, and what the runner asks of files
+for the accounting of the names the safe fixes change (`run.scans`, `accounting`).
 
 Light on purpose: a rerun that asks an edited file whether it may use a method imports this, not the index.
 """
@@ -16,8 +16,6 @@ OPENING = re.compile(SEP + rb"\(")
 # What changes the reading of a call's text: brackets, a comment, a string's opening quote.
 _CALL_SPECIAL = re.compile(rb"[()\[\]{}#'\"]")
 _LINE_END = re.compile(rb"[\r\n]")
-_QUOTED = re.compile(rb"[\"']([A-Za-z_\x80-\xff][A-Za-z0-9_\x80-\xff]*)[\"']")
-_ADJACENT_STRINGS = re.compile(rb"[\"'][ \t\f\r\n]*[rbuRBU]{0,2}[\"']")
 _STRING_BODY = {
     (triple, quote): re.compile(
         (rb"(%s)(?:[^\\%s]|\\.|%s(?!%s))*\1" % (bytes([quote]) * 3, bytes([quote]), bytes([quote]), bytes([quote]) * 2))
@@ -31,35 +29,36 @@ _STRING_BODY = {
 
 
 def uses_pattern(names: frozenset[str] | set[str]) -> re.Pattern[bytes] | None:
-    """What :func:`may_use` looks for, compiled once per set of method names (None for none)."""
+    """What :func:`may_use` looks for, compiled once per set of names (None for none): each name that is an
+    identifier as a whole word, anything else (``vllm::``) as it is."""
     if not names:
         return None
-    alternatives = b"|".join(re.escape(name.encode()) for name in sorted(names))
-    return re.compile(rb"\." + SEP + rb"(?:" + alternatives + rb")(?![A-Za-z0-9_\x80-\xff])")
+    words = sorted(name for name in names if name.isidentifier())
+    texts = sorted(name for name in names if not name.isidentifier())
+    alternatives = []
+    if words:
+        spelled = b"|".join(re.escape(name.encode()) for name in words)
+        alternatives.append(rb"(?<![A-Za-z0-9_\x80-\xff])(?:" + spelled + rb")(?![A-Za-z0-9_\x80-\xff])")
+    alternatives += [re.escape(text.encode()) for text in texts]
+    return re.compile(b"|".join(alternatives))
 
 
 def may_use(source: bytes, names: frozenset[str] | set[str], pattern: re.Pattern[bytes] | None) -> bool:
-    """Whether the file may call, reference or ``getattr`` one of the methods ``names`` (``pattern`` is
-    ``uses_pattern(names)``), as the call-site analysis records it: an attribute ``.name`` (blanks, line
-    continuations and comments may stand after the dot), or ``getattr(x, "name")``. Never False where the
-    exact index records such a use: a ``getattr`` whose text cannot be read plainly (its end not found,
-    a backslash, strings side by side, a comment) counts as using every name."""
+    """Whether the text of the file holds one of ``names`` (``pattern`` is ``uses_pattern(names)``): an identifier as
+    a whole word, in code, a string or a comment alike (the accounting parses the file to tell them apart: issue
+    #50), or any other text as it is. Never False where the index records a use of one of them."""
     if pattern is None:
         return False
     if pattern.search(source) is not None:
         return True
-    at = source.find(b"getattr")
-    while at != -1:
-        opening = OPENING.match(source, at + 7)
-        at = source.find(b"getattr", at + 7)
-        if opening is None:
-            continue  # `getattr` not called here: handed on, which the index does not follow either
-        text = call_text(source, opening.end() - 1)
-        if text is None or b"\\" in text or b"#" in text or _ADJACENT_STRINGS.search(text):
-            return True
-        if any(name.encode() in _QUOTED.findall(text) for name in names):
-            return True
-    return False
+    # Python reads identifiers in their NFKC form (a fullwidth `forward` is `forward`): non-ASCII text is read so too.
+    return not source.isascii() and pattern.search(_nfkc(source)) is not None
+
+
+def _nfkc(source: bytes) -> bytes:
+    import unicodedata
+
+    return unicodedata.normalize("NFKC", source.decode("utf-8", "replace")).encode("utf-8", "surrogateescape")
 
 
 def call_text(source: bytes, opening: int) -> bytes | None:

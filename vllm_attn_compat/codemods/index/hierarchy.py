@@ -23,6 +23,7 @@ from vllm_attn_compat.codemods.index import accounting, calls, callsites, flags,
 from vllm_attn_compat.codemods.index.classgraph import ClassGraph
 from vllm_attn_compat.codemods.index.flag_owners import FlagOwners
 from vllm_attn_compat.codemods.index.names import (
+    FLAG,
     VLLM_LAYER_NAMES,
     guess_module_name,
     is_vllm_base,
@@ -270,6 +271,13 @@ def _sets_flag_true(node: ast.ClassDef) -> bool:
     return isinstance(value, ast.Constant) and value.value is True
 
 
+def unparsed_index(source: bytes, path: str) -> ModuleIndex:
+    """The index of a file that does not parse: its text's names, each a use the run cannot account for
+    (`occurrences.unparsed_occurrences`), so that the fixes it may use stay withheld until it is mended."""
+    found = occurrences.unparsed_occurrences(source)
+    return ModuleIndex(normalize_path(path), guess_module_name(path), (), occurrences=found)
+
+
 def index_module(source: bytes, path: str, parsed: Callable[[ast.Module], object] = lambda tree: None) -> ModuleIndex:
     """Index the classes of one module. Raises ``SyntaxError`` on unparsable input. ``parsed`` is given the
     syntax tree (the caller may keep it: it is not changed here)."""
@@ -348,11 +356,16 @@ class ClassHierarchy:
     _from_vllm: dict[str, bool] = field(default_factory=dict)
     _names: frozenset[str] | None = None  # `attention_class_names`, once asked (each round asks it twice)
     _flags: FlagOwners | None = None  # `flags`, once asked
+    # The module names of every file of the run, indexed or not (`build`): an object a name of one of them binds
+    # may be anything, one from elsewhere is outside the run (`accounting.reaches`).
+    run_modules: frozenset[str] = frozenset()
 
     @classmethod
-    def build(cls, indexes: Iterable[ModuleIndex]) -> ClassHierarchy:
+    def build(cls, indexes: Iterable[ModuleIndex], run_modules: Iterable[str] = ()) -> ClassHierarchy:
+        """The hierarchy of ``indexes``; ``run_modules``: the module names of the run's other files (not indexed)."""
         hierarchy = cls()
         indexes = list(indexes)
+        hierarchy.run_modules = frozenset(run_modules)
         for index in indexes:
             hierarchy.add(index)
         hierarchy.calls = callsites.analyse(hierarchy, indexes)
@@ -363,6 +376,36 @@ class ClassHierarchy:
         """Per old op an op list of the run names, what withholds renaming it (`accounting.op_blockers`)."""
         sites = accounting.op_sites(self.occurrences)
         return {op: found for op, found in accounting.op_blockers(self.occurrences).items() if op in sites}
+
+    def open_flags(self) -> list[str]:
+        """The classes whose ``accept_output_buffer = True`` VAC004 may still delete safely (nothing withholds it)."""
+        if self.declares_flag_in_base():
+            return []
+        return [
+            full
+            for full, true in self.flag_classes.items()
+            if true
+            and self.is_attention_class(full)
+            and self.own_flag_base(full) is None
+            and self.flag_readers(full) is None
+        ]
+
+    def accounting_terms(self) -> frozenset[str]:
+        """What a file the run has not indexed must not hold for the safe fixes still made to stay safe (#50): the
+        names of the methods with a fix nothing withholds yet, the flag's while a deletion of it is still safe,
+        reflection's words while either is, and an old op's name, or a prefix composing op names, while its
+        renaming in op lists is safe. A file holding one is indexed (`calltext.may_use` asks it); once every fix a
+        name decides is withheld, its further occurrences change nothing, and the name is no longer looked for."""
+        terms = set(callsites.open_method_names(self.calls))
+        if self.open_flags():
+            terms.add(FLAG)
+        if terms:
+            terms |= occurrences.REFLECTION_WORDS
+        open_ops = [op for op in accounting.op_sites(self.occurrences) if not self.ops.get(op)]
+        if open_ops:
+            terms.update(open_ops)
+            terms.update({"vllm::", '"vllm.', "'vllm."})
+        return frozenset(terms)
 
     def op_renaming_withheld(self, op: str, path: str) -> str | None:
         """Why renaming the old op ``op`` (``unified_attention``) in the op lists of the run is withheld, for the
@@ -406,11 +449,16 @@ class ClassHierarchy:
             flag_reads=list(self.flag_reads),
             patches={k: list(v) for k, v in self.patches.items()},
             occurrences=list(self.occurrences),
+            run_modules=self.run_modules,
         )
         copy.add(index)
         copy.calls = callsites.extend(self.calls, copy, index)
         copy.ops = copy.op_blockers()
         return copy
+
+    def all_modules(self) -> frozenset[str]:
+        """The module names of every file of the run, indexed or not."""
+        return self.run_modules | frozenset(self.modules.values())
 
     @property
     def flags(self) -> FlagOwners:
@@ -418,7 +466,7 @@ class ClassHierarchy:
         if self._flags is None:
             self._flags = FlagOwners(
                 self.graph,
-                set(self.modules.values()),
+                self.all_modules(),
                 self.flag_classes,
                 self.flag_reads,
                 self.from_vllm,
@@ -432,8 +480,24 @@ class ClassHierarchy:
     def flag_readers(self, full_name: str) -> str | None:
         return self.flags.flag_readers(full_name)
 
-    def missing_flag_classes(self) -> set[str]:
-        return self.flags.missing_flag_classes()
+    def missing_classes(self) -> set[str]:
+        """The classes (dotted names) the run has not indexed whose bases or members decide a fix: the flag owners'
+        (`flag_owners.FlagOwners.missing_flag_classes`), and, while a fix of a class is still safe, what reflection
+        is given by a name of one of the run's modules that names no class indexed (``getattr(Config, name)``: a
+        class of a file not read yet, or any object). The runner indexes the files that may define them."""
+        missing = self.flags.missing_flag_classes()
+        if callsites.open_method_names(self.calls) or self.open_flags():
+            modules = self.all_modules()
+            missing.update(
+                target
+                for place in self.occurrences
+                for reflection in place.found.reflection
+                if reflection.receiver in ("class", "instance")
+                and (target := reflection.target) is not None
+                and not self.graph.named(target)
+                and accounting.global_of_the_run(target, modules)
+            )
+        return missing
 
     def covers(self, path: str) -> bool:
         return normalize_path(path) in self.modules

@@ -30,6 +30,7 @@ every reflection word, is a use. Plain picklable data, stored by `records`.
 from __future__ import annotations
 
 import ast
+import bisect
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -318,27 +319,26 @@ def unparsed_occurrences(source: bytes) -> Occurrences:
     """Every name in the text of a file that does not parse, each at its first place, as a use (`NamedUse`
     ``unparsed``); every reflection word as reflection that may reach any class; every old op's name and
     op-composing prefix as an op string of no known place."""
+    starts = [0] + [match.end() for match in re.finditer(rb"\r\n|\r|\n", source)]
+
+    def place(offset: int) -> tuple[int, int]:
+        line = bisect.bisect_right(starts, offset)
+        return line, offset - starts[line - 1] + 1
+
     named: dict[str, NamedUse] = {}
     reflection: list[Reflection] = []
-    line, line_start, at = 1, 0, 0
     for match in _WORD_BYTES.finditer(source):
-        line += source.count(b"\n", at, match.start())
-        if source.count(b"\n", at, match.start()):
-            line_start = source.rfind(b"\n", 0, match.start()) + 1
-        at = match.start()
         word = match.group().decode("utf-8", "replace")
-        column = match.start() - line_start + 1
-        if word not in named:
-            named[word] = NamedUse(word, line, column, "unparsed", word)
-        if word in REFLECTION_WORDS:
-            reflection.append(Reflection(line, column, "other", "any", None, (), word))
+        if word not in named or word in REFLECTION_WORDS:
+            line, column = place(match.start())
+            named.setdefault(word, NamedUse(word, line, column, "unparsed", word))
+            if word in REFLECTION_WORDS:
+                reflection.append(Reflection(line, column, "other", "any", None, (), word))
     ops: list[OpString] = []
     for match in _OP_BYTES.finditer(source):
-        number = source.count(b"\n", 0, match.start()) + 1
-        column = match.start() - (source.rfind(b"\n", 0, match.start()) + 1) + 1
+        line, column = place(match.start())
         op = (match.group(1) or b"").decode()
-        text = match.group().decode("utf-8", "replace")
-        ops.append(OpString(number, column, op, "unparsed" if op else "prefix", text))
+        ops.append(OpString(line, column, op, "unparsed" if op else "prefix", match.group().decode("utf-8", "replace")))
     return Occurrences((), tuple(reflection), tuple(named.values()), tuple(ops))
 
 

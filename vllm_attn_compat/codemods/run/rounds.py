@@ -56,7 +56,6 @@ def index_hierarchy(
     (`indexing.RoundIndexing`), those the ``cache`` holds not at all. A file of ``excluded`` that does not
     parse is left out unreported.
     """
-    from vllm_attn_compat.codemods.index import callsites
     from vllm_attn_compat.codemods.index import hierarchy as hierarchy_module
     from vllm_attn_compat.codemods.index.names import guess_module_name
 
@@ -64,6 +63,12 @@ def index_hierarchy(
         return guess_module_name(path).partition(".")[0] == "vllm"
 
     indexes: dict[str, IndexOutcome] = {}
+    # The files that did not parse, by their text's occurrences of names (`hierarchy.unparsed_index`): a use of
+    # what a fix changes there withholds the fix (#50).
+    unparsed: dict[str, hierarchy_module.ModuleIndex] = {}
+    by_path = {s.source_file.path: s for s in scanned}
+    run_modules = frozenset(guess_module_name(path) for path in by_path)
+    accounted = 8  # how many files the accounting reads next (`accounting_terms`): doubled after each time
     names_vllm = reading.asking("vllm", [])
     pending = [s for s in worth if names_vllm(s) or in_vllm_package(s.source_file.path)]
     # A read of `accept_output_buffer` anywhere in the run decides whether deleting a declaration is safe
@@ -74,8 +79,7 @@ def index_hierarchy(
     known_names: frozenset[str] = frozenset()
     must_parse: set[str] = set()  # files the class scan spared once, which later rounds need indexed
     checked_methods: frozenset[str] = frozenset()  # the methods each file spared in earlier rounds was checked for
-    read_for: frozenset[str] = frozenset()  # the methods each file not indexed was checked for
-    built = hierarchy_module.ClassHierarchy.build([])
+    built = hierarchy_module.ClassHierarchy.build([], run_modules)
     stems = _Stems(scanned)
     settled: ClassHierarchy | None = None  # the last round's hierarchy, for `after_round` once the next is under way
     while pending:
@@ -121,14 +125,14 @@ def index_hierarchy(
             if isinstance(outcome, FileError):
                 if path not in excluded:
                     report.errors.append(outcome)
+                unparsed[path] = hierarchy_module.unparsed_index(by_path[path].source, path)
             elif isinstance(outcome, parallel.WorkerCrashed):
                 report.errors.append(FileError(path, 1, 1, f"internal error: {outcome}"))
             elif cache:
                 cache.store_index(index_keys[path], outcome)
             indexes[path] = outcome
-        built = hierarchy_module.ClassHierarchy.build(
-            index for index in indexes.values() if isinstance(index, hierarchy_module.ModuleIndex)
-        )
+        indexed = [index for index in indexes.values() if isinstance(index, hierarchy_module.ModuleIndex)]
+        built = hierarchy_module.ClassHierarchy.build([*indexed, *unparsed.values()], run_modules)
         settled = built
         new_names = built.attention_class_names() - known_names
         known_names |= new_names
@@ -150,25 +154,33 @@ def index_hierarchy(
             if spared.names_any(new_names) or (uses(s) if path in spared_now else new_uses(s)):
                 must_parse.add(path)
                 pending.append(s)
-        missing = built.missing_flag_classes()
+        missing = built.missing_classes()
         reading.looked_for |= missing
         pending += _defining_files(missing, stems, indexes, pending, must_parse)
         if not pending:
-            # Every caller in the run counts, whatever it imports (`runner.py` calling `engine.impl.prefill(x)`):
-            # once the rounds have settled, a file not indexed is parsed if it may use a method with a fix still
-            # safe (`open_method_names`), whose fix its calls may withhold. Asked only then, so that what is
-            # read depends on the files alone, not on the order the rounds found things in. (Each earlier
-            # time, every file not indexed was checked for the names read for then.)
-            unread = callsites.open_method_names(built.calls) - read_for
-            read_for |= unread
-            unread_uses = _may_use(reading, unread)
-            pending = [s for s in scanned if s.source_file.path not in indexes and unread_uses(s)]
-            must_parse.update(s.source_file.path for s in pending)
+            # Every use in the run counts, whatever its file imports (`runner.py` calling `engine.impl.prefill(x)`,
+            # reflection in a tool): once the rounds have settled, a file not indexed is parsed if it holds a name
+            # whose fixes are still safe (`accounting_terms`). Asked only then, so that what is read depends on the
+            # files alone, not on the order the rounds found things in; and a few files at a time, in the order of
+            # their paths, each time twice as many: once a use withholds every fix a name decides, the name is
+            # looked for no more, so a tree holding thousands of `forward`s (torch's) parses a handful of them.
+            terms = built.accounting_terms()
+            if terms:
+                holds = _may_use(reading, terms)
+                unread = [s for s in scanned if _unread(s.source_file.path, indexes) and holds(s)]
+                pending = sorted(unread, key=lambda s: s.source_file.path)[:accounted]
+                accounted *= 2
+                must_parse.update(s.source_file.path for s in pending)
     if settled is not None:
         after_round(settled, indexes)
     if cache is not None:  # (its indexes are written once the workers have their files: `Cache.write_deferred`)
         cache.read_names = frozenset(name for _, name in built.calls.methods)
     return built, indexes
+
+
+def _unread(path: str, indexes: Mapping[str, IndexOutcome]) -> bool:
+    """Whether the accounting may still read the file: not indexed, or spared by the class scan."""
+    return path not in indexes or isinstance(indexes[path], classscan.ScannedIndex)
 
 
 def _may_use(reading: Reading, methods: frozenset[str]) -> Callable[[Scanned], bool]:

@@ -191,6 +191,15 @@ class FileContext:
             return None
         return frame if not self.in_layer_class(frame) or self._given_the_layer_s_buffer(frame) else None
 
+    def layer_output_method(self) -> FunctionFrame | None:
+        """The method we are directly inside, where it is a vLLM layer's method taking an ``output`` that vLLM does not
+        pass it (`output_method` leaves it out): the layer's own parameter. A None test of it is the old API's shape,
+        reported for a person (issue #50: such layer files got no finding at all)."""
+        frame = self.current_function()
+        if frame is None or frame.attention_class is None or frame.param("output") is None:
+            return None
+        return frame if self.in_layer_class(frame) and not self._given_the_layer_s_buffer(frame) else None
+
     def in_layer_class(self, method: FunctionFrame) -> bool:
         """Whether ``method`` is a method of a vLLM attention layer (`ClassHierarchy.is_layer_class`)."""
         if method.in_layer is None:

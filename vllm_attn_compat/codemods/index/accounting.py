@@ -22,7 +22,7 @@ from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass
 
 from vllm_attn_compat.codemods.index.classgraph import ClassGraph
-from vllm_attn_compat.codemods.index.names import FLAG, names_match, normalize_path, shown_path
+from vllm_attn_compat.codemods.index.names import FLAG, RunModules, normalize_path, shown_path
 from vllm_attn_compat.codemods.index.occurrences import Occurrences, Reflection
 
 # Calls do not read as `x.m(...)` where the use is no call.
@@ -92,7 +92,7 @@ def order(blocker: Blocker) -> tuple[str, int, int, str]:
 
 
 def reaches(
-    reflection: Reflection, module: str, target: str, graph: ClassGraph, modules: Collection[str], member: str
+    reflection: Reflection, module: str, target: str, graph: ClassGraph, modules: RunModules, member: str
 ) -> bool:
     """Whether ``reflection`` in ``module`` may read or write the member ``member`` of the class ``target`` (or of an
     instance of it)."""
@@ -123,17 +123,10 @@ def reaches(
     return True
 
 
-def global_of_the_run(dotted: str, modules: Collection[str]) -> bool:
+def global_of_the_run(dotted: str, modules: RunModules) -> bool:
     """Whether ``dotted`` (no class of the run) may be a global variable of one of the run's modules (any object);
     not a module of the run itself, nor anything from outside the run."""
-    if any(names_match(dotted, module) for module in modules):
-        return False
-    owner = dotted.rpartition(".")[0]
-    while owner:
-        if any(names_match(owner, module) for module in modules):
-            return True
-        owner = owner.rpartition(".")[0]
-    return False
+    return dotted not in modules and modules.holds(dotted)
 
 
 # --- the occurrences of a run ------------------------------------------------------------------------------------
@@ -151,7 +144,7 @@ def occurrence_blockers(
     name: str,
     owner: str,
     graph: ClassGraph,
-    modules: Collection[str],
+    modules: RunModules,
 ) -> Iterator[Blocker]:
     """The occurrences that may use ``owner``'s member ``name`` (a method, or the flag's declaration) and that no
     record of attribute uses accounts for: class-body reads in ``owner``, reflection that may reach it, names
@@ -170,7 +163,7 @@ def occurrence_blockers(
                 yield Blocker(place.path, line, reflection.column, line, "reflection", reflection.text, False)
 
 
-def flag_blockers(located: Iterable[Located], owner: str, graph: ClassGraph, modules: Collection[str]) -> list[Blocker]:
+def flag_blockers(located: Iterable[Located], owner: str, graph: ClassGraph, modules: RunModules) -> list[Blocker]:
     """The occurrences besides the flag's reads (`flags.FlagRead`) that may see ``owner``'s declaration of it."""
     return sorted(occurrence_blockers(located, FLAG, owner, graph, modules), key=order)
 

@@ -39,7 +39,7 @@ from vllm_attn_compat.codemods.index.accounting import (
 )
 from vllm_attn_compat.codemods.index.calls import UNSHOWN, CallIndex, OutputMethod, Signature, Use
 from vllm_attn_compat.codemods.index.classgraph import ClassGraph
-from vllm_attn_compat.codemods.index.names import is_vllm_base, normalize_path
+from vllm_attn_compat.codemods.index.names import RunModules, is_vllm_base, normalize_path
 from vllm_attn_compat.codemods.index.occurrences import Occurrences
 from vllm_attn_compat.codemods.index.old_ops import OldOpBody
 
@@ -53,7 +53,7 @@ class ClassHierarchy(Protocol):
     @property
     def graph(self) -> ClassGraph: ...
 
-    def all_modules(self) -> frozenset[str]: ...
+    def all_modules(self) -> RunModules: ...
 
     def is_attention_class(self, full_name: str) -> bool: ...
 

@@ -10,12 +10,12 @@ the run (`flags.FlagRead`) can see the difference on vLLM >= 0.20, whose base no
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from vllm_attn_compat.codemods.index import accounting, flags
 from vllm_attn_compat.codemods.index.accounting import Located
 from vllm_attn_compat.codemods.index.classgraph import ClassGraph
-from vllm_attn_compat.codemods.index.names import FLAG, is_vllm_base, names_match, shown_path
+from vllm_attn_compat.codemods.index.names import FLAG, RunModules, is_vllm_base, shown_path
 
 
 class FlagOwners:
@@ -24,7 +24,7 @@ class FlagOwners:
     def __init__(
         self,
         graph: ClassGraph,
-        modules: Collection[str],
+        modules: RunModules,
         flag_classes: Mapping[str, bool],
         flag_reads: Sequence[tuple[str, flags.FlagRead]],
         from_vllm: Callable[[str], bool],
@@ -62,8 +62,7 @@ class FlagOwners:
             for path, read in self.flag_reads
             if self._read_reaches(read, full_name)
         )
-        modules = set(self.modules)
-        others = accounting.flag_blockers(self.occurrences, full_name, self.graph, modules)
+        others = accounting.flag_blockers(self.occurrences, full_name, self.graph, self.modules)
         uses = reads + [(b.path, b.line, b.describe(FLAG, "")) for b in others]
         if not uses:
             return None
@@ -87,7 +86,7 @@ class FlagOwners:
     def _names_in_run(self, dotted: str) -> bool:
         owner = dotted.rpartition(".")[0]
         while owner:
-            if any(names_match(owner, module) for module in self.modules) or self.graph.named(owner):
+            if owner in self.modules or self.graph.named(owner):
                 return True
             owner = owner.rpartition(".")[0]
         return False

@@ -25,6 +25,7 @@ from vllm_attn_compat.codemods.index.flag_owners import FlagOwners
 from vllm_attn_compat.codemods.index.names import (
     FLAG,
     VLLM_LAYER_NAMES,
+    RunModules,
     guess_module_name,
     is_vllm_base,
     normalize_path,
@@ -359,6 +360,7 @@ class ClassHierarchy:
     # The module names of every file of the run, indexed or not (`build`): an object a name of one of them binds
     # may be anything, one from elsewhere is outside the run (`accounting.reaches`).
     run_modules: frozenset[str] = frozenset()
+    _all_modules: RunModules | None = None  # `all_modules`, once asked
 
     @classmethod
     def build(cls, indexes: Iterable[ModuleIndex], run_modules: Iterable[str] = ()) -> ClassHierarchy:
@@ -401,10 +403,8 @@ class ClassHierarchy:
             terms.add(FLAG)
         if terms:
             terms |= occurrences.REFLECTION_WORDS
-        open_ops = [op for op in accounting.op_sites(self.occurrences) if not self.ops.get(op)]
-        if open_ops:
-            terms.update(open_ops)
-            terms.update({"vllm::", '"vllm.', "'vllm."})
+        if any(not self.ops.get(op) for op in accounting.op_sites(self.occurrences)):
+            terms |= occurrences.OP_TEXTS
         return frozenset(terms)
 
     def op_renaming_withheld(self, op: str, path: str) -> str | None:
@@ -436,6 +436,7 @@ class ClassHierarchy:
         self._patched = None
         self._names = None
         self._flags = None
+        self._all_modules = None
 
     def extended(self, index: ModuleIndex) -> ClassHierarchy:
         """A copy that also holds ``index`` (the hierarchy itself is left alone)."""
@@ -456,9 +457,11 @@ class ClassHierarchy:
         copy.ops = copy.op_blockers()
         return copy
 
-    def all_modules(self) -> frozenset[str]:
+    def all_modules(self) -> RunModules:
         """The module names of every file of the run, indexed or not."""
-        return self.run_modules | frozenset(self.modules.values())
+        if self._all_modules is None:
+            self._all_modules = RunModules(self.run_modules | frozenset(self.modules.values()))
+        return self._all_modules
 
     @property
     def flags(self) -> FlagOwners:

@@ -4,6 +4,7 @@ the index's modules all go by (a module of its own, so that none of them imports
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Iterator
 from functools import lru_cache
 
 # Module prefixes (dotted) where vLLM defines its attention base classes, old and new layouts.
@@ -100,6 +101,42 @@ def names_match(reference: str, defined: str) -> bool:
     """Whether the dotted name ``reference`` may name ``defined``: module names guessed from paths may lack their
     package prefix (no __init__.py, src layouts), so a reference matches a name it ends with, or vice versa."""
     return reference == defined or defined.endswith("." + reference) or reference.endswith("." + defined)
+
+
+class RunModules:
+    """The module names of a run's files, asked by dotted name (`names_match`, in time of the name's length)."""
+
+    def __init__(self, modules: Iterable[str]) -> None:
+        self.names = frozenset(modules)
+        # Every module name's dotted suffixes (``b.c`` and ``c`` for ``a.b.c``): a reference a module ends with.
+        self._suffixes = frozenset(name.split(".", i)[i] for name in self.names for i in range(name.count(".") + 1))
+        self._known: dict[str, bool] = {}
+
+    def __contains__(self, dotted: object) -> bool:
+        """Whether ``dotted`` may name one of the modules (`names_match`)."""
+        if not isinstance(dotted, str):
+            return False
+        known = self._known.get(dotted)
+        if known is None:
+            parts = dotted.split(".")
+            tails = (".".join(parts[i:]) for i in range(len(parts)))
+            known = self._known[dotted] = dotted in self._suffixes or any(tail in self.names for tail in tails)
+        return known
+
+    def holds(self, dotted: str) -> bool:
+        """Whether ``dotted`` may name something defined in one of the modules (a module names its prefix)."""
+        owner = dotted.rpartition(".")[0]
+        while owner:
+            if owner in self:
+                return True
+            owner = owner.rpartition(".")[0]
+        return False
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names)
+
+    def __len__(self) -> int:
+        return len(self.names)
 
 
 def may_define(module: str, dotted: str) -> bool:

@@ -20,6 +20,12 @@ _IMPL_HEADER = """\
 """
 
 
+_IN_A_LAYER = (
+    "a layer's own `output` is asserted here: vLLM >= 0.20's layers allocate the buffer they pass on; "
+    "check who passes this one (no fix: the run cannot see the layer's callers)"
+)
+
+
 class AssertOutputNotNone(Rule):
     """Before vLLM 0.20 a backend could be called without an output buffer, so every in-tree
     ``forward`` began with ``assert output is not None, "Output tensor must be provided."``.
@@ -175,13 +181,32 @@ class AssertOutputNotNone(Rule):
             """,
             findings=(Status.MANUAL,),
         ),
+        Example(
+            "a plugin's own layer asserting the output its own op passes is reported",
+            """\
+            from torch import nn
+            from vllm.model_executor.layers.attention_layer_base import AttentionLayerBase
+
+
+            class PluginMLALayer(nn.Module, AttentionLayerBase):
+                def forward_impl(self, q, kv_c_normed, k_pe, kv_cache, attn_metadata=None, output=None):
+                    assert output is not None, "Output tensor must be provided."
+                    return self.impl.forward(q, kv_c_normed, k_pe, kv_cache, attn_metadata, output)
+            """,
+            findings=(Status.MANUAL,),
+        ),
     )
 
     def visit_Assert(self, node: cst.Assert) -> None:
         from vllm_attn_compat.codemods.engine import patterns
 
         method = self.ctx.output_method()
-        if method is None or not patterns.contains_none_test(node.test):
+        if not patterns.contains_none_test(node.test):
+            return
+        if method is None:
+            layer = self.ctx.layer_output_method()
+            if layer is not None and self.ctx.output_still_parameter(layer):
+                self.ctx.report(self, node, _IN_A_LAYER)
             return
         exact = patterns.none_test(node.test) == "is not"
         if exact and self.ctx.output_still_parameter(method):

@@ -75,6 +75,12 @@ def _raises(node: cst.If) -> bool:
     return bool(statements) and isinstance(statements[0], cst.Raise)
 
 
+_IN_A_LAYER = (
+    "in a layer's method tests the layer's own `output`: vLLM >= 0.20's layers allocate the buffer they pass on; "
+    "check who passes this one (no fix: the run cannot see the layer's callers)"
+)
+
+
 class OutputNoneFallback(Rule):
     """Old backends guarded against being called without a buffer with
     ``if output is None: output = torch.empty(...)``. vLLM >= 0.20 always passes ``output``, so
@@ -222,6 +228,20 @@ class OutputNoneFallback(Rule):
                 """,
             ),
         ),
+        Example(
+            "a layer's method testing the layer's own output is reported",
+            """\
+            from vllm.model_executor.layers.attention import MLAAttention
+
+
+            class PluginMLA(MLAAttention):
+                def forward(self, q, kv_c_normed, k_pe, output=None, **kwargs):
+                    if output is None:
+                        output = self.allocate(q)
+                    return self.compute(q, kv_c_normed, k_pe, output)
+            """,
+            findings=(Status.MANUAL,),
+        ),
     )
 
     def visit_Comparison(self, node: cst.Comparison) -> None:
@@ -231,7 +251,13 @@ class OutputNoneFallback(Rule):
 
         method = self.ctx.output_method()
         kind = none_test(node)
-        if method is None or kind is None:
+        if kind is None:
+            return
+        if method is None:
+            layer = self.ctx.layer_output_method()
+            in_assert = any(isinstance(ancestor, cst.Assert) for ancestor in self.ctx.stack)
+            if layer is not None and not in_assert and self.ctx.output_still_parameter(layer):
+                self.ctx.report(self, node, f"`output {kind} None` {_IN_A_LAYER}")
             return
         parent = self.ctx.parent()
         asserted = isinstance(parent, cst.Assert) and parent.test is node

@@ -69,6 +69,9 @@ def index_hierarchy(
     by_path = {s.source_file.path: s for s in scanned}
     run_modules = frozenset(guess_module_name(path) for path in by_path)
     accounted = 8  # how many files the accounting reads next (`accounting_terms`): doubled after each time
+    queue: list[Scanned] = []  # the files the accounting may read, in the order of their paths
+    looked_at = 0  # how far into it
+    looked_for: frozenset[str] = frozenset()  # the names it looked for there
     names_vllm = reading.asking("vllm", [])
     pending = [s for s in worth if names_vllm(s) or in_vllm_package(s.source_file.path)]
     # A read of `accept_output_buffer` anywhere in the run decides whether deleting a declaration is safe
@@ -164,13 +167,20 @@ def index_hierarchy(
             # files alone, not on the order the rounds found things in; and a few files at a time, in the order of
             # their paths, each time twice as many: once a use withholds every fix a name decides, the name is
             # looked for no more, so a tree holding thousands of `forward`s (torch's) parses a handful of them.
+            # (A file that held none of the names looked for holds none of fewer names: the queue is read on from
+            # where it stopped, unless a name was added.)
             terms = built.accounting_terms()
-            if terms:
-                holds = _may_use(reading, terms)
-                unread = [s for s in scanned if _unread(s.source_file.path, indexes) and holds(s)]
-                pending = sorted(unread, key=lambda s: s.source_file.path)[:accounted]
-                accounted *= 2
-                must_parse.update(s.source_file.path for s in pending)
+            if not terms <= looked_for:
+                queue, looked_at = sorted(scanned, key=lambda s: s.source_file.path), 0
+            looked_for = terms
+            holds = _may_use(reading, terms)
+            while terms and looked_at < len(queue) and len(pending) < accounted:
+                s = queue[looked_at]
+                looked_at += 1
+                if _unread(s.source_file.path, indexes) and holds(s):
+                    pending.append(s)
+            accounted *= 2
+            must_parse.update(s.source_file.path for s in pending)
     if settled is not None:
         after_round(settled, indexes)
     if cache is not None:  # (its indexes are written once the workers have their files: `Cache.write_deferred`)

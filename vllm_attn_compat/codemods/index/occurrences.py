@@ -278,9 +278,7 @@ def op_strings(tree: ast.Module) -> list[OpString]:
 OP_BYTES = (b"unified_attention", b"unified_mla_attention", b"vllm::", b"vllm.")
 # The texts a string naming an old op (`_OP`), or composing one (`_PREFIX`), holds: what the accounting looks for in
 # the files it has not read while an op's renaming is still safe.
-OP_TEXTS = frozenset(
-    {"vllm::unified_", "vllm.unified_", 'vllm::"', "vllm::'", "vllm::{", 'vllm."', "vllm.'", "vllm.{"}
-)
+OP_TEXTS = frozenset({"vllm::unified_", "vllm.unified_", 'vllm::"', "vllm::'", "vllm::{", 'vllm."', "vllm.'", "vllm.{"})
 
 
 # --- syntax this module does not know ---------------------------------------------------------------------------

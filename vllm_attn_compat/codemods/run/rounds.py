@@ -68,7 +68,9 @@ def index_hierarchy(
     unparsed: dict[str, hierarchy_module.ModuleIndex] = {}
     by_path = {s.source_file.path: s for s in scanned}
     run_modules = frozenset(guess_module_name(path) for path in by_path)
-    accounted = 8  # how many files the accounting reads next (`accounting_terms`): doubled after each time
+    # How many files the accounting reads next (`accounting_terms`): doubled after each time. The first few are indexed
+    # in this process (a worker may still be importing libcst): on torch's tree, they are all it reads.
+    accounted = parallel.IN_PROCESS_BELOW // 2
     queue: list[Scanned] = []  # the files the accounting may read, in the order of their paths
     looked_at = 0  # how far into it
     looked_for: frozenset[str] = frozenset()  # the names it looked for there

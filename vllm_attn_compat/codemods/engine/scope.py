@@ -34,7 +34,7 @@ class Reporting(Protocol):
 
 
 # How a rule's message points to its unsafe fix ("... (the unsafe fix deletes it: --unsafe-fixes)").
-_UNSAFE_FIX_HINT = re.compile(r" ?\(the unsafe fix [^()]*: --unsafe-fixes\)")
+_UNSAFE_FIX_HINT = re.compile(r" ?\((?:the )?unsafe fix\b[^()]*\)")
 
 
 @dataclass(frozen=True)
@@ -267,15 +267,9 @@ class FileContext:
             message = _UNSAFE_FIX_HINT.sub("", message)
             edits = ()
         if built:
-            message += (
-                " (a decorator builds a vLLM attention class of this class's members at run time, and the "
-                "fork's design around it depends on the flag and on `output`: make the change by hand)"
-            )
+            message += " (a decorator makes a vLLM class of it: by hand)"
         elif self.in_unresolved_patch():
-            message += (
-                " (this code is copied at run time onto a class this tool cannot resolve: if that is a vLLM "
-                "attention class, make the change by hand)"
-            )
+            message += " (copied onto a class this tool cannot resolve: by hand)"
         if not edits:
             chosen = FixSafety.DISPLAY_ONLY
         self.reports.append(Report(rule.code, message, node, tuple(edits), chosen))

@@ -622,9 +622,6 @@ def withheld_reason(ctx: RuleContext, method: MethodFrame, code: str) -> str | N
             return None  # only a call seen to pass None withholds it, and none is tied to the function
         # A module-level function patched onto a class at run time: its calls go through the patched
         # attribute of any instance, which the index does not tie to the function.
-        return (
-            f"`{name}` is patched onto a class at run time, so the run cannot tell which "
-            "calls reach it: check that every call passes `output`"
-        )
+        return f"withheld: `{name}` is patched onto a class at run time, whose callers the run cannot tell"
     owner = f"{ctx.module_name}.{method.attention_class.qualname}"
     return ctx.hierarchy.calls.reason(owner, name, code, ctx.path)

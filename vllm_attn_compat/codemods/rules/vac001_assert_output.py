@@ -21,8 +21,8 @@ _IMPL_HEADER = """\
 
 
 _IN_A_LAYER = (
-    "a layer's own `output` is asserted here: vLLM >= 0.20's layers allocate the buffer they pass on; "
-    "check who passes this one (no fix: the run cannot see the layer's callers)"
+    "a layer's own `output` is asserted: vLLM >= 0.20's layers allocate the buffer they pass on; check who passes "
+    "this one (no fix)"
 )
 
 

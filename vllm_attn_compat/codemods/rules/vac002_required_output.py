@@ -382,9 +382,8 @@ class RequiredOutputParameter(Rule):
                 # Keyword-only, not moved before the defaulted parameter: a move would rebind the arguments of a call
                 # passing both by position, silently; vLLM passes `output` by keyword.
                 message = (
-                    f"`output` is required since vLLM 0.20, but parameter `{defaulted[-1]}` before it has a default, "
-                    "so `= None` cannot simply go: make it keyword-only and required (`*, output: torch.Tensor`), "
-                    "as vLLM passes it by keyword"
+                    f"`output` follows `{defaulted[-1]}`, which has a default, so `= None` cannot simply go: make it "
+                    "keyword-only and required (`*, output: torch.Tensor`)"
                 )
                 uses = self.ctx.keyword_only_breaks(method)
                 self.ctx.report(self, node, message if uses is None else f"{message}; {uses}")

@@ -76,8 +76,8 @@ def _raises(node: cst.If) -> bool:
 
 
 _IN_A_LAYER = (
-    "in a layer's method tests the layer's own `output`: vLLM >= 0.20's layers allocate the buffer they pass on; "
-    "check who passes this one (no fix: the run cannot see the layer's callers)"
+    "tests a layer's own `output`: vLLM >= 0.20's layers allocate the buffer they pass on; check who passes this "
+    "one (no fix)"
 )
 
 
@@ -297,8 +297,5 @@ class OutputNoneFallback(Rule):
         if not self.ctx.output_still_parameter(method):
             return
         test = "`assert output is None` fails" if asserted else "the `raise` under `if output is not None` runs"
-        message = (
-            f"{test} whenever a buffer is passed, and vLLM >= 0.20 always passes the output buffer: this method "
-            "refuses it; write the result into `output` instead"
-        )
+        message = f"{test} whenever a buffer is passed, as vLLM >= 0.20 always does: write into `output` instead"
         self.ctx.report(self, node, message)

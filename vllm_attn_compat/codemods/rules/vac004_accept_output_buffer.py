@@ -21,11 +21,10 @@ _HEADER = """\
 _READER = "\n\n    def test_backend_contract():\n        assert MyBackend.accept_output_buffer\n"
 
 _RETURNS_NEW_TENSOR = (
-    "`accept_output_buffer` is {what}: the backend returns a new tensor, which vLLM >= 0.20 ignores; write the "
-    "result into `output`"
+    "`accept_output_buffer` is {what}: vLLM >= 0.20 ignores the new tensor the backend returns; write into `output`"
 )
-_ADAPTER = " (the unsafe fix deletes the flag and wraps the class `get_impl_cls` returns in `adapt_legacy_impl`)"
-_NO_ADAPTER = " or wrap the impl in `adapt_legacy_impl`, then delete the flag (no fix: no plain `get_impl_cls`)"
+_ADAPTER = " (unsafe fix: delete it, wrapping the impl in `adapt_legacy_impl`)"
+_NO_ADAPTER = " or wrap the impl in `adapt_legacy_impl`"
 _BASE_DECLARATION = (
     "the declaration vLLM 0.20 removed: its False still sends every backend without the flag down the old path; "
     "make them write into `output`, then delete it (unsafe fix)"
@@ -38,7 +37,7 @@ _OWN_BASE = (
     "`accept_output_buffer` overrides `{base}`'s, a base of the project's own, not vLLM's: the flag is the "
     "project's; decide by hand"
 )
-_READ = "`accept_output_buffer = True` is dead for vLLM >= 0.20, but deleting it is withheld: {readers}"
+_READ = "`accept_output_buffer = True` is dead for vLLM >= 0.20; withheld: {readers}"
 _DEAD = "`accept_output_buffer = True` is dead: vLLM 0.20 removed the flag and always passes `output`"
 
 
@@ -105,6 +104,8 @@ class AcceptOutputBuffer(Rule):
     summary = "Remove `accept_output_buffer = True`; report backends that set it to False (they return new tensors)."
     fix_safety = FixSafety.SAFE
     tokens = (b"accept_output_buffer",)
+    # The class `get_impl_cls` returns: the unsafe deletion of a flag saying False wraps it in the adapter.
+    class_context_tokens = (b"get_impl_cls",)
     examples = (
         Example(
             "a backend that writes into output",

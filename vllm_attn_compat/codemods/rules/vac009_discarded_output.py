@@ -172,25 +172,16 @@ class DiscardedOutput(Rule):
         if node.name.value == "forward_impl" and not self.ctx.in_layer_class(method):
             return  # an impl's `forward_impl` is a helper of the project's own (of a layer, `output_method` keeps
             # only an MLA layer's `forward_impl`, which vLLM calls with the buffer)
-        lost = "the buffer vLLM >= 0.20 passes stays unwritten, and the result is lost (vLLM reads the buffer"
-        what = (
-            "Write the result into `output` (e.g. `output.copy_(result)`), or decorate the impl class with "
-            "`@vllm_attn_compat.compat.adapt_legacy_impl`"
-        )
+        lost = "vLLM >= 0.20 reads the buffer it passes, left unwritten: write the result into `output`"
         if not any(_names_output(part) for _, part in _statements(node)):
             param = method.param("output")
             if param is not None and not _is_declaration(node):
-                message = f"`{node.name.value}` never names `output`: {lost}, not what it returns). {what}"
-                self.ctx.report(self, param, message)
+                self.ctx.report(self, param, f"`{node.name.value}` never names `output`: {lost}")
             return
         first = _first_use(part for _, part in _statements(node))
         if first is not None and _replaces(first):
             where = "on every branch here" if _is_if(first) else "here"
-            message = (
-                f"`output` is replaced {where} before anything is written into it: {lost} and ignores the "
-                f"returned tensor). {what}"
-            )
-            self.ctx.report(self, first, message)
+            self.ctx.report(self, first, f"`output` is replaced {where} before it is written: {lost}")
 
     def _without_output(self, node: cst.FunctionDef) -> None:
         """An impl's ``forward`` (an MLA impl's ``forward_mha``) taking no ``output``: vLLM >= 0.20 calls it with
@@ -207,11 +198,7 @@ class DiscardedOutput(Rule):
             or _is_declaration(node)
         ):
             return
-        message = (
-            f"`{node.name.value}` takes no `output`, which vLLM >= 0.20 passes: the call raises TypeError. Write "
-            "the result into an `output` parameter, or decorate the impl class with "
-            "`@vllm_attn_compat.compat.adapt_legacy_impl`"
-        )
+        message = f"`{node.name.value}` takes no `output`, which vLLM >= 0.20 passes: the call raises TypeError"
         self.ctx.report(self, node.name, message)
 
 

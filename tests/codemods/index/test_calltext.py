@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from vllm_attn_compat.codemods.index.calltext import may_use, uses_pattern
+from vllm_attn_compat.codemods.index.calltext import holds_names, may_use, names_needles, uses_pattern
 from vllm_attn_compat.codemods.index.hierarchy import index_module
 from vllm_attn_compat.codemods.index.occurrences import REFLECTION_WORDS
 
@@ -20,28 +20,39 @@ from vllm_attn_compat.codemods.index.occurrences import REFLECTION_WORDS
         ('getattr(impl, "prefill")', True),
         ("getattr(impl, 'prefill', None)", True),
         ('getattr(impl, """prefill""")', True),
-        ('getattr(impl, "pre" "fill")', True),  # one constant string to the parser: `getattr` is looked for
+        ('getattr(impl, "pre" "fill")', True),  # one constant string to the parser
         ('getattr(impl, ("pre"\n    "fill"))', True),
-        ('getattr(impl, "pre\\x66ill")', True),  # an escape
-        ('getattr(impl, "x"', True),
-        ("impl.\uff50refill(q)", True),  # the parser reads identifiers in their NFKC form: `prefill`
-        ("def prefill(self, q):\n    return q\n", True),  # a definition: looked at by the parse, which tells
-        ("# prefill", True),  # likewise a comment
+        ('getattr(impl, "pre\\x66ill")', True),  # an escape: counted, not decoded
+        ('getattr(impl, "x"', True),  # no end: counted
+        ("def prefill(self, q):\n    return q\n", False),  # a definition is no use
+        ('getattr(impl, "other")\n# prefill\nx = "prefill"', False),  # words elsewhere
         ("impl.prefill_all(q)", False),
-        ("x = 'preFILL'", False),
     ],
 )
-def test_may_use_finds_every_use_the_index_records(text, uses):
-    """The accounting looks for the names of the methods with a fix still safe and, while there are any, for
-    reflection's words (a string can only become an attribute through reflection): whatever the index records as
-    a use of one of those names, the text scan finds."""
-    names = frozenset({"prefill", "forward"}) | REFLECTION_WORDS
+def test_may_use_finds_every_use_the_call_site_index_records(text, uses):
+    names = frozenset({"prefill", "forward"})
     assert may_use(text.encode(), names, uses_pattern(names)) is uses
     if not uses:  # and indeed the exact index records none
         assert not {use.name for use in index_module(text.encode(), "m.py").calls.uses} & names
 
 
-def test_text_that_is_no_identifier_is_looked_for_as_it_is():
-    names = frozenset({"vllm::", "unified_attention"})
-    assert may_use(b'op = "vllm::" + name', names, uses_pattern(names))
-    assert not may_use(b"op = unified_attention_with_output", names, uses_pattern(names))
+@pytest.mark.parametrize(
+    ("text", "holds"),
+    [
+        ("impl.prefill(q)", True),
+        ('getattr(impl, "pre" "fill")', True),  # `getattr` is looked for too, while a fix of a class is open
+        ("impl.\uff50refill(q)", True),  # the parser reads identifiers in their NFKC form: `prefill`
+        ("def prefill(self, q):\n    return q\n", True),  # a definition: the parse tells it is no use
+        ("# prefill", True),  # likewise a comment
+        ("impl.prefill_all(q)", False),
+        ("x = 'preFILL'", False),
+        ('op = "vllm::" + name', True),  # a text that is no identifier, as it is
+        ("op = unified_attention_with_output", False),
+    ],
+)
+def test_holds_names_finds_every_occurrence_the_index_records(text, holds):
+    """The accounting looks for the names of the methods with a fix still safe and, while there are any, for
+    reflection's words (a string becomes an attribute only through reflection), and for op texts: whatever the
+    index records as an occurrence of one of those, the scan finds."""
+    names = frozenset({"prefill", "forward", "vllm::"}) | REFLECTION_WORDS
+    assert holds_names(text.encode(), names_needles(names)) is holds

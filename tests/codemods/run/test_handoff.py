@@ -137,7 +137,7 @@ def test_with_more_jobs_than_early_workers_a_file_sent_ahead_in_vain_is_migrated
     # Eight more candidates, none of which the rounds send anywhere (no class: the scan spares them, and only
     # a rule acting anywhere reads them), so that the base alone goes ahead, whatever order the rounds end in.
     layout = {"plugin/__init__.py": "", "plugin/base.py": BASE_WITH_DEFAULT, "plugin/runner.py": CALLER}
-    layout |= {f"plugin/ops{n}.py": 'SPLITTING_OPS = ["vllm::unified_attention"]\n' for n in range(8)}
+    layout |= {f"plugin/ops{n}.py": "from vllm_attn_compat.compat import adapt_legacy_impl\n" for n in range(8)}
     ahead, alone = write_tree(tmp_path / "a", layout), write_tree(tmp_path / "b", layout)
     sent = _sends(monkeypatch)
     left: list[str] = []

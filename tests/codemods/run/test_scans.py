@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from vllm_attn_compat.codemods import registry
 from vllm_attn_compat.codemods.engine import migrate
-from vllm_attn_compat.codemods.index.calltext import may_use, uses_pattern
+from vllm_attn_compat.codemods.index.calltext import holds_names, may_use, names_needles, uses_pattern
 from vllm_attn_compat.codemods.index.names import BASE_TOKENS, FLAG_BYTES
 from vllm_attn_compat.codemods.run import scans
 from vllm_attn_compat.codemods.run.answers import spell
@@ -43,6 +43,7 @@ def test_each_kind_answers_as_the_test_it_stands_for(source, rules, names, metho
         "vllm": ((), b"vllm" in source),
         "flag": ((), FLAG_BYTES in source),
         "uses": (methods, may_use(source, frozenset(methods), uses_pattern(frozenset(methods)))),
+        "names": (methods, holds_names(source, names_needles(frozenset(methods)))),
         "parse": (
             [*scans.rule_terms(rules), *(f"class {name}" for name in names)],
             migrate.needs_parsing(source, rules, frozenset(names)),
@@ -59,5 +60,5 @@ def test_each_kind_answers_as_the_test_it_stands_for(source, rules, names, metho
 
 
 def test_an_unknown_kind_is_named_with_the_known_ones():
-    with pytest.raises(scans.UnknownQuestion, match=r"'colour'.*flag, parse, prefilter"):
+    with pytest.raises(scans.UnknownQuestion, match=r"'colour'.*flag, names, parse, prefilter"):
         scans.test("colour", ())

@@ -346,6 +346,7 @@ class _Scope:
     local_classes: dict[str, str] = field(default_factory=dict)
     function: constructed.Function | None = None  # the function whose body this is
     method: str | None = None  # its name, where it is a method of the class ``owner``
+    walrus: bool = True  # whether the module may hold an assignment expression (`forwarded.Parameters`)
     _constructed: dict[str, ast.expr] | None = None
     _parameters: Parameters | None = None
 
@@ -358,7 +359,7 @@ class _Scope:
     def parameters(self) -> Parameters:
         """What the function's parameters may hold (`forwarded.Parameters`), found when first asked for."""
         if self._parameters is None:
-            self._parameters = Parameters(self.function)
+            self._parameters = Parameters(self.function, self.walrus)
         return self._parameters
 
     def string_values(self, value: ast.expr) -> tuple[str, ...]:
@@ -430,8 +431,10 @@ def _push_object(
 
 
 class _Collector:
-    def __init__(self, indexer: ModuleNames) -> None:
+    def __init__(self, indexer: ModuleNames, walrus: bool = True) -> None:
+        """``walrus``: whether the module may hold an assignment expression (its source holds ``:=``)."""
         self.indexer = indexer
+        self.walrus = walrus
         self.methods: list[OutputMethod] = []
         self.signatures: list[Signature] = []
         self.uses: list[Use] = []
@@ -522,7 +525,7 @@ class _Collector:
             return "none", None
         if isinstance(node, ast.Attribute) and node.attr == "__class__":
             how, target = self._reflected(node.value, scope, scopes)
-            return ("cls" if how == "self" else how), target
+            return _CLASS_OF.get(how, how), target
         if (
             isinstance(node, ast.Call)
             and isinstance(node.func, ast.Name)
@@ -531,7 +534,7 @@ class _Collector:
             and not node.keywords
         ):
             how, target = self._reflected(node.args[0], scope, scopes)
-            return ("cls" if how == "self" else how), target
+            return _CLASS_OF.get(how, how), target
         receiver, target, _ = self._receiver(node, scope, scopes)
         if receiver in ("self", "super"):
             function = scope.function
@@ -567,11 +570,20 @@ class _Collector:
             args = [*node.args.posonlyargs, *node.args.args]
             first = args[0].arg if args and _method_kind(node) != "static" else None
             owner = scope.prefix[:-1]
-            inner = _Scope(scope.prefix + node.name + ".<locals>.", owner, first, function=node, method=node.name)
+            inner = _Scope(
+                scope.prefix + node.name + ".<locals>.",
+                owner,
+                first,
+                function=node,
+                method=node.name,
+                walrus=self.walrus,
+            )
         elif isinstance(node, ast.Lambda):
             inner = _Scope(scope.prefix + "<lambda>.<locals>.", scope.owner, scope.self_name)
         else:
-            inner = _Scope(scope.prefix + node.name + ".<locals>.", scope.owner, scope.self_name, function=node)
+            inner = _Scope(
+                scope.prefix + node.name + ".<locals>.", scope.owner, scope.self_name, function=node, walrus=self.walrus
+            )
         if isinstance(node, ast.Lambda):
             pending.append(([node.body], node, inner, [*scopes, inner]))
             pending.append(([node.args], node, scope, scopes))
@@ -783,6 +795,9 @@ class _Collector:
 
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# The receiver of ``type(x)`` (``x.__class__``) by that of ``x``: the class of an instance is that class (or, for
+# ``self``, a subclass); of anything else, what it may be (a literal's class is no class of the run).
+_CLASS_OF = {"self": "cls", "instance": "class"}
 _LITERAL_TYPES = (ast.List, ast.Tuple, ast.Dict, ast.Set, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 
 
@@ -791,9 +806,11 @@ def index_calls(tree: ast.Module, indexer: ModuleNames) -> CallIndex:
     return _Collector(indexer).collect(tree)
 
 
-def index_calls_and_occurrences(tree: ast.Module, indexer: ModuleNames) -> tuple[CallIndex, occurrences.Occurrences]:
+def index_calls_and_occurrences(
+    tree: ast.Module, indexer: ModuleNames, walrus: bool = True
+) -> tuple[CallIndex, occurrences.Occurrences]:
     """`index_calls`, and what the same walk finds for the accounting: reflection, names a string looks up, names
-    read in class bodies (`occurrences`)."""
-    collector = _Collector(indexer)
+    read in class bodies (`occurrences`); ``walrus``: whether the module may hold an assignment expression."""
+    collector = _Collector(indexer, walrus)
     found = collector.collect(tree)
     return found, collector.found()

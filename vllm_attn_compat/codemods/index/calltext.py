@@ -17,6 +17,8 @@ SEP = rb"[ \t\f\r\n\\]*(?:#[^\r\n]*[\r\n][ \t\f\r\n\\]*)*"
 OPENING = re.compile(SEP + rb"\(")
 # What changes the reading of a call's text: brackets, a comment, a string's opening quote.
 _CALL_SPECIAL = re.compile(rb"[()\[\]{}#'\"]")
+_QUOTED = re.compile(rb"[\"']([A-Za-z_\x80-\xff][A-Za-z0-9_\x80-\xff]*)[\"']")
+_ADJACENT_STRINGS = re.compile(rb"[\"'][ \t\f\r\n]*[rbuRBU]{0,2}[\"']")
 _LINE_END = re.compile(rb"[\r\n]")
 _STRING_BODY = {
     (triple, quote): re.compile(
@@ -30,36 +32,64 @@ _STRING_BODY = {
 }
 
 
-# What `may_use` looks for: each text, and whether it is an identifier (then only as a whole word).
+def uses_pattern(names: frozenset[str] | set[str]) -> re.Pattern[bytes] | None:
+    """What :func:`may_use` looks for, compiled once per set of method names (None for none)."""
+    if not names:
+        return None
+    alternatives = b"|".join(re.escape(name.encode()) for name in sorted(names))
+    return re.compile(rb"\." + SEP + rb"(?:" + alternatives + rb")(?![A-Za-z0-9_\x80-\xff])")
+
+
+def may_use(source: bytes, names: frozenset[str] | set[str], pattern: re.Pattern[bytes] | None) -> bool:
+    """Whether the file may call, reference or ``getattr`` one of the methods ``names`` (``pattern`` is
+    ``uses_pattern(names)``), as the call-site analysis records it: an attribute ``.name`` (blanks, line
+    continuations and comments may stand after the dot), or ``getattr(x, "name")``. Never False where the
+    exact index records such a use: a ``getattr`` whose text cannot be read plainly (its end not found,
+    a backslash, strings side by side, a comment) counts as using every name. (What else may use a name, the
+    accounting asks with :func:`holds_names`.)"""
+    if pattern is None:
+        return False
+    if pattern.search(source) is not None:
+        return True
+    at = source.find(b"getattr")
+    while at != -1:
+        opening = OPENING.match(source, at + 7)
+        at = source.find(b"getattr", at + 7)
+        if opening is None:
+            continue  # `getattr` not called here: handed on, which the index does not follow either
+        text = call_text(source, opening.end() - 1)
+        if text is None or b"\\" in text or b"#" in text or _ADJACENT_STRINGS.search(text):
+            return True
+        if any(name.encode() in _QUOTED.findall(text) for name in names):
+            return True
+    return False
+
+
+# What `holds_names` looks for: each text, and whether it is an identifier (then only as a whole word).
 Needles = tuple[tuple[bytes, bool], ...]
 
 
-def uses_pattern(names: frozenset[str] | set[str]) -> Needles | None:
-    """What :func:`may_use` looks for, made once per set of names (None for none): each name that is an identifier
-    as a whole word, anything else (``vllm::``) as it is."""
-    if not names:
-        return None
+def names_needles(names: frozenset[str] | set[str]) -> Needles:
+    """What :func:`holds_names` looks for: each name that is an identifier as a whole word, anything else
+    (``vllm::``) as it is; texts that start alike (`occurrences.OP_TEXTS`) last, one look for their start serving
+    them all."""
     return tuple((name.encode(), name.isidentifier()) for name in sorted(names, key=_gated))
 
 
 def _gated(name: str) -> tuple[bool, str]:
-    """Texts that start alike (`occurrences.OP_TEXTS`, ``vllm...``) come last, where one look for their start serves
-    them all (`_holds`)."""
     return (not name.isidentifier(), name)
 
 
-def may_use(source: bytes, names: frozenset[str] | set[str], pattern: Needles | None) -> bool:
-    """Whether the text of the file holds one of ``names`` (``pattern`` is ``uses_pattern(names)``): an identifier as
-    a whole word, in code, a string or a comment alike (the accounting parses the file to tell them apart: issue
-    #50), or any other text as it is. Never False where the index records a use of one of them. Each text is
-    looked for with ``bytes.find``: a regular expression of them all took a tree of torch's size a third of a
+def holds_names(source: bytes, needles: Needles) -> bool:
+    """Whether the text of the file holds one of the names ``needles`` stand for (`names_needles`): an identifier
+    as a whole word, in code, a string or a comment alike (the accounting parses the file to tell them apart: issue
+    #50), or any other text as it is. Never False where the index records an occurrence of one of them. Each text
+    is looked for with ``bytes.find``: a regular expression of them all took a tree of torch's size a third of a
     second."""
-    if pattern is None:
-        return False
-    if _holds(source, pattern):
+    if _holds(source, needles):
         return True
     # Python reads identifiers in their NFKC form (a fullwidth `forward` is `forward`): non-ASCII text is read so too.
-    return not source.isascii() and _holds(_nfkc(source), pattern)
+    return not source.isascii() and _holds(_nfkc(source), needles)
 
 
 def _holds(source: bytes, needles: Needles) -> bool:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import ast
 from functools import cached_property
 
-from vllm_attn_compat.codemods.index import children
 from vllm_attn_compat.codemods.index.names import ALLOCATORS
 
 # Tensor methods that return a tensor of the one they are called on (a view, a copy, a cast): not None where it is
@@ -30,6 +29,19 @@ _TENSOR_OF = frozenset(
      "view_as", "reshape_as", "expand", "expand_as", "as_strided", "to", "type_as", "float", "half", "bfloat16",
      "detach", "clone", "unflatten", "movedim", "t", "fill_", "zero_", "copy_", "chunk", "split", "__getitem__"}
 )  # fmt: skip
+# Where statements nest, by statement type (the rest of a function's syntax binds no name but by a walrus).
+_BODIES: dict[type, tuple[str, ...]] = {
+    ast.If: ("body", "orelse"),
+    ast.For: ("body", "orelse"),
+    ast.AsyncFor: ("body", "orelse"),
+    ast.While: ("body", "orelse"),
+    ast.With: ("body",),
+    ast.AsyncWith: ("body",),
+    ast.Try: ("body", "handlers", "orelse", "finalbody"),
+    ast.Match: ("cases",),
+}
+if hasattr(ast, "TryStar"):  # Python >= 3.11
+    _BODIES[ast.TryStar] = ("body", "handlers", "orelse", "finalbody")
 _LITERALS = (ast.List, ast.Tuple, ast.Dict, ast.Set, ast.ListComp, ast.SetComp, ast.DictComp, ast.JoinedStr)
 
 
@@ -38,10 +50,12 @@ def is_none(node: ast.expr | None) -> bool:
 
 
 class Parameters:
-    """What one function's parameters may hold where it calls something (`may_be_none`)."""
+    """What one function's parameters may hold where it calls something (`may_be_none`), and what its locals may
+    (`cannot_be_none`; ``walrus``: whether its module holds an assignment expression, which binds in an expression)."""
 
-    def __init__(self, function: ast.FunctionDef | ast.AsyncFunctionDef | None) -> None:
+    def __init__(self, function: ast.FunctionDef | ast.AsyncFunctionDef | None, walrus: bool = True) -> None:
         self.function = function
+        self.walrus = walrus
 
     @cached_property
     def _defaults_none(self) -> frozenset[str]:
@@ -86,35 +100,67 @@ class Parameters:
     @cached_property
     def _locals(self) -> dict[str, list[ast.expr] | None]:
         """Each name the function's own body binds, with the values of its plain assignments; None for a name bound
-        any other way too (a loop, ``with``, a walrus, unpacking, an augmented assignment, ``global``, ...)."""
+        any other way too (a loop, ``with``, unpacking, an augmented assignment, ``global``, an import, ...). Only
+        statements bind names in a function, but for a walrus: a function holding one is walked whole."""
         bound: dict[str, list[ast.expr] | None] = {}
-        stack: list[ast.AST] = list(self.function.body) if self.function is not None else []
+        if self.function is None:
+            return bound
+
+        def other(target: ast.AST) -> None:  # the names a target binds (an attribute or subscript binds none)
+            if isinstance(target, ast.Name):
+                bound[target.id] = None
+            elif isinstance(target, (ast.Tuple, ast.List)):
+                for element in target.elts:
+                    other(element)
+            elif isinstance(target, ast.Starred):
+                other(target.value)
+
+        stack: list[ast.stmt] = list(self.function.body)
         while stack:
             node = stack.pop()
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                bound[node.name] = None
-                continue
-            if isinstance(node, ast.Lambda):
-                continue
-            if isinstance(node, ast.Assign):
-                for target in node.targets:
+            kind = type(node)
+            if kind is ast.Assign or (kind is ast.AnnAssign and node.value is not None):  # type: ignore[attr-defined]
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]  # type: ignore[attr-defined]
+                for target in targets:
                     if isinstance(target, ast.Name):
                         values = bound.setdefault(target.id, [])
                         if values is not None:
-                            values.append(node.value)
+                            values.append(node.value)  # type: ignore[attr-defined]
                     else:
-                        stack.append(target)
-                stack.append(node.value)
-                continue
-            if isinstance(node, (ast.Global, ast.Nonlocal)):
-                bound.update(dict.fromkeys(node.names))
-            elif isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
-                bound[node.id] = None
-            elif isinstance(node, ast.alias):
-                bound[(node.asname or node.name).partition(".")[0]] = None
-            elif isinstance(node, ast.ExceptHandler) and node.name:
+                        other(target)
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 bound[node.name] = None
-            stack += children.child_nodes(node)
+            elif isinstance(node, (ast.AugAssign, ast.AnnAssign, ast.For, ast.AsyncFor)):
+                other(node.target)
+            elif isinstance(node, (ast.With, ast.AsyncWith)):
+                for item in node.items:
+                    if item.optional_vars is not None:
+                        other(item.optional_vars)
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                bound.update(dict.fromkeys((alias.asname or alias.name).partition(".")[0] for alias in node.names))
+            elif isinstance(node, (ast.Global, ast.Nonlocal)):
+                bound.update(dict.fromkeys(node.names))
+            elif isinstance(node, ast.Delete):
+                for target in node.targets:
+                    other(target)
+            for field in _BODIES.get(kind, ()):
+                for item in getattr(node, field):
+                    if isinstance(item, ast.ExceptHandler):
+                        if item.name:
+                            bound[item.name] = None
+                        stack += item.body
+                    elif isinstance(item, ast.match_case):
+                        for inner in ast.walk(item.pattern):
+                            for name in (getattr(inner, "name", None), getattr(inner, "rest", None)):
+                                if isinstance(name, str):
+                                    bound[name] = None
+                        stack += item.body
+                    else:
+                        stack.append(item)
+        if self.walrus:
+            for inner in ast.walk(self.function):
+                if isinstance(inner, ast.NamedExpr) and isinstance(inner.target, ast.Name):
+                    bound[inner.target.id] = None
         return bound
 
     def cannot_be_none(self, value: ast.expr, line: int, _seen: frozenset[str] = frozenset()) -> bool:

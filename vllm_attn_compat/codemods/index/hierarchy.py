@@ -309,9 +309,9 @@ def _index_module(source: bytes, path: str, parsed: Callable[[ast.Module], objec
         flag = qualname in indexer.flag_classes
         true = qualname in indexer.true_flags
         classes.append(ClassEntry(qualname, bases_found, line, qualname in duck, flag, true))
-    found_calls, found = calls.index_calls_and_occurrences(tree, indexer)
+    found_calls, found = calls.index_calls_and_occurrences(tree, indexer, b":=" in source)
     doctests = occurrences.doctest_uses(tree) if b">>>" in source else []
-    ops = occurrences.op_strings(tree) if any(token in source for token in occurrences.OP_BYTES) else []
+    ops = occurrences.op_strings(tree) if occurrences.OP_SOURCE.search(source) else []
     if doctests or ops:
         named = tuple(sorted((*found.named, *doctests), key=lambda use: (use.line, use.column)))
         found = Occurrences(found.class_names, found.reflection, named, tuple(ops))

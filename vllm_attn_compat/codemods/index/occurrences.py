@@ -119,16 +119,22 @@ def shorten(node: ast.AST) -> str:
 
 
 def _bound_in_body(body: list[ast.stmt]) -> set[str]:
-    """The names a class body binds (definitions, assignments, imports, loop targets): what a read there may mean."""
+    """The names a class body binds (definitions, assignments, imports, loop and ``with`` targets, a walrus): what a
+    read there may mean. Definitions are not entered: their bodies bind their own names."""
     bound: set[str] = set()
-    for statement in body:
-        for node in children.walk(statement):
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                bound.add(node.name)
-            elif isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
-                bound.add(node.id)
-            elif isinstance(node, (ast.Import, ast.ImportFrom)):  # (the walk does not enter their aliases)
-                bound.update((alias.asname or alias.name).partition(".")[0] for alias in node.names)
+    pending: list[ast.AST] = list(body)
+    while pending:
+        node = pending.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+            continue
+        if isinstance(node, ast.Lambda):
+            continue
+        if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+            bound.add(node.id)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):  # (the field table does not enter their aliases)
+            bound.update((alias.asname or alias.name).partition(".")[0] for alias in node.names)
+        pending += children.child_nodes(node)
     return bound
 
 
@@ -257,14 +263,21 @@ def _string_place(node: ast.Constant, value: str, parents: dict[int, ast.AST]) -
 
 def op_strings(tree: ast.Module) -> list[OpString]:
     """The strings of ``tree`` naming an op vLLM 0.20 deleted, or composing op names, with their places."""
-    parents: dict[int, ast.AST] = {}
+    parents: dict[int, ast.AST] = {}  # of each string naming one, its parent and its parent's parent
     found: list[OpString] = []
-    for node in children.walk(tree):
-        for child in children.child_nodes(node):
-            parents[id(child)] = node
+    stack: list[tuple[ast.AST, ast.AST | None]] = [(tree, None)]
+    while stack:
+        node, parent = stack.pop()
         if not (isinstance(node, ast.Constant) and isinstance(node.value, str)):
+            stack += [(child, node) for child in children.child_nodes(node)]
+            if parent is not None:
+                parents[id(node)] = parent  # (a node's parent is asked of literals only: cheap to keep)
             continue
         value = node.value
+        if "vllm" not in value:
+            continue
+        if parent is not None:
+            parents[id(node)] = parent
         ops = dict.fromkeys(match.group(1) for match in _OP.finditer(value))
         place = _string_place(node, value, parents) if ops else ""
         for op in ops:
@@ -275,7 +288,8 @@ def op_strings(tree: ast.Module) -> list[OpString]:
     return found
 
 
-OP_BYTES = (b"unified_attention", b"unified_mla_attention", b"vllm::", b"vllm.")
+# A source that may hold such a string (a file without it is not walked for them).
+OP_SOURCE = re.compile(rb"vllm(?:::|\.(?:unified_|[\"'{]))")
 # The texts a string naming an old op (`_OP`), or composing one (`_PREFIX`), holds: what the accounting looks for in
 # the files it has not read while an op's renaming is still safe.
 OP_TEXTS = frozenset({"vllm::unified_", "vllm.unified_", 'vllm::"', "vllm::'", "vllm::{", 'vllm."', "vllm.'", "vllm.{"})

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 # What a file added since the run is asked to tell that it takes no part: a run over the tree with it would
 # ask it these, each round's and each set of methods' (if it held no rule's token, nothing else), and any
 # answer yes would give it a part. (More than a run asks it: a yes to one it would not ask only costs a run.)
-_ASKED_OF_A_NEW_FILE = frozenset({"prefilter", "flag", "words", "uses"})
+_ASKED_OF_A_NEW_FILE = frozenset({"prefilter", "flag", "words", "uses", "names"})
 
 
 class Edits(NamedTuple):

@@ -175,7 +175,7 @@ def index_hierarchy(
             if not terms <= looked_for:
                 queue, looked_at = sorted(scanned, key=lambda s: s.source_file.path), 0
             looked_for = terms
-            holds = _may_use(reading, terms)
+            holds = reading.asking("names", terms)
             while terms and looked_at < len(queue) and len(pending) < accounted:
                 s = queue[looked_at]
                 looked_at += 1

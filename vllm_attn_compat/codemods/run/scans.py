@@ -19,7 +19,7 @@ Test = Callable[[bytes], bool]
 
 # The kinds a rerun can ask again (``scan``, whose answer is a class scan, is not one: a file it was asked of
 # took part in the run's class index).
-KINDS = frozenset({"prefilter", "probable", "vllm", "flag", "words", "uses", "parse"})
+KINDS = frozenset({"prefilter", "probable", "vllm", "flag", "words", "uses", "names", "parse"})
 
 
 class UnknownQuestion(ValueError):
@@ -35,6 +35,7 @@ def test(kind: str, terms: Sequence[str], *, once: bool = False) -> Test:
     * ``vllm``: names vLLM; ``flag``: holds ``accept_output_buffer`` (no terms);
     * ``words``: names one of the attention classes ``terms`` as a whole identifier;
     * ``uses``: may use one of the methods ``terms`` (`calltext.may_use`);
+    * ``names``: holds one of the names ``terms`` whose fixes the accounting still decides (`calltext.holds_names`);
     * ``parse``: needs libcst for the rules of ``terms`` where the attention classes are ``class NAME``
       (`tokens.needs_libcst`).
     """
@@ -56,6 +57,11 @@ def test(kind: str, terms: Sequence[str], *, once: bool = False) -> Test:
         methods = frozenset(terms)
         pattern = calltext.uses_pattern(methods)
         return lambda source: calltext.may_use(source, methods, pattern)
+    if kind == "names":
+        from vllm_attn_compat.codemods.index import calltext
+
+        needles = calltext.names_needles(frozenset(terms))
+        return lambda source: calltext.holds_names(source, needles)
     if kind == "probable" or kind == "parse":
         from vllm_attn_compat.codemods.engine import tokens
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol, TypeAlias
 
 from vllm_attn_compat.codemods.index import children, constructed, occurrences
-from vllm_attn_compat.codemods.index.forwarded import Parameters, is_none, none_tested
+from vllm_attn_compat.codemods.index.forwarded import Parameters, is_none, none_tested, reaches
 from vllm_attn_compat.codemods.index.names import ALLOCATORS
 
 
@@ -362,10 +362,10 @@ class _Scope:
             self._parameters = Parameters(self.function, self.walrus)
         return self._parameters
 
-    def string_values(self, value: ast.expr) -> tuple[str, ...]:
-        """The strings ``value`` (a name reflection is given) may be, where the function binds that name only to
-        string literals, or loops it over a literal of strings (``for name in ("k_scale", "v_scale")``); () for
-        any string."""
+    def string_values(self, value: ast.expr, line: int) -> tuple[str, ...]:
+        """The strings ``value`` (a name reflection is given on ``line``) may be, where each binding of that name
+        that may hold there (`forwarded.reaches`) binds it to a string literal or loops it over a literal of strings
+        (``for name in ("k_scale", "v_scale")``); () for any string."""
         if type(value) is not ast.Name or self.function is None or value.id in self.parameters().names:
             return ()
         name = value.id
@@ -386,14 +386,15 @@ class _Scope:
                         return ()
                     strings, accounted = list(node.iter.elts), accounted | {id(node.target)}
             elif isinstance(node, ast.Name) and node.id == name and type(node.ctx) is not ast.Load:
-                if id(node) not in accounted:
+                if id(node) not in accounted and reaches(node.lineno, line, self.parameters().loops):
                     return ()  # bound some other way: a `with` or unpacking target, a walrus, `del`
             elif isinstance(node, (ast.Global, ast.Nonlocal)) and name in node.names:
                 return ()
-            for item in strings or ():
-                if not (type(item) is ast.Constant and isinstance(item.value, str)):
-                    return ()
-                found.append(item.value)
+            if strings is not None and reaches(getattr(node, "lineno", 0), line, self.parameters().loops):
+                for item in strings:
+                    if not (type(item) is ast.Constant and isinstance(item.value, str)):
+                        return ()
+                    found.append(item.value)
             stack += children.child_nodes(node)
         return tuple(dict.fromkeys(found))
 
@@ -454,6 +455,8 @@ class _Collector:
         local = [s.local_classes for s in scopes if s.local_classes]
         callee = scope.constructed().get(node.id) if type(node) is ast.Name else None
         if callee is not None:  # bound once, to what `callee(...)` made: an instance, if it is a class
+            if type(callee) is ast.Attribute and callee.attr == "__new__":  # `Impl.__new__(Impl)`: an `Impl`
+                callee = callee.value
             called = _dotted(callee)
             if called is not None and self._binds(called, local):
                 return "instance", self.indexer.resolve(callee, local), dotted
@@ -773,7 +776,7 @@ class _Collector:
             name = args[1]
             if type(name) is ast.Constant and isinstance(name.value, str):
                 return  # a literal name: a use of that name (`getattr`'s is a `Use`; the others read no method)
-            self._reflect(node, "other", args[0], scope.string_values(name), scope, scopes)
+            self._reflect(node, "other", args[0], scope.string_values(name, node.lineno), scope, scopes)
             return
         receiver = args[0] if args and type(args[0]) is not ast.Starred else None
         if not args and not node.keywords:

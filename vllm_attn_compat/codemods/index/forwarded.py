@@ -18,6 +18,7 @@ anything else, a global, a literal None are not.
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterable
 from functools import cached_property
 
 from vllm_attn_compat.codemods.index.names import ALLOCATORS
@@ -98,70 +99,86 @@ class Parameters:
         return frozenset(argument.arg for argument in every)
 
     @cached_property
-    def _locals(self) -> dict[str, list[ast.expr] | None]:
-        """Each name the function's own body binds, with the values of its plain assignments; None for a name bound
-        any other way too (a loop, ``with``, unpacking, an augmented assignment, ``global``, an import, ...). Only
-        statements bind names in a function, but for a walrus: a function holding one is walked whole."""
-        bound: dict[str, list[ast.expr] | None] = {}
+    def _locals(self) -> dict[str, list[tuple[int, ast.expr | None]]]:
+        """Each name the function's own body binds, with each binding's line and value: the value of a plain
+        assignment, None for any other binding (a loop, ``with``, unpacking, an augmented assignment, ``global``, an
+        import, ...). Only statements bind names in a function, but for a walrus: a function holding one is walked
+        whole."""
+        bound: dict[str, list[tuple[int, ast.expr | None]]] = {}
         if self.function is None:
             return bound
 
-        def other(target: ast.AST) -> None:  # the names a target binds (an attribute or subscript binds none)
+        def other(target: ast.AST, line: int) -> None:  # the names a target binds (an attribute or subscript none)
             if isinstance(target, ast.Name):
-                bound[target.id] = None
+                bound.setdefault(target.id, []).append((line, None))
             elif isinstance(target, (ast.Tuple, ast.List)):
                 for element in target.elts:
-                    other(element)
+                    other(element, line)
             elif isinstance(target, ast.Starred):
-                other(target.value)
+                other(target.value, line)
+
+        def named(names: Iterable[str], line: int) -> None:
+            for name in names:
+                bound.setdefault(name, []).append((line, None))
 
         stack: list[ast.stmt] = list(self.function.body)
         while stack:
             node = stack.pop()
-            kind = type(node)
-            if kind is ast.Assign or (kind is ast.AnnAssign and node.value is not None):  # type: ignore[attr-defined]
-                targets = node.targets if isinstance(node, ast.Assign) else [node.target]  # type: ignore[attr-defined]
-                for target in targets:
+            line = node.lineno
+            if isinstance(node, ast.Assign) or (isinstance(node, ast.AnnAssign) and node.value is not None):
+                value = node.value
+                for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
                     if isinstance(target, ast.Name):
-                        values = bound.setdefault(target.id, [])
-                        if values is not None:
-                            values.append(node.value)  # type: ignore[attr-defined]
+                        bound.setdefault(target.id, []).append((line, value))
                     else:
-                        other(target)
+                        other(target, line)
             elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                bound[node.name] = None
+                named([node.name], line)
             elif isinstance(node, (ast.AugAssign, ast.AnnAssign, ast.For, ast.AsyncFor)):
-                other(node.target)
+                other(node.target, line)
             elif isinstance(node, (ast.With, ast.AsyncWith)):
                 for item in node.items:
                     if item.optional_vars is not None:
-                        other(item.optional_vars)
+                        other(item.optional_vars, line)
             elif isinstance(node, (ast.Import, ast.ImportFrom)):
-                bound.update(dict.fromkeys((alias.asname or alias.name).partition(".")[0] for alias in node.names))
+                named(((alias.asname or alias.name).partition(".")[0] for alias in node.names), line)
             elif isinstance(node, (ast.Global, ast.Nonlocal)):
-                bound.update(dict.fromkeys(node.names))
+                named(node.names, 0)  # from anywhere
             elif isinstance(node, ast.Delete):
                 for target in node.targets:
-                    other(target)
-            for field in _BODIES.get(kind, ()):
+                    other(target, line)
+            for field in _BODIES.get(type(node), ()):
                 for item in getattr(node, field):
                     if isinstance(item, ast.ExceptHandler):
                         if item.name:
-                            bound[item.name] = None
+                            named([item.name], item.lineno)
                         stack += item.body
                     elif isinstance(item, ast.match_case):
                         for inner in ast.walk(item.pattern):
                             for name in (getattr(inner, "name", None), getattr(inner, "rest", None)):
                                 if isinstance(name, str):
-                                    bound[name] = None
+                                    named([name], item.pattern.lineno)
                         stack += item.body
                     else:
                         stack.append(item)
         if self.walrus:
             for inner in ast.walk(self.function):
                 if isinstance(inner, ast.NamedExpr) and isinstance(inner.target, ast.Name):
-                    bound[inner.target.id] = None
+                    named([inner.target.id], 0)
         return bound
+
+    @cached_property
+    def loops(self) -> list[tuple[int, int]]:
+        """The lines of the function's loops: a binding in one may reach a use above it in the same loop."""
+        return loops(self.function) if self.function is not None else []
+
+    def reaching(self, name: str, line: int) -> list[tuple[int, ast.expr | None]] | None:
+        """The bindings of the local ``name`` that may hold when ``line`` runs: those above it, or in a loop holding it
+        too (a later statement runs before it only through a loop); None where the name is no local of the function."""
+        bindings = self._locals.get(name)
+        if bindings is None:
+            return None
+        return [(at, value) for at, value in bindings if reaches(at, line, self.loops)]
 
     def cannot_be_none(self, value: ast.expr, line: int, _seen: frozenset[str] = frozenset()) -> bool:
         """Whether ``value``, an argument of a call on ``line`` of the function, cannot be None there."""
@@ -173,10 +190,10 @@ class Parameters:
             name = value.id
             if name in self._parameters:
                 return name not in self._defaults_none or not self.may_be_none(value, line)
-            values = self._locals.get(name)
-            if not values or name in _seen:
-                return False  # a global, a name bound otherwise, or one whose value reads itself
-            return all(self.cannot_be_none(item, line, _seen | {name}) for item in values)
+            bindings = self.reaching(name, line)
+            if not bindings or name in _seen:
+                return False  # a global, unbound here, or a name whose value reads itself
+            return all(item is not None and self.cannot_be_none(item, at, _seen | {name}) for at, item in bindings)
         if isinstance(value, ast.Subscript):
             return self.cannot_be_none(value.value, line, _seen)
         if isinstance(value, ast.IfExp):
@@ -199,6 +216,28 @@ class Parameters:
             return False
         guarded = self._guards.get(argument.id)
         return guarded is None or guarded >= line
+
+
+def loops(function: ast.AST) -> list[tuple[int, int]]:
+    """The first and last lines of each loop in ``function``'s own body (not in nested definitions)."""
+    found: list[tuple[int, int]] = []
+    stack: list[ast.AST] = list(getattr(function, "body", []))
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.For, ast.AsyncFor, ast.While)):
+            found.append((node.lineno, node.end_lineno or node.lineno))
+        for field in _BODIES.get(type(node), ()):
+            for item in getattr(node, field):
+                stack += item.body if isinstance(item, (ast.ExceptHandler, ast.match_case)) else [item]
+    return found
+
+
+def reaches(binding: int, use: int, spans: list[tuple[int, int]]) -> bool:
+    """Whether a binding on line ``binding`` may hold at a use on line ``use`` (0: a binding from anywhere): it comes
+    first, or a loop holds both."""
+    return (
+        binding < use or not binding or any(first <= binding <= last and first <= use <= last for first, last in spans)
+    )
 
 
 def _guarded(statement: ast.stmt) -> str | None:

@@ -169,3 +169,15 @@ def test_reflection_reaches_what_its_receiver_may_be():
     assert not reaches(_reflection("none", None)) and reaches(_reflection("any", None))
     named = Reflection(1, 1, "other", "any", None, ("scale",), "r")
     assert not reaches(named)  # names known to be others
+
+
+def test_reflection_on_an_object_from_outside_the_run_reaches_what_the_run_stored_there():
+    """An object a module outside the run holds is none of the run's, unless code of the run set it (an impl put into
+    vLLM's registry): then reflection on it may reach the class."""
+    use = "import ext\n\ndef f(name):\n    return getattr(ext.registry, name)\n"
+    assert _prefill(("use.py", use)) is None
+    stored = ("store.py", "import ext\nfrom plugin_mod import MyImpl\n\next.registry = MyImpl()\n")
+    reason = _prefill(("use.py", use), stored)
+    assert reason is not None and "use.py:4" in reason
+    by_setattr = ("store.py", "import ext\nfrom plugin_mod import MyImpl\n\nsetattr(ext, 'registry', MyImpl())\n")
+    assert _prefill(("use.py", use), by_setattr) is not None

@@ -75,6 +75,8 @@ def _reference_scope(
             self.named += occurrences.unknown_syntax(node)
         if isinstance(node, ast.Attribute) and node.attr == "__dict__" and type(node.ctx) is ast.Load:
             self._reflect(node, "dict", node.value, (), scope, scopes)
+        elif isinstance(node, ast.Attribute) and type(node.ctx) is ast.Store:
+            self._store(node.value, node.attr, scopes)
         if (
             isinstance(node, ast.Attribute)
             and isinstance(parent, ast.Attribute)

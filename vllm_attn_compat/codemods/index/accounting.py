@@ -119,7 +119,9 @@ def reaches(
             return any(graph.derives(other, target) for other in named)
         if receiver == "instance":
             return True  # what a function or a class outside the run returned: anything
-        return global_of_the_run(dotted, modules)
+        # A global of the run's modules may be anything; an object from elsewhere only what code of the run set it
+        # to (a module, a class or function defined there holds nothing of the run's otherwise).
+        return global_of_the_run(dotted, modules) or dotted in modules.stores
     return True
 
 

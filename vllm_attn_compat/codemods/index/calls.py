@@ -443,6 +443,7 @@ class _Collector:
         self.reflection: list[occurrences.Reflection] = []
         self.named: list[occurrences.NamedUse] = []
         self.class_names: list[occurrences.ClassBodyName] = []
+        self.stores: set[str] = set()
 
     def _receiver(self, node: ast.expr, scope: _Scope, scopes: list[_Scope]) -> tuple[str, str | None, str]:
         if type(node) is ast.Name and node.id == scope.self_name and scope.owner is not None:
@@ -487,7 +488,18 @@ class _Collector:
             tuple(sorted(self.class_names, key=place)),
             tuple(sorted(self.reflection, key=place)),
             tuple(sorted(self.named, key=place)),
+            (),
+            tuple(sorted(self.stores)),
         )
+
+    def _store(self, owner: ast.expr, attribute: str, scopes: list[_Scope]) -> None:
+        """An attribute assigned on a name the module binds by an import or a definition (`Occurrences.stores`)."""
+        dotted = _dotted(owner)
+        local = [s.local_classes for s in scopes if s.local_classes]
+        if dotted is not None and self._binds(dotted, local):
+            resolved = self.indexer.resolve(owner, local)
+            if resolved is not None:
+                self.stores.add(f"{resolved}.{attribute}")
 
     def _between(self, node: ast.Attribute, outer: str, scope: _Scope, scopes: list[_Scope]) -> None:
         """``node`` is the object of the attribute ``outer`` (`_push_object`): reflection where it is ``__dict__``, a
@@ -614,6 +626,8 @@ class _Collector:
                 # Never a call's function: a call stacks the object of its function, not the function.
                 if node.attr == "__dict__" and type(node.ctx) is load:
                     self._reflect(node, "dict", node.value, (), scope, scopes)
+                elif type(node.ctx) is ast.Store:
+                    self._store(node.value, node.attr, scopes)
                 if (
                     type(node.ctx) is load
                     and type(parent) not in _NOT_ESCAPING
@@ -775,6 +789,8 @@ class _Collector:
                 return
             name = args[1]
             if type(name) is ast.Constant and isinstance(name.value, str):
+                if callee == "setattr":
+                    self._store(args[0], name.value, scopes)
                 return  # a literal name: a use of that name (`getattr`'s is a `Use`; the others read no method)
             self._reflect(node, "other", args[0], scope.string_values(name, node.lineno), scope, scopes)
             return

@@ -314,7 +314,7 @@ def _index_module(source: bytes, path: str, parsed: Callable[[ast.Module], objec
     ops = occurrences.op_strings(tree) if occurrences.OP_SOURCE.search(source) else []
     if doctests or ops:
         named = tuple(sorted((*found.named, *doctests), key=lambda use: (use.line, use.column)))
-        found = Occurrences(found.class_names, found.reflection, named, tuple(ops))
+        found = Occurrences(found.class_names, found.reflection, named, tuple(ops), found.stores)
     reads: tuple[flags.FlagRead, ...] = ()
     if flags.FLAG_BYTES in source:
         reads = flags.index_flag_reads(tree, module, lambda expr: indexer.resolve_bound(expr, []))
@@ -426,7 +426,7 @@ class ClassHierarchy:
                 self.flag_classes[full] = entry.flag_true
         self.flag_reads += [(index.path, read) for read in index.flag_reads]
         found = index.occurrences
-        if found.class_names or found.reflection or found.named or found.op_strings:
+        if found.class_names or found.reflection or found.named or found.op_strings or found.stores:
             self.occurrences.append(accounting.Located(index.path, index.module, found))
         for patch in index.patches:
             record = (patch.source, patch.kind, patch.targets, index.module)
@@ -460,7 +460,8 @@ class ClassHierarchy:
     def all_modules(self) -> RunModules:
         """The module names of every file of the run, indexed or not."""
         if self._all_modules is None:
-            self._all_modules = RunModules(self.run_modules | frozenset(self.modules.values()))
+            stores = {store for place in self.occurrences for store in place.found.stores}
+            self._all_modules = RunModules(self.run_modules | frozenset(self.modules.values()), stores)
         return self._all_modules
 
     @property

@@ -106,8 +106,11 @@ def names_match(reference: str, defined: str) -> bool:
 class RunModules:
     """The module names of a run's files, asked by dotted name (`names_match`, in time of the name's length)."""
 
-    def __init__(self, modules: Iterable[str]) -> None:
+    def __init__(self, modules: Iterable[str], stores: Iterable[str] = ()) -> None:
+        """``stores``: the dotted names of the attributes the run's code assigns (`occurrences.Occurrences.stores`),
+        asked as ``dotted in modules.stores``."""
         self.names = frozenset(modules)
+        self.stores: RunModules | frozenset[str] = RunModules(stores) if stores else frozenset()
         # Every module name's dotted suffixes (``b.c`` and ``c`` for ``a.b.c``): a reference a module ends with.
         self._suffixes = frozenset(name.split(".", i)[i] for name in self.names for i in range(name.count(".") + 1))
         self._known: dict[str, bool] = {}

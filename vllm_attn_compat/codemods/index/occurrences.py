@@ -104,6 +104,10 @@ class Occurrences:
     reflection: tuple[Reflection, ...] = ()
     named: tuple[NamedUse, ...] = ()
     op_strings: tuple[OpString, ...] = ()
+    # The dotted names (resolved through the module's imports and definitions) of the attributes it assigns
+    # (``registry.IMPL = MyImpl()``, ``setattr(registry, "IMPL", ...)``): an object outside the run that code of the
+    # run may have set, which reflection on it may then reach (`accounting.reaches`).
+    stores: tuple[str, ...] = ()
 
 
 EMPTY = Occurrences()

@@ -141,17 +141,19 @@ def _occurrences_to_data(found: Occurrences) -> list[object]:
         _columns(Reflection, found.reflection),
         _columns(NamedUse, found.named),
         _columns(OpString, found.op_strings),
+        list(found.stores),
     ]
 
 
 def _occurrences_from_data(data: object) -> Occurrences:
-    if not (type(data) is list and len(data) == 4):
-        raise ValueError(f"expected the four kinds of occurrences, found {data!r:.80}")
+    if not (type(data) is list and len(data) == 5 and type(data[4]) is list and _of_types(str)(data[4])):
+        raise ValueError(f"expected the five kinds of occurrences, found {data!r:.80}")
     return Occurrences(
         _records(ClassBodyName, data[0]),
         _records(Reflection, data[1]),
         _records(NamedUse, data[2]),
         _records(OpString, data[3]),
+        tuple(data[4]),
     )
 
 

@@ -172,7 +172,7 @@ def _op_list_place(literal: cst.CSTNode, parent: cst.CSTNode | None, grandparent
     of an assignment to, a keyword argument or a dictionary key named like one, or what ``.extend`` is given."""
     import libcst as cst
 
-    from vllm_attn_compat.codemods.index.occurrences import is_op_list_name
+    from vllm_attn_compat.codemods.engine.patterns import is_op_list_name
 
     if isinstance(parent, cst.Assign):
         return parent.value is literal and any(is_op_list_name(_name_of(t.target)) for t in parent.targets)
@@ -192,7 +192,7 @@ def _appended(argument: cst.Arg, call: cst.CSTNode | None) -> bool:
     """``config.splitting_ops.append("vllm::...")``: a name added to an op list."""
     import libcst as cst
 
-    from vllm_attn_compat.codemods.index.occurrences import is_op_list_name
+    from vllm_attn_compat.codemods.engine.patterns import is_op_list_name
 
     if not isinstance(call, cst.Call) or argument.keyword is not None or call.args[0] is not argument:
         return False

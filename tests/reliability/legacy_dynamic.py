@@ -16,10 +16,6 @@ where, in which file), and any number of them come together, with the plain call
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,6 +25,7 @@ from hypothesis.control import currently_in_test_context
 
 from vllm_attn_compat.codemods.run.runner import Options, run_paths
 
+from . import legacy_callers
 from .legacy_callers import write_tree
 from .legacy_flags import STUBS_020
 
@@ -241,17 +238,7 @@ print(json.dumps(results, default=repr))
 
 
 def probe(root: Path, callers: tuple[str, ...]) -> dict[str, list]:
-    environment = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    completed = subprocess.run(
-        [sys.executable, "-c", PROBE, str(root / "tree"), str(root / "stubs"), *callers],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=environment,
-        check=False,
-    )
-    assert completed.returncode == 0, completed.stderr
-    return json.loads(completed.stdout)
+    return legacy_callers.probe(root, callers, PROBE)
 
 
 def migrate_and_probe(root: Path, plugin: DynamicPlugin):

@@ -21,6 +21,7 @@ import ast
 from collections.abc import Iterable
 from functools import cached_property
 
+from vllm_attn_compat.codemods.index.children import STATEMENT_BODIES
 from vllm_attn_compat.codemods.index.names import ALLOCATORS
 
 # Tensor methods that return a tensor of the one they are called on (a view, a copy, a cast): not None where it is
@@ -30,19 +31,6 @@ _TENSOR_OF = frozenset(
      "view_as", "reshape_as", "expand", "expand_as", "as_strided", "to", "type_as", "float", "half", "bfloat16",
      "detach", "clone", "unflatten", "movedim", "t", "fill_", "zero_", "copy_", "chunk", "split", "__getitem__"}
 )  # fmt: skip
-# Where statements nest, by statement type (the rest of a function's syntax binds no name but by a walrus).
-_BODIES: dict[type, tuple[str, ...]] = {
-    ast.If: ("body", "orelse"),
-    ast.For: ("body", "orelse"),
-    ast.AsyncFor: ("body", "orelse"),
-    ast.While: ("body", "orelse"),
-    ast.With: ("body",),
-    ast.AsyncWith: ("body",),
-    ast.Try: ("body", "handlers", "orelse", "finalbody"),
-    ast.Match: ("cases",),
-}
-if hasattr(ast, "TryStar"):  # Python >= 3.11
-    _BODIES[ast.TryStar] = ("body", "handlers", "orelse", "finalbody")
 _LITERALS = (ast.List, ast.Tuple, ast.Dict, ast.Set, ast.ListComp, ast.SetComp, ast.DictComp, ast.JoinedStr)
 
 
@@ -121,10 +109,10 @@ class Parameters:
             for name in names:
                 bound.setdefault(name, []).append((line, None))
 
-        stack: list[ast.stmt] = list(self.function.body)
+        stack: list[ast.AST] = list(self.function.body)
         while stack:
             node = stack.pop()
-            line = node.lineno
+            line = getattr(node, "lineno", 0)
             if isinstance(node, ast.Assign) or (isinstance(node, ast.AnnAssign) and node.value is not None):
                 value = node.value
                 for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
@@ -147,20 +135,15 @@ class Parameters:
             elif isinstance(node, ast.Delete):
                 for target in node.targets:
                     other(target, line)
-            for field in _BODIES.get(type(node), ()):
-                for item in getattr(node, field):
-                    if isinstance(item, ast.ExceptHandler):
-                        if item.name:
-                            named([item.name], item.lineno)
-                        stack += item.body
-                    elif isinstance(item, ast.match_case):
-                        for inner in ast.walk(item.pattern):
-                            for name in (getattr(inner, "name", None), getattr(inner, "rest", None)):
-                                if isinstance(name, str):
-                                    named([name], item.pattern.lineno)
-                        stack += item.body
-                    else:
-                        stack.append(item)
+            elif isinstance(node, ast.ExceptHandler) and node.name:
+                named([node.name], line)
+            elif isinstance(node, ast.match_case):
+                for inner in ast.walk(node.pattern):
+                    for name in (getattr(inner, "name", None), getattr(inner, "rest", None)):
+                        if isinstance(name, str):
+                            named([name], node.pattern.lineno)
+            for field in STATEMENT_BODIES.get(type(node), ()):
+                stack += getattr(node, field)
         if self.walrus:
             for inner in ast.walk(self.function):
                 if isinstance(inner, ast.NamedExpr) and isinstance(inner.target, ast.Name):
@@ -226,9 +209,8 @@ def loops(function: ast.AST) -> list[tuple[int, int]]:
         node = stack.pop()
         if isinstance(node, (ast.For, ast.AsyncFor, ast.While)):
             found.append((node.lineno, node.end_lineno or node.lineno))
-        for field in _BODIES.get(type(node), ()):
-            for item in getattr(node, field):
-                stack += item.body if isinstance(item, (ast.ExceptHandler, ast.match_case)) else [item]
+        for field in STATEMENT_BODIES.get(type(node), ()):
+            stack += getattr(node, field)
     return found
 
 

@@ -19,7 +19,7 @@ import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from vllm_attn_compat.codemods.index import accounting, calls, callsites, flags, occurrences, runtime_patches
+from vllm_attn_compat.codemods.index import accounting, calls, callsites, children, flags, occurrences, runtime_patches
 from vllm_attn_compat.codemods.index.classgraph import ClassGraph
 from vllm_attn_compat.codemods.index.flag_owners import FlagOwners
 from vllm_attn_compat.codemods.index.names import (
@@ -64,24 +64,9 @@ class ModuleIndex:
     occurrences: Occurrences = EMPTY_OCCURRENCES
 
 
-# Where statements nest, by statement type, in the order ``ast.NodeVisitor`` would reach them.
-# Classes, functions and imports are statements, so walking these bodies finds every one of them
+# Classes, functions and imports are statements, so walking the bodies statements nest in finds every one of them
 # (classes nested in functions, imports inside ``try``) without visiting a single expression.
-_NESTED_BODIES: dict[type, tuple[str, ...]] = {
-    ast.If: ("body", "orelse"),
-    ast.For: ("body", "orelse"),
-    ast.AsyncFor: ("body", "orelse"),
-    ast.While: ("body", "orelse"),
-    ast.With: ("body",),
-    ast.AsyncWith: ("body",),
-    ast.Try: ("body", "handlers", "orelse", "finalbody"),
-    ast.ExceptHandler: ("body",),
-}
-if hasattr(ast, "TryStar"):  # Python >= 3.11
-    _NESTED_BODIES[ast.TryStar] = ("body", "handlers", "orelse", "finalbody")
-if hasattr(ast, "Match"):  # Python >= 3.10
-    _NESTED_BODIES[ast.Match] = ("cases",)
-    _NESTED_BODIES[ast.match_case] = ("body",)
+_NESTED_BODIES = children.STATEMENT_BODIES
 
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 # The statements that can copy code onto a class (`runtime_patches.from_statement` reads them).

@@ -88,8 +88,10 @@ def holds_names(source: bytes, needles: Needles) -> bool:
     second."""
     if _holds(source, needles):
         return True
-    # Python reads identifiers in their NFKC form (a fullwidth `forward` is `forward`): non-ASCII text is read so too.
-    return not source.isascii() and _holds(_nfkc(source), needles)
+    # Python reads identifiers in their NFKC form (a fullwidth `forward` is `forward`): non-ASCII text is read so too,
+    # for the names that are identifiers (a string's text is what it is).
+    words = tuple(needle for needle in needles if needle[1])
+    return bool(words) and not source.isascii() and _holds(_nfkc(source), words)
 
 
 def _holds(source: bytes, needles: Needles) -> bool:

@@ -71,7 +71,7 @@ def index_hierarchy(
     # How many files the accounting reads next (`accounting_terms`): doubled after each time. The first few are indexed
     # in this process (a worker may still be importing libcst): on torch's tree, they are all it reads.
     accounted = parallel.IN_PROCESS_BELOW // 2
-    queue: list[Scanned] = []  # the files the accounting may read, in the order of their paths
+    queue: list[Scanned] = []  # the files the accounting may read, the smallest first
     looked_at = 0  # how far into it
     looked_for: frozenset[str] = frozenset()  # the names it looked for there
     names_vllm = reading.asking("vllm", [])
@@ -166,14 +166,15 @@ def index_hierarchy(
             # Every use in the run counts, whatever its file imports (`runner.py` calling `engine.impl.prefill(x)`,
             # reflection in a tool): once the rounds have settled, a file not indexed is parsed if it holds a name
             # whose fixes are still safe (`accounting_terms`). Asked only then, so that what is read depends on the
-            # files alone, not on the order the rounds found things in; and a few files at a time, in the order of
-            # their paths, each time twice as many: once a use withholds every fix a name decides, the name is
-            # looked for no more, so a tree holding thousands of `forward`s (torch's) parses a handful of them.
+            # files alone, not on the order the rounds found things in; and a few files at a time, the smallest
+            # first (by size, then path), each time twice as many: once a use withholds every fix a name decides,
+            # the name is looked for no more, so a tree holding thousands of `forward`s (torch's) parses a handful
+            # of small files.
             # (A file that held none of the names looked for holds none of fewer names: the queue is read on from
             # where it stopped, unless a name was added.)
             terms = built.accounting_terms()
             if not terms <= looked_for:
-                queue, looked_at = sorted(scanned, key=lambda s: s.source_file.path), 0
+                queue, looked_at = sorted(scanned, key=_smallest_first), 0
             looked_for = terms
             holds = reading.asking("names", terms)
             while terms and looked_at < len(queue) and len(pending) < accounted:
@@ -188,6 +189,12 @@ def index_hierarchy(
     if cache is not None:  # (its indexes are written once the workers have their files: `Cache.write_deferred`)
         cache.read_names = frozenset(name for _, name in built.calls.methods)
     return built, indexes
+
+
+def _smallest_first(s: Scanned) -> tuple[int, str]:
+    """The order the accounting reads files in: a small file costs little to parse, and a use that withholds every
+    fix (reflection) is as likely there as in a large one. Decided by the files alone (sizes, then paths)."""
+    return s.stat.st_size, s.source_file.path
 
 
 def _unread(path: str, indexes: Mapping[str, IndexOutcome]) -> bool:

@@ -117,21 +117,27 @@ def _run(
             libcst: it starts the workers, which import libcst while this process reads on and runs the rounds."""
             return not f.trusted and worth_parsing(f) and tokens.probably_libcst(f.source, anywhere, scoped)
 
-        # Where the cache vouches for no file (a first run, or none), every worker starts at the first such file;
-        # else one at once where a file the replay found changed is one (a rerun after a backend's edit), or else
-        # once every file is read, one for each such file.
+        # A worker's import of libcst costs as much CPU as migrating a few files: one worker starts for every
+        # IN_PROCESS_BELOW such files. Where the cache vouches for no file (a first run, or none), every worker
+        # starts once that many were read; else one at once where a file the replay found changed is one (a rerun
+        # after a backend's edit), or else once every file is read (on torch's tree, holding the legacy plugin: one).
         cold = cache is None or not cache.statuses
         if cache is not None and any(tokens.probably_libcst(text, anywhere, scoped) for text, _ in cache.read.values()):
             _preload(pool, 1)
+        seen = [0]  # the files read so far that will probably need libcst
 
         def read(f: RunFile) -> None:
             if cold and not pool.started and probable(f):
-                _preload(pool, options.jobs)
+                seen[0] += 1
+                if seen[0] >= parallel.IN_PROCESS_BELOW:
+                    _preload(pool, options.jobs)
 
         run_files, context = _read(found, cache, started, trusting, report, read)
         worth, context_worth = [f for f in run_files if worth_parsing(f)], [f for f in context if worth_parsing(f)]
         if not pool.started:
-            _preload(pool, sum(1 for _ in itertools.islice(filter(probable, worth), options.jobs)))
+            few = parallel.IN_PROCESS_BELOW
+            count = sum(1 for _ in itertools.islice(filter(probable, worth), options.jobs * few))
+            _preload(pool, -(-count // few))
         migration = _Migration(rules, options, report, pool, cache)
         saving = _Saving(cache, [*run_files, *context], migration) if cache is not None else None
         # On a big tree without any file worth parsing, nothing is parsed and libcst is never imported.
@@ -215,7 +221,10 @@ class _Migration:
 
         report, options = self.report, self.options
         self.excluded = {f.path for f in context}
-        hierarchy, indexes = build_hierarchy([*run_files, *context], [*worth, *context_worth], self._index)
+        from vllm_attn_compat.codemods.engine.migrate import prefilter_tokens
+
+        prefilter = frozenset(prefilter_tokens(self.rules))
+        hierarchy, indexes = build_hierarchy([*run_files, *context], [*worth, *context_worth], self._index, prefilter)
         failed = {error.path for error in report.errors}
         # A file needing libcst holds a prefilter token, or an attention-class name (it was indexed);
         # rules scoped to attention classes matter only where the index shows such a class.

@@ -181,10 +181,7 @@ def _read(
 
 def _preload(pool: parallel.Pool, workers: int) -> None:
     """Start ``workers`` of the pool, each importing libcst at once (`worker.preload`)."""
-    if workers:
-        pool.start(workers)
-        for _ in range(min(workers, pool.jobs)):
-            pool.submit(worker.preload)
+    pool.prepare(worker.preload, workers)
 
 
 class _Migration:

@@ -308,3 +308,22 @@ def test_one_worker_imports_libcst_for_every_few_files_that_need_it(tmp_path, mo
     report = run_paths([str(tmp_path)], Options(mode="check", jobs=2))
     assert len({path for path, _ in report.findings}) == needing
     assert [count for count in asked if count] == [workers]
+
+
+def test_a_first_run_starts_its_one_worker_a_few_hundred_files_past_the_few_that_need_it(tmp_path, monkeypatch, reads):
+    """A plugin's files lie together: past a few hundred files without enough of them, the worker starts at once
+    (importing libcst while the run reads on) rather than once every file is read."""
+    asked: list[tuple[int, int]] = []
+    prepare = parallel.Pool.prepare
+
+    def recording(pool: parallel.Pool, function, count: int) -> None:
+        asked.append((count, len(reads)))
+        prepare(pool, function, count)
+
+    monkeypatch.setattr(parallel.Pool, "prepare", recording)
+    layout = {f"a/op{n}.py": _OLD_OP_CALL for n in range(3)}
+    write_tree(tmp_path, layout | {f"b/plain{n:03}.py": "x = 1\n" for n in range(700)})
+    report = run_paths([str(tmp_path)], Options(mode="check", jobs=2))
+    assert len({path for path, _ in report.findings}) == 3
+    [(count, read)] = [(count, read) for count, read in asked if count]
+    assert count == 1 and 3 + 500 < read < 3 + 700

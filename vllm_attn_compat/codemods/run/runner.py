@@ -119,18 +119,27 @@ def _run(
 
         # A worker's import of libcst costs as much CPU as migrating a few files: one worker starts for every
         # IN_PROCESS_BELOW such files. Where the cache vouches for no file (a first run, or none), every worker
-        # starts once that many were read; else one at once where a file the replay found changed is one (a rerun
-        # after a backend's edit), or else once every file is read (on torch's tree, holding the legacy plugin: one).
+        # starts once that many were read, and one where fewer lie within _FEW_WITHIN files of the first (a
+        # plugin's files lie together: torch's tree holding the legacy plugin); else one at once where a file the
+        # replay found changed is one (a rerun after a backend's edit), or else once every file is read.
         cold = cache is None or not cache.statuses
         if cache is not None and any(tokens.probably_libcst(text, anywhere, scoped) for text, _ in cache.read.values()):
             _preload(pool, 1)
-        seen = [0]  # the files read so far that will probably need libcst
+        read_count = needing = 0  # the files read, those that will probably need libcst
+        first_needing = 0  # how many files were read when the first of them was
 
         def read(f: RunFile) -> None:
-            if cold and not pool.started and probable(f):
-                seen[0] += 1
-                if seen[0] >= parallel.IN_PROCESS_BELOW:
+            nonlocal read_count, needing, first_needing
+            if not cold or pool.started:
+                return
+            read_count += 1
+            if probable(f):
+                needing += 1
+                first_needing = first_needing or read_count
+                if needing >= parallel.IN_PROCESS_BELOW:
                     _preload(pool, options.jobs)
+            elif needing and read_count - first_needing >= _FEW_WITHIN:
+                _preload(pool, 1)
 
         run_files, context = _read(found, cache, started, trusting, report, read)
         worth, context_worth = [f for f in run_files if worth_parsing(f)], [f for f in context if worth_parsing(f)]
@@ -177,6 +186,12 @@ def _read(
             continue
     report.scanned = len(found.files)
     return run_files, context
+
+
+# How far past the first file that will probably need libcst a first run reads before it starts one worker, where
+# fewer than IN_PROCESS_BELOW such files were found (vLLM's trees hold 8 within 160 files of the first, plugins'
+# within 400).
+_FEW_WITHIN = 512
 
 
 def _preload(pool: parallel.Pool, workers: int) -> None:

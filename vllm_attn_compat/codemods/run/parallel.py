@@ -1,10 +1,10 @@
 """The run's worker processes: one `concurrent.futures.ProcessPoolExecutor`, which the runner starts and stops.
 
-The pool forks where the platform forks safely (`forks_safely`), else spawns. The runner starts it as soon as it
-sees a file that will probably need libcst, and has each worker import libcst at once (`worker.preload`), while
-the class hierarchy's rounds go on; on a first run over many files, at once, to hash the files apart from the run
-that reads them (`reading.Reader`). Small jobs stay in the run's process while the pool is not started: starting
-processes costs more.
+The pool forks where the platform forks safely (`forks_safely`), else spawns. The runner starts it once it has
+read files that will probably need libcst (one worker for every `IN_PROCESS_BELOW` of them), and has each worker
+import libcst at once (`prepare`: `worker.preload`) while the class hierarchy's rounds go on. Small jobs stay in
+the run's process while the pool is not started (starting processes costs more), and the rounds' while every
+worker is still importing libcst.
 
 A worker killed on one file (out of memory, a crash in a native parser) must cost that file, not the run:
 ``concurrent.futures`` reports it as ``BrokenProcessPool`` for every unfinished task, so the unfinished ones are

@@ -11,6 +11,7 @@ import sys
 import pytest
 import yaml
 
+from vllm_attn_compat import manifest
 from vllm_attn_compat.codemods import cli
 from vllm_attn_compat.codemods.cli import main
 
@@ -445,3 +446,44 @@ def test_the_configured_cache_folder_and_the_environment_variable(plugin, monkey
 def test_no_cache_and_cache_dir_exclude_each_other(plugin, capsys):
     assert main(["migrate", "--no-cache", "--cache-dir", "x", str(plugin)]) == 2
     assert "not allowed with argument" in capsys.readouterr().err
+
+
+def test_the_target_comes_from_the_flag_the_configuration_or_the_project_s_requirement(plugin, capsys):
+    def target_line(*args: str) -> str:
+        main(["migrate", "--check", "--no-cache", *args, str(plugin)])
+        return next(line for line in capsys.readouterr().out.splitlines() if line.startswith("Target: "))
+
+    newest = manifest.newest()
+    assert target_line() == f"Target: vLLM {newest}, no vLLM requirement found in {plugin}: the newest release the " \
+        f"manifest knows, {newest}."  # fmt: skip
+    (plugin / "requirements.txt").write_text("torch\nvllm>=0.27,<0.31\n")
+    assert target_line() == (
+        "Target: vLLM 0.30.0, from requirements.txt: vllm>=0.27,<0.31; fixes must hold from vLLM 0.27.0 on."
+    )
+    (plugin / "pyproject.toml").write_text('[tool.vllm-attn-compat]\ntarget-version = "0.33"\n')
+    assert target_line() == 'Target: vLLM 0.33.0, from [tool.vllm-attn-compat] target-version = "0.33".'
+    assert target_line("--target-version", "0.34") == "Target: vLLM 0.34.0, from --target-version 0.34."
+
+
+@pytest.mark.parametrize(
+    ("setting", "complaint"),
+    [
+        (("--target-version", "0.18"), "--target-version: vLLM '0.18' is not a release the manifest knows; it knows"),
+        (("--target-version", "newest"), "--target-version: 'newest' is not a version (expected something like 0.34"),
+    ],
+)
+def test_a_target_the_manifest_does_not_know_is_a_usage_error(plugin, capsys, setting, complaint):
+    assert main(["migrate", *setting, str(plugin)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"vllm-attn-compat: error: {complaint}") and "0.19.0" in err and manifest.newest() in err
+    assert (plugin / "plugin/impl.py").read_text() == IMPL  # nothing written
+
+
+def test_below_0_20_the_0_20_fixes_are_withheld_as_unsafe_saying_why(plugin, capsys):
+    (plugin / "requirements.txt").write_text("vllm>=0.19,<0.21\n")
+    assert main(["migrate", str(plugin)]) == 1
+    out = capsys.readouterr().out
+    assert (plugin / "plugin/impl.py").read_text() == IMPL  # vLLM 0.19 may still pass no buffer: nothing changed
+    assert "VAC001 [unsafe] " in out and "(unsafe: the fix needs vLLM >= 0.20.0, and the target allows 0.19.0)" in out
+    assert main(["migrate", "--target-version", "0.20", str(plugin)]) == 0  # the code is to run on 0.20
+    assert (plugin / "plugin/impl.py").read_text() == IMPL_MIGRATED

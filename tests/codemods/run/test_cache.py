@@ -11,10 +11,12 @@ from pathlib import Path
 
 import pytest
 
+from vllm_attn_compat import manifest
 from vllm_attn_compat.codemods.cli import main
 from vllm_attn_compat.codemods.run import cache as cache_module
 from vllm_attn_compat.codemods.run import runner, worker
 from vllm_attn_compat.codemods.run.runner import Options, run_paths
+from vllm_attn_compat.codemods.target_version import target_for
 
 from runner_trees import BASE, IMPL, IMPL_MIGRATED, MANUAL, UNRELATED, write_tree
 
@@ -243,8 +245,10 @@ def test_the_cache_is_one_json_file_of_the_project_keyed_by_the_code_and_setting
     assert len(list(folder.iterdir())) == 1
     head, results = _lines(cache)
     assert head["key"]["root"] == os.path.abspath(".")
-    assert head["key"]["settings"] == [[], [], False, "with-output"]
-    assert {row[0] for row in head["key"]["code"][4]} >= {"cli.py", os.path.join("run", "cache.py")}
+    assert head["key"]["settings"] == [[], [], False, "with-output", [manifest.newest(), None]]
+    code = {row[0] for row in head["key"]["code"][4]}
+    assert code >= {os.path.join("codemods", "cli.py"), os.path.join("codemods", "run", "cache.py")}
+    assert code >= {os.path.join("manifest", "attention_api.json"), os.path.join("manifest", "releases.txt")}
     impl = str((tree / "plugin/impl.py").resolve())
     assert results[impl]["where"] == [str(tree / "plugin/impl.py"), "plugin.impl"]  # what its index was made for
     assert {"answers", "index", "migration"} <= set(results[impl])
@@ -258,6 +262,19 @@ def test_a_change_of_this_package_s_code_is_a_change_of_key(tree, tmp_path, migr
     migrations.clear()
     _run(tree, cache)
     assert set(migrations) == {"impl.py", "manual.py", "prefill.py"}
+
+
+def test_a_change_of_target_is_a_change_of_key(tree, tmp_path, migrations):
+    # The rules' findings depend on the release targeted: another target replays nothing of the last one.
+    cache = tmp_path / "cache"
+    options = Options(mode="check", jobs=1, cache_dir=str(cache))
+    run_paths([str(tree / "plugin")], options._replace(target=target_for(str(tree), explicit="0.34")))
+    migrations.clear()
+    run_paths([str(tree / "plugin")], options._replace(target=target_for(str(tree), explicit="0.27")))
+    assert set(migrations) == {"impl.py", "manual.py", "prefill.py"}
+    migrations.clear()
+    run_paths([str(tree / "plugin")], options._replace(target=target_for(str(tree), explicit="0.27")))
+    assert migrations == []
 
 
 def _uncached(tree: Path):

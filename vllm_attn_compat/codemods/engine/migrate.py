@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from vllm_attn_compat.codemods.engine import tokens
 from vllm_attn_compat.codemods.engine.rule import Rule
-from vllm_attn_compat.codemods.findings import Finding, FixSafety, Status
+from vllm_attn_compat.codemods.findings import Finding, FixSafety, Status, TargetRelease
 from vllm_attn_compat.codemods.index.hierarchy import index_module
 from vllm_attn_compat.codemods.index.names import BASE_TOKENS
 from vllm_attn_compat.codemods.index.questions import Questions
@@ -131,11 +131,13 @@ def migrate_source(
     with_findings: bool = True,
     old_op_calls: str = "with-output",
     reduce_spans: bool = True,
+    target: TargetRelease | None = None,
 ) -> MigrationResult:
     """Apply ``rules`` to ``source``. Without ``with_findings`` only the new source is wanted (the
     runner's idempotence check): findings come back empty and positions are computed only where a
     ``# noqa`` comment may hold a fix back. ``old_op_calls`` is ``forwarder`` when calls of the
-    removed ops whose layer shape is unknown may go to this package's deprecated forwarders."""
+    removed ops whose layer shape is unknown may go to this package's deprecated forwarders. ``target``: the
+    vLLM release the code must run on (None: the newest the manifest knows)."""
     if not hierarchy.covers(path):
         # A caller that built the hierarchy from other files: this file's classes count too.
         with contextlib.suppress(SyntaxError):  # libcst reports it below, with its position
@@ -145,7 +147,7 @@ def migrate_source(
         # change, so skip libcst's parse and traversal (several times the cost of `ast`).
         _check_syntax(source, path)
         return MigrationResult(source, [], ())
-    settings = _Settings(path, rules, hierarchy, unsafe_fixes, with_findings, old_op_calls)
+    settings = _Settings(path, rules, hierarchy, unsafe_fixes, with_findings, old_op_calls, target)
     tree = None  # the `ast` tree of ``source`` the spans read, for positions (`positions.positions`)
     if reduce_spans:
         from vllm_attn_compat.codemods.engine import spans, statements
@@ -195,6 +197,7 @@ class _Settings:
     unsafe_fixes: bool
     with_findings: bool
     old_op_calls: str
+    target: TargetRelease | None
 
 
 def _migrate_module(source: bytes, settings: _Settings, tree: ast.Module | None) -> tuple[MigrationResult, bool]:
@@ -220,7 +223,7 @@ def _migrate_module(source: bytes, settings: _Settings, tree: ast.Module | None)
     except cst.ParserSyntaxError as error:
         raise _parse_error(source, path, error) from None
 
-    ctx = FileContext(path, module, hierarchy, old_op_calls=settings.old_op_calls)
+    ctx = FileContext(path, module, hierarchy, old_op_calls=settings.old_op_calls, target=settings.target)
     analyzer = Analyzer(ctx, [rule(ctx) for rule in settings.rules])
     walk(module, analyzer.on_visit, analyzer.on_leave, TRIVIA)
     reports = ctx.reports if with_findings else [r for r in ctx.reports if _fixable(r.safety, unsafe_fixes)]
@@ -254,7 +257,9 @@ def _migrate_module(source: bytes, settings: _Settings, tree: ast.Module | None)
         status = _status(report.safety, suppressed, unsafe_fixes)
         if with_findings:
             assert span is not None  # positions were computed for every report's node
-            findings.append(Finding(span.start_line, span.start_column + 1, report.code, report.message, status))
+            findings.append(
+                Finding(span.start_line, span.start_column + 1, report.code, report.message, status, report.release)
+            )
         if status is Status.FIXED:
             if with_findings and all(isinstance(edit, (AddImport, DropUnusedImport)) for edit in report.edits):
                 only_imports.append((len(findings) - 1, list(report.edits)))

@@ -75,6 +75,11 @@ class Rule:
     # body of a function it acts in, every statement (None), or only the statements naming one of its tokens or
     # of ``reads_statements`` (and the asserts, `pass`, `raise`, docstrings and definitions, never stubbed).
     reads: ClassVar[tuple[bytes, ...]] = ()
+    # The vLLM release whose change the rule handles (its findings are grouped under it in the run's summary), and
+    # the oldest release on which its fix's result is correct: below it (the target's oldest allowed release,
+    # `FileContext.target`), a safe fix is withheld as unsafe, saying why.
+    since: ClassVar[str | None] = None
+    fix_requires: ClassVar[str | None] = None
     reads_in_class: ClassVar[tuple[bytes, ...]] = ()
     reads_statements: ClassVar[tuple[bytes, ...] | None] = None
     examples: ClassVar[tuple[Example, ...]] = ()

@@ -1,0 +1,161 @@
+"""What a release asks of code written against its attention interface: the hooks it no longer has or calls, the
+names it removed, the signatures it passes, the members it leaves abstract. The questions the codemods' rules
+VAC010-VAC013 ask of a class deriving from vLLM's interface classes (``classes``: manifest classes, as
+``resolve_class`` finds them from the names a project imports), each for one target release.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import NamedTuple
+
+from . import data
+from .query import class_info, dead_hooks, members
+from .releases import releases
+from .types import DeadHook, Member
+
+# Names of vLLM's old and new module layouts under which a short name still means the manifest's class of that
+# name (``vllm.attention.backends.abstract.AttentionBackend``, moved to ``vllm.v1.attention.backend``).
+_ATTENTION_WORD = "attention"
+
+
+class Abstract(NamedTuple):
+    """An abstract member a release requires of a concrete subclass: its name, the manifest class declaring it
+    abstract, and the first release from which it is so (the manifest's first release: at or before it)."""
+
+    name: str
+    owner: str
+    since: str
+
+
+def resolve_class(dotted: str) -> str | None:
+    """The manifest class ``dotted`` (a name as a project imports it) means in some release: a qualified name of
+    the manifest, an import path through a module re-exporting it, or, under a module of vLLM's attention code in
+    any layout (``vllm.attention.backends.abstract.AttentionBackend``, ``vllm.v1.attention.backends.mla.common.
+    MLACommonBackend``), a short name that one manifest class alone has. None otherwise."""
+    manifest = data.load()
+    if dotted in manifest["classes"]:
+        return dotted
+    module, _, short = dotted.rpartition(".")
+    for _, state in manifest["modules"].get(module, {}).get(short, ()):
+        if isinstance(state, str) and state.startswith("import "):
+            return resolve_class(state.removeprefix("import "))
+    if not module.startswith("vllm.") or _ATTENTION_WORD not in module:
+        return None
+    matches = [name for name in manifest["classes"] if name.rpartition(".")[2] == short]
+    return matches[0] if len(matches) == 1 else None
+
+
+def present(release: str, classes: Iterable[str]) -> tuple[str, ...]:
+    """Those of ``classes`` that ``release`` has, in their order."""
+    return tuple(cls for cls in classes if class_info(release, cls) is not None)
+
+
+def dead_overrides(release: str, classes: Sequence[str]) -> dict[str, DeadHook]:
+    """{name: DeadHook} of the members that ``classes`` (the vLLM bases of one class) had in an earlier release
+    and that ``release`` no longer has or calls on any of them: an override of one is code vLLM ignores. Dunder
+    methods are Python's, never dead. The first class naming a hook gives its record."""
+    kept = present(release, classes)
+    alive = {name for cls in kept for name, value in members(release, cls).items() if value.referenced}
+    found: dict[str, DeadHook] = {}
+    for cls in kept:
+        for name, hook in dead_hooks(release, cls).items():
+            if name not in alive and not (name.startswith("__") and name.endswith("__")):
+                found.setdefault(name, hook)
+    return found
+
+
+def base_member(release: str, classes: Sequence[str], name: str) -> Member | None:
+    """The member ``name`` that the first of ``classes`` having it offers at ``release`` (inherited included)."""
+    for cls in present(release, classes):
+        value = members(release, cls).get(name)
+        if value is not None:
+            return value
+    return None
+
+
+def last_change(owner: str, name: str, release: str) -> str | None:
+    """The release, at or before ``release``, that last changed the signature (or kind) of ``owner.name``; None
+    where the member kept its shape since it appeared."""
+    changes = data.load()["classes"].get(owner, {}).get("members", {}).get(name, [])
+    position = data.index(release)
+    last = None
+    before = None
+    for changed, state in changes:
+        if data.index(changed) > position:
+            break
+        if before is not None and state is not None and _shape(before) != _shape(state):
+            last = changed
+        before = state
+    return last
+
+
+def _shape(state: dict[str, object]) -> tuple[str, ...]:
+    return tuple(repr(state.get(key)) for key in ("kind", "params"))
+
+
+def missing_abstract(release: str, classes: Sequence[str], implemented: Iterable[str]) -> dict[str, Abstract]:
+    """{name: Abstract} of the members abstract in one of ``classes`` at ``release`` that none of them offers
+    concretely and ``implemented`` (the names a subclass and its own bases define) does not hold."""
+    kept = present(release, classes)
+    defined = set(implemented)
+    concrete = {name for cls in kept for name, value in members(release, cls).items() if not value.abstract}
+    found: dict[str, Abstract] = {}
+    for cls in kept:
+        for name, value in members(release, cls).items():
+            if value.abstract and name not in defined and name not in concrete and name not in found:
+                found[name] = Abstract(name, value.owner, _abstract_since(value.owner, name, release))
+    return found
+
+
+def _abstract_since(owner: str, name: str, release: str) -> str:
+    """The first release of the run of abstract states of ``owner.name`` that ends at ``release``."""
+    changes = data.load()["classes"][owner]["members"][name]
+    position = data.index(release)
+    since = releases()[0]
+    for changed, state in changes:
+        if data.index(changed) > position:
+            break
+        if state is None or not state.get("abstract"):
+            since = None
+        elif since is None:
+            since = changed
+    return since or release
+
+
+class RemovedName(NamedTuple):
+    """A module-level name an earlier release had and ``release`` lacks: ``removed_in`` is the first release
+    without it, ``kind`` what it was ("class", "function", "variable", "import ...")."""
+
+    module: str
+    name: str
+    kind: str
+    removed_in: str
+
+
+def removed_name(release: str, module: str, name: str) -> RemovedName | None:
+    """The removal of ``from <module> import <name>`` at ``release``: None where ``release`` has the name, or no
+    release of the manifest ever had it (a module outside the manifest's scope, a name vLLM never put there)."""
+    history = data.load()["modules"].get(module, {}).get(name)
+    if not history or data.state_at(history, release) is not None:
+        return None
+    position = data.index(release)
+    kind = None
+    removed_in = None
+    for changed, state in history:
+        if data.index(changed) > position:
+            break
+        if state is not None:
+            kind, removed_in = state, None
+        elif kind is not None and removed_in is None:
+            removed_in = changed
+    if kind is None or removed_in is None:
+        return None  # added after ``release``: a name of a newer release, not a removal
+    return RemovedName(module, name, kind, removed_in)
+
+
+def removed_member(release: str, cls: str, name: str) -> DeadHook | None:
+    """The removal of ``cls.name`` (inherited included) at ``release``, or None where it still has it or never
+    had it."""
+    hook = dead_hooks(release, cls).get(name)
+    return hook if hook is not None and hook.reason == "removed" else None

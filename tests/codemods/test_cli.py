@@ -291,7 +291,7 @@ def test_the_forwarder_route_for_old_op_calls_is_opt_in_by_flag_or_configuration
     # No layer shape here: by default the call is left for a person, even with --unsafe-fixes.
     assert main(["migrate", "--unsafe-fixes", str(tmp_path)]) == 1
     out = capsys.readouterr().out
-    assert "VAC007 " in out and "[unsafe]" not in out and "the layer's shape is not known here" in out
+    assert "VAC007 " in out and "[unsafe]" not in out and "the layer's shape is unknown here" in out
     assert (tmp_path / "ops.py").read_text() == OLD_OP_CALL
     assert main(["migrate", "--unsafe-fixes", "--old-op-calls=forwarder", "--jobs", "1", str(tmp_path)]) == 0
     assert "vllm_attn_compat.compat.unified_attention(query" in (tmp_path / "ops.py").read_text()

@@ -221,7 +221,8 @@ class ForkAttention(Attention):
 def test_a_call_the_unsafe_fixes_delete_is_not_reported_as_broken_by_them(tmp_path, capsys, kept):
     """VAC005 keeps the `use_output` branch and deletes the `else` holding the only call without `output`
     (rebellions-sw/vllm-rbln's layer): the run taking both fixes reports no call they break, as the next
-    `--check` does not; a call of the same method without `output` elsewhere still is."""
+    `--check` does not; a call of the same method without `output` elsewhere is named by the fix's finding, and the
+    next `--check` reports it as raising TypeError."""
     text = LAYER_WITH_OLD_PATH
     if kept:
         text += "\n\ndef warm_up(impl, q):\n    return ForkImpl.forward(impl, None, q, q, q, None, None)\n"
@@ -235,9 +236,11 @@ def test_a_call_the_unsafe_fixes_delete_is_not_reported_as_broken_by_them(tmp_pa
             code = main([*arguments, str(tmp_path)])
         captured = capsys.readouterr()
         report = captured.err if mode else captured.out
-        assert ("breaks it" in report) is kept, (mode, report)
-        assert report.count("layer.py:19:") == 0, report  # the deleted call's line
-        assert code == (1 if kept or mode == ["--diff"] else 0), (mode, report)
+        # The fix's finding names the old path's call, and the one in `warm_up` as one more.
+        assert "`self.impl.forward(...)` at line 19 does not pass `output`" in report, (mode, report)
+        assert ("does not pass `output` (and 1 more)" in report) is kept, (mode, report)
+        assert report.count("layer.py:19:") == 0, report  # the deleted call's line: no finding there
+        assert code == (1 if mode == ["--diff"] else 0), (mode, report)
     assert main(["migrate", "--check", "--no-cache", str(tmp_path)]) == (1 if kept else 0)
     assert ("raises TypeError" in capsys.readouterr().out) is kept
 

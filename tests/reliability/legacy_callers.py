@@ -272,12 +272,12 @@ def write_tree(root: Path, files: dict[str, str]) -> None:
         path.write_text(text)
 
 
-def probe(root: Path, callers: tuple[str, ...]) -> dict[str, list]:
-    """Run :data:`PROBE` on ``root/tree`` with ``root/stubs`` after it on ``sys.path``, in a fresh interpreter
-    (without this checkout's PYTHONPATH: the code under test imports nothing of this package)."""
+def probe(root: Path, callers: tuple[str, ...], script: str = PROBE) -> dict[str, list]:
+    """Run ``script`` (:data:`PROBE`) on ``root/tree`` with ``root/stubs`` after it on ``sys.path``, in a fresh
+    interpreter (without this checkout's PYTHONPATH: the code under test imports nothing of this package)."""
     environment = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     completed = subprocess.run(
-        [sys.executable, "-c", PROBE, str(root / "tree"), str(root / "stubs"), *callers],
+        [sys.executable, "-c", script, str(root / "tree"), str(root / "stubs"), *callers],
         capture_output=True,
         text=True,
         timeout=120,

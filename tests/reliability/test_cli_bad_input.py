@@ -27,6 +27,13 @@ def _program(source: bytes) -> str:
 _REFERENCE: list[str] = []  # the program `migrate` makes of LEGACY alone (set by the test from its fixture)
 
 
+# LEGACY migrated with the fixes of `forward` withheld (`Case.withholds`): the flag and the op name only.
+_FLAG = b"    # Tells vLLM to allocate the output buffer.\n    accept_output_buffer = True\n\n"
+_WITHHELD = _program(
+    LEGACY.replace(_FLAG, b"").replace(b'"vllm::unified_attention"', b'"vllm::unified_attention_with_output"')
+)
+
+
 def _migrated(source: bytes, prefix: bytes = b"", suffix: bytes = b"") -> bool:
     """Whether ``source`` is LEGACY migrated as on its own, around an unchanged ``prefix``/``suffix``."""
     if not (source.startswith(prefix) and source.endswith(suffix)):
@@ -46,6 +53,10 @@ class Case:
     needs_permissions: bool = False
     untouched: tuple[str, ...] = field(default=())  # files that must keep their bytes
     timeout: float | None = None  # a hang guard (not a speed claim) where a hang was seen
+    # The bad file does not parse and its text names what the good files' fixes change: once mended, it may use it,
+    # so those fixes stay withheld, naming it (#50): "forward" (its fixes; the rest is migrated as on its own), or
+    # "all" (LEGACY's every name: nothing changes).
+    withholds: str | None = None
 
 
 def _migrated_file(
@@ -79,6 +90,7 @@ CASES = [
         2,
         "broken.py:4:34: could not parse: invalid syntax",
         untouched=("broken.py",),
+        withholds="forward",
     ),
     Case("syntax-error-without-tokens", {"unrelated.py": b"def f(:\n"}, 0, None, untouched=("unrelated.py",)),
     Case(
@@ -210,6 +222,7 @@ CASES = [
         "deep.py:1:1: could not parse",
         untouched=("deep.py",),
         timeout=60,
+        withholds="all",
     ),
     Case(
         # libcst's native parser dies with SIGSEGV on this (and hangs on 10,000): it must never reach it in-process.
@@ -218,6 +231,7 @@ CASES = [
         2,
         "nested.py:1:1: could not parse",
         untouched=("nested.py",),
+        withholds="all",
     ),
 ]
 # Found by this suite; the owners are told in the lead's issue notes (docs/reliability.md lists them).
@@ -286,7 +300,12 @@ def test_bad_input_is_reported_and_the_rest_processed(
     after = snapshot(tree)
     assert after["plain.py"] == PLAIN
     for name in ["good.py", *neighbours]:
-        assert _migrated(after[name]), f"{name} was not migrated next to the bad input:\n{report}"
+        if case.withholds:
+            expected = _WITHHELD if case.withholds == "forward" else _program(LEGACY)
+            assert _program(after[name]) == expected, f"{name} was not migrated next to the bad input:\n{report}"
+            assert "in a file that does not parse" in report, report
+        else:
+            assert _migrated(after[name]), f"{name} was not migrated next to the bad input:\n{report}"
     leftovers = [name for name in after if name not in files]
     assert not leftovers, f"temporary files left behind: {leftovers}"
 

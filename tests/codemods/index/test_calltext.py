@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from vllm_attn_compat.codemods.index.calltext import may_use, uses_pattern
+from vllm_attn_compat.codemods.index.calltext import holds_names, may_use, names_needles, uses_pattern
 from vllm_attn_compat.codemods.index.hierarchy import index_module
+from vllm_attn_compat.codemods.index.occurrences import REFLECTION_WORDS
 
 
 @pytest.mark.parametrize(
@@ -33,3 +34,25 @@ def test_may_use_finds_every_use_the_call_site_index_records(text, uses):
     assert may_use(text.encode(), names, uses_pattern(names)) is uses
     if not uses:  # and indeed the exact index records none
         assert not {use.name for use in index_module(text.encode(), "m.py").calls.uses} & names
+
+
+@pytest.mark.parametrize(
+    ("text", "holds"),
+    [
+        ("impl.prefill(q)", True),
+        ('getattr(impl, "pre" "fill")', True),  # `getattr` is looked for too, while a fix of a class is open
+        ("impl.\uff50refill(q)", True),  # the parser reads identifiers in their NFKC form: `prefill`
+        ("def prefill(self, q):\n    return q\n", True),  # a definition: the parse tells it is no use
+        ("# prefill", True),  # likewise a comment
+        ("impl.prefill_all(q)", False),
+        ("x = 'preFILL'", False),
+        ('op = "vllm::" + name', True),  # a text that is no identifier, as it is
+        ("op = unified_attention_with_output", False),
+    ],
+)
+def test_holds_names_finds_every_occurrence_the_index_records(text, holds):
+    """The accounting looks for the names of the methods with a fix still safe and, while there are any, for
+    reflection's words (a string becomes an attribute only through reflection), and for op texts: whatever the
+    index records as an occurrence of one of those, the scan finds."""
+    names = frozenset({"prefill", "forward", "vllm::"}) | REFLECTION_WORDS
+    assert holds_names(text.encode(), names_needles(names)) is holds

@@ -69,8 +69,15 @@ def test_every_read_records_what_its_receiver_can_be():
         (32, "plugin.backends.make_backend", "instance"),  # a function's result: the hierarchy decides
         (33, "vllm.v1.attention.backends.flash_attn.FlashAttentionBackend", "class"),
         (34, None, "any"),  # a parameter
-        (35, None, "any"),  # the name as a string, elsewhere than getattr/hasattr
     ]
+    # The name as a string reads nothing by itself: `vars(Backend)` is the read, reflection on the class.
+    [reflection] = index_module(textwrap.dedent(READERS).encode(), "plugin/reader.py").occurrences.reflection
+    assert (reflection.line, reflection.kind, reflection.receiver, reflection.target) == (
+        35,
+        "dict",
+        "class",
+        "plugin.backends.Backend",
+    )
 
 
 def test_a_module_without_the_name_has_no_reads_and_assignments_are_no_reads():

@@ -78,3 +78,39 @@ def test_what_does_not_make_sure_leaves_it_possibly_none(guard):
 def test_without_a_function_nothing_is_a_parameter():
     call = ast.parse("run(output)").body[0].value  # type: ignore[attr-defined]
     assert Parameters(None).may_be_none(call.args[0], 1) is False
+
+
+@pytest.mark.parametrize(
+    ("value", "buffer"),
+    [
+        ("torch.empty(3)", True),  # a fresh tensor
+        ("query.new_empty(3)", True),
+        ("[0, 0]", True),  # a literal
+        ("out", True),  # a required parameter
+        ("scaled", True),  # a parameter defaulting to a value
+        ("out[:3].view(-1)", True),  # a slice and a view of one
+        ("fresh", True),  # a local bound only to a fresh tensor
+        ("fresh if out else torch.zeros(1)", True),
+        ("None", False),
+        ("maybe", False),  # a parameter defaulting to None, no guard
+        ("self.buffer", False),  # an attribute, which may hold None
+        ("pick()", False),  # what a call returns
+        ("twice", False),  # a local bound twice, once to what may be None
+        ("looped", False),  # a loop's target
+        ("GLOBAL", False),  # a global
+    ],
+)
+def test_a_value_is_a_buffer_only_where_it_cannot_be_none(value, buffer):
+    text = (
+        "def f(self, query, out, scaled=1, maybe=None):\n"
+        "    fresh = torch.empty_like(query)\n"
+        "    twice = torch.empty(1)\n"
+        "    twice = self.cached\n"
+        "    for looped in query:\n"
+        "        pass\n"
+        f"    return self.impl.forward(query, output={value})\n"
+    )
+    function = ast.parse(text).body[0]
+    call = function.body[-1].value
+    [output] = [keyword.value for keyword in call.keywords]
+    assert Parameters(function, walrus=False).cannot_be_none(output, 7) is buffer

@@ -159,11 +159,11 @@ def test_layers_are_vllm_s_attention_layers_and_what_derives_from_them_and_no_im
         """,
     )
     hierarchy = ClassHierarchy.build([vllm_tree, plugin])
-    layers = {name for name in hierarchy.bases if hierarchy.is_layer_class(name)}
+    layers = {name for name in hierarchy.graph if hierarchy.is_layer_class(name)}
     # The fork's own layer goes by the module name its folders give it (no __init__.py here: `attention`).
     assert layers == {"plugin.Layer", "plugin.Deeper", "plugin.Mla", "attention.Attention"}
     # Of which vLLM calls a method with the buffer (`forward_impl`): the MLA layer's alone.
-    assert {name for name in hierarchy.bases if hierarchy.is_mla_layer_class(name)} == {"plugin.Mla"}
+    assert {name for name in hierarchy.graph if hierarchy.is_mla_layer_class(name)} == {"plugin.Mla"}
 
 
 def test_cycles_terminate():

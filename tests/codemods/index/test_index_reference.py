@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from vllm_attn_compat.codemods.index import calls, children, classscan, constructed, runtime_patches
+from vllm_attn_compat.codemods.index import calls, children, classscan, constructed, occurrences, runtime_patches
 from vllm_attn_compat.codemods.index.hierarchy import ModuleIndex, index_module
 
 # --- the full walk, as `calls._Collector._scope` was before it skipped anything ------------------------------
@@ -44,7 +44,7 @@ _REFERENCE_LEAF_FIELDS = frozenset(
         "s",
     }
 )
-_REFERENCE_NOT_ESCAPING = (ast.Attribute, ast.Subscript, ast.Compare, ast.BinOp, ast.UnaryOp, ast.BoolOp)
+_REFERENCE_NOT_ESCAPING = (ast.Compare, ast.BinOp, ast.UnaryOp)
 
 
 def _reference_scope(
@@ -66,11 +66,31 @@ def _reference_scope(
             if type(node.func) is ast.Attribute:
                 called.add(id(node.func))
             self._call(node, scope, scopes)
+        elif isinstance(node, ast.MatchClass):
+            self.named += [
+                occurrences.NamedUse(name, node.lineno, node.col_offset + 1, "lookup", occurrences.shorten(node))
+                for name in node.kwd_attrs
+            ]
+        elif type(node).__name__ not in occurrences.KNOWN_NODES:
+            self.named += occurrences.unknown_syntax(node)
+        if isinstance(node, ast.Attribute) and node.attr == "__dict__" and type(node.ctx) is ast.Load:
+            self._reflect(node, "dict", node.value, (), scope, scopes)
+        elif isinstance(node, ast.Attribute) and type(node.ctx) is ast.Store:
+            self._store(node.value, node.attr, scopes)
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(parent, ast.Attribute)
+            and type(node.ctx) is ast.Load
+            and parent.attr.startswith("__")
+            and parent.attr not in {"__name__", "__qualname__", "__module__", "__doc__", "__self__", "__class__"}
+        ):
+            self._through(node, scope, scopes)  # `x.m.__func__`: a way to call `x.m`
         elif (
             isinstance(node, ast.Attribute)
             and id(node) not in called
             and type(node.ctx) is ast.Load
-            and not isinstance(parent, _REFERENCE_NOT_ESCAPING)
+            and not isinstance(parent, (*_REFERENCE_NOT_ESCAPING, ast.Attribute))
+            and not (isinstance(parent, ast.Subscript) and parent.value is node)
         ):
             receiver, target, text = self._receiver(node.value, scope, scopes)
             end = node.end_lineno or node.lineno

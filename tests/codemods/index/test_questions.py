@@ -86,3 +86,15 @@ def test_every_question_of_the_protocol_can_be_asked_again():
     asked_again = questions._QUESTIONS | {"calls", "extended"}  # `calls.reason`; `extended` ends the record
     assert asked_again == {name for name in dir(questions.Questions) if not name.startswith("_")}
     assert asked_again - {"calls"} <= set(dir(questions.Recorder))
+
+
+def test_the_renaming_of_an_op_list_is_asked_recorded_and_holds_only_while_the_run_s_strings_allow_it():
+    ops = b'splitting_ops = ["vllm::unified_attention"]\n'
+    hierarchy = ClassHierarchy.build([index_module(ops, "plugin/ops.py")])
+    recorder = questions.Recorder(hierarchy)
+    migrate_source(ops, path="plugin/ops.py", rules=all_rules(), hierarchy=recorder, unsafe_fixes=False)
+    assert recorder.answers is not None
+    assert (("op_renaming_withheld", ("unified_attention", "plugin/ops.py")), None) in recorder.answers
+    compared = b'def is_old(op):\n    return op == "vllm::unified_attention"\n'
+    other = ClassHierarchy.build([index_module(ops, "plugin/ops.py"), index_module(compared, "plugin/check.py")])
+    assert not questions.still_holds(recorder.answers, other)

@@ -168,7 +168,7 @@ def _spoiled(change):
         (lambda data: data.pop("uses"), "expected the fields"),
         (lambda data: data.update(path=1), "path and module must be strings"),
         (lambda data: data.update(uses={}), "expected the places of uses, then their columns"),
-        (lambda data: data["uses"].pop(), "expected 19 columns of Use values"),
+        (lambda data: data["uses"].pop(), "expected 21 columns of Use values"),
         (lambda data: data["uses"][1].append("x"), "no lists of one length"),
         (lambda data: data["uses"][0].append(99), "shorter"),  # a place more than there are uses
         (lambda data: data["uses"][2].__setitem__(0, True), "Use values holds a value of the wrong type"),  # a line

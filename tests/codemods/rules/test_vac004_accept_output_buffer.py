@@ -51,7 +51,9 @@ def test_only_attribute_becomes_pass():
     assert run(text, ["VAC004"]).source.decode() == text.replace("accept_output_buffer = True", "pass")
 
 
-def test_property_is_an_unsafe_removal():
+def test_property_is_an_unsafe_removal_made_with_the_adapter_alone():
+    """#50: deleting a flag that says the impl returns a new tensor, and nothing else, leaves code vLLM >= 0.20 reads
+    an uninitialised buffer from, and `--check` green: the deletion comes with the adapter, or not at all."""
     text = source(
         """
         from vllm.v1.attention.backend import AttentionBackend
@@ -64,14 +66,22 @@ def test_property_is_an_unsafe_removal():
 
             def get_name(self):
                 return "B"
+
+            @staticmethod
+            def get_impl_cls():
+                return impls.Impl
         """
     )
     safe = run(text, ["VAC004"])
     assert safe.source.decode() == text and statuses(safe) == [Status.UNSAFE_FIX_AVAILABLE]
     assert "adapt_legacy_impl" in safe.findings[0].message
-    unsafe = run(text, ["VAC004"], unsafe=True)
-    assert "accept_output_buffer" not in unsafe.source.decode()
-    assert "def get_name" in unsafe.source.decode()
+    unsafe = run(text, ["VAC004"], unsafe=True).source.decode()
+    assert "accept_output_buffer" not in unsafe and "def get_name" in unsafe
+    assert "\nimport vllm_attn_compat.compat\n" in unsafe
+    assert "return vllm_attn_compat.compat.adapt_legacy_impl(impls.Impl)" in unsafe
+    plain = text.replace("return impls.Impl", "return impls.pick(self)")  # no plain class to adapt: reported only
+    assert statuses(run(plain, ["VAC004"])) == [Status.MANUAL]
+    assert run(plain, ["VAC004"], unsafe=True).source.decode() == plain
 
 
 def test_fork_base_class_declaration_and_its_comment_block(tmp_path):
@@ -209,8 +219,8 @@ def test_a_fork_reports_its_base_declaration_and_keeps_true_until_it_goes(tmp_pa
     assert main(["migrate", str(tmp_path / "vllm")]) == 1  # nothing safe to do: the fork keeps working
     out = capsys.readouterr().out
     assert all((tmp_path / relative).read_text() == text for relative, text in files.items())
-    assert "declaration of `accept_output_buffer` that vLLM 0.20 removed" in out
-    assert "deleting this line alone would send this backend down the no-output path" in out
+    assert "the declaration vLLM 0.20 removed" in out
+    assert "but this fork's `AttentionBackend` still declares it" in out
     assert out.count("VAC004 [unsafe]") == 2
     assert main(["migrate", "--unsafe-fixes", str(tmp_path / "vllm")]) == 0
     assert "accept_output_buffer" not in (tmp_path / base_path).read_text()
@@ -330,7 +340,7 @@ def test_a_vllm_backend_overriding_the_projects_own_flag_is_reported_never_fixed
             backend, ["VAC004"], unsafe=unsafe, path="vllm_omni/diffusion/attention/backends/sdpa.py", others=others
         )
         assert statuses(result) == [Status.MANUAL]
-        assert "`AttentionBackend`, a base class of this project that is not vLLM's" in result.findings[0].message
+        assert "overrides `AttentionBackend`'s, a base of the project's own" in result.findings[0].message
         assert result.source.decode() == source(backend)
 
 
@@ -367,4 +377,4 @@ def test_a_reported_only_flag_offers_no_unsafe_fix(decorate):
         result = run(text, ["VAC004"], unsafe=unsafe)
         assert result.source.decode() == text and statuses(result) == [Status.MANUAL]
         message = result.findings[0].message
-        assert "--unsafe-fixes" not in message and message.endswith("make the change by hand)")
+        assert "unsafe fix" not in message and message.endswith(": by hand)")

@@ -10,19 +10,61 @@ from rule_testing import run, source, statuses
 def test_dotted_forms_tuples_sets_and_quotes():
     text = source(
         """
-        a = ('vllm.unified_attention', "vllm::unified_mla_attention")
-        b = {"vllm::unified_attention", "vllm.unified_attention_with_output"}
-        c = ("vllm::unified_attention", "vllm::unified_attention_with_output")
+        a_ops = ('vllm.unified_attention', "vllm::unified_mla_attention")
+        config.splitting_ops = {"vllm::unified_attention", "vllm.unified_attention_with_output"}
+        SPLITTING_OPS = ("vllm::unified_attention", "vllm::unified_attention_with_output")
         """
     )
     result = run(text, ["VAC006"])
     assert result.source.decode() == source(
         """
-        a = ('vllm.unified_attention_with_output', "vllm::unified_mla_attention_with_output")
-        b = {"vllm.unified_attention_with_output"}
-        c = ("vllm::unified_attention_with_output",)
+        a_ops = ('vllm.unified_attention_with_output', "vllm::unified_mla_attention_with_output")
+        config.splitting_ops = {"vllm.unified_attention_with_output"}
+        SPLITTING_OPS = ("vllm::unified_attention_with_output",)
         """
     )
+
+
+def test_the_op_lists_vllm_reads_are_renamed_wherever_they_stand():
+    text = source(
+        """
+        compilation = CompilationConfig(splitting_ops=["vllm::unified_attention"])
+        settings = {"splitting_ops": ["vllm::unified_mla_attention"]}
+        config.splitting_ops.extend(["vllm.unified_attention"])
+        config.splitting_ops.append("vllm::unified_mla_attention")
+        """
+    )
+    result = run(text, ["VAC006"])
+    assert result.source.decode() == source(
+        """
+        compilation = CompilationConfig(splitting_ops=["vllm::unified_attention_with_output"])
+        settings = {"splitting_ops": ["vllm::unified_mla_attention_with_output"]}
+        config.splitting_ops.extend(["vllm.unified_attention_with_output"])
+        config.splitting_ops.append("vllm::unified_mla_attention_with_output")
+        """
+    )
+
+
+def test_a_pair_of_old_and_new_names_stays_a_pair_and_withholds_the_renaming_elsewhere():
+    """Issue #50: a list of (old, new) pairs became a list of one-element tuples (`dict()` of it raises), and a tuple
+    of removed names used to reject them was renamed into the new names. Both are reported, and both may be compared
+    with what an op list holds: the op list's renaming is withheld, naming them."""
+    text = source(
+        """
+        RENAMES = [("vllm::unified_attention", "vllm::unified_attention_with_output")]
+        REMOVED = ("vllm::unified_attention", "vllm::unified_mla_attention")
+        other.append("vllm::unified_attention")
+        """
+    )
+    others = [("config.py", 'splitting_ops = ["vllm::unified_attention", "vllm::unified_mla_attention"]\n')]
+    result = run(text, ["VAC006"], others=others)
+    assert result.source.decode() == text
+    assert [f.line for f in result.findings if f.status is Status.MANUAL] == [1, 2, 2, 3]
+    listed = run(others[0][1], ["VAC006"], path="config.py", others=[("plugin_mod.py", text)])
+    assert listed.source.decode() == others[0][1]
+    assert [f.status for f in listed.findings] == [Status.UNSAFE_FIX_AVAILABLE] * 2
+    assert "withheld: 'vllm::unified_attention' at plugin_mod.py:1 may be compared" in listed.findings[0].message
+    assert "withheld: 'vllm::unified_mla_attention' at plugin_mod.py:2 may be compared" in listed.findings[1].message
 
 
 def test_prefix_colliding_names_and_other_strings_stay():

@@ -125,8 +125,8 @@ def test_only_the_methods_vllm_gives_the_buffer_are_looked_at(name, base, report
 
 
 def test_the_report_outlives_the_flag_the_unsafe_fix_deletes():
-    """A return-value backend: `--unsafe-fixes` deletes its `accept_output_buffer = False` (VAC004), the only other
-    evidence of what it does; VAC009 still names the statement that loses the result."""
+    """A return-value backend: `--unsafe-fixes` deletes its `accept_output_buffer = False` (VAC004) with the adapter
+    around its impl; VAC009 still names the statement that loses the result, which the source still does."""
     text = source(
         """
         import torch
@@ -135,6 +135,10 @@ def test_the_report_outlives_the_flag_the_unsafe_fix_deletes():
 
         class Backend(AttentionBackend):
             accept_output_buffer = False
+
+            @staticmethod
+            def get_impl_cls():
+                return Impl
 
 
         class Impl(AttentionImpl):

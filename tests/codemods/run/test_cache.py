@@ -135,7 +135,7 @@ def test_a_change_in_another_file_that_withholds_a_fix_misses(tree, tmp_path, mi
     warm, _, _ = _run(tree, cache)
     assert "prefill.py" in migrations
     assert not any(name == "prefill.py" and f.status.value == "fixed" for name, f in warm)
-    assert any(name == "warm.py" for name, _ in warm)  # the caller, reported
+    assert any(name == "prefill.py" and "warm.py:" in f.message for name, f in warm)  # the caller, named
 
 
 def test_a_change_in_an_excluded_caller_misses_too(tree, tmp_path, migrations):
@@ -166,7 +166,8 @@ def test_a_change_in_a_caller_importing_nothing_misses_too(tree, tmp_path, migra
     warm, _, _ = _run(tree, cache, **options)
     assert "prefill.py" in migrations and "engine.py" not in migrations
     assert not any(name == "prefill.py" and f.status.value == "fixed" for name, f in warm)
-    assert [f.line for name, f in warm if name == "engine.py"] == ([] if excluded else [2])
+    assert [f.line for name, f in warm if name == "engine.py"] == []  # named by the fixes' findings
+    assert any(name == "prefill.py" and "engine.py:2" in f.message for name, f in warm)
 
 
 @pytest.mark.parametrize("options", [{"unsafe_fixes": True}, {"ignore": ("VAC003",)}, {"old_op_calls": "forwarder"}])
@@ -329,14 +330,14 @@ def test_an_edit_giving_a_method_output_reads_its_calls_from_the_indexes_kept(tr
     (tree / "plugin/warm.py").write_text(WARM.format(body="impl.decode(q)"))
     cache = tmp_path / "cache"
     before = _run(tree, cache)
-    assert not [finding for name, finding in before[0] if name == "warm.py"]  # `decode` takes no `output` yet
+    assert not [finding for name, finding in before[0] if "warm.py:" in finding.message]  # no `output` yet
     (tree / "plugin/prefill.py").write_text(PREFILL + DECODE)
     expected = _uncached(tree)
     indexed.clear()
     assert _run(tree, cache) == expected
     assert indexed == ["prefill.py"]  # the caller's index came from the cache
-    [(_, finding)] = [(name, finding) for name, finding in expected[0] if name == "warm.py"]
-    assert "`impl.decode(...)` does not pass `output`" in finding.message
+    named = [finding for name, finding in expected[0] if "warm.py:" in finding.message]
+    assert named and all("`impl.decode(...)` at " in finding.message for finding in named)
 
 
 def test_uses_kept_that_turn_out_not_to_be_valid_stop_the_run_before_it_writes(tree, tmp_path, capsys):
@@ -356,7 +357,7 @@ def test_uses_kept_that_turn_out_not_to_be_valid_stop_the_run_before_it_writes(t
     capsys.readouterr()
     assert main(command) == 2
     error = capsys.readouterr().err
-    assert f"error: the class index kept in {path} is not valid (expected 19 columns of Use values" in error
+    assert f"error: the class index kept in {path} is not valid (expected 21 columns of Use values" in error
     assert "delete the file, or run with --no-cache" in error
     assert {path: path.read_bytes() for path in tree.rglob("*.py")} == files
 

@@ -9,6 +9,7 @@ import libcst as cst
 
 from vllm_attn_compat.codemods.engine.walk import walk
 from vllm_attn_compat.codemods.index.names import ALLOCATORS as ALLOCATORS  # for the rules, which see the engine
+from vllm_attn_compat.codemods.index.occurrences import is_op_list_name as is_op_list_name  # (VAC006: likewise)
 
 
 def is_name(node: cst.CSTNode | None, value: str) -> bool:

@@ -40,7 +40,7 @@ class Reporting(Protocol):
 
 
 # How a rule's message points to its unsafe fix ("... (the unsafe fix deletes it: --unsafe-fixes)").
-_UNSAFE_FIX_HINT = re.compile(r" ?\(the unsafe fix [^()]*: --unsafe-fixes\)")
+_UNSAFE_FIX_HINT = re.compile(r" ?\((?:the )?unsafe fix\b[^()]*\)")
 
 
 @dataclass(frozen=True)
@@ -209,6 +209,15 @@ class FileContext:
             return None
         return frame if not self.in_layer_class(frame) or self._given_the_layer_s_buffer(frame) else None
 
+    def layer_output_method(self) -> FunctionFrame | None:
+        """The method we are directly inside, where it is a vLLM layer's method taking an ``output`` that vLLM does not
+        pass it (`output_method` leaves it out): the layer's own parameter. A None test of it is the old API's shape,
+        reported for a person (issue #50: such layer files got no finding at all)."""
+        frame = self.current_function()
+        if frame is None or frame.attention_class is None or frame.param("output") is None:
+            return None
+        return frame if self.in_layer_class(frame) and not self._given_the_layer_s_buffer(frame) else None
+
     def in_layer_class(self, method: FunctionFrame) -> bool:
         """Whether ``method`` is a method of a vLLM attention layer (`ClassHierarchy.is_layer_class`)."""
         if method.in_layer is None:
@@ -282,15 +291,9 @@ class FileContext:
             message = _UNSAFE_FIX_HINT.sub("", message)
             edits = ()
         if built:
-            message += (
-                " (a decorator builds a vLLM attention class of this class's members at run time, and the "
-                "fork's design around it depends on the flag and on `output`: make the change by hand)"
-            )
+            message += " (a decorator makes a vLLM class of it: by hand)"
         elif self.in_unresolved_patch():
-            message += (
-                " (this code is copied at run time onto a class this tool cannot resolve: if that is a vLLM "
-                "attention class, make the change by hand)"
-            )
+            message += " (copied onto a class this tool cannot resolve: by hand)"
         if not edits:
             chosen = FixSafety.DISPLAY_ONLY
         self.reports.append(Report(rule.code, message, node, tuple(edits), chosen, release or rule.since))

@@ -6,12 +6,13 @@ picklable data."""
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Callable, Iterator, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol, TypeAlias
 
-from vllm_attn_compat.codemods.index import children, constructed
-from vllm_attn_compat.codemods.index.forwarded import Parameters, is_none, none_tested
+from vllm_attn_compat.codemods.index import children, constructed, occurrences
+from vllm_attn_compat.codemods.index.forwarded import Parameters, is_none, none_tested, reaches
 from vllm_attn_compat.codemods.index.names import ALLOCATORS
 
 
@@ -45,6 +46,8 @@ class OutputMethod:
     output_default_none: bool
     fallback: str | None  # the allocation of an ``if output is None: output = ...`` opening the method
     asserts_output: bool = False  # its body holds ``assert output is not None`` (VAC001 deletes it)
+    # Its decorators that may hand the function on (a registry, a dispatch table): its callers there are unknown.
+    decorators: tuple[str, ...] = ()
 
     @property
     def output_may_lose_default(self) -> bool:
@@ -118,6 +121,10 @@ class Use(NamedTuple):  # a tuple: tens of thousands are made and pickled on a f
     relayed_at: tuple[int, ...] = ()
     output_relayed: bool = False
     relayed_from: str | None = None
+    # Positional arguments, and ``output=`` by keyword, that are no buffer the run can prove (an attribute that may
+    # hold None, what a call returns, a global): values, not just arguments (`forwarded.Parameters.cannot_be_none`).
+    maybe_none_at: tuple[int, ...] = ()
+    output_maybe_none: bool = False
 
 
 class KeptUses(Sequence[Use]):
@@ -290,7 +297,23 @@ def _output_method(owner: str, node: ast.FunctionDef | ast.AsyncFunctionDef, kin
         output_default_none="output" in default and is_none(default["output"]),
         fallback=_fallback(node.body),
         asserts_output=_asserts_output(node),
+        decorators=tuple(
+            occurrences.shorten(decorator) for decorator in node.decorator_list if not _passes_calls_on(decorator)
+        ),
     )
+
+
+# Decorators that return a function calling the one they decorate with the arguments it is given (or mark it): a
+# call of the method still reaches it as written. By the last name of the decorator (called or not).
+_PASSING_DECORATORS = frozenset(
+    {"staticmethod", "classmethod", "abstractmethod", "override", "final", "no_grad", "inference_mode",
+     "enable_grad", "compile", "disable"}
+)  # fmt: skip
+
+
+def _passes_calls_on(decorator: ast.expr) -> bool:
+    node = decorator.func if isinstance(decorator, ast.Call) else decorator
+    return (_dotted(node) or "").rpartition(".")[2] in _PASSING_DECORATORS
 
 
 def _signature(owner: str, node: ast.FunctionDef | ast.AsyncFunctionDef, kind: str) -> Signature:
@@ -323,6 +346,7 @@ class _Scope:
     local_classes: dict[str, str] = field(default_factory=dict)
     function: constructed.Function | None = None  # the function whose body this is
     method: str | None = None  # its name, where it is a method of the class ``owner``
+    walrus: bool = True  # whether the module may hold an assignment expression (`forwarded.Parameters`)
     _constructed: dict[str, ast.expr] | None = None
     _parameters: Parameters | None = None
 
@@ -335,8 +359,44 @@ class _Scope:
     def parameters(self) -> Parameters:
         """What the function's parameters may hold (`forwarded.Parameters`), found when first asked for."""
         if self._parameters is None:
-            self._parameters = Parameters(self.function)
+            self._parameters = Parameters(self.function, self.walrus)
         return self._parameters
+
+    def string_values(self, value: ast.expr, line: int) -> tuple[str, ...]:
+        """The strings ``value`` (a name reflection is given on ``line``) may be, where each binding of that name
+        that may hold there (`forwarded.reaches`) binds it to a string literal or loops it over a literal of strings
+        (``for name in ("k_scale", "v_scale")``); () for any string."""
+        if type(value) is not ast.Name or self.function is None or value.id in self.parameters().names:
+            return ()
+        name = value.id
+        found: list[str] = []
+        accounted: set[int] = set()  # the targets read below
+        stack: list[ast.AST] = list(self.function.body)
+        while stack:
+            node = stack.pop()
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+                continue  # their own scopes (a `nonlocal` there binds this one: below, as any other binding)
+            strings: list[ast.expr] | None = None
+            if isinstance(node, ast.Assign) and len(node.targets) == 1 and type(node.targets[0]) is ast.Name:
+                if node.targets[0].id == name:
+                    strings, accounted = [node.value], accounted | {id(node.targets[0])}
+            elif isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)) and type(node.target) is ast.Name:
+                if node.target.id == name:
+                    if not isinstance(node.iter, (ast.List, ast.Tuple, ast.Set)):
+                        return ()
+                    strings, accounted = list(node.iter.elts), accounted | {id(node.target)}
+            elif isinstance(node, ast.Name) and node.id == name and type(node.ctx) is not ast.Load:
+                if id(node) not in accounted and reaches(node.lineno, line, self.parameters().loops):
+                    return ()  # bound some other way: a `with` or unpacking target, a walrus, `del`
+            elif isinstance(node, (ast.Global, ast.Nonlocal)) and name in node.names:
+                return ()
+            if strings is not None and reaches(getattr(node, "lineno", 0), line, self.parameters().loops):
+                for item in strings:
+                    if not (type(item) is ast.Constant and isinstance(item.value, str)):
+                        return ()
+                    found.append(item.value)
+            stack += children.child_nodes(node)
+        return tuple(dict.fromkeys(found))
 
 
 _DEFS = (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
@@ -346,28 +406,44 @@ _Pending: TypeAlias = list[tuple[Sequence[ast.AST], ast.AST | None, _Scope, list
 # Functions that read a callable's signature and never call it: a method handed to one of them is not handed
 # on (deleting its assert or fallback changes nothing they read; making `output` required does).
 SIGNATURE_READERS = frozenset({"inspect.signature", "inspect.getfullargspec", "inspect.Signature.from_callable"})
-# Where an attribute is not handed on: it is the object of another attribute, subscript or operator.
-_NOT_ESCAPING = frozenset({ast.Attribute, ast.Subscript, ast.Compare, ast.BinOp, ast.UnaryOp, ast.BoolOp})
+# Where an attribute is not handed on: an operand of a comparison or of an operator (a method there raises, or is
+# compared), the object of a subscript. (The object of another attribute is read apart: `_push_object`.)
+_NOT_ESCAPING = frozenset({ast.Attribute, ast.Compare, ast.BinOp, ast.UnaryOp})
+# The attributes of a method object that give no way to call it: reading them reads nothing a fix changes.
+_INERT_DUNDERS = frozenset({"__name__", "__qualname__", "__module__", "__doc__", "__self__", "__class__"})
 _DEF_TYPES = frozenset({ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda})
 
 
-def _push_object(node: ast.Attribute, push: Callable[[tuple[ast.AST, ast.AST | None]], None]) -> None:
+def _push_object(
+    node: ast.Attribute,
+    push: Callable[[tuple[ast.AST, ast.AST | None]], None],
+    between: Callable[[ast.Attribute, str], None],
+) -> None:
     """Stack what ``node`` is an attribute of, past the attributes between (``a.b.c``: ``a``): an attribute's
-    object is no reference of its own, so those record nothing."""
+    object is no reference of its own. ``between`` is given each attribute between, with the name read of it (it
+    may still be a way to call it, ``x.m.__func__``, or reflection, ``x.__dict__.items()``)."""
     parent, value = node, node.value
     while type(value) is ast.Attribute and isinstance(value, ast.Attribute):
+        if value.attr == "__dict__" or parent.attr.startswith("__"):
+            between(value, parent.attr)
         parent, value = value, value.value
     if children.CHILDREN[type(value)]:
         push((value, parent))
 
 
 class _Collector:
-    def __init__(self, indexer: ModuleNames) -> None:
+    def __init__(self, indexer: ModuleNames, walrus: bool = True) -> None:
+        """``walrus``: whether the module may hold an assignment expression (its source holds ``:=``)."""
         self.indexer = indexer
+        self.walrus = walrus
         self.methods: list[OutputMethod] = []
         self.signatures: list[Signature] = []
         self.uses: list[Use] = []
         self.bound = set(indexer.imports) | indexer.module_classes
+        self.reflection: list[occurrences.Reflection] = []
+        self.named: list[occurrences.NamedUse] = []
+        self.class_names: list[occurrences.ClassBodyName] = []
+        self.stores: set[str] = set()
 
     def _receiver(self, node: ast.expr, scope: _Scope, scopes: list[_Scope]) -> tuple[str, str | None, str]:
         if type(node) is ast.Name and node.id == scope.self_name and scope.owner is not None:
@@ -380,6 +456,8 @@ class _Collector:
         local = [s.local_classes for s in scopes if s.local_classes]
         callee = scope.constructed().get(node.id) if type(node) is ast.Name else None
         if callee is not None:  # bound once, to what `callee(...)` made: an instance, if it is a class
+            if type(callee) is ast.Attribute and callee.attr == "__new__":  # `Impl.__new__(Impl)`: an `Impl`
+                callee = callee.value
             called = _dotted(callee)
             if called is not None and self._binds(called, local):
                 return "instance", self.indexer.resolve(callee, local), dotted
@@ -402,6 +480,87 @@ class _Collector:
         self.uses.sort(key=lambda use: (use.line, use.column))
         return CallIndex(tuple(self.methods), tuple(self.uses), tuple(self.signatures))
 
+    def found(self) -> occurrences.Occurrences:
+        """What the walk found besides calls (`collect` first): reflection, names used by a string, names read in
+        class bodies."""
+        place = lambda item: (item.line, item.column)  # noqa: E731
+        return occurrences.Occurrences(
+            tuple(sorted(self.class_names, key=place)),
+            tuple(sorted(self.reflection, key=place)),
+            tuple(sorted(self.named, key=place)),
+            (),
+            tuple(sorted(self.stores)),
+        )
+
+    def _store(self, owner: ast.expr, attribute: str, scopes: list[_Scope]) -> None:
+        """An attribute assigned on a name the module binds by an import or a definition (`Occurrences.stores`)."""
+        dotted = _dotted(owner)
+        local = [s.local_classes for s in scopes if s.local_classes]
+        if dotted is not None and self._binds(dotted, local):
+            resolved = self.indexer.resolve(owner, local)
+            if resolved is not None:
+                self.stores.add(f"{resolved}.{attribute}")
+
+    def _between(self, node: ast.Attribute, outer: str, scope: _Scope, scopes: list[_Scope]) -> None:
+        """``node`` is the object of the attribute ``outer`` (`_push_object`): reflection where it is ``__dict__``, a
+        reference where ``outer`` is a dunder that can call it (``x.m.__func__``; not `_INERT_DUNDERS`)."""
+        if node.attr == "__dict__":
+            self._reflect(node, "dict", node.value, (), scope, scopes)
+        if outer.startswith("__") and outer not in _INERT_DUNDERS:
+            self._through(node, scope, scopes)
+
+    def _through(self, node: ast.Attribute, scope: _Scope, scopes: list[_Scope]) -> None:
+        """``node`` is the object of a dunder attribute that can call it (``x.m.__func__``): a reference of ``m``."""
+        receiver, target, text = self._receiver(node.value, scope, scopes)
+        end = node.end_lineno or node.lineno
+        use = Use(node.attr, node.lineno, node.col_offset + 1, end, "reference", receiver, scope.owner, target, text)
+        self.uses.append(use)
+
+    def _reflect(
+        self, node: ast.AST, kind: str, receiver: ast.expr | None, names: tuple[str, ...], scope: _Scope,
+        scopes: list[_Scope],
+    ) -> None:  # fmt: skip
+        """Record reflection at ``node`` on ``receiver`` (None: the namespace it runs in, ``vars()``)."""
+        line, column = getattr(node, "lineno", 1), getattr(node, "col_offset", 0) + 1
+        text = occurrences.shorten(node)
+        if receiver is None:
+            owner = scope.owner is None and scope.function is None and scope.prefix.endswith(".") and scope.prefix
+            if owner and not scope.prefix.endswith(".<locals>."):  # a class body's namespace: its members
+                found = occurrences.Reflection(line, column, kind, "namespace", owner[:-1], names, text)
+            else:
+                found = occurrences.Reflection(line, column, kind, "none", None, names, text)
+            self.reflection.append(found)
+            return
+        how, target = self._reflected(receiver, scope, scopes)
+        self.reflection.append(occurrences.Reflection(line, column, kind, how, target, names, text))
+
+    def _reflected(self, node: ast.expr, scope: _Scope, scopes: list[_Scope]) -> tuple[str, str | None]:
+        """What a reflection's receiver may be (`occurrences.Reflection.receiver`, and its target)."""
+        if isinstance(node, (ast.Constant, ast.JoinedStr, *_LITERAL_TYPES)):
+            return "none", None
+        if isinstance(node, ast.Attribute) and node.attr == "__class__":
+            how, target = self._reflected(node.value, scope, scopes)
+            return _CLASS_OF.get(how, how), target
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id == "type"
+            and len(node.args) == 1
+            and not node.keywords
+        ):
+            how, target = self._reflected(node.args[0], scope, scopes)
+            return _CLASS_OF.get(how, how), target
+        receiver, target, _ = self._receiver(node, scope, scopes)
+        if receiver in ("self", "super"):
+            function = scope.function
+            is_class = function is not None and (
+                _method_kind(function) == "class" or function.name in ("__init_subclass__", "__new__")
+            )
+            return ("cls" if is_class else "self"), scope.owner
+        if receiver in ("class", "instance"):
+            return receiver, target
+        return "any", None
+
     def _define(
         self, node: _Def, parent: ast.AST | None, scope: _Scope, scopes: list[_Scope], pending: _Pending
     ) -> None:
@@ -411,6 +570,7 @@ class _Collector:
             if scope.prefix:
                 scope.local_classes[node.name] = qualname
             inner = _Scope(qualname + ".", None, None)
+            self.class_names += occurrences.class_body_names(node, qualname)
             for child in node.body:
                 if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
                     kind = _method_kind(child)
@@ -425,11 +585,20 @@ class _Collector:
             args = [*node.args.posonlyargs, *node.args.args]
             first = args[0].arg if args and _method_kind(node) != "static" else None
             owner = scope.prefix[:-1]
-            inner = _Scope(scope.prefix + node.name + ".<locals>.", owner, first, function=node, method=node.name)
+            inner = _Scope(
+                scope.prefix + node.name + ".<locals>.",
+                owner,
+                first,
+                function=node,
+                method=node.name,
+                walrus=self.walrus,
+            )
         elif isinstance(node, ast.Lambda):
             inner = _Scope(scope.prefix + "<lambda>.<locals>.", scope.owner, scope.self_name)
         else:
-            inner = _Scope(scope.prefix + node.name + ".<locals>.", scope.owner, scope.self_name, function=node)
+            inner = _Scope(
+                scope.prefix + node.name + ".<locals>.", scope.owner, scope.self_name, function=node, walrus=self.walrus
+            )
         if isinstance(node, ast.Lambda):
             pending.append(([node.body], node, inner, [*scopes, inner]))
             pending.append(([node.args], node, scope, scopes))
@@ -455,7 +624,15 @@ class _Collector:
             kind = type(node)
             if kind is attribute and isinstance(node, attribute):
                 # Never a call's function: a call stacks the object of its function, not the function.
-                if type(node.ctx) is load and type(parent) not in _NOT_ESCAPING:
+                if node.attr == "__dict__" and type(node.ctx) is load:
+                    self._reflect(node, "dict", node.value, (), scope, scopes)
+                elif type(node.ctx) is ast.Store:
+                    self._store(node.value, node.attr, scopes)
+                if (
+                    type(node.ctx) is load
+                    and type(parent) not in _NOT_ESCAPING
+                    and not (isinstance(parent, ast.Subscript) and parent.value is node)
+                ):
                     receiver, target, text = self._receiver(node.value, scope, scopes)
                     end = node.end_lineno or node.lineno
                     uses.append(
@@ -471,13 +648,14 @@ class _Collector:
                             text,
                         )
                     )
-                _push_object(node, push)
+                _push_object(node, push, lambda inner, outer: self._between(inner, outer, scope, scopes))
                 continue
             if kind is call and isinstance(node, call):
                 self._call(node, scope, scopes)
                 func = node.func
                 if type(func) is attribute:
-                    _push_object(func, push)  # the function is called: no reference of its own
+                    # the function is called: no reference of its own
+                    _push_object(func, push, lambda inner, outer: self._between(inner, outer, scope, scopes))
                 elif fields[type(func)]:
                     push((func, node))
                 for argument in node.args:
@@ -490,6 +668,13 @@ class _Collector:
             if kind in _DEF_TYPES and isinstance(node, _DEFS):
                 self._define(node, parent, scope, scopes, pending)
                 continue
+            if kind is ast.MatchClass and isinstance(node, ast.MatchClass):  # `case T(forward=f)` reads `forward`
+                self.named += [
+                    occurrences.NamedUse(name, node.lineno, node.col_offset + 1, "lookup", occurrences.shorten(node))
+                    for name in node.kwd_attrs
+                ]
+            elif kind.__name__ not in occurrences.KNOWN_NODES:
+                self.named += occurrences.unknown_syntax(node)
             for name in fields[kind]:
                 value: Any = getattr(node, name, None)
                 if type(value) is list:
@@ -512,6 +697,20 @@ class _Collector:
 
     def _call(self, node: ast.Call, scope: _Scope, scopes: list[_Scope]) -> None:
         func = node.func
+        callee = func.id if type(func) is ast.Name else func.attr if type(func) is ast.Attribute else None
+        if callee in occurrences.BY_NAME or callee in occurrences.ALL_MEMBERS or callee == "locals":
+            self._reflection_call(node, callee, scope, scopes)
+        elif callee in occurrences.NAME_LOOKUPS or (
+            type(func) is ast.Attribute and "patch" in (_dotted(func.value) or "").rpartition(".")[2].lower()
+        ):
+            self._lookups(node)
+        for value in (*node.args, *(k.value for k in node.keywords)):  # `map(getattr, ...)`: reflection handed on
+            if type(value) is ast.Name and value.id in occurrences.REFLECTION_WORDS:
+                self.reflection.append(
+                    occurrences.Reflection(
+                        value.lineno, value.col_offset + 1, "other", "any", None, (), occurrences.shorten(node)
+                    )
+                )
         if type(func) is ast.Name and func.id == "getattr" and len(node.args) >= 2:
             name = node.args[1]
             if type(name) is ast.Constant and isinstance(name.value, str):
@@ -536,15 +735,23 @@ class _Collector:
         keywords = [k for k in node.keywords if k.arg is not None]
         output = next((k for k in keywords if k.arg == "output"), None)
         parameters = scope.parameters()
-        forwarded = output is not None and parameters.may_be_none(output.value, node.lineno)
-        if output is not None and not is_none(output.value) and not forwarded:
+        line = node.lineno
+        forwarded = output is not None and parameters.may_be_none(output.value, line)
+        output_none = output is not None and is_none(output.value)
+        if output is not None and not output_none and not forwarded and parameters.cannot_be_none(output.value, line):
             return  # passes a buffer: never withholds a fix
         receiver, target, text = self._receiver(func.value, scope, scopes)
         positional = [a for a in node.args if type(a) is not ast.Starred]
-        forwarded_at = tuple(i for i, a in enumerate(positional) if parameters.may_be_none(a, node.lineno))
+        forwarded_at = tuple(i for i, a in enumerate(positional) if parameters.may_be_none(a, line))
         method = scope.method  # what it passes on of its own `output` is followed through its uses
         relayed_at = tuple(i for i in forwarded_at if method and _names_output(positional[i]))
         output_relayed = bool(method and forwarded and output is not None and _names_output(output.value))
+        none_at = tuple(i for i, a in enumerate(positional) if is_none(a))
+        maybe_none_at = tuple(
+            i
+            for i, a in enumerate(positional)
+            if i not in none_at and i not in forwarded_at and not parameters.cannot_be_none(a, line)
+        )
         self.uses.append(
             Use(
                 func.attr,
@@ -557,19 +764,72 @@ class _Collector:
                 target,
                 text,
                 positional=len(positional),
-                none_at=tuple(i for i, a in enumerate(positional) if is_none(a)),
+                none_at=none_at,
                 keywords=frozenset(k.arg for k in keywords if k.arg is not None),
-                output_none=output is not None and not forwarded,
+                output_none=output_none,
                 starred=len(positional) != len(node.args) or len(keywords) != len(node.keywords),
                 forwarded_at=forwarded_at,
                 output_forwarded=forwarded,
                 relayed_at=relayed_at,
                 output_relayed=output_relayed,
                 relayed_from=method if relayed_at or output_relayed else None,
+                maybe_none_at=maybe_none_at,
+                output_maybe_none=output is not None and not output_none and not forwarded,
             )
         )
+
+    def _reflection_call(self, node: ast.Call, callee: str, scope: _Scope, scopes: list[_Scope]) -> None:
+        """``getattr(x, name)`` and the like with a name that is no literal, ``vars(x)``, ``dir()``, ...: reflection,
+        recorded with its receiver and, where the name is one of known literals, those names."""
+        args = node.args
+        if callee in occurrences.BY_NAME:
+            if len(args) < 2 or any(type(a) is ast.Starred for a in args[:2]) or node.keywords:
+                self._reflect(node, "other", args[0] if args and type(args[0]) is not ast.Starred else None, (),
+                              scope, scopes)  # fmt: skip
+                return
+            name = args[1]
+            if type(name) is ast.Constant and isinstance(name.value, str):
+                if callee == "setattr":
+                    self._store(args[0], name.value, scopes)
+                return  # a literal name: a use of that name (`getattr`'s is a `Use`; the others read no method)
+            self._reflect(node, "other", args[0], scope.string_values(name, node.lineno), scope, scopes)
+            return
+        receiver = args[0] if args and type(args[0]) is not ast.Starred else None
+        if not args and not node.keywords:
+            self._reflect(node, "dict" if callee in ("vars", "locals") else "other", None, (), scope, scopes)
+        else:
+            self._reflect(node, "dict" if callee == "vars" else "other", receiver or node, (), scope, scopes)
+
+    def _lookups(self, node: ast.Call) -> None:
+        """A call that looks members up by names given as strings (``attrgetter("a.forward")``, ``methodcaller``,
+        ``mock.patch("pkg.T.forward")``, ``patch.object(T, "forward")``, ``patch.multiple(T, forward=...)``)."""
+        text = occurrences.shorten(node)
+        for value in node.args:
+            if type(value) is ast.Constant and isinstance(value.value, str):
+                for name in dict.fromkeys(_IDENTIFIER.findall(value.value)):
+                    self.named.append(occurrences.NamedUse(name, value.lineno, value.col_offset + 1, "lookup", text))
+        for keyword in node.keywords:
+            if keyword.arg is not None:
+                self.named.append(occurrences.NamedUse(keyword.arg, node.lineno, node.col_offset + 1, "lookup", text))
+
+
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# The receiver of ``type(x)`` (``x.__class__``) by that of ``x``: the class of an instance is that class (or, for
+# ``self``, a subclass); of anything else, what it may be (a literal's class is no class of the run).
+_CLASS_OF = {"self": "cls", "instance": "class"}
+_LITERAL_TYPES = (ast.List, ast.Tuple, ast.Dict, ast.Set, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 
 
 def index_calls(tree: ast.Module, indexer: ModuleNames) -> CallIndex:
     """Output methods and attribute uses of one module (``indexer``: hierarchy's, after its pass)."""
     return _Collector(indexer).collect(tree)
+
+
+def index_calls_and_occurrences(
+    tree: ast.Module, indexer: ModuleNames, walrus: bool = True
+) -> tuple[CallIndex, occurrences.Occurrences]:
+    """`index_calls`, and what the same walk finds for the accounting: reflection, names a string looks up, names
+    read in class bodies (`occurrences`); ``walrus``: whether the module may hold an assignment expression."""
+    collector = _Collector(indexer, walrus)
+    found = collector.collect(tree)
+    return found, collector.found()

@@ -23,15 +23,24 @@ raises ``TypeError`` today, so no working call changes).
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from vllm_attn_compat.codemods.findings import Finding, Status
+from vllm_attn_compat.codemods.index.accounting import (
+    PASSES_NONE,
+    Blocker,
+    Located,
+    occurrence_blockers,
+    order,
+    summary,
+)
 from vllm_attn_compat.codemods.index.calls import UNSHOWN, CallIndex, OutputMethod, Signature, Use
-from vllm_attn_compat.codemods.index.names import is_vllm_base, normalize_path
+from vllm_attn_compat.codemods.index.classgraph import ClassGraph
+from vllm_attn_compat.codemods.index.names import RunModules, is_vllm_base, normalize_path
+from vllm_attn_compat.codemods.index.occurrences import Occurrences
 from vllm_attn_compat.codemods.index.old_ops import OldOpBody
 
 if TYPE_CHECKING:
@@ -41,10 +50,10 @@ if TYPE_CHECKING:
 # What the analysis reads of `hierarchy.ClassHierarchy` and `hierarchy.ModuleIndex`: protocols, since the
 # hierarchy module imports this one to index calls and to decide which fixes they withhold.
 class ClassHierarchy(Protocol):
-    bases: dict[str, tuple[str, ...]]
-    _by_last: dict[str, list[str]]
+    @property
+    def graph(self) -> ClassGraph: ...
 
-    def _classes_named(self, reference: str) -> list[str]: ...
+    def all_modules(self) -> RunModules: ...
 
     def is_attention_class(self, full_name: str) -> bool: ...
 
@@ -65,6 +74,9 @@ class ModuleIndex(Protocol):
 
     @property
     def old_ops(self) -> tuple[OldOpBody, ...]: ...
+
+    @property
+    def occurrences(self) -> Occurrences: ...
 
 
 class CallQuestions(Protocol):
@@ -120,64 +132,11 @@ _BY_HAND_LEADS = {
     REQUIRED_BY_HAND: "that breaks the run's uses of the method that do not pass it by keyword",
     NONE_TESTED: "once the run's uses of the method pass one",
 }
-# The code a caller finding carries when its use withholds several fixes: the first of these.
-_FIRST = (REQUIRED_OUTPUT, NONE_FALLBACK, ASSERT_OUTPUT)
-# Calls passing `output` None, or a parameter of their own that may be None (`forwarded`).
-_PASSES_ON = ("forwards", "relays")
-_PASSES_NONE = ("none", *_PASSES_ON)
-# Uses that do not call the method: they read as `x.m` in messages, not `x.m(...)`.
-_NOT_CALLS = ("getattr", "reference", "signature")
 # nn.Module layers run ``forward`` through ``layer(...)``: calls the run cannot attribute to them.
 _MODULE_BASES = frozenset({"Attention", "MLAAttention", "AttentionLayerBase", "Module"})
 
 
 # --- analysis over the run (main process, after each hierarchy round) ----------------------------------
-
-
-@dataclass(frozen=True)
-class Blocker:
-    """A use of a method that a fix would break, or that hides its callers."""
-
-    path: str  # normalized path of the file holding it ("" for a layer's ``forward``: no site)
-    line: int
-    column: int
-    end_line: int
-    # "omits", "none", "forwards", "relays", "starred", "positional", "reference", "signature", "getattr", "layer" or
-    # "missing"
-    how: str
-    text: str  # the receiver as written
-    # False where the run cannot tell what the receiver is (`calls.Use.receiver` "other"): the use counts, since
-    # it may reach the method, but it may as well be another class's method of the same name.
-    resolved: bool = True
-
-    def describe(self, name: str, here: str) -> str:
-        where = f"line {self.line}" if self.path == here else f"{_shown(self.path)}:{self.line}"
-        call = f"`{self.text}.{name}(...)`" if self.how not in _NOT_CALLS else f"`{self.text}.{name}`"
-        if self.how == "omits":
-            return f"{call} at {where} calls it without `output`"
-        if self.how == "none":
-            return f"{call} at {where} passes `output=None`"
-        if self.how in _PASSES_ON:
-            return f"{call} at {where} passes on, as `output`, a parameter of its own that may be None"
-        if self.how == "starred":
-            return f"{call} at {where} passes `*args`/`**kwargs` that may lack `output`"
-        if self.how == "getattr":
-            return f'`getattr({self.text}, "{name}")` at {where} hands it on, so its callers cannot be checked'
-        if self.how == "reference":
-            return f"{call} at {where} hands it on as a value, so its callers cannot be checked"
-        if self.how == "signature":
-            return f"{call} at {where} has its signature read, which making `output` required changes"
-        if self.how == "positional":
-            return f"{call} at {where} passes `output` by position"
-        return "a layer's `forward` runs through `layer(...)` calls, which cannot be attributed to it"
-
-
-def _shown(path: str) -> str:
-    try:
-        relative = os.path.relpath(path)
-    except ValueError:  # another drive on Windows
-        return path
-    return path if relative.startswith("..") else relative
 
 
 # (class full name, method name) -> rule code -> what withholds that rule's fix there
@@ -208,20 +167,16 @@ class CallAnalysis:
         return self.withheld.get((class_name, method), {}).get(code, ())
 
     def reason(self, class_name: str, method: str, code: str, path: str) -> str | None:
-        """Why the fix is withheld, for the finding at the method (None when it is not)."""
+        """Why the fix is withheld, for the finding at the method (None when it is not): the use that withheld it
+        (the plainest, where a generic name such as ``forward`` gathers uses from all over a tree), and how many
+        more there are. The uses are named here, never reported where they are (#50: one finding per fix)."""
         found = self.blockers(class_name, method, code)
         lead = _BY_HAND_LEADS.get(code)
         if lead is not None:
             found = tuple(blocker for blocker in found if blocker.resolved)
         if not found:
             return None
-        here = normalize_path(path)
-        # Every use in the run counts, so a generic name (`forward`) gathers references and `*args` calls
-        # from all over a tree: the message names the plainest one, a call omitting `output` where one is.
-        shown = min(found, key=lambda blocker: (_PLAINEST.get(blocker.how, 3), blocker.path != here, _order(blocker)))
-        text = shown.describe(method, here)
-        more = f" (and {len(found) - 1} more use{'s' if len(found) > 2 else ''})" if len(found) > 1 else ""
-        return f"{lead or 'not safe while the run uses the method otherwise'}: {text}{more}"
+        return f"{lead or 'withheld'}: {summary(found, method, normalize_path(path), _PLAINEST)}"
 
     def merged(self, other: CallAnalysis) -> CallAnalysis:
         withheld: Withheld = {key: dict(codes) for key, codes in self.withheld.items()}
@@ -270,63 +225,38 @@ def _settled(analysis: CallAnalysis) -> CallAnalysis:
     )
 
 
-_PLAINEST = {"layer": 0, "omits": 1, "none": 1, "starred": 2}
-
-
-def _order(blocker: Blocker) -> tuple[str, int, int, str]:
-    return (blocker.path, blocker.line, blocker.column, blocker.how)
+_PLAINEST = {"layer": 0, "omits": 1, "none": 1, "decorator": 1, "alias": 1, "starred": 2, "maybe-none": 2}
 
 
 def _in_order(blockers: Iterable[Blocker]) -> tuple[Blocker, ...]:
-    return tuple(sorted(blockers, key=_order))
+    return tuple(sorted(blockers, key=order))
 
 
 class _Relations:
-    """Subclass relations among the run's classes (through `ClassHierarchy`'s resolution of bases)."""
+    """What the analysis asks of the run's class graph (`classgraph`), where a reference is loose: a class re-exported
+    by a package (``plugin.MyImpl`` for ``plugin.backend.MyImpl``) is the same class."""
 
-    def __init__(self, hierarchy: ClassHierarchy) -> None:
-        self.hierarchy = hierarchy
-        self._ancestors: dict[str, frozenset[str]] = {}
-        self._descendants: dict[str, set[str]] | None = None
+    def __init__(self, graph: ClassGraph) -> None:
+        self.graph = graph
 
-    def named(self, reference: str, *, exactly: bool = False) -> list[str]:
+    def named(self, reference: str, *, exactly: bool = False) -> tuple[str, ...]:
         """The run's classes ``reference`` may name; ``exactly``: by its dotted name alone (`names_match`)."""
-        found = self.hierarchy._classes_named(reference)
-        if found or exactly:
-            return found
-        # A class re-exported by a package (``plugin.MyImpl`` for ``plugin.backend.MyImpl``): same name.
-        return list(self.hierarchy._by_last.get(reference.rpartition(".")[2], ()))
+        return self.graph.named(reference) if exactly else self.graph.named_loosely(reference)
 
-    def ancestors(self, full: str) -> frozenset[str]:
+    def ancestors(self, full: str) -> tuple[str, ...]:
         """The run's classes ``full`` derives from, itself included."""
-        known = self._ancestors.get(full)
-        if known is not None:
-            return known
-        self._ancestors[full] = frozenset({full})  # breaks cycles
-        found = {full}
-        for base in self.hierarchy.bases.get(full, ()):
-            for other in self.hierarchy._classes_named(base):
-                found |= self.ancestors(other)
-        self._ancestors[full] = frozenset(found)
-        return self._ancestors[full]
+        return self.graph.lineage(full)
 
     def related(self, first: str, second: str) -> bool:
         """Whether one instance can be of both classes: some class of the run derives from both."""
-        if self._descendants is None:
-            self._descendants = {}
-            for full in self.hierarchy.bases:
-                for ancestor in self.ancestors(full):
-                    self._descendants.setdefault(ancestor, set()).add(full)
-        mine = self._descendants.get(first, {first})
-        return first == second or not mine.isdisjoint(self._descendants.get(second, {second}))
+        return self.graph.related(first, second)
 
     def is_layer(self, full: str) -> bool:
-        for ancestor in self.ancestors(full):
-            for base in self.hierarchy.bases.get(ancestor, ()):
-                last = base.rpartition(".")[2]
-                if last in _MODULE_BASES and (is_vllm_base(base) or base.endswith("nn.Module")):
-                    return True
-        return False
+        return any(
+            base.rpartition(".")[2] in _MODULE_BASES and (is_vllm_base(base) or base.endswith("nn.Module"))
+            for ancestor in self.graph.lineage(full)
+            for base in self.graph.bases.get(ancestor, ())
+        )
 
 
 def _how(use: Use, module: str, target: str, method: OutputMethod, relations: _Relations) -> tuple[str, ...]:
@@ -360,7 +290,7 @@ def _how(use: Use, module: str, target: str, method: OutputMethod, relations: _R
         return ()  # likewise, whatever ``*args`` or ``**kwargs`` hold
     if use.starred:
         if "output" in use.keywords:
-            return _passes(use.output_none, use.output_relayed, use.output_forwarded)
+            return _passes(use.output_none, use.output_relayed, use.output_forwarded, use.output_maybe_none)
         return ("starred",)
     bound = set(parameters[: use.positional]) | use.keywords
     if explicit_self and use.positional == 0:
@@ -372,14 +302,20 @@ def _how(use: Use, module: str, target: str, method: OutputMethod, relations: _R
         at = parameters.index("output")
         # Fine as long as `output` stays where it is, which it cannot where VAC002 has no fix (`REQUIRED_BY_HAND`).
         moved = ("positional",) if method.output_default_none and not method.output_may_lose_default else ()
-        return moved + _passes(at in use.none_at, at in use.relayed_at, at in use.forwarded_at)
-    return _passes(use.output_none, use.output_relayed, use.output_forwarded) or ("omits",)
+        passed = _passes(at in use.none_at, at in use.relayed_at, at in use.forwarded_at, at in use.maybe_none_at)
+        return moved + passed
+    if "output" in use.keywords:
+        return _passes(use.output_none, use.output_relayed, use.output_forwarded, use.output_maybe_none)
+    return ("omits",)
 
 
-def _passes(none: bool, relayed: bool, forwarded: bool) -> tuple[str, ...]:
-    """How a call passes `output` that may be None: None itself, the calling method's own `output` ("relays"), or
-    another parameter of the calling function that may be None ("forwards"); nothing where it passes a buffer."""
-    return ("none",) if none else ("relays",) if relayed else ("forwards",) if forwarded else ()
+def _passes(none: bool, relayed: bool, forwarded: bool, maybe: bool = False) -> tuple[str, ...]:
+    """How a call passes `output` that may be None: None itself, the calling method's own `output` ("relays"),
+    another parameter of the calling function that may be None ("forwards"), or a value the run cannot prove is a
+    buffer ("maybe-none": an attribute, a call's result, a global); nothing where it passes a buffer."""
+    if none:
+        return ("none",)
+    return ("relays",) if relayed else ("forwards",) if forwarded else ("maybe-none",) if maybe else ()
 
 
 def _resolved(use: Use, relations: _Relations) -> bool:
@@ -395,7 +331,7 @@ def _codes(method: OutputMethod, how: str) -> tuple[str, ...]:
         return (REQUIRED_BY_HAND,)
     codes = []
     # A call passing None, or what may be None, binds `output` whether or not it has a default.
-    if method.output_default_none and how not in _PASSES_NONE:
+    if method.output_default_none and how not in PASSES_NONE:
         codes.append(REQUIRED_OUTPUT if method.output_may_lose_default else REQUIRED_BY_HAND)
     if how == "signature":
         return tuple(codes)  # read, never called: only the signature's change shows (`calls.SIGNATURE_READERS`)
@@ -407,7 +343,7 @@ def _codes(method: OutputMethod, how: str) -> tuple[str, ...]:
     # requires it settles in an early round (`handoff.settles`), and an explicit None passed to it is not looked for.
     if method.asserts_output and method.output_default_none:
         codes.append(ASSERT_OUTPUT)
-    if method.output_default_none or how in _PASSES_NONE:
+    if method.output_default_none or how in PASSES_NONE:
         codes.append(NONE_TESTED)
     return tuple(codes)
 
@@ -474,7 +410,7 @@ def _withheld(
     old_ops = {index.path: index.old_ops for index in indexes if index.old_ops}
     if not methods:
         return CallAnalysis(old_ops=old_ops, alternatives=alternatives)
-    relations = _Relations(hierarchy)
+    relations = _Relations(hierarchy.graph)
     by_name: dict[str, list[tuple[tuple[str, str], OutputMethod]]] = {}
     for key, method in methods.items():
         by_name.setdefault(method.name, []).append((key, method))
@@ -489,6 +425,19 @@ def _withheld(
     for key, method in methods.items():
         if method.name == "forward" and relations.is_layer(key[0]):
             block(key, _codes(method, "layer"), Blocker("", 0, 0, 0, "layer", "layer"))
+    # What else may use the methods: their own decorators, reads in their class bodies, reflection, names looked up
+    # from strings, doctests, unknown syntax, the text of files that do not parse (`accounting`).
+    modules = hierarchy.all_modules()
+    located = [Located(index.path, index.module, index.occurrences) for index in indexes]
+    for key, method in methods.items():
+        for blocker in occurrence_blockers(located, method.name, key[0], hierarchy.graph, modules):
+            block(key, _codes(method, blocker.how), blocker)
+    for index in indexes:
+        for method in index.calls.methods:
+            key = (f"{index.module}.{method.owner}", method.name)
+            if method.decorators and key in methods:
+                decorator = Blocker(index.path, method.line, 1, method.line, "decorator", method.decorators[0])
+                block(key, _codes(method, "decorator"), decorator)
     for index in indexes:
         for use in index.calls.uses_named(by_name.keys()):
             for key, method in by_name[use.name]:
@@ -538,8 +487,11 @@ def open_method_names(analysis: CallAnalysis) -> frozenset[str]:
 
 
 def has_methods(index: ModuleIndex) -> bool:
-    """Whether a fix in this module could be withheld by calls in other modules (found in later rounds)."""
-    return any(method.output_default_none or method.fallback for method in index.calls.methods)
+    """Whether a fix in this module could be withheld by uses in other modules (found in later rounds): a method's
+    (VAC001-VAC003: calls), or an op list's (VAC006: the op's name in other strings, `accounting.op_blockers`)."""
+    return any(method.output_default_none or method.fallback for method in index.calls.methods) or any(
+        string.place == "list" for string in index.occurrences.op_strings
+    )
 
 
 # --- the caller findings ---------------------------------------------------------------------------
@@ -576,157 +528,65 @@ def caller_findings(
     unsafe_fixes: bool = False,
     rewritten: bytes | None = None,
 ) -> list[Finding]:
-    """The findings at the uses in the file at ``path`` that withhold a fix of a rule in ``codes``: each
-    says what to pass. They carry the code of the first fix they withhold (in the order VAC002, VAC003,
-    VAC001), so ``# noqa: VAC002`` on the line silences them (the fix stays withheld). ``rewritten``: the file
-    as the run's fixes left it, where they changed it: a use they deleted is not reported (`deleted_uses`)."""
+    """The findings at the calls in the file at ``path`` that omit the ``output`` a method requires (vLLM >= 0.20's
+    signature, or one an unsafe fix made): each raises TypeError. Reported under VAC002 (selected in ``codes``), so
+    ``# noqa: VAC002`` on the line silences one. A use that withholds a fix is no finding of its own: the fix's
+    finding names it (#50). ``rewritten``: the file as the run's fixes left it, where they changed it: a call they
+    deleted is not reported (`deleted_uses`). (``unsafe_fixes`` changes nothing here.)"""
     from vllm_attn_compat.codemods.noqa import suppresses
 
-    selected = set(codes)
+    if REQUIRED_OUTPUT not in set(codes):
+        return []
     here = normalize_path(path)
-    sites: dict[tuple[int, int], list[tuple[str, tuple[str, str], Blocker]]] = {}
-    for key, by_code in analysis.withheld.items():
-        for code, blockers in by_code.items():
-            if code not in selected:
-                continue
-            for blocker in blockers:
-                if blocker.path == here:
-                    sites.setdefault((blocker.line, blocker.column), []).append((code, key, blocker))
-    if REQUIRED_OUTPUT in selected:
-        withholding = set(sites)  # a use withholding a fix is reported as such, not as broken
-        for key, blockers in analysis.missing.items():
-            for blocker in blockers:
-                if blocker.path == here and (blocker.line, blocker.column) not in withholding:
-                    sites.setdefault((blocker.line, blocker.column), []).append((REQUIRED_OUTPUT, key, blocker))
+    sites: dict[tuple[int, int], list[tuple[tuple[str, str], Blocker]]] = {}
+    for key, blockers in analysis.missing.items():
+        for blocker in blockers:
+            if blocker.path == here:
+                sites.setdefault((blocker.line, blocker.column), []).append((key, blocker))
     if sites and rewritten is not None:
         from vllm_attn_compat.codemods.index import deleted_uses
 
-        for site in deleted_uses.deleted(source, rewritten, [entries[0][2] for entries in sites.values()]):
+        for site in deleted_uses.deleted(source, rewritten, [entries[0][1] for entries in sites.values()]):
             del sites[site]
     if not sites:
         return []
-    # The tokenizer finds which `noqa` is a comment; it runs only when a use's lines hold one.
+    # The tokenizer finds which `noqa` is a comment; it runs only when a call's lines hold one.
     lines = source.splitlines()  # the line breaks `ast` counts: \n, \r\n and \r
-    spans = [(line, blocker.end_line) for (line, _), entries in sites.items() for *_, blocker in entries]
+    spans = [(line, blocker.end_line) for (line, _), entries in sites.items() for _, blocker in entries]
     may_suppress = any(_NOQA_WORD.search(b"\n".join(lines[start - 1 : end])) for start, end in spans)
     noqa = _noqa_lines(source) if may_suppress else {}
-    omitting = any(entries[0][2].how in ("missing", "omits") for entries in sites.values())
-    old_ops = analysis.old_ops.get(here, ()) if omitting else ()
+    old_ops = analysis.old_ops.get(here, ())
     findings = []
     for (line, column), entries in sorted(sites.items()):
-        code = min((code for code, _, _ in entries), key=_FIRST.index)
-        blocker = entries[0][2]
-        keys = sorted({key for _, key, _ in entries})
+        blocker = entries[0][1]
+        keys = sorted({key for key, _ in entries})
         suppressed = any(
-            suppresses(noqa[number], code) for number in range(line, blocker.end_line + 1) if number in noqa
+            suppresses(noqa[number], REQUIRED_OUTPUT) for number in range(line, blocker.end_line + 1) if number in noqa
         )
         old_op = next(((op, registered) for first, last, op, registered in old_ops if first <= line <= last), None)
-        message = _caller_message(blocker, keys, {c for c, _, _ in entries}, analysis, unsafe_fixes, old_op)
-        if not blocker.resolved:
-            message += _unresolved(blocker, keys, code, unsafe_fixes)
-        findings.append(Finding(line, column, code, message, Status.SUPPRESSED if suppressed else Status.MANUAL))
+        message = _missing_message(blocker, keys, old_op)
+        status = Status.SUPPRESSED if suppressed else Status.MANUAL
+        findings.append(Finding(line, column, REQUIRED_OUTPUT, message, status))
     return findings
 
 
-def _caller_message(
-    blocker: Blocker,
-    keys: list[tuple[str, str]],
-    codes: set[str],
-    analysis: CallAnalysis,
-    unsafe_fixes: bool,
-    old_op: tuple[str, bool] | None = None,
-) -> str:
-    """``old_op``: the name of the op whose body (`old_ops.old_op_bodies`) holds the use, and whether the module
-    registers it as an op, if one does."""
+def _missing_message(blocker: Blocker, keys: list[tuple[str, str]], old_op: tuple[str, bool] | None) -> str:
+    """One line: the call, the method(s) requiring ``output``, what happens; ``old_op``: the deleted op whose body
+    (`old_ops.old_op_bodies`) holds the call, and whether the module registers it, if one does."""
     full, name = keys[0]
     owner = full.rpartition(".")[2] if "<locals>" not in full else full.rsplit(".", 1)[1]
     method = f"`{owner}.{name}`" + (f" and {len(keys) - 1} other method(s) of the run" if len(keys) > 1 else "")
-    if blocker.how == "missing":
-        requires = "requires" if len(keys) == 1 else "require"
-        broken = f"`{blocker.text}.{name}(...)` does not pass `output`, which {method} {requires} (vLLM >= 0.20)"
-        if old_op is not None:
-            return f"{broken}: the call raises TypeError. {_old_op_advice(*old_op)}"
-        return f"{broken}: the call raises TypeError; pass the output buffer as `output=`"
-    texts = (
-        (REQUIRED_OUTPUT, "making `output` required"),
-        (NONE_FALLBACK, "deleting the `output is None` fallback"),
-        (ASSERT_OUTPUT, "deleting `assert output is not None`"),
-    )
-    fixes = " and ".join(text for code, text in texts if code in codes)
-    plural = len(codes) > 1
-    what = f"so the safe fix{'es' if plural else ''} {fixes} in {method} {'are' if plural else 'is'} withheld"
-    callers = what[3:]  # for a method handed on, whose callers are unknown
-    if unsafe_fixes:  # the run takes the fix all the same: the call is what breaks
-        taken = f"the fix{'es' if plural else ''} {fixes} in {method}, taken by `--unsafe-fixes`,"
-        what, callers = f"so {taken} break{'' if plural else 's'} it", f"{taken} may break them"
-    fallback = analysis.methods[keys[0]].fallback
-    buffer = f"`output={fallback}`, as the method allocates it" if fallback else "the output buffer as `output=`"
-    call = f"`{blocker.text}.{name}(...)`"
-    if blocker.how == "omits":
-        if old_op is not None:
-            return f"{call} does not pass `output`, {what}. {_old_op_advice(*old_op)}"
-        return f"{call} does not pass `output`, {what}: pass {buffer}"
-    if blocker.how == "none":
-        return f"{call} passes `output=None`, {what}: pass {buffer}"
-    if blocker.how in _PASSES_ON:
-        return (
-            f"{call} passes on, as `output`, a parameter of its own that defaults to None, {what}: make that "
-            "parameter required, or make sure it is not None before this call"
-        )
-    if blocker.how == "starred":
-        return f"{call} passes `*args`/`**kwargs` that may lack `output`, {what}: pass {buffer} explicitly"
-    if blocker.how == "signature":
-        return (
-            f"`{blocker.text}.{name}`'s signature is read here, {what}: check what this code expects of "
-            "`output`'s default"
-        )
-    if blocker.how == "getattr":
-        return (
-            f'`getattr({blocker.text}, "{name}")` hands the method on, so its callers cannot be checked and '
-            f"{callers}: make every call through it pass `output`"
-        )
-    return (
-        f"`{blocker.text}.{name}` hands the method on as a value, so its callers cannot be checked and "
-        f"{callers}: make every call through it pass `output`"
-    )
-
-
-def _old_op_advice(op: str, registered: bool) -> str:
-    """What to do about a call omitting `output` in the module-level function named as the deleted op ``op``: one
-    the module ``registered`` as the op is its body; another (a plugin's copy of the body, called directly) is
-    named as it, and may do its work or something else."""
-    deleted = f"the op vLLM 0.20 deleted (its layers allocate the output and call `{op}_with_output`)"
-    if registered:
-        return (
-            f"This is the body of `vllm::{op}`, {deleted}: once nothing calls it (VAC007), delete the function, its "
-            "fake and its registration, as upstream did"
-        )
-    return (
-        f"This function is named as `vllm::{op}`, {deleted}, and this module does not register it as an op: if it "
-        "does that op's work, delete it once nothing calls it, as upstream deleted the op; else pass the output "
-        "buffer as `output=`"
-    )
-
-
-def _unresolved(blocker: Blocker, keys: list[tuple[str, str]], code: str, unsafe_fixes: bool) -> str:
-    """What to do about a use whose receiver the run cannot tell (`Blocker.resolved`): a generic name such as
-    ``forward`` gathers such uses from all over a tree (``mlp.forward`` handed on in a test). The person who
-    knows that the receiver is something else may apply the fix; a noqa comment there only silences the report,
-    since one written to silence it would otherwise release a fix that breaks the call."""
-    classes = [f"`{name}`" for name in sorted({full.rpartition(".")[2] for full, _ in keys})]
-    which = "an instance of " + (classes[0] if len(classes) == 1 else f"{', '.join(classes[:-1])} or {classes[-1]}")
-    receiver = "its receiver" if blocker.text == UNSHOWN else f"`{blocker.text}`"
-    if blocker.how == "missing":  # no fix hangs on it: the report is all there is to silence
-        return (
-            f"; the run cannot tell what {receiver} is: if it is never {which}, the call is unaffected "
-            f"(`# noqa: {code}` here silences this report)"
-        )
-    if unsafe_fixes:
-        return f"; the run cannot tell what {receiver} is: if it is never {which}, the call is unaffected"
-    return (
-        f"; the run cannot tell what {receiver} is: if it is never {which}, the fix is yours to apply "
-        f"(`--unsafe-fixes`); `# noqa: {code}` here silences this report and the fix stays withheld"
-    )
+    requires = "requires" if len(keys) == 1 else "require"
+    broken = f"`{blocker.text}.{name}(...)` does not pass `output`, which {method} {requires} (vLLM >= 0.20)"
+    if old_op is not None:
+        op, registered = old_op
+        if registered:
+            return f"{broken}: the call raises TypeError; this is the body of `vllm::{op}`: delete it (VAC007)"
+        return f"{broken}: the call raises TypeError; this function is named as the deleted op `vllm::{op}`"
+    if not blocker.resolved:
+        receiver = "its receiver" if blocker.text == UNSHOWN else f"`{blocker.text}`"
+        return f"{broken}: the call raises TypeError if {receiver} is one (the run cannot tell); pass `output=`"
+    return f"{broken}: the call raises TypeError; pass the output buffer as `output=`"
 
 
 def findings_for_run(
@@ -736,14 +596,11 @@ def findings_for_run(
     unsafe_fixes: bool = False,
     rewritten: Mapping[str, bytes] | None = None,
 ) -> list[tuple[str, Finding]]:
-    """``caller_findings`` for every file of the run that holds a withholding use, by the path it was given as
-    (the bytes of the others are not asked for); ``unsafe_fixes``: the run takes the withheld fixes;
-    ``rewritten``: the files the run's fixes changed, as they left them (by path as given)."""
+    """``caller_findings`` for every file of the run that holds a call omitting a required ``output``, by the path
+    it was given as (the bytes of the others are not asked for); ``rewritten``: the files the run's fixes changed,
+    as they left them (by path as given)."""
     codes = tuple(codes)
-    holding = {
-        b.path for by_code in analysis.withheld.values() for code, bs in by_code.items() if code in codes for b in bs
-    }
-    holding |= {b.path for bs in analysis.missing.values() for b in bs}
+    holding = {b.path for bs in analysis.missing.values() for b in bs}
     found = []
     for path in files:
         if normalize_path(path) in holding:
@@ -765,9 +622,6 @@ def withheld_reason(ctx: RuleContext, method: MethodFrame, code: str) -> str | N
             return None  # only a call seen to pass None withholds it, and none is tied to the function
         # A module-level function patched onto a class at run time: its calls go through the patched
         # attribute of any instance, which the index does not tie to the function.
-        return (
-            f"`{name}` is patched onto a class at run time, so the run cannot tell which "
-            "calls reach it: check that every call passes `output`"
-        )
+        return f"withheld: `{name}` is patched onto a class at run time, whose callers the run cannot tell"
     owner = f"{ctx.module_name}.{method.attention_class.qualname}"
     return ctx.hierarchy.calls.reason(owner, name, code, ctx.path)

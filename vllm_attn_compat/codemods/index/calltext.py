@@ -1,6 +1,6 @@
 """Reading calls in a file's bytes without parsing it: the text between a call's brackets, and whether the file
-may use a method (`may_use`): what the class scan (`classscan`) reads calls with, and what the runner asks of
-files for the call-site analysis (`run.scans`).
+may use a name (`may_use`): what the class scan (`classscan`) reads calls with, and what the runner asks of files
+for the accounting of the names the safe fixes change (`run.scans`, `accounting`).
 
 Light on purpose: a rerun that asks an edited file whether it may use a method imports this, not the index.
 """
@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import re
 
+from vllm_attn_compat.codemods.index.names import IDENTIFIER_BYTES
+
 # What may stand between two tokens: blanks, line continuations, and (inside brackets) newlines and comments.
 # (A comment runs to its newline: one way to match it, whatever the number of '#' in it.)
 SEP = rb"[ \t\f\r\n\\]*(?:#[^\r\n]*[\r\n][ \t\f\r\n\\]*)*"
 OPENING = re.compile(SEP + rb"\(")
 # What changes the reading of a call's text: brackets, a comment, a string's opening quote.
 _CALL_SPECIAL = re.compile(rb"[()\[\]{}#'\"]")
-_LINE_END = re.compile(rb"[\r\n]")
 _QUOTED = re.compile(rb"[\"']([A-Za-z_\x80-\xff][A-Za-z0-9_\x80-\xff]*)[\"']")
 _ADJACENT_STRINGS = re.compile(rb"[\"'][ \t\f\r\n]*[rbuRBU]{0,2}[\"']")
+_LINE_END = re.compile(rb"[\r\n]")
 _STRING_BODY = {
     (triple, quote): re.compile(
         (rb"(%s)(?:[^\\%s]|\\.|%s(?!%s))*\1" % (bytes([quote]) * 3, bytes([quote]), bytes([quote]), bytes([quote]) * 2))
@@ -43,7 +45,8 @@ def may_use(source: bytes, names: frozenset[str] | set[str], pattern: re.Pattern
     ``uses_pattern(names)``), as the call-site analysis records it: an attribute ``.name`` (blanks, line
     continuations and comments may stand after the dot), or ``getattr(x, "name")``. Never False where the
     exact index records such a use: a ``getattr`` whose text cannot be read plainly (its end not found,
-    a backslash, strings side by side, a comment) counts as using every name."""
+    a backslash, strings side by side, a comment) counts as using every name. (What else may use a name, the
+    accounting asks with :func:`holds_names`.)"""
     if pattern is None:
         return False
     if pattern.search(source) is not None:
@@ -60,6 +63,62 @@ def may_use(source: bytes, names: frozenset[str] | set[str], pattern: re.Pattern
         if any(name.encode() in _QUOTED.findall(text) for name in names):
             return True
     return False
+
+
+# What `holds_names` looks for: each text, and whether it is an identifier (then only as a whole word).
+Needles = tuple[tuple[bytes, bool], ...]
+
+
+def names_needles(names: frozenset[str] | set[str]) -> Needles:
+    """What :func:`holds_names` looks for: each name that is an identifier as a whole word, anything else
+    (``vllm::``) as it is; texts that start alike (`occurrences.OP_TEXTS`) last, one look for their start serving
+    them all."""
+    return tuple((name.encode(), name.isidentifier()) for name in sorted(names, key=_gated))
+
+
+def _gated(name: str) -> tuple[bool, str]:
+    return (not name.isidentifier(), name)
+
+
+def holds_names(source: bytes, needles: Needles) -> bool:
+    """Whether the text of the file holds one of the names ``needles`` stand for (`names_needles`): an identifier
+    as a whole word, in code, a string or a comment alike (the accounting parses the file to tell them apart: issue
+    #50), or any other text as it is. Never False where the index records an occurrence of one of them. Each text
+    is looked for with ``bytes.find``: a regular expression of them all took a tree of torch's size a third of a
+    second."""
+    if _holds(source, needles):
+        return True
+    # Python reads identifiers in their NFKC form (a fullwidth `forward` is `forward`): non-ASCII text is read so too,
+    # for the names that are identifiers (a string's text is what it is).
+    words = tuple(needle for needle in needles if needle[1])
+    return bool(words) and not source.isascii() and _holds(_nfkc(source), words)
+
+
+def _holds(source: bytes, needles: Needles) -> bool:
+    gates: dict[bytes, bool] = {}  # whether the source holds the start of texts (a file without it holds none)
+    for needle, whole in needles:
+        if not whole:
+            gate = needle[:4]
+            if gate not in gates:
+                gates[gate] = source.find(gate) != -1
+            if not gates[gate]:
+                continue
+        at = source.find(needle)
+        while at != -1:
+            end = at + len(needle)
+            if not whole or (
+                (not at or source[at - 1] not in IDENTIFIER_BYTES)
+                and (end == len(source) or source[end] not in IDENTIFIER_BYTES)
+            ):
+                return True
+            at = source.find(needle, at + 1)
+    return False
+
+
+def _nfkc(source: bytes) -> bytes:
+    import unicodedata
+
+    return unicodedata.normalize("NFKC", source.decode("utf-8", "replace")).encode("utf-8", "surrogateescape")
 
 
 def call_text(source: bytes, opening: int) -> bytes | None:

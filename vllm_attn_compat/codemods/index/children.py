@@ -50,6 +50,24 @@ class _ChildFields(dict[type, tuple[str, ...]]):
 
 CHILDREN = _ChildFields()
 
+# Where statements nest, by statement type, in the order ``ast.NodeVisitor`` would reach them (a walk of statements
+# alone: the class hierarchy's, a function's bindings).
+STATEMENT_BODIES: dict[type, tuple[str, ...]] = {
+    ast.If: ("body", "orelse"),
+    ast.For: ("body", "orelse"),
+    ast.AsyncFor: ("body", "orelse"),
+    ast.While: ("body", "orelse"),
+    ast.With: ("body",),
+    ast.AsyncWith: ("body",),
+    ast.Try: ("body", "handlers", "orelse", "finalbody"),
+    ast.ExceptHandler: ("body",),
+}
+if hasattr(ast, "TryStar"):  # Python >= 3.11
+    STATEMENT_BODIES[ast.TryStar] = ("body", "handlers", "orelse", "finalbody")
+if hasattr(ast, "Match"):  # Python >= 3.10
+    STATEMENT_BODIES[ast.Match] = ("cases",)
+    STATEMENT_BODIES[ast.match_case] = ("body",)
+
 
 def child_nodes(node: ast.AST) -> list[ast.AST]:
     """`ast.iter_child_nodes`, in its order, without what `CHILDREN` leaves out."""

@@ -30,8 +30,8 @@ from dataclasses import dataclass
 from vllm_attn_compat.codemods.index.calltext import OPENING, SEP, call_extent
 from vllm_attn_compat.codemods.index.hierarchy import ModuleIndex
 from vllm_attn_compat.codemods.index.names import (
-    _IN_TREE_SUFFIXES,
     IDENTIFIER_BYTES,
+    IN_TREE_SUFFIXES,
     VLLM_BASE_NAMES,
     guess_module_name,
     normalize_path,
@@ -83,7 +83,9 @@ _DEFINED = tuple(re.compile(keyword + rb"[ \t\f\\]+(" + _IDENT + rb")") for keyw
 _DEFINES = re.compile(rb"(?<![A-Za-z0-9_\x80-\xff])def[ \t\f]+\Z")
 _DEFINITION = re.compile(rb"[\r\n][ \t\f]*(?:async[ \t\f]+def|def|class)[ \t\f\\]")
 
-_SUFFIXES = tuple(suffix.encode() for suffix in _IN_TREE_SUFFIXES)
+_SUFFIXES = tuple(suffix.encode() for suffix in IN_TREE_SUFFIXES)
+# A string naming an old op in its dotted form, or composing one (`occurrences.op_strings`).
+_OP_NAME = re.compile(rb"vllm\.(?:unified_|[\"'{])")
 _BASE_NAMES = frozenset(name.encode() for name in VLLM_BASE_NAMES)
 
 
@@ -305,6 +307,8 @@ def quick_index(source: bytes, path: str, known: frozenset[str]) -> ScannedIndex
     code onto one; None when the file must be parsed."""
     if b"accept_output_buffer" in source:  # a duck-typed backend or a "methods" class: `ast` decides
         return None
+    if b"vllm::" in source or (b"vllm." in source and _OP_NAME.search(source)):
+        return None  # an old op's name in a string: an op list to rename, or a use that withholds it (`accounting`)
     if _may_build(source):  # a class builder a decorator may be (`runtime_patches.builder_entry`)
         return None
     headers = _headers(source)

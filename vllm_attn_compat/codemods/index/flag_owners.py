@@ -5,51 +5,46 @@ The flag is vLLM's where the class derives from vLLM's base (or a fork's copy of
 where it overrides the flag of a base of the run that is not vLLM's (a project's own ABC), it is the project's,
 and no deletion is safe (:meth:`FlagOwners.own_flag_base`). A vLLM backend's flag may go only where no read of
 the run (`flags.FlagRead`) can see the difference on vLLM >= 0.20, whose base no longer declares it
-(:meth:`FlagOwners.flag_readers`). A mixin of `hierarchy.ClassHierarchy`, which holds the data it reads.
+(:meth:`FlagOwners.flag_readers`). Its classes' relations are the run's class graph's (`classgraph`).
 """
 
 from __future__ import annotations
 
-from vllm_attn_compat.codemods.index import callsites, flags
-from vllm_attn_compat.codemods.index.names import is_vllm_base, names_match
+from collections.abc import Callable, Mapping, Sequence
+
+from vllm_attn_compat.codemods.index import accounting, flags
+from vllm_attn_compat.codemods.index.accounting import Located
+from vllm_attn_compat.codemods.index.classgraph import ClassGraph
+from vllm_attn_compat.codemods.index.names import FLAG, RunModules, is_vllm_base, shown_path
 
 
 class FlagOwners:
-    # Held by `hierarchy.ClassHierarchy` (its fields; see there).
-    modules: dict[str, str]
-    bases: dict[str, tuple[str, ...]]
-    flag_classes: dict[str, bool]
-    flag_reads: list[tuple[str, flags.FlagRead]]
-    _subclasses: dict[str, list[str]] | None
+    """The flag's declarations and reads of a run, asked through its class graph."""
 
-    # Answered by `hierarchy.ClassHierarchy`, which derives from this class.
-    def _classes_named(self, reference: str) -> list[str]:
-        raise NotImplementedError
-
-    def from_vllm(self, full_name: str) -> bool:
-        raise NotImplementedError
-
-    def _ancestors(self, full_name: str) -> list[str]:
-        """The classes of the run ``full_name`` derives from, nearest first (breadth first)."""
-        found: list[str] = []
-        queue = [full_name]
-        seen = {full_name}
-        while queue:
-            for base in self.bases.get(queue.pop(0), ()):
-                for other in self._classes_named(base):
-                    if other not in seen:
-                        seen.add(other)
-                        found.append(other)
-                        queue.append(other)
-        return found
-
-    def _derives(self, full_name: str, ancestor: str) -> bool:
-        return full_name == ancestor or ancestor in self._ancestors(full_name)
+    def __init__(
+        self,
+        graph: ClassGraph,
+        modules: RunModules,
+        flag_classes: Mapping[str, bool],
+        flag_reads: Sequence[tuple[str, flags.FlagRead]],
+        from_vllm: Callable[[str], bool],
+        occurrences: Sequence[Located] = (),
+    ) -> None:
+        """``modules``: the run's module names; ``flag_classes``: every class declaring ``accept_output_buffer`` ->
+        whether to the literal True; ``flag_reads``: every read of the flag with the path of its file;
+        ``from_vllm``: whether a class is vLLM's or derives from it (`hierarchy.ClassHierarchy.from_vllm`);
+        ``occurrences``: the run's other occurrences of names (`accounting`: reflection, class-body reads, ...)."""
+        self.graph = graph
+        self.modules = modules
+        self.flag_classes = flag_classes
+        self.flag_reads = flag_reads
+        self.from_vllm = from_vllm
+        self.occurrences = occurrences
 
     def own_flag_base(self, full_name: str) -> str | None:
         """The nearest class of the run ``full_name`` derives from that declares ``accept_output_buffer`` and
         is not vLLM's (`from_vllm`): a package's own base, whose flag is its own. None when there is none."""
-        for ancestor in self._ancestors(full_name):
+        for ancestor in self.graph.ancestors(full_name):
             if ancestor in self.flag_classes and not self.from_vllm(ancestor):
                 return ancestor
         return None
@@ -58,35 +53,40 @@ class FlagOwners:
         """Why deleting ``accept_output_buffer = True`` from the class would change what code of the run reads
         (on vLLM >= 0.20, whose base no longer declares the flag, a read of the class, a subclass or an instance
         would raise or see another class's value); None when nothing in the run can see the deletion."""
-        for ancestor in self._ancestors(full_name):
+        for ancestor in self.graph.ancestors(full_name):
             if ancestor in self.flag_classes and not self.flag_classes[ancestor]:
                 short = ancestor.rpartition(".")[2]
                 return f"`{short}`, a base class of the run, declares it too, and not True: the class would read that"
-        reads = sorted((path, read) for path, read in self.flag_reads if self._read_reaches(read, full_name))
-        if not reads:
+        reads = sorted(
+            (path, read.line, f"`{read.text}` at {shown_path(path)}:{read.line} reads it")
+            for path, read in self.flag_reads
+            if self._read_reaches(read, full_name)
+        )
+        others = accounting.flag_blockers(self.occurrences, full_name, self.graph, self.modules)
+        uses = reads + [(b.path, b.line, b.describe(FLAG, "")) for b in others]
+        if not uses:
             return None
-        path, read = reads[0]
-        more = f" (and {len(reads) - 1} more read(s) in the run)" if len(reads) > 1 else ""
-        return f"`{read.text}` at {callsites._shown(path)}:{read.line} reads it{more}"
+        first = min(uses)[2]
+        return first + (f" (and {len(uses) - 1} more)" if len(uses) > 1 else "")
 
     def _read_reaches(self, read: flags.FlagRead, full_name: str) -> bool:
         if read.target is None or read.kind == "any":
             return True
-        named = self._classes_named(read.target)
+        named = self.graph.named(read.target)
         if not named:
             # No class of the run: a function's result, or a variable of one of the run's modules, may be any
             # class; a name from outside the run is none of the run's classes.
             return read.kind == "instance" or self._names_in_run(read.target)
         if read.kind != "subclass":  # the class itself, or an instance of it
-            return any(self._derives(other, full_name) for other in named)
-        # `self` in a method of K: an instance of any class deriving from K; one deriving from both sees it.
-        return any(self._derives(sub, full_name) for other in named for sub in self._subclasses_of(other))
+            return any(self.graph.derives(other, full_name) for other in named)
+        # `self` in a method of K: an instance of any class deriving from K; one deriving from both sees it. In a
+        # metaclass's method, `cls` is a class made with it: any class.
+        return any(self.graph.related(other, full_name) or self.graph.is_metaclass(other) for other in named)
 
     def _names_in_run(self, dotted: str) -> bool:
         owner = dotted.rpartition(".")[0]
-        modules = set(self.modules.values())
         while owner:
-            if any(names_match(owner, module) for module in modules) or self._classes_named(owner):
+            if owner in self.modules or self.graph.named(owner):
                 return True
             owner = owner.rpartition(".")[0]
         return False
@@ -101,24 +101,10 @@ class FlagOwners:
             return set()
         missing: set[str] = set()
         for full_name in self.flag_classes:
-            for name in (full_name, *self._ancestors(full_name)):
-                for base in self.bases.get(name, ()):
-                    if not is_vllm_base(base) and not self._classes_named(base):
-                        missing.add(base)
+            for base in self.graph.outside_bases(full_name):
+                if not is_vllm_base(base):
+                    missing.add(base)
         for _, read in self.flag_reads:
-            if read.kind == "instance" and read.target is not None and not self._classes_named(read.target):
+            if read.kind == "instance" and read.target is not None and not self.graph.named(read.target):
                 missing.add(read.target)
         return missing
-
-    def _subclasses_of(self, full_name: str) -> list[str]:
-        """``full_name`` and every class of the run deriving from it."""
-        if self._subclasses is None:
-            self._subclasses = {}
-            for name, bases in self.bases.items():
-                for base in bases:
-                    for other in self._classes_named(base):
-                        self._subclasses.setdefault(other, []).append(name)
-        found = [full_name]
-        for name in found:
-            found += [sub for sub in self._subclasses.get(name, ()) if sub not in found]
-        return found

@@ -4,8 +4,9 @@ class's declaration of the flag (`hierarchy.ClassHierarchy.flag_readers`).
 Deleting ``accept_output_buffer = True`` is safe only if no read in the run can see the difference: on
 vLLM >= 0.20 the base class no longer declares the flag, so a read of the class (or of a subclass, or of
 an instance) returns True before and raises ``AttributeError`` after. A read is any access to the name:
-``X.accept_output_buffer``, ``getattr(X, "accept_output_buffer", ...)``, ``hasattr``, the name as a
-string anywhere else (``vars(X)["accept_output_buffer"]``, ``attrgetter``). Each records what its
+``X.accept_output_buffer``, ``getattr(X, "accept_output_buffer", ...)``, ``hasattr``. (A string naming it anywhere
+else reads nothing by itself: only reflection makes a member of a string, and the run accounts for reflection where
+it happens, `occurrences`: ``vars(X)["accept_output_buffer"]`` reads through ``vars(X)``.) Each records what its
 receiver can be: a class (``X``, ``X()``, ``mod.X``), any subclass of the class whose method holds it
 (``self``, ``cls``, ``type(self)``, ``super()``), or anything (every other receiver: a parameter, an
 attribute of an object, a call's result). The hierarchy decides what a resolved name is: a name that is
@@ -48,7 +49,6 @@ class _Reads:
         self.module = module
         self.resolve = resolve
         self.found: list[FlagRead] = []
-        self.handled: set[int] = set()  # ids of the string constants read as getattr's name
 
     def visit(self, node: ast.AST, classes: list[str], receivers: dict[str, str]) -> None:
         """``classes``: qualnames of the enclosing class bodies; ``receivers``: self/cls parameter -> class."""
@@ -103,10 +103,7 @@ class _Reads:
             and isinstance(node.args[1], ast.Constant)
             and node.args[1].value == FLAG
         ):
-            self.handled.add(id(node.args[1]))
             self._add(node, node.args[0], receivers)
-        elif isinstance(node, ast.Constant) and node.value == FLAG and id(node) not in self.handled:
-            self.found.append(FlagRead(node.lineno, None, "any", _text(node)))
 
     def _add(self, read: ast.expr, receiver: ast.expr, receivers: dict[str, str]) -> None:
         target, kind = self._receiver(receiver, receivers)

@@ -19,10 +19,13 @@ import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from vllm_attn_compat.codemods.index import calls, callsites, flags, runtime_patches
+from vllm_attn_compat.codemods.index import accounting, calls, callsites, children, flags, occurrences, runtime_patches
+from vllm_attn_compat.codemods.index.classgraph import ClassGraph
 from vllm_attn_compat.codemods.index.flag_owners import FlagOwners
 from vllm_attn_compat.codemods.index.names import (
+    FLAG,
     VLLM_LAYER_NAMES,
+    RunModules,
     guess_module_name,
     is_vllm_base,
     normalize_path,
@@ -30,6 +33,8 @@ from vllm_attn_compat.codemods.index.names import (
 from vllm_attn_compat.codemods.index.names import (
     names_match as _names_match,
 )
+from vllm_attn_compat.codemods.index.occurrences import EMPTY as EMPTY_OCCURRENCES
+from vllm_attn_compat.codemods.index.occurrences import Occurrences
 from vllm_attn_compat.codemods.index.old_ops import OldOpBody, old_op_bodies
 from vllm_attn_compat.codemods.index.runtime_patches import PatchEntry
 
@@ -55,26 +60,13 @@ class ModuleIndex:
     calls: calls.CallIndex = calls.EMPTY  # methods taking `output`, and attribute calls
     flag_reads: tuple[flags.FlagRead, ...] = ()  # reads of `accept_output_buffer`
     old_ops: tuple[OldOpBody, ...] = ()  # functions named as the ops vLLM 0.20 deleted
+    # What else names what a fix changes: reflection, class-body reads, doctests, op strings (`occurrences`).
+    occurrences: Occurrences = EMPTY_OCCURRENCES
 
 
-# Where statements nest, by statement type, in the order ``ast.NodeVisitor`` would reach them.
-# Classes, functions and imports are statements, so walking these bodies finds every one of them
+# Classes, functions and imports are statements, so walking the bodies statements nest in finds every one of them
 # (classes nested in functions, imports inside ``try``) without visiting a single expression.
-_NESTED_BODIES: dict[type, tuple[str, ...]] = {
-    ast.If: ("body", "orelse"),
-    ast.For: ("body", "orelse"),
-    ast.AsyncFor: ("body", "orelse"),
-    ast.While: ("body", "orelse"),
-    ast.With: ("body",),
-    ast.AsyncWith: ("body",),
-    ast.Try: ("body", "handlers", "orelse", "finalbody"),
-    ast.ExceptHandler: ("body",),
-}
-if hasattr(ast, "TryStar"):  # Python >= 3.11
-    _NESTED_BODIES[ast.TryStar] = ("body", "handlers", "orelse", "finalbody")
-if hasattr(ast, "Match"):  # Python >= 3.10
-    _NESTED_BODIES[ast.Match] = ("cases",)
-    _NESTED_BODIES[ast.match_case] = ("body",)
+_NESTED_BODIES = children.STATEMENT_BODIES
 
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 # The statements that can copy code onto a class (`runtime_patches.from_statement` reads them).
@@ -265,6 +257,13 @@ def _sets_flag_true(node: ast.ClassDef) -> bool:
     return isinstance(value, ast.Constant) and value.value is True
 
 
+def unparsed_index(source: bytes, path: str) -> ModuleIndex:
+    """The index of a file that does not parse: its text's names, each a use the run cannot account for
+    (`occurrences.unparsed_occurrences`), so that the fixes it may use stay withheld until it is mended."""
+    found = occurrences.unparsed_occurrences(source)
+    return ModuleIndex(normalize_path(path), guess_module_name(path), (), occurrences=found)
+
+
 def index_module(source: bytes, path: str, parsed: Callable[[ast.Module], object] = lambda tree: None) -> ModuleIndex:
     """Index the classes of one module. Raises ``SyntaxError`` on unparsable input. ``parsed`` is given the
     syntax tree (the caller may keep it: it is not changed here)."""
@@ -295,7 +294,12 @@ def _index_module(source: bytes, path: str, parsed: Callable[[ast.Module], objec
         flag = qualname in indexer.flag_classes
         true = qualname in indexer.true_flags
         classes.append(ClassEntry(qualname, bases_found, line, qualname in duck, flag, true))
-    found_calls = calls.index_calls(tree, indexer)
+    found_calls, found = calls.index_calls_and_occurrences(tree, indexer, b":=" in source)
+    doctests = occurrences.doctest_uses(tree) if b">>>" in source else []
+    ops = occurrences.op_strings(tree) if occurrences.OP_SOURCE.search(source) else []
+    if doctests or ops:
+        named = tuple(sorted((*found.named, *doctests), key=lambda use: (use.line, use.column)))
+        found = Occurrences(found.class_names, found.reflection, named, tuple(ops), found.stores)
     reads: tuple[flags.FlagRead, ...] = ()
     if flags.FLAG_BYTES in source:
         reads = flags.index_flag_reads(tree, module, lambda expr: indexer.resolve_bound(expr, []))
@@ -307,16 +311,16 @@ def _index_module(source: bytes, path: str, parsed: Callable[[ast.Module], objec
         calls=found_calls,
         flag_reads=reads,
         old_ops=old_op_bodies(tree),
+        occurrences=found,
     )
 
 
 @dataclass
-class ClassHierarchy(FlagOwners):
+class ClassHierarchy:
     """Attention-ness of every class of a run; built once, queried per class."""
 
     modules: dict[str, str] = field(default_factory=dict)  # normalized path -> module name
-    bases: dict[str, tuple[str, ...]] = field(default_factory=dict)  # full class name -> bases
-    _by_last: dict[str, list[str]] = field(default_factory=dict)
+    graph: ClassGraph = field(default_factory=ClassGraph)  # the run's classes and their bases
     _by_module: dict[str, list[str]] = field(default_factory=dict)  # module -> full class names
     _attention: dict[str, bool] = field(default_factory=dict)
     duck_typed: set[str] = field(default_factory=set)  # full names of backends shaped like one
@@ -330,27 +334,74 @@ class ClassHierarchy(FlagOwners):
     patches: dict[str, list[tuple[str, str, tuple[str, ...], str]]] = field(default_factory=dict)
     # Which fixes the run's calls withhold (`callsites`); set by `build` and `extended`.
     calls: callsites.CallAnalysis = field(default_factory=callsites.CallAnalysis)
+    # Every module's occurrences of names that no attribute use accounts for (`accounting`), and, per old op an op
+    # list of the run names, the strings that withhold its renaming (VAC006).
+    occurrences: list[accounting.Located] = field(default_factory=list)
+    ops: dict[str, tuple[accounting.Blocker, ...]] = field(default_factory=dict)
     _patched: list[tuple[str, str]] | None = None  # `_patched_in_scope`, once asked (asked once per file)
     _from_vllm: dict[str, bool] = field(default_factory=dict)
-    _vllm_bases: dict[str, frozenset[str]] = field(default_factory=dict)  # `_vllm_bases_of`, once asked
-    _subclasses: dict[str, list[str]] | None = None  # in-run class -> its direct subclasses in the run
     _names: frozenset[str] | None = None  # `attention_class_names`, once asked (each round asks it twice)
+    _flags: FlagOwners | None = None  # `flags`, once asked
+    # The module names of every file of the run, indexed or not (`build`): an object a name of one of them binds
+    # may be anything, one from elsewhere is outside the run (`accounting.reaches`).
+    run_modules: frozenset[str] = frozenset()
+    _all_modules: RunModules | None = None  # `all_modules`, once asked
 
     @classmethod
-    def build(cls, indexes: Iterable[ModuleIndex]) -> ClassHierarchy:
+    def build(cls, indexes: Iterable[ModuleIndex], run_modules: Iterable[str] = ()) -> ClassHierarchy:
+        """The hierarchy of ``indexes``; ``run_modules``: the module names of the run's other files (not indexed)."""
         hierarchy = cls()
         indexes = list(indexes)
+        hierarchy.run_modules = frozenset(run_modules)
         for index in indexes:
             hierarchy.add(index)
         hierarchy.calls = callsites.analyse(hierarchy, indexes)
+        hierarchy.ops = hierarchy.op_blockers()
         return hierarchy
+
+    def op_blockers(self) -> dict[str, tuple[accounting.Blocker, ...]]:
+        """Per old op an op list of the run names, what withholds renaming it (`accounting.op_blockers`)."""
+        sites = accounting.op_sites(self.occurrences)
+        return {op: found for op, found in accounting.op_blockers(self.occurrences).items() if op in sites}
+
+    def open_flags(self) -> list[str]:
+        """The classes whose ``accept_output_buffer = True`` VAC004 may still delete safely (nothing withholds it)."""
+        if self.declares_flag_in_base():
+            return []
+        return [
+            full
+            for full, true in self.flag_classes.items()
+            if true
+            and self.is_attention_class(full)
+            and self.own_flag_base(full) is None
+            and self.flag_readers(full) is None
+        ]
+
+    def accounting_terms(self) -> frozenset[str]:
+        """What a file the run has not indexed must not hold for the safe fixes still made to stay safe (#50): the
+        names of the methods with a fix nothing withholds yet, the flag's while a deletion of it is still safe,
+        reflection's words while either is, and an old op's name, or a prefix composing op names, while its
+        renaming in op lists is safe. A file holding one is indexed (`calltext.may_use` asks it); once every fix a
+        name decides is withheld, its further occurrences change nothing, and the name is no longer looked for."""
+        terms = set(callsites.open_method_names(self.calls))
+        if self.open_flags():
+            terms.add(FLAG)
+        if terms:
+            terms |= occurrences.REFLECTION_WORDS
+        if any(not self.ops.get(op) for op in accounting.op_sites(self.occurrences)):
+            terms |= occurrences.OP_TEXTS
+        return frozenset(terms)
+
+    def op_renaming_withheld(self, op: str, path: str) -> str | None:
+        """Why renaming the old op ``op`` (``unified_attention``) in the op lists of the run is withheld, for the
+        finding at ``path``; None when it is not (VAC006's safe fix)."""
+        return accounting.op_reason(self.ops.get(op, ()), path)
 
     def add(self, index: ModuleIndex) -> None:
         self.modules[index.path] = index.module
         for entry in index.classes:
             full = f"{index.module}.{entry.qualname}"
-            self.bases[full] = self.bases.get(full, ()) + entry.bases
-            self._by_last.setdefault(full.rpartition(".")[2], []).append(full)
+            self.graph.add(full, entry.bases)
             self._by_module.setdefault(index.module, []).append(full)
             if entry.duck_typed:
                 self.duck_typed.add(full)
@@ -359,42 +410,89 @@ class ClassHierarchy(FlagOwners):
             if entry.declares_flag:
                 self.flag_classes[full] = entry.flag_true
         self.flag_reads += [(index.path, read) for read in index.flag_reads]
+        found = index.occurrences
+        if found.class_names or found.reflection or found.named or found.op_strings or found.stores:
+            self.occurrences.append(accounting.Located(index.path, index.module, found))
         for patch in index.patches:
             record = (patch.source, patch.kind, patch.targets, index.module)
             self.patches.setdefault(patch.source.rpartition(".")[2], []).append(record)
         self._attention.clear()
         self._from_vllm.clear()
-        self._vllm_bases.clear()
         self._patched = None
-        self._subclasses = None
         self._names = None
+        self._flags = None
+        self._all_modules = None
 
     def extended(self, index: ModuleIndex) -> ClassHierarchy:
         """A copy that also holds ``index`` (the hierarchy itself is left alone)."""
         copy = ClassHierarchy(
             dict(self.modules),
-            dict(self.bases),
-            {k: list(v) for k, v in self._by_last.items()},
+            self.graph.copy(),
             {k: list(v) for k, v in self._by_module.items()},
             duck_typed=set(self.duck_typed),
             flag_bases=set(self.flag_bases),
             flag_classes=dict(self.flag_classes),
             flag_reads=list(self.flag_reads),
             patches={k: list(v) for k, v in self.patches.items()},
+            occurrences=list(self.occurrences),
+            run_modules=self.run_modules,
         )
         copy.add(index)
         copy.calls = callsites.extend(self.calls, copy, index)
+        copy.ops = copy.op_blockers()
         return copy
+
+    def all_modules(self) -> RunModules:
+        """The module names of every file of the run, indexed or not."""
+        if self._all_modules is None:
+            stores = {store for place in self.occurrences for store in place.found.stores}
+            self._all_modules = RunModules(self.run_modules | frozenset(self.modules.values()), stores)
+        return self._all_modules
+
+    @property
+    def flags(self) -> FlagOwners:
+        """Who owns the flag each class declares, and what reads it (`flag_owners`)."""
+        if self._flags is None:
+            self._flags = FlagOwners(
+                self.graph,
+                self.all_modules(),
+                self.flag_classes,
+                self.flag_reads,
+                self.from_vllm,
+                self.occurrences,
+            )
+        return self._flags
+
+    def own_flag_base(self, full_name: str) -> str | None:
+        return self.flags.own_flag_base(full_name)
+
+    def flag_readers(self, full_name: str) -> str | None:
+        return self.flags.flag_readers(full_name)
+
+    def missing_classes(self) -> set[str]:
+        """The classes (dotted names) the run has not indexed whose bases or members decide a fix: the flag owners'
+        (`flag_owners.FlagOwners.missing_flag_classes`), and, while a fix of a class is still safe, what reflection
+        is given by a name of one of the run's modules that names no class indexed (``getattr(Config, name)``: a
+        class of a file not read yet, or any object). The runner indexes the files that may define them."""
+        missing = self.flags.missing_flag_classes()
+        if callsites.open_method_names(self.calls) or self.open_flags():
+            modules = self.all_modules()
+            missing.update(
+                target
+                for place in self.occurrences
+                for reflection in place.found.reflection
+                if reflection.receiver in ("class", "instance")
+                and (target := reflection.target) is not None
+                and not self.graph.named(target)
+                and accounting.global_of_the_run(target, modules)
+            )
+        return missing
 
     def covers(self, path: str) -> bool:
         return normalize_path(path) in self.modules
 
     def module_name(self, path: str) -> str:
         return self.modules.get(normalize_path(path)) or guess_module_name(path)
-
-    def _classes_named(self, reference: str) -> list[str]:
-        candidates = self._by_last.get(reference.rpartition(".")[2], ())
-        return [full for full in candidates if _names_match(reference, full)]
 
     def is_attention_class(self, full_name: str) -> bool:
         """``full_name`` is ``module.qualname`` as `module_name` and ``__qualname__`` give it."""
@@ -414,14 +512,9 @@ class ClassHierarchy(FlagOwners):
         known = self._from_vllm.get(full_name)
         if known is not None:
             return known
-        self._from_vllm[full_name] = False  # breaks cycles
-        result = (
-            is_vllm_base(full_name)
-            or any(
-                is_vllm_base(base) or any(self.from_vllm(other) for other in self._classes_named(base))
-                for base in self.bases.get(full_name, ())
-            )
-            or self.patch_scope(full_name, runtime_patches.MEMBERS) == "attention"
+        self._from_vllm[full_name] = False  # breaks cycles (`patch_scope` asks of other classes)
+        result = bool(self.graph.provenance(full_name)) or any(
+            self.patch_scope(name, runtime_patches.MEMBERS) == "attention" for name in self.graph.lineage(full_name)
         )
         self._from_vllm[full_name] = result
         return result
@@ -430,35 +523,18 @@ class ClassHierarchy(FlagOwners):
         """Whether the class is one of vLLM's attention layers (`names.VLLM_LAYER_NAMES`) or derives from one through
         the run's classes, and from none of its impls: vLLM calls its ``forward`` as ``layer(q, k, v)``, never
         with ``output`` (which the layer allocates), so what the rules say of ``output`` there does not hold."""
-        names = {base.rpartition(".")[2] for base in self._vllm_bases_of(full_name)}
+        names = {base.rpartition(".")[2] for base in self.graph.vllm_bases(full_name)}
         return bool(names & VLLM_LAYER_NAMES) and not any(name.endswith(("Impl", "ImplBase")) for name in names)
 
     def is_mla_layer_class(self, full_name: str) -> bool:
         """Whether the class is vLLM's MLA layer (``MLAAttention``) or a layer deriving from it: the one layer of
         which vLLM calls a method with the buffer (``forward_impl``, from its ``unified_mla_attention_with_output``
         op; a plugin's own layer's ``forward_impl`` is called by the plugin's code)."""
-        names = {base.rpartition(".")[2] for base in self._vllm_bases_of(full_name)}
+        names = {base.rpartition(".")[2] for base in self.graph.vllm_bases(full_name)}
         return "MLAAttention" in names and self.is_layer_class(full_name)
 
-    def _vllm_bases_of(self, full_name: str) -> frozenset[str]:
-        """vLLM's base classes (`is_vllm_base`) the class is or derives from through the run's classes."""
-        known = self._vllm_bases.get(full_name)
-        if known is not None:
-            return known
-        self._vllm_bases[full_name] = frozenset()  # breaks cycles
-        found = {full_name} if is_vllm_base(full_name) else set()
-        for base in self.bases.get(full_name, ()):
-            if is_vllm_base(base):
-                found.add(base)
-            for other in self._classes_named(base):
-                found |= self._vllm_bases_of(other)
-        self._vllm_bases[full_name] = frozenset(found)
-        return self._vllm_bases[full_name]
-
     def _is_attention_reference(self, reference: str) -> bool:
-        return is_vllm_base(reference) or any(
-            self.is_attention_class(other) for other in self._classes_named(reference)
-        )
+        return is_vllm_base(reference) or any(self.is_attention_class(other) for other in self.graph.named(reference))
 
     def patch_scope(self, full_name: str, kind: str) -> str | None:
         """``"attention"`` when the function (``kind`` ATTRIBUTE) or class (MEMBERS) ``full_name`` is copied
@@ -513,7 +589,7 @@ class ClassHierarchy(FlagOwners):
         """Plain names (``PluginBase``) of the attention classes of the run, for the prefilter; with them the
         names of functions patched onto one from another module (their file is attention code too)."""
         if self._names is None:
-            classes = {full.rpartition(".")[2] for full in self.bases if self.is_attention_class(full)}
+            classes = {full.rpartition(".")[2] for full in self.graph if self.is_attention_class(full)}
             functions = {
                 source.rpartition(".")[2]
                 for source, module in self._patched_in_scope()

@@ -4,6 +4,7 @@ the index's modules all go by (a module of its own, so that none of them imports
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Iterator
 from functools import lru_cache
 
 # Module prefixes (dotted) where vLLM defines its attention base classes, old and new layouts.
@@ -30,7 +31,7 @@ VLLM_BASE_NAMES = frozenset(
 VLLM_LAYER_NAMES = frozenset({"AttentionLayer", "AttentionLayerBase", "Attention", "MLAAttention"})
 # vLLM's in-tree backends (FlashAttentionBackend, MLACommonImpl, ...) are attention classes
 # too; a plugin deriving from them is found by these suffixes on names from the modules above.
-_IN_TREE_SUFFIXES = ("Backend", "Impl")
+IN_TREE_SUFFIXES = ("Backend", "Impl")
 
 # A file defining an attention class either imports from a vLLM attention module (its text
 # then contains one of these), defines vLLM's own bases (a fork of vLLM), or derives from an
@@ -56,6 +57,15 @@ BASE_TOKENS: tuple[bytes, ...] = (
 
 def normalize_path(path: str) -> str:
     return path if path == "-" else os.path.normpath(os.path.abspath(path))
+
+
+def shown_path(path: str) -> str:
+    """``path`` as messages show it: relative to the working directory when it is below it."""
+    try:
+        relative = os.path.relpath(path)
+    except ValueError:  # another drive on Windows
+        return path
+    return path if relative.startswith("..") else relative
 
 
 @lru_cache(maxsize=4096)
@@ -93,6 +103,45 @@ def names_match(reference: str, defined: str) -> bool:
     return reference == defined or defined.endswith("." + reference) or reference.endswith("." + defined)
 
 
+class RunModules:
+    """The module names of a run's files, asked by dotted name (`names_match`, in time of the name's length)."""
+
+    def __init__(self, modules: Iterable[str], stores: Iterable[str] = ()) -> None:
+        """``stores``: the dotted names of the attributes the run's code assigns (`occurrences.Occurrences.stores`),
+        asked as ``dotted in modules.stores``."""
+        self.names = frozenset(modules)
+        self.stores: RunModules | frozenset[str] = RunModules(stores) if stores else frozenset()
+        # Every module name's dotted suffixes (``b.c`` and ``c`` for ``a.b.c``): a reference a module ends with.
+        self._suffixes = frozenset(name.split(".", i)[i] for name in self.names for i in range(name.count(".") + 1))
+        self._known: dict[str, bool] = {}
+
+    def __contains__(self, dotted: object) -> bool:
+        """Whether ``dotted`` may name one of the modules (`names_match`)."""
+        if not isinstance(dotted, str):
+            return False
+        known = self._known.get(dotted)
+        if known is None:
+            parts = dotted.split(".")
+            tails = (".".join(parts[i:]) for i in range(len(parts)))
+            known = self._known[dotted] = dotted in self._suffixes or any(tail in self.names for tail in tails)
+        return known
+
+    def holds(self, dotted: str) -> bool:
+        """Whether ``dotted`` may name something defined in one of the modules (a module names its prefix)."""
+        owner = dotted.rpartition(".")[0]
+        while owner:
+            if owner in self:
+                return True
+            owner = owner.rpartition(".")[0]
+        return False
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names)
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+
 def may_define(module: str, dotted: str) -> bool:
     """Whether the module named ``module`` may be where the class ``dotted`` is defined (a guessed module name may
     lack its package prefix: `names_match`)."""
@@ -105,7 +154,7 @@ def is_vllm_base(dotted: str) -> bool:
     module, _, name = dotted.rpartition(".")
     if not any(module == prefix or module.startswith(prefix + ".") for prefix in VLLM_ATTENTION_MODULES):
         return False
-    return name in VLLM_BASE_NAMES or name.endswith(_IN_TREE_SUFFIXES)
+    return name in VLLM_BASE_NAMES or name.endswith(IN_TREE_SUFFIXES)
 
 
 # Bytes that can continue a Python identifier (non-ASCII too: identifiers may be Unicode): what the text scans

@@ -53,6 +53,8 @@ class Questions(Protocol):
 
     def flag_readers(self, full_name: str) -> str | None: ...
 
+    def op_renaming_withheld(self, op: str, path: str) -> str | None: ...
+
     def extended(self, index: ModuleIndex) -> Questions: ...
 
 
@@ -113,6 +115,10 @@ class Recorder:
         answer = self._asked("flag_readers", (full_name,), self._hierarchy.flag_readers(full_name))
         return None if answer is None else str(answer)
 
+    def op_renaming_withheld(self, op: str, path: str) -> str | None:
+        answer = self._asked("op_renaming_withheld", (op, path), self._hierarchy.op_renaming_withheld(op, path))
+        return None if answer is None else str(answer)
+
     def extended(self, index: ModuleIndex) -> Questions:
         self.complete = False
         return self._hierarchy.extended(index)
@@ -142,6 +148,7 @@ _QUESTIONS = frozenset(
         "is_flag_base",
         "own_flag_base",
         "flag_readers",
+        "op_renaming_withheld",
     }
 )
 

@@ -18,6 +18,7 @@ from vllm_attn_compat.codemods.index.calls import CallIndex, KeptUses, OutputMet
 from vllm_attn_compat.codemods.index.classscan import ScannedIndex
 from vllm_attn_compat.codemods.index.flags import FlagRead
 from vllm_attn_compat.codemods.index.hierarchy import ClassEntry, ModuleIndex
+from vllm_attn_compat.codemods.index.occurrences import ClassBodyName, NamedUse, Occurrences, OpString, Reflection
 from vllm_attn_compat.codemods.index.old_ops import OldOpBody
 from vllm_attn_compat.codemods.index.runtime_patches import PatchEntry
 
@@ -63,17 +64,25 @@ _FIELDS: dict[type, tuple[_Field, ...]] = {
     FlagRead: (_SCALAR, _MAYBE_TEXT, _TEXT, _TEXT),
     PatchEntry: (_TEXT, _TEXT, _NAMES, _SCALAR),
     OldOpBody: (_SCALAR, _SCALAR, _TEXT, _FLAG),
-    OutputMethod: (_TEXT, _TEXT, _SCALAR, _TEXT, _NAMES, _NAME_SET, _NAME_SET, _FLAG, _FLAG, _FLAG, _MAYBE_TEXT, _FLAG),
+    OutputMethod: (
+        *(_TEXT, _TEXT, _SCALAR, _TEXT, _NAMES, _NAME_SET, _NAME_SET, _FLAG, _FLAG, _FLAG, _MAYBE_TEXT, _FLAG),
+        _NAMES,
+    ),
     Signature: (_TEXT, _TEXT, _TEXT),
     Use: (
         *(_TEXT, _SCALAR, _SCALAR, _SCALAR, _TEXT, _TEXT, _MAYBE_TEXT, _MAYBE_TEXT, _TEXT),
         *(_SCALAR, _NUMBERS, _NAME_SET, _FLAG, _FLAG, _NUMBERS, _FLAG, _NUMBERS, _FLAG, _MAYBE_TEXT),
+        *(_NUMBERS, _FLAG),
     ),
+    ClassBodyName: (_TEXT, _TEXT, _SCALAR, _SCALAR),
+    Reflection: (_SCALAR, _SCALAR, _TEXT, _TEXT, _MAYBE_TEXT, _NAMES, _TEXT),
+    NamedUse: (_TEXT, _SCALAR, _SCALAR, _TEXT, _TEXT),
+    OpString: (_SCALAR, _SCALAR, _TEXT, _TEXT, _TEXT),
 }
 
 
 # The records that are tuples (`typing.NamedTuple`): their columns are transposed, and their records made, in C.
-_TUPLES = (Use, FlagRead, OldOpBody, Signature)
+_TUPLES = (Use, FlagRead, OldOpBody, Signature, ClassBodyName, Reflection, NamedUse, OpString)
 
 
 def _columns(kind: type, records: Sequence[Any]) -> list[list[object]]:
@@ -122,7 +131,30 @@ def to_data(index: ModuleIndex, read: Set[str] = frozenset()) -> dict[str, objec
         "other_names": sorted({uses[place].name for place in others}),
         "flag_reads": _columns(FlagRead, index.flag_reads),
         "old_ops": _columns(OldOpBody, index.old_ops),
+        "occurrences": _occurrences_to_data(index.occurrences),
     }
+
+
+def _occurrences_to_data(found: Occurrences) -> list[object]:
+    return [
+        _columns(ClassBodyName, found.class_names),
+        _columns(Reflection, found.reflection),
+        _columns(NamedUse, found.named),
+        _columns(OpString, found.op_strings),
+        list(found.stores),
+    ]
+
+
+def _occurrences_from_data(data: object) -> Occurrences:
+    if not (type(data) is list and len(data) == 5 and type(data[4]) is list and _of_types(str)(data[4])):
+        raise ValueError(f"expected the five kinds of occurrences, found {data!r:.80}")
+    return Occurrences(
+        _records(ClassBodyName, data[0]),
+        _records(Reflection, data[1]),
+        _records(NamedUse, data[2]),
+        _records(OpString, data[3]),
+        tuple(data[4]),
+    )
 
 
 _KEYS = (
@@ -137,6 +169,7 @@ _KEYS = (
     "other_names",
     "flag_reads",
     "old_ops",
+    "occurrences",
 )
 
 
@@ -168,6 +201,7 @@ def from_data(data: object, kept_in: str | None = None) -> ModuleIndex:
         calls,
         _records(FlagRead, data["flag_reads"]),
         _records(OldOpBody, data["old_ops"]),
+        _occurrences_from_data(data["occurrences"]),
     )
 
 

@@ -20,6 +20,12 @@ _IMPL_HEADER = """\
 """
 
 
+_IN_A_LAYER = (
+    "a layer's own `output` is asserted: vLLM >= 0.20's layers allocate the buffer they pass on; check who passes "
+    "this one (no fix)"
+)
+
+
 class AssertOutputNotNone(Rule):
     """Before vLLM 0.20 a backend could be called without an output buffer, so every in-tree
     ``forward`` began with ``assert output is not None, "Output tensor must be provided."``.
@@ -32,8 +38,10 @@ class AssertOutputNotNone(Rule):
     the parameter, and upstream deleted exactly these asserts. An assert that tests more than
     ``output is not None`` is reported for a person to simplify. Where ``output`` defaults to None, a
     call the run sees passing ``output=None``, or no ``output``, fails at the assert today and would run
-    on without it: the deletion is then unsafe, and the call is reported where it is; so it is where the
-    method's callers cannot all be seen (``*args``, the method handed on), as for VAC002.
+    on without it: the deletion is then unsafe, and the finding names the call; so it is where the value passed
+    may be None (an attribute such as ``self.buffer``, what a call returns), and wherever VAC002's fix is withheld
+    (``*args``, the method handed on, reflection: see VAC002). A parameter already required, or a fresh tensor,
+    counts as a buffer.
     """
 
     code = "VAC001"
@@ -174,13 +182,32 @@ class AssertOutputNotNone(Rule):
             """,
             findings=(Status.MANUAL,),
         ),
+        Example(
+            "a plugin's own layer asserting the output its own op passes is reported",
+            """\
+            from torch import nn
+            from vllm.model_executor.layers.attention_layer_base import AttentionLayerBase
+
+
+            class PluginMLALayer(nn.Module, AttentionLayerBase):
+                def forward_impl(self, q, kv_c_normed, k_pe, kv_cache, attn_metadata=None, output=None):
+                    assert output is not None, "Output tensor must be provided."
+                    return self.impl.forward(q, kv_c_normed, k_pe, kv_cache, attn_metadata, output)
+            """,
+            findings=(Status.MANUAL,),
+        ),
     )
 
     def visit_Assert(self, node: cst.Assert) -> None:
         from vllm_attn_compat.codemods.engine import patterns
 
         method = self.ctx.output_method()
-        if method is None or not patterns.contains_none_test(node.test):
+        if not patterns.contains_none_test(node.test):
+            return
+        if method is None:
+            layer = self.ctx.layer_output_method()
+            if layer is not None and self.ctx.output_still_parameter(layer):
+                self.ctx.report(self, node, _IN_A_LAYER)
             return
         exact = patterns.none_test(node.test) == "is not"
         if exact and self.ctx.output_still_parameter(method):

@@ -88,14 +88,19 @@ class RequiredOutputParameter(Rule):
     position), and naming the run's uses that change would break: calls that omit ``output`` or pass
     it by position, and the method handed on.
 
-    A safe fix preserves the behaviour of every call the run can see. A plugin's own warm-up path,
-    test or subclass may call the method without ``output`` (``self.prefill(q, q, q)``,
-    ``super().decode(query=q)``, ``impl.forward(layer, q, k, v, kv_cache, md)`` in a smoke test),
-    and would raise ``TypeError`` once it is required. So the fix is safe only while every call in
-    the run passes ``output`` (by keyword, or positionally at its place) and the method is never
-    handed on as a value (a callback, ``functools.partial(self.prefill)``, ``getattr``), which
-    hides its callers. Otherwise it is withheld (unsafe), and each such call or reference is
-    reported in its own file and line with what to pass; ``# noqa: VAC002`` there silences it.
+    A safe fix accounts for every use of the method's name in the files the run reads, or is withheld. A
+    plugin's own warm-up path, test or subclass may call the method without ``output``
+    (``self.prefill(q, q, q)``, ``super().decode(query=q)``, ``impl.forward(layer, q, k, v, kv_cache, md)`` in a
+    smoke test), and would raise ``TypeError`` once it is required. So the fix is safe only while every use is
+    proven unaffected: a call passing ``output`` (by keyword, or positionally at its place), a use on a receiver
+    that cannot be an instance of the class (``self`` of an unrelated class, a module, a literal), the definition
+    itself. Anything else withholds it (unsafe): a call omitting ``output`` or passing ``*args``, the method handed
+    on as a value (a callback, ``functools.partial(self.prefill)``, ``getattr``, an alias ``run = forward`` in the
+    class body, an entry in a dispatch table, a decorator that may register it), reflection that may reach the
+    class (``vars()``, ``__dict__``, ``dir()``, ``inspect.getmembers``, ``getattr``/``hasattr``/``setattr`` with
+    a computed name), a name a string looks up (``operator.attrgetter``, ``mock.patch``), a doctest, the text of a
+    file that does not parse. The finding at the parameter names the first such use (file and line) and how many
+    more there are; the uses themselves get no finding of their own.
     """
 
     code = "VAC002"
@@ -216,7 +221,7 @@ class RequiredOutputParameter(Rule):
             """,
         ),
         Example(
-            "a helper the run calls without output keeps its default (unsafe), and the call is reported",
+            "a helper the run calls without output keeps its default (unsafe), the finding naming the call",
             class_source(
                 _HEADER,
                 """
@@ -256,7 +261,7 @@ class RequiredOutputParameter(Rule):
                     return self.prefill(query, query, query)
                 """,
             ),
-            findings=(Status.FIXED, Status.UNSAFE_FIX_AVAILABLE, Status.MANUAL),
+            findings=(Status.FIXED, Status.UNSAFE_FIX_AVAILABLE),
         ),
         Example(
             "a subclass calling super() without output",
@@ -299,7 +304,7 @@ class RequiredOutputParameter(Rule):
                 def decode(self, query, output):
                     return super().decode(query=query)
             """,
-            findings=(Status.UNSAFE_FIX_AVAILABLE, Status.FIXED, Status.MANUAL),
+            findings=(Status.UNSAFE_FIX_AVAILABLE, Status.FIXED),
         ),
         Example(
             "a method handed on as a callback: its callers cannot be checked",
@@ -323,7 +328,7 @@ class RequiredOutputParameter(Rule):
                     queue.append(functools.partial(self.prefill))
                 """,
             ),
-            findings=(Status.UNSAFE_FIX_AVAILABLE, Status.MANUAL),
+            findings=(Status.UNSAFE_FIX_AVAILABLE,),
         ),
         Example(
             "every call passes output: the fix stays safe",
@@ -378,9 +383,8 @@ class RequiredOutputParameter(Rule):
                 # Keyword-only, not moved before the defaulted parameter: a move would rebind the arguments of a call
                 # passing both by position, silently; vLLM passes `output` by keyword.
                 message = (
-                    f"`output` is required since vLLM 0.20, but parameter `{defaulted[-1]}` before it has a default, "
-                    "so `= None` cannot simply go: make it keyword-only and required (`*, output: torch.Tensor`), "
-                    "as vLLM passes it by keyword"
+                    f"`output` follows `{defaulted[-1]}`, which has a default, so `= None` cannot simply go: make it "
+                    "keyword-only and required (`*, output: torch.Tensor`)"
                 )
                 uses = self.ctx.keyword_only_breaks(method)
                 self.ctx.report(self, node, message if uses is None else f"{message}; {uses}")

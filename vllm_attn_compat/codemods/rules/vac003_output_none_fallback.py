@@ -75,6 +75,12 @@ def _raises(node: cst.If) -> bool:
     return bool(statements) and isinstance(statements[0], cst.Raise)
 
 
+_IN_A_LAYER = (
+    "tests a layer's own `output`: vLLM >= 0.20's layers allocate the buffer they pass on; check who passes this "
+    "one (no fix)"
+)
+
+
 class OutputNoneFallback(Rule):
     """Old backends guarded against being called without a buffer with
     ``if output is None: output = torch.empty(...)``. vLLM >= 0.20 always passes ``output``, so
@@ -86,9 +92,11 @@ class OutputNoneFallback(Rule):
     that no assignment to ``output`` may run before tests it, whatever the method assigns to the name afterwards
     (``output = output.view(...)``); a test after one may test the local, and is never touched, nor is a function
     without such a parameter.
-    Deleting a fallback is safe only while every call of the method the run can see passes a buffer: a call
-    without ``output`` (or with ``output=None``), or the method handed on as a value, withholds it (unsafe)
-    and is reported where it is, as for VAC002.
+    Deleting a fallback is safe only while every use of the method in the run passes a buffer: a value that
+    cannot be None (a fresh tensor, a required parameter, a slice or view of one). A call without ``output``, with
+    ``output=None`` or with a value that may be None (``self.buffer``, a field defaulting to None), the method
+    handed on as a value, and every use that withholds VAC002's fix (see there) withhold it (unsafe); the finding
+    names the first.
     """
 
     code = "VAC003"
@@ -125,7 +133,7 @@ class OutputNoneFallback(Rule):
             findings=(Status.FIXED,),
         ),
         Example(
-            "a fallback the run relies on stays (unsafe), and the call is reported",
+            "a fallback the run relies on stays (unsafe), the finding naming the call",
             class_source(
                 _HEADER,
                 """
@@ -150,7 +158,7 @@ class OutputNoneFallback(Rule):
                     return self.forward(None, query, query, query, None, None)
                 """,
             ),
-            findings=(Status.UNSAFE_FIX_AVAILABLE, Status.MANUAL),
+            findings=(Status.UNSAFE_FIX_AVAILABLE,),
         ),
         Example(
             "a fallback opening a method that reshapes the buffer afterwards goes too",
@@ -221,6 +229,20 @@ class OutputNoneFallback(Rule):
                 """,
             ),
         ),
+        Example(
+            "a layer's method testing the layer's own output is reported",
+            """\
+            from vllm.model_executor.layers.attention import MLAAttention
+
+
+            class PluginMLA(MLAAttention):
+                def forward(self, q, kv_c_normed, k_pe, output=None, **kwargs):
+                    if output is None:
+                        output = self.allocate(q)
+                    return self.compute(q, kv_c_normed, k_pe, output)
+            """,
+            findings=(Status.MANUAL,),
+        ),
     )
 
     def visit_Comparison(self, node: cst.Comparison) -> None:
@@ -230,7 +252,13 @@ class OutputNoneFallback(Rule):
 
         method = self.ctx.output_method()
         kind = none_test(node)
-        if method is None or kind is None:
+        if kind is None:
+            return
+        if method is None:
+            layer = self.ctx.layer_output_method()
+            in_assert = any(isinstance(ancestor, cst.Assert) for ancestor in self.ctx.stack)
+            if layer is not None and not in_assert and self.ctx.output_still_parameter(layer):
+                self.ctx.report(self, node, f"`output {kind} None` {_IN_A_LAYER}")
             return
         parent = self.ctx.parent()
         asserted = isinstance(parent, cst.Assert) and parent.test is node
@@ -270,8 +298,5 @@ class OutputNoneFallback(Rule):
         if not self.ctx.output_still_parameter(method):
             return
         test = "`assert output is None` fails" if asserted else "the `raise` under `if output is not None` runs"
-        message = (
-            f"{test} whenever a buffer is passed, and vLLM >= 0.20 always passes the output buffer: this method "
-            "refuses it; write the result into `output` instead"
-        )
+        message = f"{test} whenever a buffer is passed, as vLLM >= 0.20 always does: write into `output` instead"
         self.ctx.report(self, node, message)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from vllm_attn_compat.codemods.engine.edits import RemoveStatement
+from vllm_attn_compat.codemods.engine.edits import AddImport, CommentSink, RemoveStatement, Replace
 from vllm_attn_compat.codemods.engine.rule import Example, Rule, class_source
 from vllm_attn_compat.codemods.findings import FixSafety, Status
 
@@ -21,35 +21,59 @@ _HEADER = """\
 _READER = "\n\n    def test_backend_contract():\n        assert MyBackend.accept_output_buffer\n"
 
 _RETURNS_NEW_TENSOR = (
-    "`accept_output_buffer` is {what}: this backend returns a new tensor instead of writing into "
-    "`output`, and vLLM >= 0.20 ignores the returned tensor (the result is lost). Write the result "
-    "into `output` (e.g. `output.copy_(result)`), or decorate the impl class with "
-    "`@vllm_attn_compat.compat.adapt_legacy_impl`; then delete the attribute "
-    "(the unsafe fix deletes it: --unsafe-fixes)"
+    "`accept_output_buffer` is {what}: vLLM >= 0.20 ignores the new tensor the backend returns; write into `output`"
 )
+_ADAPTER = " (unsafe fix: delete it, wrapping the impl in `adapt_legacy_impl`)"
+_NO_ADAPTER = " or wrap the impl in `adapt_legacy_impl`"
 _BASE_DECLARATION = (
-    "this is the declaration of `accept_output_buffer` that vLLM 0.20 removed (PR #39125), and its False "
-    "default still means something here: every backend that does not set the flag returns a new tensor, "
-    "which vLLM >= 0.20 ignores. Make those backends write into `output`, remove the reads of the flag "
-    "(VAC005), then delete this declaration and the comment above it, as upstream did "
-    "(the unsafe fix deletes them: --unsafe-fixes)"
+    "the declaration vLLM 0.20 removed: its False still sends every backend without the flag down the old path; "
+    "make them write into `output`, then delete it (unsafe fix)"
 )
 _TRUE_IN_FORK = (
-    "`accept_output_buffer = True` is dead once the flag is gone, but this run's own `AttentionBackend` still "
-    "declares it False and code still reads it: deleting this line alone would send this backend down the "
-    "no-output path. Delete it together with the base declaration and the reads (VAC005), as upstream did "
-    "(the unsafe fix deletes it: --unsafe-fixes)"
+    "`accept_output_buffer = True` is dead once the flag is gone, but this fork's `AttentionBackend` still declares "
+    "it: delete it with that declaration (unsafe fix)"
 )
 _OWN_BASE = (
-    "`accept_output_buffer` here overrides the flag of `{base}`, a base class of this project that is not "
-    "vLLM's: the flag is the project's own. vLLM >= 0.20 no longer reads it, but deleting this line would make "
-    "the class read `{base}`'s value instead. Decide with the base class's declaration and its readers, by hand"
+    "`accept_output_buffer` overrides `{base}`'s, a base of the project's own, not vLLM's: the flag is the "
+    "project's; decide by hand"
 )
-_READ = (
-    "`accept_output_buffer = True` is dead for vLLM >= 0.20, which no longer reads it, but this run does: "
-    "{readers}. Deleting it would change what that read gives (vLLM >= 0.20's base class no longer declares "
-    "the flag). Remove the read (VAC005), then this line (the unsafe fix deletes it: --unsafe-fixes)"
-)
+_READ = "`accept_output_buffer = True` is dead for vLLM >= 0.20; withheld: {readers}"
+_DEAD = "`accept_output_buffer = True` is dead: vLLM 0.20 removed the flag and always passes `output`"
+
+
+_COMPAT = "vllm_attn_compat.compat"
+
+
+def _impl_returned(backend: cst.CSTNode) -> cst.BaseExpression | None:
+    """The class a backend's ``get_impl_cls`` returns, where its body (past a docstring) is one plain ``return``
+    of a name or dotted name (the adapter is applied to it there); None otherwise."""
+    import libcst as cst
+
+    from vllm_attn_compat.codemods.engine.patterns import is_docstring
+    from vllm_attn_compat.codemods.engine.scope import dotted_name
+
+    if not isinstance(backend, cst.ClassDef) or not isinstance(backend.body, cst.IndentedBlock):
+        return None
+    for statement in backend.body.body:
+        if not (isinstance(statement, cst.FunctionDef) and statement.name.value == "get_impl_cls"):
+            continue
+        body = statement.body
+        lines = [line for line in body.body if not is_docstring(line)] if isinstance(body, cst.IndentedBlock) else []
+        if len(lines) != 1 or not isinstance(lines[0], cst.SimpleStatementLine) or len(lines[0].body) != 1:
+            return None
+        small = lines[0].body[0]
+        if isinstance(small, cst.Return) and small.value is not None and dotted_name(small.value) is not None:
+            return small.value
+        return None
+    return None
+
+
+def _adapted(returned: cst.BaseExpression, sink: CommentSink) -> cst.BaseExpression:
+    """``Impl`` -> ``vllm_attn_compat.compat.adapt_legacy_impl(Impl)``."""
+    import libcst as cst
+
+    adapter = cst.parse_expression(f"{_COMPAT}.adapt_legacy_impl")
+    return cst.Call(func=adapter, args=[cst.Arg(value=returned)])
 
 
 class AcceptOutputBuffer(Rule):
@@ -81,6 +105,8 @@ class AcceptOutputBuffer(Rule):
     fix_safety = FixSafety.SAFE
     since = fix_requires = "0.20.0"  # the release that made the output buffer mandatory
     tokens = (b"accept_output_buffer",)
+    # The class `get_impl_cls` returns: the unsafe deletion of a flag saying False wraps it in the adapter.
+    reads_in_class = (b"get_impl_cls",)
     examples = (
         Example(
             "a backend that writes into output",
@@ -107,7 +133,32 @@ class AcceptOutputBuffer(Rule):
             findings=(Status.FIXED,),
         ),
         Example(
-            "a backend that returns a new tensor",
+            "a backend that returns a new tensor: the unsafe fix deletes the flag only with the adapter",
+            class_source(
+                "    import vllm_attn_compat.compat\n" + _HEADER,
+                """
+                accept_output_buffer = False
+                forward_includes_kv_cache_update = True
+
+                @staticmethod
+                def get_impl_cls():
+                    return MyImpl
+                """,
+            ),
+            unsafe_after=class_source(
+                "    import vllm_attn_compat.compat\n" + _HEADER,
+                """
+                forward_includes_kv_cache_update = True
+
+                @staticmethod
+                def get_impl_cls():
+                    return vllm_attn_compat.compat.adapt_legacy_impl(MyImpl)
+                """,
+            ),
+            findings=(Status.UNSAFE_FIX_AVAILABLE,),
+        ),
+        Example(
+            "without a plain get_impl_cls to adapt, the flag saying False is reported only",
             class_source(
                 _HEADER,
                 """
@@ -115,13 +166,7 @@ class AcceptOutputBuffer(Rule):
                 forward_includes_kv_cache_update = True
                 """,
             ),
-            unsafe_after=class_source(
-                _HEADER,
-                """
-                forward_includes_kv_cache_update = True
-                """,
-            ),
-            findings=(Status.UNSAFE_FIX_AVAILABLE,),
+            findings=(Status.MANUAL,),
         ),
         Example(
             "a flag the run reads is no safe fix: the read would raise AttributeError on vLLM >= 0.20",
@@ -207,21 +252,7 @@ class AcceptOutputBuffer(Rule):
                 if not _name.startswith("__"):
                     setattr(FlashAttentionBackend, _name, _value)
             """,
-            unsafe_after="""\
-            from vllm.v1.attention.backends.flash_attn import FlashAttentionBackend
-
-
-            class MyBackendMethods:
-                @staticmethod
-                def get_name() -> str:
-                    return "MY_FLASH"
-
-
-            for _name, _value in vars(MyBackendMethods).items():
-                if not _name.startswith("__"):
-                    setattr(FlashAttentionBackend, _name, _value)
-            """,
-            findings=(Status.UNSAFE_FIX_AVAILABLE,),
+            findings=(Status.MANUAL,),
         ),
         Example(
             "a methods class merged into a class that cannot be resolved is reported",
@@ -356,15 +387,10 @@ class AcceptOutputBuffer(Rule):
                 if readers is not None:
                     self.ctx.report(self, small, _READ.format(readers=readers), edit, safety=FixSafety.UNSAFE)
                     continue
-                self.ctx.report(
-                    self,
-                    small,
-                    "`accept_output_buffer = True` is dead: vLLM 0.20 removed the flag and always passes `output`",
-                    edit,
-                )
+                self.ctx.report(self, small, _DEAD, edit)
             else:
                 what = "False" if is_name(value, "False") else "not True"
-                self.ctx.report(self, small, _RETURNS_NEW_TENSOR.format(what=what), edit, safety=FixSafety.UNSAFE)
+                self._returns_a_new_tensor(small, what, edit, frame.node)
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         if node.name.value != "accept_output_buffer":
@@ -373,10 +399,21 @@ class AcceptOutputBuffer(Rule):
         owner = frames[-2] if len(frames) >= 2 else None
         if owner is None or owner is not self.ctx.attention_class() or self.ctx.parent(2) is not owner.node:
             return
-        self.ctx.report(
-            self,
-            node.name,
-            _RETURNS_NEW_TENSOR.format(what="computed by a method"),
-            RemoveStatement(node, drop_comment_block=True),
-            safety=FixSafety.UNSAFE,
-        )
+        deletion = RemoveStatement(node, drop_comment_block=True)
+        self._returns_a_new_tensor(node.name, "computed by a method", deletion, owner.node)
+
+    def _returns_a_new_tensor(
+        self, node: cst.CSTNode, what: str, deletion: RemoveStatement, backend: cst.CSTNode
+    ) -> None:
+        """The flag says the backend's impl returns a new tensor, which vLLM >= 0.20 ignores. Deleting the flag alone
+        would leave that impl as it is, silently wrong (#50): the unsafe fix deletes it only together with wrapping
+        the class ``get_impl_cls`` returns in the adapter, which copies the result into ``output``; where the body
+        holds no such plain ``return``, the finding is only reported."""
+        returned = _impl_returned(backend)
+        if returned is None:
+            self.ctx.report(self, node, _RETURNS_NEW_TENSOR.format(what=what) + _NO_ADAPTER)
+            return
+        adapted = Replace(returned, _adapted)
+        imported = AddImport(_COMPAT)
+        message = _RETURNS_NEW_TENSOR.format(what=what) + _ADAPTER
+        self.ctx.report(self, node, message, deletion, adapted, imported, safety=FixSafety.UNSAFE)

@@ -344,15 +344,11 @@ class FlagReads(Rule):
 
         what = "`AttentionBackend.accept_output_buffer`" if flag == "accept_output_buffer" else "`Attention.use_output`"
         if tests_presence:
-            message = (
-                f"{what} was removed in vLLM 0.20: `hasattr` on it tests for vLLM <= 0.19, so on vLLM >= 0.20 it is "
-                "false (every backend writes into the output buffer)"
-            )
+            message = f"{what} was removed in vLLM 0.20: `hasattr` on it is false where no class declares it"
         else:
             message = (
-                f"{what} was removed in vLLM 0.20 (reading it raises AttributeError unless the class declares it "
-                "itself); every backend now "
-                "writes into the output buffer, so this read is always true"
+                f"{what} was removed in vLLM 0.20: where no class declares it, this read raises AttributeError "
+                "(`getattr`: its default)"
             )
         parent = self.ctx.parent()
         negated = isinstance(parent, cst.UnaryOperation) and isinstance(parent.operator, cst.Not)
@@ -361,7 +357,7 @@ class FlagReads(Rule):
         condition = parent if negated else read
         statement = self.ctx.parent(2 if negated else 1)
         block = self.ctx.parent(3 if negated else 2)
-        fixed = message + "; the unsafe fix keeps only the branch that runs"
+        fixed = message + " (unsafe fix: keep the branch vLLM >= 0.20 takes)"
         if isinstance(statement, cst.IfExp) and statement.test is condition:
             self.ctx.report(self, read, fixed, Replace(statement, _kept_expression(runs_false)))
             return
@@ -369,14 +365,14 @@ class FlagReads(Rule):
             line = self.ctx.parent(3 if negated else 2)
             if isinstance(line, cst.SimpleStatementLine):
                 edit = RemoveStatement(statement, drop_comment_block=True)
-                self.ctx.report(self, read, message + "; the unsafe fix deletes the copy of the flag", edit)
+                self.ctx.report(self, read, message + " (unsafe fix: delete this copy of the flag)", edit)
                 return
         if not (
             isinstance(statement, cst.If)
             and statement.test is condition
             and isinstance(block, (cst.IndentedBlock, cst.Module))  # not an `elif`
         ):
-            self.ctx.report(self, read, message + ": simplify the code that uses it")
+            self.ctx.report(self, read, message + ": simplify the code using it")
             return
         orelse = statement.orelse
         edits: list[Edit]

@@ -36,27 +36,18 @@ COMPAT_MODULE = "vllm_attn_compat.compat"
 
 FORWARDER = "forwarder"  # `old-op-calls`: calls whose shape is unknown go to the deprecated forwarder
 
-_WITH_OUTPUT_MESSAGE = (
-    "`{ref}` was removed in vLLM 0.20: allocate the output and call `{op}_with_output` "
-    "(the unsafe fix does, with the layer's shape, as vLLM 0.20's layers do)"
-)
+_WITH_OUTPUT_MESSAGE = "`{ref}` was removed in vLLM 0.20: allocate the output and call `{op}_with_output` (unsafe fix)"
 _MANUAL_MESSAGE = (
-    "`{ref}` was removed in vLLM 0.20: allocate the output ([num_tokens, num_heads * head_size_v]) and call "
-    "`torch.ops.vllm.{op}_with_output`; the layer's shape is not known here (with `old-op-calls = "
-    '"forwarder"` the unsafe fix calls the deprecated forwarder `vllm_attn_compat.compat.{op}` instead)'
+    "`{ref}` was removed in vLLM 0.20: allocate the output and call `{op}_with_output` (no fix: the layer's shape is "
+    "unknown here)"
 )
 _CALL_MESSAGE = (
-    "`{ref}` was removed in vLLM 0.20: allocate the output and call `{op}_with_output` "
-    "(the unsafe fix calls the deprecated forwarder `vllm_attn_compat.compat.{op}` instead)"
+    "`{ref}` was removed in vLLM 0.20: allocate the output and call `{op}_with_output` (unsafe fix: the forwarder)"
 )
 _IMPORT_MESSAGE = (
-    "`{module}.{op}` was removed in vLLM 0.20: allocate the output and call `{op}_with_output` "
-    "(the unsafe fix imports the deprecated forwarder from `vllm_attn_compat.compat` instead)"
+    "`{module}.{op}` was removed in vLLM 0.20: call `{op}_with_output` (unsafe fix: import the forwarder instead)"
 )
-_IMPORT_DROP_MESSAGE = (
-    "`{module}.{op}` was removed in vLLM 0.20: allocate the output and call `{op}_with_output` "
-    "(the unsafe fix drops this import once the fixes leave nothing using it)"
-)
+_IMPORT_DROP_MESSAGE = "`{module}.{op}` was removed in vLLM 0.20: call `{op}_with_output` (unsafe fix: drop the import)"
 
 
 class OldOpCalls(Rule):

@@ -22,15 +22,12 @@ DEPRECATED = {
 }
 
 _FORWARDER_MESSAGE = (
-    "`{name}` is a deprecated forwarder of vllm-attn-compat (removed in its 0.3.0), and this package can only "
-    "be dropped once nothing calls it: allocate the output where the layer's shape is known "
-    "(`output = torch.empty(num_tokens, num_heads * head_size_v, dtype=query.dtype, device=query.device)`) "
-    "and call `torch.ops.vllm.{op}_with_output(...)` with it, which writes into `output`"
+    "`{name}` is vllm-attn-compat's deprecated forwarder (gone in 0.3.0): allocate the output and call "
+    "`torch.ops.vllm.{op}_with_output`"
 )
 _ADAPTER_MESSAGE = (
-    "`{name}` is vllm-attn-compat's deprecated adapter for impls that return a new tensor (removed in its "
-    "0.3.0), and this package can only be dropped once nothing uses it: make the impl's `forward` write its "
-    "result into the `output` it is given (`output.copy_(result)`, or the kernel's `out=`), then remove `{name}`"
+    "`{name}` is vllm-attn-compat's deprecated adapter (gone in 0.3.0): make the impl's `forward` write "
+    "into `output`, then drop it"
 )
 
 

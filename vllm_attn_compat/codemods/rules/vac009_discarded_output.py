@@ -24,6 +24,8 @@ _IMPL_HEADER = """\
 # impl's `forward_mha`, an MLA layer's `forward_impl` (a layer's own `forward` takes no buffer from vLLM), and only
 # those: of a layer, only `forward_impl`; of an impl, never it.
 _GIVEN_THE_BUFFER = frozenset({"forward", "forward_mha", "forward_impl"})
+# Of an impl, those vLLM >= 0.20 calls with ``output=``: one without the parameter cannot be called.
+_IMPL_METHODS = frozenset({"forward", "forward_mha"})
 
 
 class DiscardedOutput(Rule):
@@ -31,7 +33,10 @@ class DiscardedOutput(Rule):
     ``forward`` returns is ignored. A ``forward`` written for the old no-output path returns a new tensor and
     never names ``output`` at all, or opens with ``output = torch.empty_like(query)`` (or any other value) and
     returns that: the buffer it was given is then never written, and the layer hands on uninitialised memory,
-    silently. The rule reports the parameter of a method whose body never names it (an abstract method or a
+    silently; one whose ``forward`` (an MLA impl's ``forward_mha``) takes no ``output`` at all cannot even be
+    called: vLLM passes ``output=``, and the call raises TypeError. The rule reports such a method (whatever
+    ``accept_output_buffer`` says: its unsafe deletion, VAC004, never makes the method callable), the parameter of a
+    method whose body never names it (an abstract method or a
     stub, ``...``, ``pass`` or ``raise``, computes nothing and is left alone), and the assignment that is the
     first statement of the method to name ``output`` when it does not read it (``output = output.view(...)``
     keeps the buffer): from there on, nothing can reach the buffer. Statements before it that cannot write
@@ -52,11 +57,22 @@ class DiscardedOutput(Rule):
     fix_safety = FixSafety.DISPLAY_ONLY
     since = "0.20.0"  # the release that made the output buffer mandatory
     # The parameter however spelled (`output: torch.Tensor`, `output=None`, `output)`), and its replacement.
-    tokens = (b"output =", b"output=", b"output:", b"output,", b"output)")
+    tokens = (b"output =", b"output=", b"output:", b"output,", b"output)", b"def forward")
     # Of a method's body: the statements naming `output`, the first of which it looks at (those that make a body
     # a stub, `pass`, `raise`, `...` and docstrings, are never stubbed).
     reads_statements = (b"output",)
     examples = (
+        Example(
+            "a forward without an output parameter cannot be called by vLLM >= 0.20",
+            class_source(
+                _IMPL_HEADER,
+                """
+                def forward(self, layer, query, key, value, kv_cache, attn_metadata):
+                    return query * 2
+                """,
+            ),
+            findings=(Status.MANUAL,),
+        ),
         Example(
             "a forward that allocates its own result and returns it",
             class_source(
@@ -161,31 +177,41 @@ class DiscardedOutput(Rule):
     )
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self._without_output(node)
         method = self.ctx.output_method()
         if method is None or method.node is not node or node.name.value not in _GIVEN_THE_BUFFER:
             return
         if node.name.value == "forward_impl" and not self.ctx.in_layer_class(method):
             return  # an impl's `forward_impl` is a helper of the project's own (of a layer, `output_method` keeps
             # only an MLA layer's `forward_impl`, which vLLM calls with the buffer)
-        lost = "the buffer vLLM >= 0.20 passes stays unwritten, and the result is lost (vLLM reads the buffer"
-        what = (
-            "Write the result into `output` (e.g. `output.copy_(result)`), or decorate the impl class with "
-            "`@vllm_attn_compat.compat.adapt_legacy_impl`"
-        )
+        lost = "vLLM >= 0.20 reads the buffer it passes, left unwritten: write the result into `output`"
         if not any(_names_output(part) for _, part in _statements(node)):
             param = method.param("output")
             if param is not None and not _is_declaration(node):
-                message = f"`{node.name.value}` never names `output`: {lost}, not what it returns). {what}"
-                self.ctx.report(self, param, message)
+                self.ctx.report(self, param, f"`{node.name.value}` never names `output`: {lost}")
             return
         first = _first_use(part for _, part in _statements(node))
         if first is not None and _replaces(first):
             where = "on every branch here" if _is_if(first) else "here"
-            message = (
-                f"`output` is replaced {where} before anything is written into it: {lost} and ignores the "
-                f"returned tensor). {what}"
-            )
-            self.ctx.report(self, first, message)
+            self.ctx.report(self, first, f"`output` is replaced {where} before it is written: {lost}")
+
+    def _without_output(self, node: cst.FunctionDef) -> None:
+        """An impl's ``forward`` (an MLA impl's ``forward_mha``) taking no ``output``: vLLM >= 0.20 calls it with
+        ``output=``, and the call raises TypeError, whatever ``accept_output_buffer`` says (#50)."""
+        frame = self.ctx.current_function()
+        if (
+            node.name.value not in _IMPL_METHODS
+            or frame is None
+            or frame.node is not node
+            or frame.attention_class is None
+            or frame.param("output") is not None
+            or node.params.star_kwarg is not None  # `**kwargs` takes `output=`
+            or self.ctx.in_layer_class(frame)
+            or _is_declaration(node)
+        ):
+            return
+        message = f"`{node.name.value}` takes no `output`, which vLLM >= 0.20 passes: the call raises TypeError"
+        self.ctx.report(self, node.name, message)
 
 
 def _statements(function: cst.FunctionDef) -> Iterator[tuple[cst.CSTNode, cst.CSTNode]]:

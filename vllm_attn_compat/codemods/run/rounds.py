@@ -2,27 +2,29 @@
 
 The first round indexes the files that can define a vLLM attention class by themselves, and every file reading
 `accept_output_buffer`; each later round the files naming (as a whole identifier) an attention class found so
-far, those the class scan spared that a later round needs, and those whose module may define a base the flag's
-owners need. Once no new name appears, the files that may call a method whose fix the call-site analysis decides
-are indexed in one more round (then the rounds go on as before). The class scan (`index.classscan`) spares the
-parse of files whose class headers show nothing.
+far, those the class scan spared that a later round needs, and those whose module may define a class a fix
+depends on. Once no new name appears, the files holding a name whose fix is still safe are indexed, a few at a
+time (then the rounds go on as before): every use of what a fix changes is accounted for (#50). The class scan
+(`index.classscan`) spares the parse of files whose class headers show nothing.
 
 What this module asks of `index/`: `classscan.quick_index`, `hierarchy.ClassHierarchy.build` (its
-``attention_class_names``, ``calls.methods`` and ``missing_flag_classes``), `callsites.open_method_names`,
-`calltext`'s scan for uses, and the module names of `names`. Indexing a file is the caller's (``index``: the
-cache, worker processes); each question about a file's bytes is asked through `reading`, which keeps the answers.
+``attention_class_names``, ``calls.methods``, ``missing_classes`` and ``accounting_terms``),
+`hierarchy.unparsed_index`, `calltext`'s scans for uses and names, and the module names of `names`. Indexing a
+file is the caller's (``index``: the cache, worker processes); each question about a file's bytes is asked
+through `reading`, which keeps the answers.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Iterator, Sequence, Set
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Set
 
 from vllm_attn_compat.codemods.index import classscan
-from vllm_attn_compat.codemods.index.hierarchy import ClassHierarchy, ModuleIndex
+from vllm_attn_compat.codemods.index.hierarchy import ClassHierarchy, ModuleIndex, unparsed_index
 from vllm_attn_compat.codemods.index.names import FLAG_BYTES
-from vllm_attn_compat.codemods.run import reading
+from vllm_attn_compat.codemods.run import parallel, reading
 from vllm_attn_compat.codemods.run.reading import RunFile
+from vllm_attn_compat.codemods.run.report import FileError
 
 # What indexes a round's files (given as the class scan finds them): ``(path, outcome)`` for each, the outcome a
 # `ModuleIndex` or why there is none.
@@ -36,10 +38,20 @@ def build_hierarchy(
     that took part gave: its `ModuleIndex`, its `classscan.ScannedIndex` (spared), or why it has none (whatever
     ``index`` gave for it). ``index(files)`` yields ``(path, outcome)`` for each file of ``files`` (an iterator:
     each file comes once the class scan has found that it must be parsed)."""
-    from vllm_attn_compat.codemods.index import callsites
     from vllm_attn_compat.codemods.index.names import guess_module_name
 
     indexes: dict[str, object] = {}
+    # The files that did not parse, by their text's occurrences of names (`hierarchy.unparsed_index`): a use of
+    # what a fix changes there withholds the fix (#50).
+    unparsed: dict[str, ModuleIndex] = {}
+    by_path = {f.path: f for f in files}
+    run_modules = frozenset(f.module for f in files)
+    # How many files the accounting reads next (`accounting_terms`): doubled after each time. The first few are
+    # indexed in this process (a worker may still be importing libcst): on torch's tree, they are all it reads.
+    accounted = parallel.IN_PROCESS_BELOW // 2
+    queue: list[RunFile] = []  # the files the accounting may read, the smallest first
+    looked_at = 0  # how far into it
+    looked_for: frozenset[str] = frozenset()  # the names it looked for there
     names_vllm = reading.asking("vllm", [], lambda: lambda source: b"vllm" in source)
     pending = [f for f in worth if names_vllm(f) or guess_module_name(f.path).partition(".")[0] == "vllm"]
     # A read of `accept_output_buffer` anywhere in the run decides whether deleting a declaration is safe
@@ -50,8 +62,7 @@ def build_hierarchy(
     known_names: frozenset[str] = frozenset()
     must_parse: set[str] = set()  # files the class scan spared once, which later rounds need indexed
     checked_methods: frozenset[str] = frozenset()  # the methods each file spared in earlier rounds was checked for
-    read_for: frozenset[str] = frozenset()  # the methods each file not indexed was checked for
-    built = ClassHierarchy.build([])
+    built = ClassHierarchy.build([], run_modules)
     stems = _Stems(files)
     while pending:
         # Files whose class headers show no class that can be an attention class (nor a patch, nor a
@@ -60,7 +71,11 @@ def build_hierarchy(
         indexed = dict(index(_to_parse(pending, must_parse, known_names, spared_now)))
         indexes.update(spared_now)
         indexes.update(indexed)
-        built = ClassHierarchy.build(found for found in indexes.values() if isinstance(found, ModuleIndex))
+        for path, outcome in indexed.items():
+            if isinstance(outcome, FileError):
+                unparsed[path] = unparsed_index(by_path[path].source, path)
+        found = [index for index in indexes.values() if isinstance(index, ModuleIndex)]
+        built = ClassHierarchy.build([*found, *unparsed.values()], run_modules)
         new_names = built.attention_class_names() - known_names
         known_names |= new_names
         has_name = _words(new_names)
@@ -80,19 +95,40 @@ def build_hierarchy(
             if spared.names_any(new_names) or (uses(f) if f.path in spared_now else new_uses(f)):
                 must_parse.add(f.path)
                 pending.append(f)
-        pending += _defining_files(built.missing_flag_classes(), stems, indexes, pending, must_parse)
+        pending += _defining_files(built.missing_classes(), stems, indexes, pending, must_parse)
         if not pending:
-            # Every caller in the run counts, whatever it imports (`runner.py` calling `engine.impl.prefill(x)`):
-            # once the rounds have settled, a file not indexed is parsed if it may use a method with a fix still
-            # safe (`open_method_names`), whose fix its calls may withhold. Asked only then, so that what is
-            # read depends on the files alone, not on the order the rounds found things in. (Each earlier
-            # time, every file not indexed was checked for the names read for then.)
-            unread = callsites.open_method_names(built.calls) - read_for
-            read_for |= unread
-            unread_uses = _may_use(unread)
-            pending = [f for f in files if f.path not in indexes and unread_uses(f)]
+            # Every use in the run counts, whatever its file imports (`runner.py` calling `engine.impl.prefill(x)`,
+            # reflection in a tool): once the rounds have settled, a file not indexed is parsed if it holds a name
+            # whose fixes are still safe (`accounting_terms`). Asked only then, so that what is read depends on the
+            # files alone, not on the order the rounds found things in; and a few files at a time, the smallest
+            # first (by size, then path), each time twice as many: once a use withholds every fix a name decides,
+            # the name is looked for no more, so a tree holding thousands of `forward`s (torch's) parses a handful
+            # of small files. (A file that held none of the names looked for holds none of fewer names: the queue
+            # is read on from where it stopped, unless a name was added.)
+            terms = built.accounting_terms()
+            if not terms <= looked_for:
+                queue, looked_at = sorted(files, key=_smallest_first), 0
+            looked_for = terms
+            holds = _holds_names(terms)
+            while terms and looked_at < len(queue) and len(pending) < accounted:
+                f = queue[looked_at]
+                looked_at += 1
+                if _unread(f.path, indexes) and holds(f):
+                    pending.append(f)
+            accounted *= 2
             must_parse.update(f.path for f in pending)
     return built, indexes
+
+
+def _smallest_first(f: RunFile) -> tuple[int, str]:
+    """The order the accounting reads files in: a small file costs little to parse, and a use that withholds every
+    fix (reflection) is as likely there as in a large one. Decided by the files alone (sizes, then paths)."""
+    return f.stat.st_size, f.path
+
+
+def _unread(path: str, indexes: Mapping[str, object]) -> bool:
+    """Whether the accounting may still read the file: not indexed, or spared by the class scan."""
+    return path not in indexes or isinstance(indexes[path], classscan.ScannedIndex)
 
 
 def _to_parse(
@@ -142,6 +178,18 @@ def _may_use(methods: frozenset[str]) -> Callable[[RunFile], bool]:
         return lambda source: calltext.may_use(source, methods, pattern)
 
     return reading.asking("uses", methods, make)
+
+
+def _holds_names(names: frozenset[str]) -> Callable[[RunFile], bool]:
+    """`calltext.holds_names` of a file: whether it holds one of ``names`` whose fixes the accounting decides."""
+
+    def make() -> Callable[[bytes], bool]:
+        from vllm_attn_compat.codemods.index import calltext
+
+        needles = calltext.names_needles(names)
+        return lambda source: calltext.holds_names(source, needles)
+
+    return reading.asking("names", names, make)
 
 
 def _defining_files(

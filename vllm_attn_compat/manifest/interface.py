@@ -6,6 +6,7 @@ VAC010-VAC013 ask of a class deriving from vLLM's interface classes (``classes``
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
@@ -90,8 +91,65 @@ def last_change(owner: str, name: str, release: str) -> str | None:
     return last
 
 
-def _shape(state: dict[str, object]) -> tuple[str, ...]:
-    return tuple(repr(state.get(key)) for key in ("kind", "params"))
+def _shape(state: dict[str, object]) -> tuple[object, ...]:
+    """What a caller's arguments bind to: the kind, and each parameter's name, kind and whether it has a default
+    (annotations and default values aside)."""
+    params = state.get("params")
+    listed = tuple((p[0], p[1], p[2] is not None) for p in params) if isinstance(params, list) else None
+    return state.get("kind"), listed
+
+
+def hook_names() -> frozenset[str]:
+    """Every member name (dunders and enum members aside) that some release of the manifest removed from a class,
+    or kept without using: the names a dead override can have (VAC010's tokens)."""
+    return frozenset(
+        name
+        for entry in data.load()["classes"].values()
+        for name, changes in entry["members"].items()
+        if not (name.startswith("__") and name.endswith("__"))
+        and any(state is not None and state["kind"] != "enum_member" for _, state in changes)
+        and (
+            _removed_after_present(changes) or any(s is not None and not s.get("referenced", True) for _, s in changes)
+        )
+    )
+
+
+def removed_names() -> frozenset[str]:
+    """Every module-level name and class member (dunders aside) that some release of the manifest removed: what
+    an import or a read of a removed name can name (VAC011's tokens)."""
+    manifest = data.load()
+    modules = {
+        n for names in manifest["modules"].values() for n, changes in names.items() if _removed_after_present(changes)
+    }
+    members = {
+        name
+        for entry in manifest["classes"].values()
+        for name, changes in entry["members"].items()
+        if _removed_after_present(changes) and not (name.startswith("__") and name.endswith("__"))
+    }
+    return frozenset(modules | members)
+
+
+def drifted_names() -> frozenset[str]:
+    """Every member name whose parameters (names, kinds, defaults' presence) some release of the manifest changed:
+    the names an override whose signature drifted can have (VAC012's tokens)."""
+    found = set()
+    for entry in data.load()["classes"].values():
+        for name, changes in entry["members"].items():
+            present = [state for _, state in changes if state is not None and "params" in state]
+            if any(_shape(a) != _shape(b) for a, b in itertools.pairwise(present)):
+                found.add(name)
+    return frozenset(found)
+
+
+def _removed_after_present(changes: list[list[object]]) -> bool:
+    seen = False
+    for _, state in changes:
+        if state is not None:
+            seen = True
+        elif seen:
+            return True
+    return False
 
 
 def missing_abstract(release: str, classes: Sequence[str], implemented: Iterable[str]) -> dict[str, Abstract]:
@@ -112,7 +170,7 @@ def _abstract_since(owner: str, name: str, release: str) -> str:
     """The first release of the run of abstract states of ``owner.name`` that ends at ``release``."""
     changes = data.load()["classes"][owner]["members"][name]
     position = data.index(release)
-    since = releases()[0]
+    since: str | None = releases()[0]
     for changed, state in changes:
         if data.index(changed) > position:
             break

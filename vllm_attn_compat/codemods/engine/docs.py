@@ -55,6 +55,8 @@ def render_rule(rule: type[Rule]) -> str:
     ]
     for example in rule.examples:
         parts.append(f"### Example: {example.title}")
+        if example.target is not None:
+            parts.append(f"With `--target-version {example.target}`:")
         parts.append(_code_block(example.source()))
         safe = example.expected(unsafe=False)
         unsafe = example.expected(unsafe=True)

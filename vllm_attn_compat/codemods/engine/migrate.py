@@ -68,9 +68,18 @@ def needs_parsing(source: bytes, rules: Sequence[type[Rule]], class_names: froze
     )
 
 
+def acting(rules: Sequence[type[Rule]], *, attention: bool, interface: bool) -> list[type[Rule]]:
+    """Those of ``rules`` that can act in a file: the rules acting anywhere, those scoped to attention classes where
+    it has one (``attention``), those scoped to classes deriving from vLLM's interface where it has one
+    (``interface``: `Rule.interface`)."""
+    return [rule for rule in rules if not rule.scoped or (interface if rule.interface else attention)]
+
+
 def _may_apply(source: bytes, path: str, rules: Sequence[type[Rule]], hierarchy: Questions) -> bool:
-    unscoped = any(token in source for rule in rules if not rule.scoped for token in rule.tokens)
-    return unscoped or (any(rule.scoped for rule in rules) and hierarchy.has_attention_classes(path))
+    if any(token in source for rule in rules if not rule.scoped for token in rule.tokens):
+        return True
+    attention = any(rule.scoped and not rule.interface for rule in rules) and hierarchy.has_attention_classes(path)
+    return attention or (any(rule.interface for rule in rules) and hierarchy.has_interface_classes(path))
 
 
 def _check_syntax(source: bytes, path: str) -> None:
@@ -156,7 +165,7 @@ def migrate_source(
             spans.Needs(rule.tokens, rule.reads, rule.reads_in_class, rule.scoped, rule.reads_statements)
             for rule in rules
         ]
-        reduction = spans.reduce(source, needs, _scope_test(hierarchy, hierarchy.module_name(path)))
+        reduction = spans.reduce(source, needs, _scope_test(hierarchy, hierarchy.module_name(path), rules))
         tree = statements.cached(source)
         if reduction is not None:
             try:
@@ -173,18 +182,24 @@ def migrate_source(
     return _migrate_module(source, settings, tree)[0]
 
 
-def _scope_test(hierarchy: Questions, module: str) -> Callable[[str, bool], bool]:
-    """Whether the class or function ``qualname`` of ``module`` is where the scoped rules act, as the
+def _scope_test(hierarchy: Questions, module: str, rules: Sequence[type[Rule]]) -> Callable[[str, bool], bool]:
+    """Whether the class or function ``qualname`` of ``module`` is where the scoped ``rules`` act, as the
     engine's scopes decide it (`scope.Analyzer`): an attention class, or code copied onto a class at run
-    time (a method of an attention class is in its class's scope)."""
+    time (a method of an attention class is in its class's scope); for the rules scoped to vLLM's interface
+    (`Rule.interface`), a class deriving from it."""
     from vllm_attn_compat.codemods.engine.scope import class_scope
     from vllm_attn_compat.codemods.index.runtime_patches import ATTRIBUTE
+
+    attention = any(rule.scoped and not rule.interface for rule in rules)
+    interface = any(rule.interface for rule in rules)
 
     def in_scope(qualname: str, is_class: bool) -> bool:
         full = f"{module}.{qualname}"
         if is_class:
-            return class_scope(hierarchy, full)[0]
-        return hierarchy.patch_scope(full, ATTRIBUTE) is not None
+            return (attention and class_scope(hierarchy, full)[0]) or (
+                interface and hierarchy.vllm_interface(full) is not None
+            )
+        return attention and hierarchy.patch_scope(full, ATTRIBUTE) is not None
 
     return in_scope
 

@@ -62,6 +62,8 @@ class ClassFrame:
     unresolved_patch: bool = False
     # Set (with unresolved_patch) for a "methods" class a decorator builds a backend class of.
     built: bool = False
+    # The manifest classes it derives from and whether by a backend's shape alone (`FileContext.vllm_interface`).
+    interface: tuple[tuple[str, ...], bool] | None = None
 
 
 @dataclass
@@ -244,6 +246,27 @@ class FileContext:
             frame.unresolved_patch if isinstance(frame, ClassFrame) else frame.patched == "unresolved"
             for frame in self.frames
         )
+
+    def method_owner(self) -> ClassFrame | None:
+        """The class the function being visited is a method of (defined directly in its body), if it is one."""
+        if len(self.frames) < 2 or not isinstance(self.frames[-1], FunctionFrame):
+            return None
+        owner = self.frames[-2]
+        return owner if isinstance(owner, ClassFrame) else None
+
+    def vllm_interface(self, frame: ClassFrame) -> tuple[tuple[str, ...], bool]:
+        """The manifest classes (qualified names) the class of ``frame`` derives from, () for none, and whether it
+        is a backend by its shape alone (`index.interface`)."""
+        if frame.interface is None:
+            answer = self.hierarchy.vllm_interface(f"{self.module_name}.{frame.qualname}")
+            duck = answer is not None and answer.startswith("~")
+            frame.interface = (tuple(answer.lstrip("~").split(",")) if answer else (), duck)
+        return frame.interface
+
+    def parameters_withheld(self, frame: ClassFrame, method: str) -> str | None:
+        """Why adding parameters with defaults to ``method`` of the class of ``frame`` is withheld: a use of the run
+        that may see its signature (`index.interface`); None when there is none."""
+        return self.hierarchy.parameters_withheld(f"{self.module_name}.{frame.qualname}", method, self.path)
 
     def attention_class(self) -> ClassFrame | None:
         """The innermost enclosing class, if it is an attention class."""

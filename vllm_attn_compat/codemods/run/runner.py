@@ -208,7 +208,7 @@ class _Migration:
         self.excluded: set[str] = set()
         self.indexed: dict[str, ModuleIndex] = {}  # the indexes this run made, which the cache keeps
         self.read_names: frozenset[str] = frozenset()  # the methods whose uses the call-site analysis read
-        self._needs: dict[bool, tuple[tuple[bytes, ...], tuple[bytes, ...], frozenset[str], str]] = {}
+        self._needs: dict[tuple[bool, bool], tuple[tuple[bytes, ...], tuple[bytes, ...], frozenset[str], str]] = {}
 
     def run(
         self,
@@ -314,18 +314,22 @@ class _Migration:
         """`migrate.needs_parsing` of a file for the rules that can act in it (all where its index shows an
         attention class, else those acting anywhere), the answer kept by the rules' codes and the run's
         attention classes."""
-        from vllm_attn_compat.codemods.engine import tokens
+        from vllm_attn_compat.codemods.engine import migrate, tokens
         from vllm_attn_compat.codemods.index.hierarchy import ModuleIndex
 
-        every_rule = isinstance(index, ModuleIndex) and hierarchy.has_attention_classes(f.path)
-        if every_rule not in self._needs:
-            rules = self.rules if every_rule else [rule for rule in self.rules if not rule.scoped]
-            names = hierarchy.attention_class_names()
+        indexed = isinstance(index, ModuleIndex)
+        kinds = (
+            indexed and hierarchy.has_attention_classes(f.path),
+            indexed and hierarchy.has_interface_classes(f.path),
+        )
+        if kinds not in self._needs:
+            rules = migrate.acting(self.rules, attention=kinds[0], interface=kinds[1])
+            names = hierarchy.scope_class_names()
             anywhere, scoped = tokens.own_tokens(rules, scoped=False), tokens.own_tokens(rules, scoped=True)
             terms = [b"anywhere " + t for t in anywhere] + [b"scoped " + t for t in scoped]
             question = reading.question("parse", [*terms, *(f"class {name}" for name in names)])
-            self._needs[every_rule] = anywhere, scoped, names, question
-        anywhere, scoped, names, question = self._needs[every_rule]
+            self._needs[kinds] = anywhere, scoped, names, question
+        anywhere, scoped, names, question = self._needs[kinds]
         return f.ask(question, lambda source: tokens.needs_libcst(source, anywhere, scoped, names))
 
     def _kept_migration(self, f: RunFile, hierarchy: ClassHierarchy) -> worker.Migrated | None:
@@ -503,8 +507,10 @@ def _run_source(source: bytes, path: str, options: Options) -> tuple[RunReport, 
     report.parsed = 1
     built = hierarchy.ClassHierarchy.build([index])
     new_source = None
-    acting = rules if built.has_attention_classes(path) else [rule for rule in rules if not rule.scoped]
-    if migrate.needs_parsing(source, acting, built.attention_class_names()):
+    acting = migrate.acting(
+        rules, attention=built.has_attention_classes(path), interface=built.has_interface_classes(path)
+    )
+    if migrate.needs_parsing(source, acting, built.scope_class_names()):
         worker.setup(rules, built, options.unsafe_fixes, options.old_op_calls, options.verifies, _release(options))
         outcome = worker.migrate_file(source, path)
         if isinstance(outcome, MissingDependency):

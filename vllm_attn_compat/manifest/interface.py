@@ -11,7 +11,7 @@ from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
 from . import data
-from .query import class_info, dead_hooks, members
+from .query import class_info, dead_hooks, members, mro
 from .releases import releases
 from .types import DeadHook, Member
 
@@ -45,6 +45,11 @@ def resolve_class(dotted: str) -> str | None:
         return None
     matches = [name for name in manifest["classes"] if name.rpartition(".")[2] == short]
     return matches[0] if len(matches) == 1 else None
+
+
+def derives(cls: str, base: str) -> bool:
+    """Whether the manifest class ``cls`` is ``base`` or derives from it in some release."""
+    return cls == base or any(base in mro(release, cls) for release in releases())
 
 
 def present(release: str, classes: Iterable[str]) -> tuple[str, ...]:
@@ -132,10 +137,14 @@ def removed_names() -> frozenset[str]:
 
 def drifted_names() -> frozenset[str]:
     """Every member name whose parameters (names, kinds, defaults' presence) some release of the manifest changed:
-    the names an override whose signature drifted can have (VAC012's tokens)."""
+    the names an override whose signature drifted can have (VAC012's tokens). Constructors aside: vLLM makes its
+    objects in ways of their own (the MLA layer names an impl's dimensions, a builder is made positionally), which
+    a signature alone does not tell."""
     found = set()
     for entry in data.load()["classes"].values():
         for name, changes in entry["members"].items():
+            if name == "__init__":
+                continue
             present = [state for _, state in changes if state is not None and "params" in state]
             if any(_shape(a) != _shape(b) for a, b in itertools.pairwise(present)):
                 found.add(name)

@@ -671,6 +671,10 @@ class ClassHierarchy:
         found = self.interfaces.concrete_members(full_name)
         return None if found is None else ",".join(found)
 
+    def run_defines(self, manifest_class: str, member: str) -> bool:
+        """Whether a class of the run deriving from vLLM's ``manifest_class`` defines ``member`` itself."""
+        return self.interfaces.defines(manifest_class, member)
+
     def has_interface_classes(self, path: str) -> bool:
         """Whether the module at ``path`` defines a class deriving from vLLM's interface (`vllm_interface`)."""
         return any(self.interfaces.of(full) for full in self._by_module.get(self.module_name(path), ()))

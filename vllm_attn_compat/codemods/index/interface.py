@@ -76,6 +76,16 @@ class Interfaces:
         names = {name for cls in self.graph.lineage(full_name) for name in self.facts.get(cls, _NONE).members}
         return tuple(sorted(names))
 
+    def defines(self, manifest_class: str, member: str) -> bool:
+        """Whether a class of the run that derives from ``manifest_class`` defines ``member`` itself (a read of it on
+        an instance of ``manifest_class`` may then find the project's)."""
+        from vllm_attn_compat.manifest.interface import derives
+
+        return any(
+            member in facts.members and any(derives(cls, manifest_class) for cls in self.of(full))
+            for full, facts in self.facts.items()
+        )
+
     def names(self, classes: Iterable[str]) -> frozenset[str]:
         """The plain names of those of ``classes`` that have an interface."""
         return frozenset(full.rpartition(".")[2] for full in classes if self.of(full))

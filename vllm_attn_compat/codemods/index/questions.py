@@ -63,6 +63,8 @@ class Questions(Protocol):
 
     def in_run(self, module: str) -> bool: ...
 
+    def run_defines(self, manifest_class: str, member: str) -> bool: ...
+
     def parameters_withheld(self, full_name: str, method: str, path: str) -> str | None: ...
 
     def extended(self, index: ModuleIndex) -> Questions: ...
@@ -143,6 +145,10 @@ class Recorder:
     def in_run(self, module: str) -> bool:
         return self._asked("in_run", (module,), self._hierarchy.in_run(module)) is True
 
+    def run_defines(self, manifest_class: str, member: str) -> bool:
+        answer = self._hierarchy.run_defines(manifest_class, member)
+        return self._asked("run_defines", (manifest_class, member), answer) is True
+
     def parameters_withheld(self, full_name: str, method: str, path: str) -> str | None:
         arguments = (full_name, method, path)
         answer = self._asked("parameters_withheld", arguments, self._hierarchy.parameters_withheld(*arguments))
@@ -182,6 +188,7 @@ _QUESTIONS = frozenset(
         "concrete_members",
         "has_interface_classes",
         "in_run",
+        "run_defines",
         "parameters_withheld",
     }
 )

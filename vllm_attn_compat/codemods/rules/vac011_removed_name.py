@@ -37,8 +37,10 @@ class RemovedName(Rule):
     longer has in that module, at the import (an import guarded by ``try: ... except ImportError:`` is the
     project's own fallback, and is left alone; so is a fork's import of its own modules), and each read of a
     removed member of one of vLLM's interface classes on a receiver that is provably an instance of it: a
-    parameter annotated with the class (imported from vLLM), not assigned before the read. Which names each
-    release removed is the manifest's (docs/attention-api.md).
+    parameter annotated with the class (imported from vLLM), not assigned before the read, or the class itself
+    imported from vLLM; unless a class of the run deriving from it defines the member (the instance may be one
+    of the project's: ``backend.get_kv_cache_shape(...)`` on the plugin's own backend still runs, and VAC010
+    reports that override). Which names each release removed is the manifest's (docs/attention-api.md).
 
     A fix is offered only where vLLM's own message names a mechanical equivalent: ``seq_lens_cpu`` becomes
     ``seq_lens.cpu()``, ``num_computed_tokens_cpu`` its expression over ``seq_lens`` and ``query_start_loc_cpu``.
@@ -252,8 +254,8 @@ class RemovedName(Rule):
         from vllm_attn_compat.manifest.interface import removed_member
 
         hook = removed_member(self.ctx.target.release, owner, attribute)
-        if hook is None:
-            return
+        if hook is None or self.ctx.hierarchy.run_defines(owner, attribute):
+            return  # (an instance may be of a class of the project's defining it: its hook, VAC010's finding)
         where = f"`{owner.rpartition('.')[2]}.{attribute}` is gone: vLLM {_short(hook.since)} removed it"
         successor = hook.successor
         if successor is None or successor.kind != "expression" or receiver in self.ctx.imports:

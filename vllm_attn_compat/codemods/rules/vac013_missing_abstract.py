@@ -16,10 +16,11 @@ def _short(release: str) -> str:
 
 
 class MissingAbstract(Rule):
-    """vLLM's interface classes are ABCs: a subclass that leaves one of their abstract members unimplemented cannot
-    be instantiated (TypeError: Can't instantiate abstract class), and a backend class whose ``get_builder_cls``
-    is missing breaks when vLLM first asks for it. Releases add abstract members (and a plugin written against an
-    older release lacks them) or move them between classes.
+    """vLLM's interface classes are ABCs: an impl or a metadata builder that leaves one of their abstract members
+    unimplemented cannot be instantiated (TypeError: Can't instantiate abstract class), and a backend class, whose
+    static methods vLLM calls without instantiating it, breaks when vLLM first calls the missing one
+    (``get_builder_cls``). Releases add abstract members (and a plugin written against an older release lacks
+    them) or move them between classes.
 
     The rule reports a concrete class deriving from vLLM's interface classes that implements none of the target
     release's abstract members it lacks: at the ``class`` line, naming them and the class declaring each abstract.

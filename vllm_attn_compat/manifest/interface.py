@@ -206,19 +206,37 @@ def removed_name(release: str, module: str, name: str) -> RemovedName | None:
     history = data.load()["modules"].get(module, {}).get(name)
     if not history or data.state_at(history, release) is not None:
         return None
-    position = data.index(release)
-    kind = None
-    removed_in = None
-    for changed, state in history:
-        if data.index(changed) > position:
-            break
-        if state is not None:
-            kind, removed_in = state, None
-        elif kind is not None and removed_in is None:
-            removed_in = changed
-    if kind is None or removed_in is None:
+    found = _removal(history, release)
+    if found is None:
         return None  # added after ``release``: a name of a newer release, not a removal
-    return RemovedName(module, name, kind, removed_in)
+    kind, removed_in = found
+    return RemovedName(module, name, str(kind), removed_in)
+
+
+def removed_op(release: str, op: str) -> str | None:
+    """The release that removed the custom op ``op`` (``vllm::maybe_calc_kv_scales``), where ``release`` lacks it and
+    an earlier one registered it; else None."""
+    history = data.load()["ops"].get(op)
+    if not history or data.state_at(history, release) is not None:
+        return None
+    found = _removal(history, release)
+    return found[1] if found else None
+
+
+def _removal(history: list[list[object]], release: str) -> tuple[object, str] | None:
+    """(the last state, the first release without it) of a history whose thing ``release`` lacks after an earlier
+    release had it; None otherwise."""
+    position = data.index(release)
+    state = None
+    removed_in = None
+    for changed, value in history:
+        if data.index(str(changed)) > position:
+            break
+        if value is not None:
+            state, removed_in = value, None
+        elif state is not None and removed_in is None:
+            removed_in = str(changed)
+    return None if state is None or removed_in is None else (state, removed_in)
 
 
 def removed_member(release: str, cls: str, name: str) -> DeadHook | None:

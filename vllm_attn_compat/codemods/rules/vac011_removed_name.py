@@ -34,8 +34,10 @@ class RemovedName(Rule):
     using device seq_lens directly to avoid implicit H<>D sync").
 
     The rule reports, for the target release, each ``from <vLLM module> import <name>`` of a name the release no
-    longer has in that module, at the import (an import guarded by ``try: ... except ImportError:`` is the
-    project's own fallback, and is left alone; so is a fork's import of its own modules), and each read of a
+    longer has in that module, and each ``torch.ops.vllm.<op>`` of a custom op it no longer registers
+    (``maybe_calc_kv_scales``, gone in 0.28), at the import or the op (an import guarded by ``try: ...
+    except ImportError:`` is the project's own fallback, and is left alone; so is a fork's import of its own
+    modules), and each read of a
     removed member of one of vLLM's interface classes on a receiver that is provably an instance of it: a
     parameter annotated with the class (imported from vLLM), not assigned before the read, or the class itself
     imported from vLLM; unless a class of the run deriving from it defines the member (the instance may be one
@@ -185,6 +187,18 @@ class RemovedName(Rule):
             target="0.34",
         ),
         Example(
+            "a custom op vLLM 0.28 no longer registers",
+            """
+            import torch
+
+
+            def scales(query, key, value, layer_name):
+                torch.ops.vllm.maybe_calc_kv_scales(query, key, value, layer_name)
+            """,
+            findings=(Status.MANUAL,),
+            target="0.34",
+        ),
+        Example(
             "a member of an enum, read on the class",
             """
             from vllm.v1.attention.backends.registry import AttentionBackendEnum
@@ -245,7 +259,10 @@ class RemovedName(Rule):
         import libcst as cst
 
         attribute = node.attr.value
-        if attribute not in _MEMBERS or not isinstance(node.value, cst.Name) or self._target_of_assignment(node):
+        if attribute not in _MEMBERS or self._target_of_assignment(node):
+            return
+        if not isinstance(node.value, cst.Name):
+            self._op(node, attribute)
             return
         receiver = node.value.value
         owner = self._receiver_class(receiver)
@@ -271,6 +288,18 @@ class RemovedName(Rule):
         from vllm_attn_compat.codemods.engine.edits import Replace
 
         self.ctx.report(self, node, message, Replace(node, build), release=hook.since)
+
+    def _op(self, node: cst.Attribute, name: str) -> None:
+        """``torch.ops.vllm.<name>``: a custom op the target release no longer registers."""
+        from vllm_attn_compat.codemods.engine.scope import dotted_name
+        from vllm_attn_compat.manifest.interface import removed_op
+
+        if name in _HANDLED_ELSEWHERE or dotted_name(node) != f"torch.ops.vllm.{name}":
+            return
+        removed_in = removed_op(self.ctx.target.release, f"vllm::{name}")
+        if removed_in is not None:
+            message = f"`torch.ops.vllm.{name}` is gone: vLLM {_short(removed_in)} no longer registers the op"
+            self.ctx.report(self, node, message, release=removed_in)
 
     def _receiver_class(self, receiver: str) -> str | None:
         """The manifest class of which ``receiver`` is provably the class or an instance: a parameter of the

@@ -209,7 +209,8 @@ def test_rules_lists_every_rule(capsys):
 def test_stdin_is_migrated_to_stdout_as_a_real_process(plugin):
     source = (plugin / "plugin/impl.py").read_bytes()
     source = source.replace(b"plugin.base", b"vllm.v1.attention.backend").replace(b"PluginImplBase", b"AttentionImpl")
-    written = run_cli("migrate", "--stdin-filename", "impl.py", "-", stdin=source)
+    # (the impl, alone, has no `__init__`: VAC013's, left aside here)
+    written = run_cli("migrate", "--stdin-filename", "impl.py", "--ignore", "VAC013", "-", stdin=source)
     assert written.returncode == 0, written.stderr
     assert b"assert output is not None" not in written.stdout and b"output.copy_(query)" in written.stdout
     assert b"impl.py:7:9: VAC001 [*]" in written.stderr

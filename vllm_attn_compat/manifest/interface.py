@@ -6,6 +6,7 @@ VAC010-VAC013 ask of a class deriving from vLLM's interface classes (``classes``
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple
@@ -104,6 +105,7 @@ def _shape(state: dict[str, object]) -> tuple[object, ...]:
     return state.get("kind"), listed
 
 
+@functools.cache
 def hook_names() -> frozenset[str]:
     """Every member name (dunders and enum members aside) that some release of the manifest removed from a class,
     or kept without using: the names a dead override can have (VAC010's tokens)."""
@@ -119,6 +121,7 @@ def hook_names() -> frozenset[str]:
     )
 
 
+@functools.cache
 def removed_names() -> frozenset[str]:
     """Every module-level name and class member (dunders aside) that some release of the manifest removed: what
     an import or a read of a removed name can name (VAC011's tokens)."""
@@ -135,6 +138,7 @@ def removed_names() -> frozenset[str]:
     return frozenset(modules | members)
 
 
+@functools.cache
 def drifted_names() -> frozenset[str]:
     """Every member name whose parameters (names, kinds, defaults' presence) some release of the manifest changed:
     the names an override whose signature drifted can have (VAC012's tokens). Constructors aside: vLLM makes its

@@ -187,3 +187,21 @@ def test_a_signature_read_withholds_adding_parameters_and_the_rounds_look_for_th
     reason = withheld.parameters_withheld("backend.PluginBackend", "supports_combination", "x.py")
     assert reason is not None and reason.startswith("withheld: ") and "plugin/check.py:6" in reason
     assert "supports_combination" not in withheld.accounting_terms()
+
+
+def test_a_class_named_as_a_base_is_no_concrete_class_even_alone():
+    # A run over some of a project's files (a commit's) may hold its base without the subclasses completing it.
+    files = {
+        "plugin/base.py": "from vllm.v1.attention.backend import AttentionImpl\n"
+        "class PluginImplBase(AttentionImpl): ...\nclass AbstractImpl(AttentionImpl): ...\n"
+        "class CacheMixin(AttentionImpl): ...\nclass Impl(AttentionImpl): ...\n",
+    }
+    hierarchy = build(files)
+    assert [
+        hierarchy.concrete_members(f"base.{name}") for name in ("PluginImplBase", "AbstractImpl", "CacheMixin")
+    ] == [
+        None,
+        None,
+        None,
+    ]
+    assert hierarchy.concrete_members("base.Impl") == ""

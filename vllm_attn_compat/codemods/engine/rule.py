@@ -59,6 +59,11 @@ class Example:
         return self.source() if text is None else textwrap.dedent(text).lstrip("\n")
 
 
+def short_release(release: str) -> str:
+    """``0.29.0`` -> ``0.29``, as people name a minor release in a message (a patch release keeps its number)."""
+    return release.removesuffix(".0") if release.count(".") == 2 else release
+
+
 def class_source(header: str, body: str) -> str:
     """Example text: ``header`` (ending in a ``class`` line) with ``body`` as that class's body."""
     return textwrap.dedent(header).lstrip("\n") + textwrap.indent(textwrap.dedent(body).lstrip("\n"), "    ")

@@ -66,10 +66,14 @@ class Interfaces:
     def concrete_members(self, full_name: str) -> tuple[str, ...] | None:
         """The names the class and its ancestors in the run define, where the class is a concrete subclass of an
         interface class: none of the run's classes derives from it (else it is one's base, whose subclasses
-        implement the rest), its body declares no abstract method, and it derives from an interface class (a
-        duck-typed backend is no subclass: Python asks nothing of it). None otherwise."""
+        implement the rest), its name does not say it is one (``PluginImplBase``, ``BaseImpl``, ``AbstractImpl``,
+        ``CacheMixin``: a run over some of a project's files may hold a base without its subclasses), its body
+        declares no abstract method, and it derives from an interface class (a duck-typed backend is no subclass:
+        Python asks nothing of it). None otherwise."""
         facts = self.facts.get(full_name)
         if facts is None or facts.abstract or not self.of(full_name) or self.duck_typed(full_name):
+            return None
+        if _named_as_base(full_name.rpartition(".")[2]):
             return None
         if self.graph.descendants(full_name) != {full_name}:
             return None
@@ -92,6 +96,11 @@ class Interfaces:
 
 
 _NONE = ClassFacts(())
+
+
+def _named_as_base(name: str) -> bool:
+    bare = name.lstrip("_")
+    return bare.startswith(("Base", "Abstract")) or bare.endswith(("Base", "Mixin"))
 
 
 def _resolved(base: str) -> str | None:

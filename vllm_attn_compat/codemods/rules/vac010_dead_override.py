@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from vllm_attn_compat.codemods.engine.rule import Example, Rule, class_source
+from vllm_attn_compat.codemods.engine.rule import Example, Rule, class_source, short_release
 from vllm_attn_compat.codemods.findings import FixSafety, Status
 
 if TYPE_CHECKING:
@@ -32,19 +32,14 @@ def describe(hook: DeadHook, name: str) -> str:
     """One short line: what vLLM did to the hook, and what took over where the manifest knows."""
     owner = f"{hook.owner.rpartition('.')[2]}.{name}"
     if hook.reason == "removed":
-        said = f"`{name}` is dead: vLLM {_short(hook.since)} removed `{owner}`"
+        said = f"`{name}` is dead: vLLM {short_release(hook.since)} removed `{owner}`"
     else:
-        said = f"`{name}` is dead: vLLM calls `{owner}` no more since {_short(hook.since)}"
+        said = f"`{name}` is dead: vLLM calls `{owner}` no more since {short_release(hook.since)}"
     if hook.successor is not None and hook.successor.kind == "member":
         return f"{said}; override `{hook.successor.use}` instead"
     if hook.deprecated:
         return f"{said}; vLLM: {_first_sentence(hook.deprecated)}"
     return said
-
-
-def _short(release: str) -> str:
-    """``0.29.0`` -> ``0.29``: how people name a minor release (a patch release keeps its number)."""
-    return release.removesuffix(".0") if release.count(".") == 2 else release
 
 
 def _first_sentence(text: str) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 from typing import TYPE_CHECKING
 
-from vllm_attn_compat.codemods.engine.rule import Example, Rule, class_source
+from vllm_attn_compat.codemods.engine.rule import Example, Rule, class_source, short_release
 from vllm_attn_compat.codemods.findings import FixSafety, Status
 
 if TYPE_CHECKING:
@@ -21,10 +21,6 @@ _METADATA = """\
 _HANDLED_ELSEWHERE = frozenset({"unified_attention", "unified_mla_attention", "accept_output_buffer"})
 # What an `except` catching an ImportError names: an import it guards is the project's way to support releases.
 _IMPORT_ERRORS = frozenset({"ImportError", "ModuleNotFoundError", "Exception", "BaseException"})
-
-
-def _short(release: str) -> str:
-    return release.removesuffix(".0") if release.count(".") == 2 else release
 
 
 class RemovedName(Rule):
@@ -233,7 +229,7 @@ class RemovedName(Rule):
                 continue
             removal = removed_name(self.ctx.target.release, module, name)
             if removal is not None:
-                message = f"`{name}` is gone: vLLM {_short(removal.removed_in)} removed it from `{module}`"
+                message = f"`{name}` is gone: vLLM {short_release(removal.removed_in)} removed it from `{module}`"
                 self.ctx.report(self, alias, message, release=removal.removed_in)
 
     def _guarded(self) -> bool:
@@ -273,7 +269,7 @@ class RemovedName(Rule):
         hook = removed_member(self.ctx.target.release, owner, attribute)
         if hook is None or self.ctx.hierarchy.run_defines(owner, attribute):
             return  # (an instance may be of a class of the project's defining it: its hook, VAC010's finding)
-        where = f"`{owner.rpartition('.')[2]}.{attribute}` is gone: vLLM {_short(hook.since)} removed it"
+        where = f"`{owner.rpartition('.')[2]}.{attribute}` is gone: vLLM {short_release(hook.since)} removed it"
         successor = hook.successor
         if successor is None or successor.kind != "expression" or receiver in self.ctx.imports:
             self.ctx.report(self, node, where, release=hook.since)
@@ -298,7 +294,7 @@ class RemovedName(Rule):
             return
         removed_in = removed_op(self.ctx.target.release, f"vllm::{name}")
         if removed_in is not None:
-            message = f"`torch.ops.vllm.{name}` is gone: vLLM {_short(removed_in)} no longer registers the op"
+            message = f"`torch.ops.vllm.{name}` is gone: vLLM {short_release(removed_in)} no longer registers the op"
             self.ctx.report(self, node, message, release=removed_in)
 
     def _receiver_class(self, receiver: str) -> str | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from vllm_attn_compat.codemods.engine.rule import Example, Rule, class_source
+from vllm_attn_compat.codemods.engine.rule import Example, Rule, class_source, short_release
 from vllm_attn_compat.codemods.findings import FixSafety, Status
 
 if TYPE_CHECKING:
@@ -50,10 +50,6 @@ def validate_configuration(
     return []
 """
 _ADDED = "\n    use_adaptive_verification=False,\n    use_dcp=False,\n    use_rswa=False,"
-
-
-def _short(release: str) -> str:
-    return release.removesuffix(".0") if release.count(".") == 2 else release
 
 
 class SignatureDrift(Rule):
@@ -212,7 +208,7 @@ class SignatureDrift(Rule):
             return
         changed = last_change(base.owner, name, self.ctx.target.release)
         where = f"`{base.owner.rpartition('.')[2]}.{name}`"
-        when = f" (changed in vLLM {_short(changed)})" if changed else ""
+        when = f" (changed in vLLM {short_release(changed)})" if changed else ""
         if drift.extra_required:
             extra = _listed(drift.extra_required)
             message = f"vLLM never passes {extra} (no default): {where}{when} does not take it"

@@ -4,15 +4,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from vllm_attn_compat.codemods.engine.rule import Example, Rule
+from vllm_attn_compat.codemods.engine.rule import Example, Rule, short_release
 from vllm_attn_compat.codemods.findings import FixSafety, Status
 
 if TYPE_CHECKING:
     import libcst as cst
-
-
-def _short(release: str) -> str:
-    return release.removesuffix(".0") if release.count(".") == 2 else release
 
 
 class MissingAbstract(Rule):
@@ -27,7 +23,9 @@ class MissingAbstract(Rule):
     What counts as implemented is what the class and its bases in the run define, in any file, and what its vLLM
     bases define concretely at the target release (``MLACommonImpl`` implements ``forward`` for its subclasses). A
     class is concrete where no class of the run derives from it (a base of the project's own is completed by its
-    subclasses, which are checked) and its own body declares no abstract method. A backend vLLM uses by its shape
+    subclasses, which are checked), its name does not say it is a base (``PluginImplBase``, ``AbstractImpl``,
+    ``...Mixin``: a run over some files may hold a base without its subclasses) and its own body declares no
+    abstract method. A backend vLLM uses by its shape
     alone is no subclass: Python asks nothing of it. No fix: implement the member.
     """
 
@@ -126,7 +124,9 @@ class MissingAbstract(Rule):
             return
         names = ", ".join(f"`{a.owner.rpartition('.')[2]}.{a.name}`" for a in missing.values())
         newest = max((a.since for a in missing.values()), key=_version)
-        message = f"`{node.name.value}` does not implement {names}, abstract in vLLM {_short(self.ctx.target.release)}"
+        message = (
+            f"`{node.name.value}` does not implement {names}, abstract in vLLM {short_release(self.ctx.target.release)}"
+        )
         self.ctx.report(self, node.name, message, release=newest)
 
 

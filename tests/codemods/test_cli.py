@@ -455,8 +455,10 @@ def test_the_target_comes_from_the_flag_the_configuration_or_the_project_s_requi
         return next(line for line in capsys.readouterr().out.splitlines() if line.startswith("Target: "))
 
     newest = manifest.newest()
-    assert target_line() == f"Target: vLLM {newest}, no vLLM requirement found in {plugin}: the newest release the " \
-        f"manifest knows, {newest}."  # fmt: skip
+    assert (
+        target_line()
+        == f"Target: vLLM {newest}, no vLLM requirement found: the newest release the manifest knows, {newest}."
+    )
     (plugin / "requirements.txt").write_text("torch\nvllm>=0.27,<0.31\n")
     assert target_line() == (
         "Target: vLLM 0.30.0, from requirements.txt: vllm>=0.27,<0.31; fixes must hold from vLLM 0.27.0 on."

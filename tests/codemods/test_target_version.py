@@ -205,7 +205,7 @@ def test_no_requirement_means_the_newest_release(tmp_path):
         NEWEST,
         None,
         manifest.releases(),
-        f"no vLLM requirement found in {tmp_path}: the newest release the manifest knows, {NEWEST}",
+        f"no vLLM requirement found: the newest release the manifest knows, {NEWEST}",
         None,
     )
 

@@ -135,7 +135,8 @@ def target_for(root: str, *, explicit: str | None = None, configured: str | None
     found = find_requirements(root)
     if found is None:
         newest = manifest.newest()
-        reason = f"no vLLM requirement found in {root}: the newest release the manifest knows, {newest}"
+        # (no path: the same project gives the same report wherever it is checked out)
+        reason = f"no vLLM requirement found: the newest release the manifest knows, {newest}"
         return Target(newest, None, manifest.releases(), reason, None)
     source, requirements = found
     return _from_requirements(root, source, requirements)

@@ -124,3 +124,56 @@ def test_an_override_written_before_0_24_gets_the_parameter_0_24_added():
     [finding] = run(text, ["VAC012"], target=AT_0_34).findings
     assert finding.status is Status.FIXED and finding.release == "0.24.0"  # `output_scale=None` added
     assert run(text, ["VAC012"], target=TargetRelease("0.23.0", "0.23.0")).findings == []
+
+
+def test_a_comment_among_the_parameters_keeps_them_as_they_are():
+    # Found by generated modules: appending after `output=None  # noqa: VAC002` moved the noqa off its line, and
+    # the next run fixed what it had suppressed. A parameter list holding a comment is reported, never rewritten.
+    text = source(
+        """
+        from vllm.v1.attention.backend import AttentionImpl
+
+
+        class Impl(AttentionImpl):
+            def forward(
+                self,
+                layer,
+                query,
+                key,
+                value,
+                kv_cache,
+                attn_metadata,
+                output=None  # noqa: VAC002
+            ):
+                return output
+        """
+    )
+    result = run(text, ["VAC012"], target=AT_0_34)
+    assert result.source.decode() == text
+    [finding] = result.findings
+    assert finding.status is Status.MANUAL and finding.message.endswith(
+        "(no fix: a comment among the parameters would move)"
+    )
+
+
+def test_a_multi_line_list_without_a_trailing_comma_keeps_its_closing_line():
+    text = source(
+        """
+        from vllm.v1.attention.backend import MLAAttentionImpl
+
+
+        class Impl(MLAAttentionImpl):
+            def do_kv_cache_update(
+                self,
+                kv_c_normed,
+                k_pe,
+                kv_cache,
+                slot_mapping,
+                kv_cache_dtype,
+                k_scale
+            ):
+                pass
+        """
+    )
+    fixed = run(text, ["VAC012"], target=AT_0_34).source.decode()
+    assert fixed == text.replace("        k_scale\n", "        k_scale,\n        skip_scale=False\n")

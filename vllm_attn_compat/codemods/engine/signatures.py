@@ -94,6 +94,19 @@ def literal(default: str | None) -> bool:
     return True
 
 
+def holds_comments(params: cst.Parameters) -> bool:
+    """Whether a comment stands among the parameters (a ``# noqa`` on a parameter's line is one): appending others
+    could move it to another line."""
+    found: list[cst.Comment] = []
+
+    class _Comments(cst.CSTVisitor):
+        def visit_Comment(self, node: cst.Comment) -> None:
+            found.append(node)
+
+    params.visit(_Comments())
+    return bool(found)
+
+
 def appended(missing: tuple[Parameter, ...], override: Signature) -> str | None:
     """Why ``missing`` (base parameters ``override`` cannot accept) cannot simply be added to the override with
     their defaults; None when they can: each has a literal default and a name the override lacks, the positional
@@ -136,10 +149,43 @@ def add_parameters(params: cst.Parameters, missing: tuple[Parameter, ...], sink:
 
 
 def _append(section: list[cst.Param], new: cst.Param, before: list[cst.Param]) -> list[cst.Param]:
-    """``section`` with ``new`` after it: ``new`` takes the comma of the last parameter before it (a trailing comma
-    stays last), which takes the comma between the two before it (one a line stays one a line)."""
+    """``section`` with ``new`` after it, in the layout of the parameters before it: ``new`` takes the last
+    parameter's comma (a trailing comma stays last, and the lines before the closing bracket with it), the last one
+    a separator like the one between the two before it (one a line stays one a line), keeping its own comment."""
     if not before or not section:
         return [*section, new]
     last = section[-1]
+    own = last.comma
     between = before[-2].comma if len(before) > 1 else cst.MaybeSentinel.DEFAULT
-    return [*section[:-1], last.with_changes(comma=between), new.with_changes(comma=last.comma)]
+    # What followed the last parameter (the line break before the closing bracket) follows the new one.
+    tail = last.whitespace_after_param
+    last = last.with_changes(comma=_separator(own, between), whitespace_after_param=cst.SimpleWhitespace(""))
+    return [*section[:-1], last, new.with_changes(comma=_bare(own), whitespace_after_param=tail)]
+
+
+def _separator(own: cst.Comma | cst.MaybeSentinel, between: cst.Comma | cst.MaybeSentinel) -> cst.Comma:
+    """The comma after a parameter that another now follows: the line break and indentation of ``between``, the
+    comment of ``own`` (where the parameter's line had one), no comment line of either (they stay where they are)."""
+    comment = None
+    if isinstance(own, cst.Comma) and isinstance(own.whitespace_after, cst.ParenthesizedWhitespace):
+        comment = own.whitespace_after.first_line  # (a simple space has no line of its own)
+    if isinstance(between, cst.Comma) and isinstance(between.whitespace_after, cst.ParenthesizedWhitespace):
+        layout = between.whitespace_after
+        first = comment if comment is not None else cst.TrailingWhitespace(newline=layout.first_line.newline)
+        return between.with_changes(whitespace_after=layout.with_changes(first_line=first, empty_lines=()))
+    if comment is not None and comment.comment is not None:  # the parameter's comment ends its line
+        assert isinstance(own, cst.Comma) and isinstance(own.whitespace_after, cst.ParenthesizedWhitespace)
+        return own.with_changes(whitespace_after=own.whitespace_after.with_changes(empty_lines=()))
+    if isinstance(between, cst.Comma):
+        return between
+    return cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+
+
+def _bare(own: cst.Comma | cst.MaybeSentinel) -> cst.Comma | cst.MaybeSentinel:
+    """``own`` without the comment that ends the last parameter's line (that comment stays with it)."""
+    if isinstance(own, cst.Comma) and isinstance(own.whitespace_after, cst.ParenthesizedWhitespace):
+        layout = own.whitespace_after
+        return own.with_changes(
+            whitespace_after=layout.with_changes(first_line=cst.TrailingWhitespace(newline=layout.first_line.newline))
+        )
+    return own

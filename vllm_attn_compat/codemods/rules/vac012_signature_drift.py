@@ -72,7 +72,8 @@ class SignatureDrift(Rule):
     parameter whose name the method's body already uses (a global or an enclosing variable it would hide) is left
     to a person, and so are code reading the method's signature (``inspect.signature``), reflection that may reach
     it, a doctest naming it: such a use withholds the fix (unsafe), the finding naming it. Otherwise the finding is
-    reported without a fix: pass the new parameters through ``**kwargs``, or write them out. Constructors are left
+    reported without a fix (so is a parameter list holding a comment, a ``# noqa`` among them, which appending
+    could move to another line): pass the new parameters through ``**kwargs``, or write them out. Constructors are left
     out: vLLM makes its objects in ways of their own (the MLA layer passes an impl's dimensions by name, a builder is
     made positionally), which the signature alone does not tell.
     """
@@ -217,6 +218,8 @@ class SignatureDrift(Rule):
         missing = _listed(drift.missing)
         message = f"{where}{when} is called with {missing}, which this override cannot take"
         why_not = signatures.appended(drift.missing, found) or self._hidden(node, drift.missing)
+        if why_not is None and signatures.holds_comments(node.params):
+            why_not = "a comment among the parameters would move"
         if why_not is not None:
             self.ctx.report(self, node.name, f"{message} (no fix: {why_not})", release=changed)
             return

@@ -19,9 +19,14 @@ BUILDER = "vllm.v1.attention.backend.AttentionMetadataBuilder"
 
 
 def build(files: dict[str, str]) -> ClassHierarchy:
-    """The hierarchy of ``files`` (paths relative to a folder holding no package: a module is named by its stem,
-    or by its path where the folders hold an ``__init__.py``)."""
+    """The hierarchy of ``files`` (its modules named as the run names them: `full`)."""
     return ClassHierarchy.build([index_module(textwrap.dedent(text).encode(), path) for path, text in files.items()])
+
+
+def full(hierarchy: ClassHierarchy, path: str, name: str) -> str:
+    """The full name of the class ``name`` of the file ``path`` (a module name guessed from the path depends on
+    the folders holding an ``__init__.py``)."""
+    return f"{hierarchy.module_name(path)}.{name}"
 
 
 def test_the_class_scan_knows_every_interface_class_of_the_manifest():
@@ -63,13 +68,15 @@ def test_a_metadata_builder_through_the_project_s_own_base_in_another_file():
             """,
         }
     )
-    assert hierarchy.vllm_interface("fast.FastBuilder") == BUILDER
+    assert hierarchy.vllm_interface(full(hierarchy, "plugin/fast.py", "FastBuilder")) == BUILDER
     assert hierarchy.has_interface_classes("plugin/fast.py")
-    assert not hierarchy.is_attention_class("fast.FastBuilder")  # the 0.20 rules' scope is unchanged
+    assert not hierarchy.is_attention_class(
+        full(hierarchy, "plugin/fast.py", "FastBuilder")
+    )  # the 0.20 rules' scope is unchanged
     assert hierarchy.scope_class_names() >= {"PluginBuilderBase", "FastBuilder"}
     # The base is completed by its subclass; the subclass, a leaf, inherits `build` from it.
-    assert hierarchy.concrete_members("base.PluginBuilderBase") is None
-    assert hierarchy.concrete_members("fast.FastBuilder") == "build,build_for_drafting"
+    assert hierarchy.concrete_members(full(hierarchy, "plugin/base.py", "PluginBuilderBase")) is None
+    assert hierarchy.concrete_members(full(hierarchy, "plugin/fast.py", "FastBuilder")) == "build,build_for_drafting"
 
 
 def test_a_project_s_own_abc_of_the_same_name_and_a_fork_s_own_classes_have_no_interface(tmp_path):
@@ -78,7 +85,7 @@ def test_a_project_s_own_abc_of_the_same_name_and_a_fork_s_own_classes_have_no_i
             "plugin/abc.py": "import abc\nclass AttentionBackend(abc.ABC): ...\nclass Mine(AttentionBackend): ...\n",
         }
     )
-    assert own.vllm_interface("abc.Mine") is None
+    assert own.vllm_interface(full(own, "plugin/abc.py", "Mine")) is None
     tree = {
         "vllm/__init__.py": "",
         "vllm/v1/__init__.py": "",
@@ -112,10 +119,14 @@ def test_a_backend_by_its_shape_alone_and_its_subclasses():
             "other/shaped.py": "class Shaped:\n    def get_name(self): ...\n    def get_impl_cls(self): ...\n",
         }
     )
-    assert hierarchy.vllm_interface("backend.ShapedBackend") == "~" + BACKEND
-    assert hierarchy.vllm_interface("backend.Sparse") == "~" + BACKEND
-    assert hierarchy.vllm_interface("shaped.Shaped") is None  # its module does not import vLLM
-    assert hierarchy.concrete_members("backend.Sparse") is None  # no subclass: Python asks nothing of it
+    assert hierarchy.vllm_interface(full(hierarchy, "plugin/backend.py", "ShapedBackend")) == "~" + BACKEND
+    assert hierarchy.vllm_interface(full(hierarchy, "plugin/backend.py", "Sparse")) == "~" + BACKEND
+    assert (
+        hierarchy.vllm_interface(full(hierarchy, "other/shaped.py", "Shaped")) is None
+    )  # its module does not import vLLM
+    assert (
+        hierarchy.concrete_members(full(hierarchy, "plugin/backend.py", "Sparse")) is None
+    )  # no subclass: Python asks nothing of it
 
 
 def test_a_class_declaring_abstract_methods_is_no_concrete_class():
@@ -131,8 +142,10 @@ def test_a_class_declaring_abstract_methods_is_no_concrete_class():
             """,
         }
     )
-    assert hierarchy.vllm_interface("impl.Impl") == "vllm.v1.attention.backend.AttentionImpl"
-    assert hierarchy.concrete_members("impl.Impl") is None
+    assert (
+        hierarchy.vllm_interface(full(hierarchy, "plugin/impl.py", "Impl")) == "vllm.v1.attention.backend.AttentionImpl"
+    )
+    assert hierarchy.concrete_members(full(hierarchy, "plugin/impl.py", "Impl")) is None
 
 
 def test_the_project_s_own_definition_of_a_member_counts():
@@ -174,7 +187,8 @@ def test_a_signature_read_withholds_adding_parameters_and_the_rounds_look_for_th
         """,
     }
     open_fix = build(files)
-    assert open_fix.parameters_withheld("backend.PluginBackend", "supports_combination", "x.py") is None
+    owner = full(open_fix, "plugin/backend.py", "PluginBackend")
+    assert open_fix.parameters_withheld(owner, "supports_combination", "x.py") is None
     assert "supports_combination" in open_fix.accounting_terms()
     files["plugin/check.py"] = """
         import inspect
@@ -184,7 +198,7 @@ def test_a_signature_read_withholds_adding_parameters_and_the_rounds_look_for_th
             return len(inspect.signature(PluginBackend.supports_combination).parameters)
     """
     withheld = build(files)
-    reason = withheld.parameters_withheld("backend.PluginBackend", "supports_combination", "x.py")
+    reason = withheld.parameters_withheld(owner, "supports_combination", "x.py")
     assert reason is not None and reason.startswith("withheld: ") and "plugin/check.py:6" in reason
     assert "supports_combination" not in withheld.accounting_terms()
 
@@ -204,4 +218,4 @@ def test_a_class_named_as_a_base_is_no_concrete_class_even_alone():
         None,
         None,
     ]
-    assert hierarchy.concrete_members("base.Impl") == ""
+    assert hierarchy.concrete_members(full(hierarchy, "plugin/base.py", "Impl")) == ""

@@ -43,7 +43,7 @@ reports it in a plugin's code:
 | --- | --- |
 | VAC010 | a dead override: a hook the target release no longer has, or has but no longer calls |
 | VAC011 | a removed name imported or read (a class, function, op, member) |
-| VAC012 | signature drift: an override that cannot accept the arguments the target release passes |
+| VAC012 | signature drift: an override that cannot take the arguments the target release passes (constructors aside) |
 | VAC013 | an abstract member of the target release that a class does not implement |
 | VAC001-VAC009 | the 0.20 changes: the mandatory output buffer ([rules.md](rules.md)) |
 
@@ -206,6 +206,8 @@ def _member_rows(
         if subject in successors:
             details.append(f"successor: `{successors[subject]['use']}`")
         default = "VAC011" if before["kind"] in ("field", "enum_member") else "VAC010, VAC011"
+        if name.startswith("__") and name.endswith("__"):
+            default = "—"  # Python's own: no hook a plugin overrides, nor a name it reads
         return [("removed", where, "; ".join(details), _rule("removed", subject, release) or default)]
     if before is None:
         rows = [
@@ -217,8 +219,9 @@ def _member_rows(
     rows = []
     drift = _signature_change(before, after)
     if drift:
-        rule = _rule("signature changed", subject, release) or ("VAC012" if after["kind"] in _CALLABLE else "—")
-        rows.append(("signature changed", where, drift, rule))
+        rows.append(("signature changed", where, drift, _rule("signature changed", subject, release) or _drift_rule(
+            name, before, after
+        )))  # fmt: skip
     if after.get("abstract") and not before.get("abstract"):
         rows.append(("abstract", where, "now abstract", "VAC013"))
     elif before.get("abstract") and not after.get("abstract"):
@@ -229,12 +232,26 @@ def _member_rows(
         if before.get("deprecated_params", {}).get(parameter) != message:
             rows.append(("deprecated", f"{where}({parameter})", f"parameter: {message}", "—"))
     if before.get("referenced", True) and not after.get("referenced", True):
-        rows.append(("no longer called", where, "vLLM no longer uses the name outside its own definitions", "VAC010"))
+        hook = "—" if after["kind"] == "enum_member" else "VAC010"  # an enum's member: nothing to override
+        rows.append(("no longer called", where, "vLLM no longer uses the name outside its own definitions", hook))
     elif not before.get("referenced", True) and after.get("referenced", True):
         rows.append(("called again", where, "vLLM uses the name again", "—"))
     if before.get("value") != after.get("value") and "value" in after and "value" in before:
         rows.append(("value changed", where, f"`{before['value']}` → `{after['value']}`", "—"))
     return rows
+
+
+def _drift_rule(name: str, before: dict[str, Any], after: dict[str, Any]) -> str:
+    """VAC012 where what a call binds to changed (a parameter's name, kind, or whether it has a default, of a callable
+    member), as the rule compares them (`vllm_attn_compat.manifest.interface.drifted_names`); "—" for an annotation
+    or a default's value alone, and for constructors, which VAC012 leaves out."""
+    if after["kind"] not in _CALLABLE or name == "__init__":
+        return "—"
+
+    def binding(state: dict[str, Any]) -> tuple[Any, ...]:
+        return state["kind"], tuple((p[0], p[1], p[2] is not None) for p in state.get("params", []))
+
+    return "VAC012" if binding(before) != binding(after) else "—"
 
 
 def _signature_change(before: dict[str, Any], after: dict[str, Any]) -> str:

@@ -7,7 +7,7 @@ import textwrap
 from collections.abc import Sequence
 
 from vllm_attn_compat.codemods.engine.migrate import MigrationResult, migrate_source
-from vllm_attn_compat.codemods.findings import Status
+from vllm_attn_compat.codemods.findings import Status, TargetRelease
 from vllm_attn_compat.codemods.index import callsites
 from vllm_attn_compat.codemods.index.hierarchy import ClassHierarchy, index_module
 from vllm_attn_compat.codemods.registry import select_rules
@@ -33,6 +33,7 @@ def run(
     path: str = "plugin_mod.py",
     others: Sequence[tuple[str, str]] = (),
     old_op_calls: str = "with-output",
+    target: TargetRelease | None = None,
 ) -> MigrationResult:
     """Migrate ``text`` (dedented when a str) with the selected rules; ``others`` are more
     (path, source) files of the same run, for the class hierarchy and its calls. The findings include
@@ -42,7 +43,13 @@ def run(
     hierarchy = ClassHierarchy.build(indexes)
     rules = select_rules(select)
     result = migrate_source(
-        data, path=path, rules=rules, hierarchy=hierarchy, unsafe_fixes=unsafe, old_op_calls=old_op_calls
+        data,
+        path=path,
+        rules=rules,
+        hierarchy=hierarchy,
+        unsafe_fixes=unsafe,
+        old_op_calls=old_op_calls,
+        target=target,
     )
     callers = callsites.caller_findings(hierarchy.calls, path, data, [rule.code for rule in rules])
     result = dataclasses.replace(result, findings=sorted([*result.findings, *callers]))
@@ -53,6 +60,7 @@ def run(
         hierarchy=ClassHierarchy.build([index_module(result.source, path), *indexes[1:]]),
         unsafe_fixes=unsafe,
         old_op_calls=old_op_calls,
+        target=target,
     )
     assert again.source == result.source, "a second run changed the file again"
     return result

@@ -14,7 +14,8 @@ from vllm.v1.attention.backend import AttentionImpl
 
 
 class PluginImplBase(AttentionImpl):
-    pass
+    def __init__(self, num_heads, head_size, scale):
+        self.scale = scale
 """
 
 # Derives from vLLM only through PluginImplBase, defined in another file.
@@ -23,7 +24,7 @@ from plugin.base import PluginImplBase
 
 
 class MyImpl(PluginImplBase):
-    def forward(self, layer, query, key, value, kv_cache, attn_metadata, output):
+    def forward(self, layer, query, key, value, cache, metadata, output, output_scale=None, output_block_scale=None):
         # the buffer comes from the layer
         assert output is not None, "Output tensor must be provided."
 
@@ -36,7 +37,7 @@ from plugin.base import PluginImplBase
 
 
 class MyImpl(PluginImplBase):
-    def forward(self, layer, query, key, value, kv_cache, attn_metadata, output):
+    def forward(self, layer, query, key, value, cache, metadata, output, output_scale=None, output_block_scale=None):
         # the buffer comes from the layer
         output.copy_(query)
         return output
@@ -48,9 +49,12 @@ from vllm.v1.attention.backend import AttentionImpl
 
 
 class OtherImpl(AttentionImpl):
-    def forward(self, layer, query, key, value, kv_cache, attn_metadata, output):
+    def forward(self, layer, query, key, value, cache, metadata, output, output_scale=None, output_block_scale=None):
         assert output is not None and output.is_contiguous()
         output.copy_(query)
+
+    def __init__(self, *args, **kwargs):
+        pass
 """
 
 UNRELATED = """\

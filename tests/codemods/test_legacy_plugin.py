@@ -1,5 +1,7 @@
-"""examples/legacy_plugin: every rule fires on it; after migration nothing a safe fix could
-remove is left, and the migrated backends compute attention inside the real vLLM 0.20 layer."""
+"""examples/legacy_plugin: every rule of the 0.20 migration fires on it; after migration nothing a safe fix could
+remove is left, and the migrated backends compute attention inside the real vLLM 0.20 layer. It is migrated for
+vLLM 0.20, the release it is run in (the rules of later releases' interface have trees of their own:
+plugin_shapes)."""
 
 from __future__ import annotations
 
@@ -11,11 +13,12 @@ from pathlib import Path
 import pytest
 
 from vllm_attn_compat.codemods.engine.migrate import migrate_source
-from vllm_attn_compat.codemods.findings import Status
+from vllm_attn_compat.codemods.findings import Status, TargetRelease
 from vllm_attn_compat.codemods.index.hierarchy import ClassHierarchy, index_module
 from vllm_attn_compat.codemods.registry import all_rules
 
 PLUGIN = Path(__file__).resolve().parents[2] / "examples" / "legacy_plugin"
+AT_0_20 = TargetRelease("0.20.2", "0.20.2")
 
 
 def _migrate_tree(root: Path, *, unsafe: bool = False, old_op_calls: str = "with-output") -> dict[str, list]:
@@ -27,7 +30,7 @@ def _migrate_tree(root: Path, *, unsafe: bool = False, old_op_calls: str = "with
     for path, source in sources.items():
         result = migrate_source(
             source, path=str(path), rules=all_rules(), hierarchy=hierarchy, unsafe_fixes=unsafe,
-            old_op_calls=old_op_calls,
+            old_op_calls=old_op_calls, target=AT_0_20,
         )  # fmt: skip
         compile(result.source, str(path), "exec")
         path.write_bytes(result.source)
@@ -47,7 +50,7 @@ def test_the_plugin_exercises_every_rule(tmp_path):
     shutil.copytree(PLUGIN, tmp_path / "copy")
     findings = _migrate_tree(tmp_path / "copy")
     codes = {f.code for per_file in findings.values() for f in per_file}
-    assert codes == {rule.code for rule in all_rules()}
+    assert codes == {rule.code for rule in all_rules() if rule.code < "VAC010"}
     # The backend deriving only from the plugin's base (another file) is found through the hierarchy.
     assert {f.code for f in findings["sdpa_backend.py"]} == {"VAC001", "VAC002", "VAC003", "VAC004"}
 

@@ -14,6 +14,7 @@ from vllm_attn_compat.codemods.target_version import (
     configured_target_version,
     find_requirements,
     parse_target_version,
+    project_root,
     target_for,
 )
 
@@ -204,7 +205,7 @@ def test_no_requirement_means_the_newest_release(tmp_path):
         NEWEST,
         None,
         manifest.releases(),
-        f"no vLLM requirement found in {tmp_path}: the newest release the manifest knows, {NEWEST}",
+        f"no vLLM requirement found: the newest release the manifest knows, {NEWEST}",
         None,
     )
 
@@ -233,10 +234,10 @@ def test_a_requirement_the_manifest_cannot_meet(tmp_path):
 def test_an_explicit_or_configured_target_wins(tmp_path):
     write(tmp_path, {"pyproject.toml": '[project]\nname = "p"\ndependencies = ["vllm>=0.30"]\n'})
     explicit = target_for(str(tmp_path), explicit="0.27", configured="0.33")
-    assert explicit == Target("0.27.1", "0.27.1", ("0.27.1",), "--target-version 0.27", None)
+    assert explicit == Target("0.27.1", "0.27.1", ("0.27.1",), "from --target-version 0.27", None)
     configured = target_for(str(tmp_path), configured="0.20")
     assert configured.release == "0.20.2"
-    assert configured.reason == "target-version = '0.20' in [tool.vllm-attn-compat]"
+    assert configured.reason == 'from [tool.vllm-attn-compat] target-version = "0.20"'
     with pytest.raises(TargetVersionError, match=r"--target-version: vLLM '0\.9' is not a release"):
         target_for(str(tmp_path), explicit="0.9")
 
@@ -274,10 +275,10 @@ def test_parse_target_version_names_what_is_wrong(value, complaint):
 @pytest.mark.parametrize(
     ("files", "complaint"),
     [
-        ({"pyproject.toml": "[project\n"}, "pyproject.toml: cannot be read as TOML"),
+        ({"pyproject.toml": '[project\ndependencies = ["vllm"]\n'}, "pyproject.toml: cannot be read as TOML"),
         ({"pyproject.toml": '[project]\ndependencies = "vllm>=0.30"\n'}, "expected a list of requirement strings"),
         ({"pyproject.toml": '[project]\ndependencies = ["vllm>=banana"]\n'}, "'banana' is no version"),
-        ({"setup.py": "setup(\n"}, "setup.py: cannot be read as Python"),
+        ({"setup.py": 'setup(install_requires=["vllm"]\n'}, "setup.py: cannot be read as Python"),
         ({"requirements.txt": "-r missing.txt\n"}, "missing.txt: cannot be read"),
     ],
 )
@@ -285,6 +286,20 @@ def test_files_that_cannot_be_read_are_named(tmp_path, files, complaint):
     write(tmp_path, files)
     with pytest.raises(TargetVersionError, match=complaint):
         target_for(str(tmp_path))
+
+
+def test_a_broken_file_that_never_names_vllm_is_not_read(tmp_path):
+    # As the configuration's reader does with a pyproject.toml never naming the tool: not ours to validate.
+    write(tmp_path, {"pyproject.toml": "[project\n", "setup.py": "setup(\n", "requirements.txt": "vllm==0.22.1\n"})
+    assert target_for(str(tmp_path)).reason == "from requirements.txt: vllm==0.22.1"
+
+
+def test_the_project_root_is_the_nearest_folder_stating_requirements(tmp_path):
+    write(tmp_path, {"setup.cfg": "", "src/plugin/backend.py": "", "src/plugin/sub/__init__.py": ""})
+    assert project_root(str(tmp_path / "src" / "plugin" / "sub")) == str(tmp_path)
+    assert project_root(str(tmp_path / "src" / "plugin" / "backend.py")) == str(tmp_path)
+    write(tmp_path, {"src/plugin/requirements.txt": ""})
+    assert project_root(str(tmp_path / "src" / "plugin" / "sub")) == str(tmp_path / "src" / "plugin")
 
 
 def test_another_projects_odd_requirement_is_passed_over(tmp_path):

@@ -27,8 +27,19 @@ class PluginBackend(AttentionBackend):
     def get_name() -> str:
         return "PLUGIN"
 
+    @staticmethod
+    def get_impl_cls():
+        return PluginImpl
+
+    @staticmethod
+    def get_builder_cls():
+        return None
+
 
 class PluginImpl(AttentionImpl):
+    def __init__(self, num_heads, head_size, scale):
+        self.scale = scale
+
     def forward(
         self,
         layer,
@@ -39,6 +50,7 @@ class PluginImpl(AttentionImpl):
         attn_metadata,
         output: Optional[torch.Tensor] = None,  # written in place
         output_scale: Optional[torch.Tensor] = None,
+        output_block_scale: Optional[torch.Tensor] = None,
     ) -> torch.Tensor:
         assert output is not None, "Output tensor must be provided."
         output.copy_(query)

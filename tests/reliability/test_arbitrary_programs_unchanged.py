@@ -23,7 +23,11 @@ import torch
 
 
 class GeneratedImpl(AttentionImpl):
-    def forward(self, layer, query, key, value, kv_cache, attn_metadata, output: torch.Tensor):
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def forward(self, layer, query, key, value, kv_cache, attn_metadata, output: torch.Tensor, output_scale=None,
+                output_block_scale=None):
 {body}
         return output
 """

@@ -118,6 +118,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="also apply unsafe fixes (review them); --no-unsafe-fixes overrides the configuration",
     )  # fmt: skip
     migrate.add_argument(
+        "--target-version", metavar="X.Y",
+        help="the vLLM release the code must run on (default: target-version in [tool.vllm-attn-compat], else the "
+        "newest release the project's vLLM requirement allows, else the newest release known)",
+    )  # fmt: skip
+    migrate.add_argument(
         "--old-op-calls", choices=("with-output", "forwarder"), default=None,
         help="how the unsafe fix rewrites calls of the removed unified_attention ops: with-output (default) "
         "allocates and calls the _with_output op where the layer's shape is known and reports the rest; "
@@ -168,9 +173,11 @@ def _configured(args: argparse.Namespace) -> tuple[Options, Config]:
     """The run's options, and the configuration they come from in part."""
     from vllm_attn_compat.codemods.run.config import load_config
     from vllm_attn_compat.codemods.run.options import Options
+    from vllm_attn_compat.codemods.target_version import project_root, target_for
 
     start = (args.stdin_filename or ".") if args.paths == ["-"] else args.paths[0]
     config = load_config(start)
+    target = target_for(project_root(start), explicit=args.target_version, configured=config.target_version)
     mode = "check" if args.check else "diff" if args.diff else "write"
     unsafe = config.unsafe_fixes if args.unsafe_fixes is None else args.unsafe_fixes
     progress = not args.quiet and sys.stderr.isatty() and not os.environ.get("CI")
@@ -184,6 +191,7 @@ def _configured(args: argparse.Namespace) -> tuple[Options, Config]:
         exclude=tuple(args.exclude if args.exclude is not None else config.exclude),
         base=config.base,
         progress=progress,
+        target=target,
     )
     if args.jobs is not None:
         options = options._replace(jobs=args.jobs)

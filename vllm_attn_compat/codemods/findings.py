@@ -29,10 +29,21 @@ class Status(enum.Enum):
 
 
 class Finding(NamedTuple):
-    """One site in one file. ``line`` is 1-based, ``column`` 1-based (as editors show)."""
+    """One site in one file. ``line`` is 1-based, ``column`` 1-based (as editors show). ``release``: the vLLM
+    release whose change the finding is about (``0.29.0`` for a hook it removed), where one is."""
 
     line: int
     column: int
     code: str
     message: str
     status: Status
+    release: str | None = None
+
+
+class TargetRelease(NamedTuple):
+    """The vLLM release a run targets, as the rules see it: ``release``, the one findings are computed for (what it
+    no longer has or calls), and ``oldest``, the lowest release the project supports, for the fixes' safety (a fix
+    whose code needs a newer release is withheld; None where nothing bounds it)."""
+
+    release: str
+    oldest: str | None = None

@@ -23,20 +23,26 @@ both: the code is to run on that release.
 
 from __future__ import annotations
 
-import ast
-import configparser
 import os
 import re
 import sys
 from collections.abc import Iterator
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from vllm_attn_compat import manifest
 
 from .specifiers import Requirement, SpecifierError, allows, parse_requirement
 
+if TYPE_CHECKING:
+    import ast
+
 KEY = "target-version"
 PROJECT = "vllm"
+# What marks a project's root, where its vLLM requirement is read.
+_ROOT_FILES = ("pyproject.toml", "setup.py", "setup.cfg", "requirements.txt")
+# Text that may name vLLM in a requirement (PEP 503 compares names case-insensitively, separators alike): a file
+# without any is not parsed.
+_NAMES_VLLM = re.compile(rb"(?i)v[-_.]*llm")
 
 
 class TargetVersionError(ValueError):
@@ -57,6 +63,34 @@ class Target(NamedTuple):
     allowed: tuple[str, ...]
     reason: str
     source: str | None
+
+    def describe(self) -> str:
+        """One line for the run's summary: the release, and why (``vLLM 0.34.0, from --target-version 0.34``)."""
+        oldest = f"; fixes must hold from vLLM {self.oldest} on" if self.oldest not in (None, self.release) else ""
+        return f"vLLM {self.release}, {self.reason}{oldest}"
+
+
+def newest_target() -> Target:
+    """The target where nothing names one: the newest release, no oldest (nothing bounds the fixes)."""
+    newest = manifest.newest()
+    return Target(newest, None, manifest.releases(), f"the newest release the manifest knows, {newest}", None)
+
+
+def project_root(start: str) -> str:
+    """The folder whose files state the project's requirements: the nearest folder, at or above ``start`` (a file
+    or folder), holding a ``pyproject.toml``, ``setup.py``, ``setup.cfg`` or ``requirements.txt``; else
+    ``start``'s folder."""
+    folder = os.path.abspath(start)
+    if not os.path.isdir(folder):
+        folder = os.path.dirname(folder)
+    current = folder
+    while True:
+        if any(os.path.isfile(os.path.join(current, name)) for name in _ROOT_FILES):
+            return current
+        parent = os.path.dirname(current)
+        if parent == current:
+            return folder
+        current = parent
 
 
 def parse_target_version(value: object, where: str) -> str:
@@ -94,14 +128,15 @@ def target_for(root: str, *, explicit: str | None = None, configured: str | None
     know, or a requirement file that cannot be read."""
     if explicit is not None:
         release = parse_target_version(explicit, "--target-version")
-        return Target(release, release, (release,), f"--target-version {explicit}", None)
+        return Target(release, release, (release,), f"from --target-version {explicit}", None)
     if configured is not None:
         release = parse_target_version(configured, f"[tool.vllm-attn-compat] {KEY}")
-        return Target(release, release, (release,), f"{KEY} = {configured!r} in [tool.vllm-attn-compat]", None)
+        return Target(release, release, (release,), f'from [tool.vllm-attn-compat] {KEY} = "{configured}"', None)
     found = find_requirements(root)
     if found is None:
         newest = manifest.newest()
-        reason = f"no vLLM requirement found in {root}: the newest release the manifest knows, {newest}"
+        # (no path: the same project gives the same report wherever it is checked out)
+        reason = f"no vLLM requirement found: the newest release the manifest knows, {newest}"
         return Target(newest, None, manifest.releases(), reason, None)
     source, requirements = found
     return _from_requirements(root, source, requirements)
@@ -148,7 +183,7 @@ def find_requirements(root: str) -> tuple[str, list[Requirement]] | None:
 
 def _sources(root: str) -> Iterator[tuple[str, list[str]]]:
     pyproject = os.path.join(root, "pyproject.toml")
-    if os.path.isfile(pyproject):
+    if os.path.isfile(pyproject) and _may_name_vllm(pyproject):
         project = _toml(pyproject).get("project")
         project = project if isinstance(project, dict) else {}
         yield pyproject, _strings(project.get("dependencies"), pyproject, "[project] dependencies")
@@ -157,7 +192,9 @@ def _sources(root: str) -> Iterator[tuple[str, list[str]]]:
         groups = _toml(pyproject).get("dependency-groups")
         yield pyproject, _grouped(groups, pyproject, "[dependency-groups]")
     setup_cfg = os.path.join(root, "setup.cfg")
-    if os.path.isfile(setup_cfg):
+    if os.path.isfile(setup_cfg) and _may_name_vllm(setup_cfg):
+        import configparser
+
         parser = configparser.ConfigParser(interpolation=None)
         try:
             parser.read(setup_cfg, encoding="utf-8")
@@ -167,12 +204,21 @@ def _sources(root: str) -> Iterator[tuple[str, list[str]]]:
         if parser.has_section("options.extras_require"):
             yield setup_cfg, [line for _, value in parser.items("options.extras_require") for line in _lines(value)]
     setup_py = os.path.join(root, "setup.py")
-    if os.path.isfile(setup_py):
+    if os.path.isfile(setup_py) and _may_name_vllm(setup_py):
         install, extras = _setup_py(setup_py)
         yield setup_py, install
         yield setup_py, extras
     for path in _requirement_files(root):
         yield path, list(_requirement_lines(path, set()))
+
+
+def _may_name_vllm(path: str) -> bool:
+    """Whether the file's text may name vLLM (a file that cannot be read is left to its reader to report)."""
+    try:
+        with open(path, "rb") as handle:
+            return _NAMES_VLLM.search(handle.read()) is not None
+    except OSError:
+        return True
 
 
 def _toml(path: str) -> dict[str, Any]:
@@ -217,6 +263,8 @@ def _lines(value: str) -> list[str]:
 def _setup_py(path: str) -> tuple[list[str], list[str]]:
     """(install_requires, extras_require's requirements) of a setup.py's ``setup(...)`` call where they are
     literals, or names bound once at module level to literals. Read with ``ast``; never executed."""
+    import ast
+
     try:
         with open(path, encoding="utf-8") as handle:
             tree = ast.parse(handle.read(), path)
@@ -246,10 +294,14 @@ def _setup_py(path: str) -> tuple[list[str], list[str]]:
 
 
 def _call_name(node: ast.expr) -> str:
+    import ast
+
     return node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else ""
 
 
 def _literal_strings(node: ast.expr) -> list[str]:
+    import ast
+
     if isinstance(node, ast.List | ast.Tuple):
         return [e.value for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
     if isinstance(node, ast.Constant) and isinstance(node.value, str):

@@ -226,8 +226,11 @@ def _probe(root: Path) -> dict[str, list]:
 
 def _migrate(root: Path, *extra: str) -> subprocess.CompletedProcess:
     environment = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    # The fixes of vLLM 0.20's output buffer, which these calls exercise (this small plugin is no full backend: the
+    # rules of later releases' interface would report what it leaves out).
+    rules = ("--ignore", "VAC01")
     return subprocess.run(
-        [sys.executable, "-m", "vllm_attn_compat", "migrate", "--jobs", "1", *extra, "tree"],
+        [sys.executable, "-m", "vllm_attn_compat", "migrate", "--jobs", "1", *rules, *extra, "tree"],
         cwd=root,
         capture_output=True,
         text=True,
@@ -382,7 +385,7 @@ def test_the_pre_commit_hooks_keep_every_call_working_when_the_commit_holds_the_
     assert completed.returncode == 1, completed.stdout + completed.stderr  # the callers are left to a person
     assert _probe(plugin) == before
     report = completed.stdout
-    forward = next(line for line in report.splitlines() if line.startswith("plugin/backend.py:8:"))
+    forward = next(line for line in report.splitlines() if line.startswith("plugin/backend.py:8:") and "VAC002" in line)
     assert "[unsafe]" in forward and "(and 2 more)" in forward  # the old op's call, and the smoke test's two
 
 
@@ -464,7 +467,7 @@ def test_a_caller_importing_neither_vllm_nor_the_class_withholds_the_fix_it_woul
     assert before[0] == "returned", before
     environment = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
     completed = subprocess.run(
-        [sys.executable, "-m", "vllm_attn_compat", "migrate", "--jobs", jobs, "tree"],
+        [sys.executable, "-m", "vllm_attn_compat", "migrate", "--jobs", jobs, "--ignore", "VAC01", "tree"],
         cwd=tmp_path,
         capture_output=True,
         text=True,

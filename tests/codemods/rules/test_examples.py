@@ -21,7 +21,7 @@ CASES = [
 @pytest.mark.parametrize(("rule", "example"), CASES)
 @pytest.mark.parametrize("unsafe", [False, True], ids=["safe", "unsafe"])
 def test_example(rule, example, unsafe):
-    result = run(example.source(), [rule.code], unsafe=unsafe, path="example.py")
+    result = run(example.source(), [rule.code], unsafe=unsafe, path="example.py", target=example.release())
     expected = example.expected(unsafe=unsafe)
     assert result.source.decode() == expected
     ast.parse(expected)
@@ -43,9 +43,10 @@ def test_unchanged_examples_come_out_byte_identical():
         for example in rule.examples:
             if example.after is None and example.unsafe_after is None:
                 for unsafe in (False, True):
-                    assert run(example.source(), [rule.code], unsafe=unsafe, path="example.py").source == (
-                        example.source().encode()
+                    migrated = run(
+                        example.source(), [rule.code], unsafe=unsafe, path="example.py", target=example.release()
                     )
+                    assert migrated.source == example.source().encode()
 
 
 def _both_ways(rule, example, unsafe: bool):
@@ -61,6 +62,7 @@ def _both_ways(rule, example, unsafe: bool):
         rules=[rule],
         hierarchy=ClassHierarchy.build([index_module(source, "example.py")]),
         unsafe_fixes=unsafe,
+        target=example.release(),
     )
     saved, reduce, made = spans._MIN_SAVED, spans.reduce, []
     spans._MIN_SAVED = -(1 << 30)

@@ -18,7 +18,7 @@ _WITHHELD = 220
 def test_every_message_of_a_rule_s_examples_is_one_short_line(rule):
     for example in rule.examples:
         for unsafe in (False, True):
-            for finding in run(example.source(), [rule.code], unsafe=unsafe).findings:
+            for finding in run(example.source(), [rule.code], unsafe=unsafe, target=example.release()).findings:
                 said, _, withheld = finding.message.partition("; withheld: ")
                 assert "\n" not in finding.message, finding.message
                 assert len(said) <= _SAID and len(withheld) <= _WITHHELD, (len(said), len(withheld), finding.message)

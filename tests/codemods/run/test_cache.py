@@ -11,10 +11,12 @@ from pathlib import Path
 
 import pytest
 
+from vllm_attn_compat import manifest
 from vllm_attn_compat.codemods.cli import main
 from vllm_attn_compat.codemods.run import cache as cache_module
 from vllm_attn_compat.codemods.run import runner, worker
 from vllm_attn_compat.codemods.run.runner import Options, run_paths
+from vllm_attn_compat.codemods.target_version import target_for
 
 from runner_trees import BASE, IMPL, IMPL_MIGRATED, MANUAL, UNRELATED, write_tree
 
@@ -87,7 +89,7 @@ def test_a_warm_run_reports_what_the_cold_one_did_without_migrating_again(tree, 
     cold = _run(tree, cache)
     assert cold[0] == sorted((os.path.basename(p), f) for p, f in uncached.findings)
     assert cold[1] == sorted(uncached.changed)
-    assert set(migrations) == {"impl.py", "manual.py", "prefill.py"}
+    assert set(migrations) == {"base.py", "impl.py", "manual.py", "prefill.py"}
     migrations.clear()
     assert _run(tree, cache) == cold
     assert migrations == []
@@ -107,7 +109,7 @@ def test_write_mode_does_not_take_check_mode_s_unchecked_rewrites_from_the_cache
     _run(tree, cache)  # `--check` writes nothing, so it skips the safety checks
     migrations.clear()
     _, changed, errors = _run(tree, cache, mode="write")
-    assert set(migrations) == {"impl.py", "manual.py", "prefill.py"} and not errors and len(changed) == 2
+    assert set(migrations) == {"base.py", "impl.py", "manual.py", "prefill.py"} and not errors and len(changed) == 2
     assert (tree / "plugin/impl.py").read_text() == IMPL_MIGRATED
 
 
@@ -174,7 +176,7 @@ def test_other_rules_or_options_miss(tree, tmp_path, migrations, options):
     _run(tree, cache)
     migrations.clear()
     _run(tree, cache, **options)
-    assert set(migrations) == {"impl.py", "manual.py", "prefill.py"}
+    assert set(migrations) == {"base.py", "impl.py", "manual.py", "prefill.py"}
 
 
 def _cache_file(cache: Path) -> Path:
@@ -228,7 +230,7 @@ def test_a_cache_file_not_trusted_is_ignored_and_rewritten(tree, tmp_path, migra
     migrations.clear()
     indexed.clear()
     assert _run(tree, cache) == cold
-    assert set(migrations) == {"impl.py", "manual.py", "prefill.py"} and len(indexed) == 5
+    assert set(migrations) == {"base.py", "impl.py", "manual.py", "prefill.py"} and len(indexed) == 5
     assert capsys.readouterr().err.count("warning: the cache file") == warned
     migrations.clear()
     indexed.clear()
@@ -244,8 +246,10 @@ def test_the_cache_is_one_json_file_of_the_project_keyed_by_the_code_and_setting
     assert len(list(folder.iterdir())) == 1
     head, results = _lines(cache)
     assert head["key"]["root"] == os.path.abspath(".")
-    assert head["key"]["settings"] == [[], [], False, "with-output"]
-    assert {row[0] for row in head["key"]["code"][4]} >= {"cli.py", os.path.join("run", "cache.py")}
+    assert head["key"]["settings"] == [[], [], False, "with-output", [manifest.newest(), None]]
+    code = {row[0] for row in head["key"]["code"][4]}
+    assert code >= {os.path.join("codemods", "cli.py"), os.path.join("codemods", "run", "cache.py")}
+    assert code >= {os.path.join("manifest", "attention_api.json"), os.path.join("manifest", "releases.txt")}
     impl = str((tree / "plugin/impl.py").resolve())
     assert results[impl]["where"] == [str(tree / "plugin/impl.py"), "plugin.impl"]  # what its index was made for
     assert {"answers", "index", "migration"} <= set(results[impl])
@@ -258,7 +262,20 @@ def test_a_change_of_this_package_s_code_is_a_change_of_key(tree, tmp_path, migr
     monkeypatch.setattr(cache_module, "code_key", lambda: [*real()[:4], [["cli.py", 1, 2]]])
     migrations.clear()
     _run(tree, cache)
-    assert set(migrations) == {"impl.py", "manual.py", "prefill.py"}
+    assert set(migrations) == {"base.py", "impl.py", "manual.py", "prefill.py"}
+
+
+def test_a_change_of_target_is_a_change_of_key(tree, tmp_path, migrations):
+    # The rules' findings depend on the release targeted: another target replays nothing of the last one.
+    cache = tmp_path / "cache"
+    options = Options(mode="check", jobs=1, cache_dir=str(cache))
+    run_paths([str(tree / "plugin")], options._replace(target=target_for(str(tree), explicit="0.34")))
+    migrations.clear()
+    run_paths([str(tree / "plugin")], options._replace(target=target_for(str(tree), explicit="0.27")))
+    assert set(migrations) == {"base.py", "impl.py", "manual.py", "prefill.py"}
+    migrations.clear()
+    run_paths([str(tree / "plugin")], options._replace(target=target_for(str(tree), explicit="0.27")))
+    assert migrations == []
 
 
 def _uncached(tree: Path):
@@ -276,7 +293,7 @@ EDITS = {
     # The base class no longer derives from vLLM's (nor mentions it: no index): `MyImpl` is no attention class.
     "base-unrelated": ("plugin/base.py", "class PluginImplBase:\n    pass\n", [], set()),
     # A comment in the base: its index changes nothing anyone asks.
-    "base-comment": ("plugin/base.py", "# the plugin's base\n" + BASE, ["base.py"], set()),
+    "base-comment": ("plugin/base.py", "# the plugin's base\n" + BASE, ["base.py"], {"base.py"}),
 }
 
 

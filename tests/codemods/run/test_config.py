@@ -51,7 +51,8 @@ def test_a_pyproject_that_never_names_the_tool_is_not_ours_to_validate(tmp_path)
     [
         (
             '[tool.vllm-attn-compat]\nselct = ["VAC001"]\n',
-            "unknown key 'selct'; expected one of: cache-dir, exclude, ignore, old-op-calls, select, unsafe-fixes",
+            "unknown key 'selct'; expected one of: cache-dir, exclude, ignore, old-op-calls, select, target-version, "
+            "unsafe-fixes",
         ),
         (
             '[tool.vllm-attn-compat]\nselect = "VAC001"\n',
@@ -72,6 +73,14 @@ def test_a_pyproject_that_never_names_the_tool_is_not_ours_to_validate(tmp_path)
         ("[tool.vllm-attn-compat]\nold-op-calls = true\n", "old-op-calls: expected one of the strings"),
         ("[tool.vllm-attn-compat]\ncache-dir = 3\n", "cache-dir: expected a folder (a non-empty string), found 3"),
         ('[tool.vllm-attn-compat]\ncache-dir = ""\n', "cache-dir: expected a folder (a non-empty string), found ''"),
+        (
+            "[tool.vllm-attn-compat]\ntarget-version = 0.34\n",
+            'target-version: expected a vLLM release as a string (like "0.34"), found 0.34 (float)',
+        ),
+        (
+            '[tool.vllm-attn-compat]\ntarget-version = "0.9"\n',
+            "[tool.vllm-attn-compat] target-version: vLLM '0.9' is not a release the manifest knows; it knows",
+        ),
         ("[tool]\nvllm-attn-compat = 3\n", "[tool.vllm-attn-compat] must be a table, found 3"),
         ("[tool.vllm-attn-compat\n", "invalid TOML"),
     ],
@@ -81,6 +90,11 @@ def test_wrong_keys_and_values_are_errors_naming_file_key_expectation_and_value(
         parse_config(toml, "proj/pyproject.toml")
     assert str(caught.value).startswith("proj/pyproject.toml: ")
     assert expected in str(caught.value)
+
+
+def test_the_target_version_is_kept_as_written(tmp_path):
+    (tmp_path / "pyproject.toml").write_text('[tool.vllm-attn-compat]\ntarget-version = "0.27"\n')
+    assert load_config(str(tmp_path)).target_version == "0.27"
 
 
 def test_no_pyproject_anywhere_means_defaults_at_the_working_directory(tmp_path, monkeypatch):

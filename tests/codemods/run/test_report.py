@@ -8,6 +8,7 @@ import pytest
 
 from vllm_attn_compat.codemods.findings import Finding, Status
 from vllm_attn_compat.codemods.run.report import FileError, RunReport, render
+from vllm_attn_compat.codemods.target_version import Target
 
 
 def report(mode: str = "write", statuses=(Status.FIXED,), errors=()) -> RunReport:
@@ -76,6 +77,7 @@ def test_json_has_one_record_per_site_and_the_summary():
         "code": "VAC002",
         "message": "message 1",
         "status": "suppressed",
+        "release": None,
     }
     assert [f["status"] for f in document["findings"]] == ["fixed", "suppressed", "manual"]
     summary = document["summary"]
@@ -91,3 +93,38 @@ def test_github_annotations_escape_their_fields():
         "::error file=a%2Cb%3Ac.py,line=2,col=1,title=vllm-attn-compat::100%25 bad%0Areally",
         "::error file=pkg/b.py,line=3,col=5,title=VAC001::message 0",
     ]
+
+
+def test_the_summary_says_which_release_was_targeted_and_why():
+    target = Target("0.34.0", "0.30.0", ("0.30.0", "0.34.0"), "from pyproject.toml: vllm>=0.30,<0.35", None)
+    run = RunReport(mode="check", target=target)
+    lines = render(run, "text").splitlines()
+    assert lines[0] == (
+        "Target: vLLM 0.34.0, from pyproject.toml: vllm>=0.30,<0.35; fixes must hold from vLLM 0.30.0 on."
+    )
+    explicit = RunReport(target=Target("0.27.1", "0.27.1", ("0.27.1",), "from --target-version 0.27", None))
+    assert render(explicit, "text").splitlines()[0] == "Target: vLLM 0.27.1, from --target-version 0.27."
+    assert json.loads(render(run, "json"))["target"] == {
+        "release": "0.34.0",
+        "oldest": "0.30.0",
+        "reason": "from pyproject.toml: vllm>=0.30,<0.35",
+    }
+    assert json.loads(render(RunReport(), "json"))["target"] is None
+
+
+def test_findings_left_are_grouped_by_the_release_that_caused_them():
+    findings = [
+        ("a.py", Finding(1, 1, "VAC010", "dead", Status.MANUAL, "0.34.0")),
+        ("a.py", Finding(2, 1, "VAC010", "dead", Status.MANUAL, "0.29.0")),
+        ("b.py", Finding(3, 1, "VAC011", "gone", Status.UNSAFE_FIX_AVAILABLE, "0.29.0")),
+        ("b.py", Finding(4, 1, "VAC002", "fixed", Status.FIXED, "0.20.0")),  # not left
+        ("b.py", Finding(5, 1, "VAC008", "no release", Status.MANUAL)),
+    ]
+    run = RunReport(mode="check", findings=findings)
+    assert (
+        "Left by the vLLM release that caused them: vLLM 0.29.0: 2 (VAC010 1, VAC011 1); vLLM 0.34.0: 1 (VAC010 1)."
+        in render(run, "text").splitlines()
+    )
+    document = json.loads(render(run, "json"))
+    assert document["summary"]["left_by_release"] == {"0.29.0": {"VAC010": 1, "VAC011": 1}, "0.34.0": {"VAC010": 1}}
+    assert [f["release"] for f in document["findings"]] == ["0.34.0", "0.29.0", "0.29.0", "0.20.0", None]

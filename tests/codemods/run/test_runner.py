@@ -108,7 +108,8 @@ def test_a_file_importing_nothing_is_read_for_the_calls_of_a_method_once_a_fix_o
     runner = "def warm(engine, query):\n    return engine.impl.prefill(query)\n"
     layout = {"plugin/__init__.py": "", "plugin/base.py": base, "plugin/other.py": other, "runner.py": runner}
     write_tree(tmp_path, layout)
-    report = run_paths([str(tmp_path)], Options(mode="check", jobs=jobs))
+    # (the 0.20 rules' call-site accounting: these toy impls lack what later releases' rules report)
+    report = run_paths([str(tmp_path)], Options(mode="check", jobs=jobs, ignore=("VAC01",)))
     assert report.errors == [] and report.changed == []
     found = sorted((os.path.relpath(path, tmp_path), f.line, f.code, f.status) for path, f in report.findings)
     withheld = [(path, line, code) for path, line, code, status in found if status == Status.UNSAFE_FIX_AVAILABLE]
@@ -282,8 +283,7 @@ def test_a_read_of_an_instance_s_flag_is_resolved_through_a_file_that_names_no_v
     }
     write_tree(tmp_path, layout)
     report = run_paths([str(tmp_path)], Options(mode="check", jobs=1))
-    [finding] = [finding for _, finding in report.findings]
-    assert finding.code == "VAC004"
+    [finding] = [finding for _, finding in report.findings if finding.code == "VAC004"]  # (VAC013: a toy backend)
     assert finding.status is (Status.UNSAFE_FIX_AVAILABLE if derives else Status.FIXED)
 
 

@@ -38,6 +38,11 @@ def _fix_text(rule: type[Rule]) -> str:
         text += "; some sites get only an unsafe fix"
     if rule.fix_safety is not FixSafety.DISPLAY_ONLY and Status.MANUAL in statuses:
         text += "; some sites are only reported"
+    if rule.fix_requires is not None and rule.fix_safety is not FixSafety.DISPLAY_ONLY:
+        text += (
+            f"; the fix needs vLLM >= {rule.fix_requires}: where the target allows an older release, it is withheld "
+            "as unsafe"
+        )
     return text
 
 
@@ -50,6 +55,8 @@ def render_rule(rule: type[Rule]) -> str:
     ]
     for example in rule.examples:
         parts.append(f"### Example: {example.title}")
+        if example.target is not None:
+            parts.append(f"With `--target-version {example.target}`:")
         parts.append(_code_block(example.source()))
         safe = example.expected(unsafe=False)
         unsafe = example.expected(unsafe=True)

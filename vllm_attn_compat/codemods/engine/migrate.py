@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from vllm_attn_compat.codemods.engine import tokens
 from vllm_attn_compat.codemods.engine.rule import Rule
-from vllm_attn_compat.codemods.findings import Finding, FixSafety, Status
+from vllm_attn_compat.codemods.findings import Finding, FixSafety, Status, TargetRelease
 from vllm_attn_compat.codemods.index.hierarchy import index_module
 from vllm_attn_compat.codemods.index.names import BASE_TOKENS
 from vllm_attn_compat.codemods.index.questions import Questions
@@ -68,9 +68,18 @@ def needs_parsing(source: bytes, rules: Sequence[type[Rule]], class_names: froze
     )
 
 
+def acting(rules: Sequence[type[Rule]], *, attention: bool, interface: bool) -> list[type[Rule]]:
+    """Those of ``rules`` that can act in a file: the rules acting anywhere, those scoped to attention classes where
+    it has one (``attention``), those scoped to classes deriving from vLLM's interface where it has one
+    (``interface``: `Rule.interface`)."""
+    return [rule for rule in rules if not rule.scoped or (interface if rule.interface else attention)]
+
+
 def _may_apply(source: bytes, path: str, rules: Sequence[type[Rule]], hierarchy: Questions) -> bool:
-    unscoped = any(token in source for rule in rules if not rule.scoped for token in rule.tokens)
-    return unscoped or (any(rule.scoped for rule in rules) and hierarchy.has_attention_classes(path))
+    if any(token in source for rule in rules if not rule.scoped for token in rule.tokens):
+        return True
+    attention = any(rule.scoped and not rule.interface for rule in rules) and hierarchy.has_attention_classes(path)
+    return attention or (any(rule.interface for rule in rules) and hierarchy.has_interface_classes(path))
 
 
 def _check_syntax(source: bytes, path: str) -> None:
@@ -131,11 +140,13 @@ def migrate_source(
     with_findings: bool = True,
     old_op_calls: str = "with-output",
     reduce_spans: bool = True,
+    target: TargetRelease | None = None,
 ) -> MigrationResult:
     """Apply ``rules`` to ``source``. Without ``with_findings`` only the new source is wanted (the
     runner's idempotence check): findings come back empty and positions are computed only where a
     ``# noqa`` comment may hold a fix back. ``old_op_calls`` is ``forwarder`` when calls of the
-    removed ops whose layer shape is unknown may go to this package's deprecated forwarders."""
+    removed ops whose layer shape is unknown may go to this package's deprecated forwarders. ``target``: the
+    vLLM release the code must run on (None: the newest the manifest knows)."""
     if not hierarchy.covers(path):
         # A caller that built the hierarchy from other files: this file's classes count too.
         with contextlib.suppress(SyntaxError):  # libcst reports it below, with its position
@@ -145,7 +156,7 @@ def migrate_source(
         # change, so skip libcst's parse and traversal (several times the cost of `ast`).
         _check_syntax(source, path)
         return MigrationResult(source, [], ())
-    settings = _Settings(path, rules, hierarchy, unsafe_fixes, with_findings, old_op_calls)
+    settings = _Settings(path, rules, hierarchy, unsafe_fixes, with_findings, old_op_calls, target)
     tree = None  # the `ast` tree of ``source`` the spans read, for positions (`positions.positions`)
     if reduce_spans:
         from vllm_attn_compat.codemods.engine import spans, statements
@@ -154,7 +165,7 @@ def migrate_source(
             spans.Needs(rule.tokens, rule.reads, rule.reads_in_class, rule.scoped, rule.reads_statements)
             for rule in rules
         ]
-        reduction = spans.reduce(source, needs, _scope_test(hierarchy, hierarchy.module_name(path)))
+        reduction = spans.reduce(source, needs, _scope_test(hierarchy, hierarchy.module_name(path), rules))
         tree = statements.cached(source)
         if reduction is not None:
             try:
@@ -171,18 +182,24 @@ def migrate_source(
     return _migrate_module(source, settings, tree)[0]
 
 
-def _scope_test(hierarchy: Questions, module: str) -> Callable[[str, bool], bool]:
-    """Whether the class or function ``qualname`` of ``module`` is where the scoped rules act, as the
+def _scope_test(hierarchy: Questions, module: str, rules: Sequence[type[Rule]]) -> Callable[[str, bool], bool]:
+    """Whether the class or function ``qualname`` of ``module`` is where the scoped ``rules`` act, as the
     engine's scopes decide it (`scope.Analyzer`): an attention class, or code copied onto a class at run
-    time (a method of an attention class is in its class's scope)."""
+    time (a method of an attention class is in its class's scope); for the rules scoped to vLLM's interface
+    (`Rule.interface`), a class deriving from it."""
     from vllm_attn_compat.codemods.engine.scope import class_scope
     from vllm_attn_compat.codemods.index.runtime_patches import ATTRIBUTE
+
+    attention = any(rule.scoped and not rule.interface for rule in rules)
+    interface = any(rule.interface for rule in rules)
 
     def in_scope(qualname: str, is_class: bool) -> bool:
         full = f"{module}.{qualname}"
         if is_class:
-            return class_scope(hierarchy, full)[0]
-        return hierarchy.patch_scope(full, ATTRIBUTE) is not None
+            return (attention and class_scope(hierarchy, full)[0]) or (
+                interface and hierarchy.vllm_interface(full) is not None
+            )
+        return attention and hierarchy.patch_scope(full, ATTRIBUTE) is not None
 
     return in_scope
 
@@ -195,6 +212,7 @@ class _Settings:
     unsafe_fixes: bool
     with_findings: bool
     old_op_calls: str
+    target: TargetRelease | None
 
 
 def _migrate_module(source: bytes, settings: _Settings, tree: ast.Module | None) -> tuple[MigrationResult, bool]:
@@ -220,7 +238,7 @@ def _migrate_module(source: bytes, settings: _Settings, tree: ast.Module | None)
     except cst.ParserSyntaxError as error:
         raise _parse_error(source, path, error) from None
 
-    ctx = FileContext(path, module, hierarchy, old_op_calls=settings.old_op_calls)
+    ctx = FileContext(path, module, hierarchy, old_op_calls=settings.old_op_calls, target=settings.target)
     analyzer = Analyzer(ctx, [rule(ctx) for rule in settings.rules])
     walk(module, analyzer.on_visit, analyzer.on_leave, TRIVIA)
     reports = ctx.reports if with_findings else [r for r in ctx.reports if _fixable(r.safety, unsafe_fixes)]
@@ -254,7 +272,9 @@ def _migrate_module(source: bytes, settings: _Settings, tree: ast.Module | None)
         status = _status(report.safety, suppressed, unsafe_fixes)
         if with_findings:
             assert span is not None  # positions were computed for every report's node
-            findings.append(Finding(span.start_line, span.start_column + 1, report.code, report.message, status))
+            findings.append(
+                Finding(span.start_line, span.start_column + 1, report.code, report.message, status, report.release)
+            )
         if status is Status.FIXED:
             if with_findings and all(isinstance(edit, (AddImport, DropUnusedImport)) for edit in report.edits):
                 only_imports.append((len(findings) - 1, list(report.edits)))

@@ -15,7 +15,7 @@ import textwrap
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from vllm_attn_compat.codemods.findings import FixSafety, Status
+from vllm_attn_compat.codemods.findings import FixSafety, Status, TargetRelease
 
 if TYPE_CHECKING:
     from vllm_attn_compat.codemods.engine.scope import FileContext
@@ -31,7 +31,8 @@ class Example:
 
     ``after`` is the result of `migrate` (safe fixes); ``None`` means the file stays
     byte-identical. ``unsafe_after`` is the result with ``--unsafe-fixes`` when it differs from
-    ``after``. ``findings`` lists the status of each finding of this rule, in source order.
+    ``after``. ``findings`` lists the status of each finding of this rule, in source order. ``target`` is the
+    ``--target-version`` the example runs with (None: the newest release the manifest knows).
     """
 
     title: str
@@ -39,6 +40,16 @@ class Example:
     after: str | None = None
     unsafe_after: str | None = None
     findings: tuple[Status, ...] = ()
+    target: str | None = None
+
+    def release(self) -> TargetRelease | None:
+        """What the rules see of the example's target (`FileContext.target`)."""
+        if self.target is None:
+            return None
+        from vllm_attn_compat.manifest import resolve
+
+        release = resolve(self.target)
+        return TargetRelease(release, release)
 
     def source(self) -> str:
         return textwrap.dedent(self.before).lstrip("\n")
@@ -46,6 +57,11 @@ class Example:
     def expected(self, *, unsafe: bool) -> str:
         text = self.after if not unsafe or self.unsafe_after is None else self.unsafe_after
         return self.source() if text is None else textwrap.dedent(text).lstrip("\n")
+
+
+def short_release(release: str) -> str:
+    """``0.29.0`` -> ``0.29``, as people name a minor release in a message (a patch release keeps its number)."""
+    return release.removesuffix(".0") if release.count(".") == 2 else release
 
 
 def class_source(header: str, body: str) -> str:
@@ -64,6 +80,9 @@ class Rule:
     # True when the rule acts only inside vLLM attention classes (see `hierarchy`); such a rule
     # also needs a hierarchy token or attention-class name in the file to be worth parsing.
     scoped: ClassVar[bool] = True
+    # True when the rule acts only in classes deriving from vLLM's interface classes as the manifest lists them
+    # (`index/interface.py`: builders and metadata too, not only attention classes); such a rule is scoped too.
+    interface: ClassVar[bool] = False
     # True when a rule that acts anywhere decides its fix safety from the class hierarchy too (a fork's own
     # base class): the hierarchy's files then take part in the run even when no scoped rule is selected.
     reads_hierarchy: ClassVar[bool] = False
@@ -75,6 +94,11 @@ class Rule:
     # body of a function it acts in, every statement (None), or only the statements naming one of its tokens or
     # of ``reads_statements`` (and the asserts, `pass`, `raise`, docstrings and definitions, never stubbed).
     reads: ClassVar[tuple[bytes, ...]] = ()
+    # The vLLM release whose change the rule handles (its findings are grouped under it in the run's summary), and
+    # the oldest release on which its fix's result is correct: below it (the target's oldest allowed release,
+    # `FileContext.target`), a safe fix is withheld as unsafe, saying why.
+    since: ClassVar[str | None] = None
+    fix_requires: ClassVar[str | None] = None
     reads_in_class: ClassVar[tuple[bytes, ...]] = ()
     reads_statements: ClassVar[tuple[bytes, ...] | None] = None
     examples: ClassVar[tuple[Example, ...]] = ()
@@ -96,6 +120,8 @@ class Rule:
                 isinstance(names, tuple) and all(isinstance(name, bytes) and name for name in names)
             )):  # fmt: skip
                 raise TypeError(f"rule {cls.code}: {what} must be a tuple of byte strings, found {names!r}")
+        if cls.interface and not cls.scoped:
+            raise TypeError(f"rule {cls.code}: a rule acting in vLLM's interface classes is scoped to them")
         if not cls.__doc__:
             raise TypeError(f"rule {cls.code}: the docstring must explain why the rule exists")
         other = _REGISTRY.get(cls.code)

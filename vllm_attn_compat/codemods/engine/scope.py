@@ -16,7 +16,7 @@ from typing import Protocol, TypeAlias, cast
 import libcst as cst
 
 from vllm_attn_compat.codemods.engine.edits import Edit
-from vllm_attn_compat.codemods.findings import FixSafety
+from vllm_attn_compat.codemods.findings import FixSafety, TargetRelease
 from vllm_attn_compat.codemods.index import callsites
 from vllm_attn_compat.codemods.index.questions import Questions
 from vllm_attn_compat.codemods.index.runtime_patches import ATTRIBUTE, MEMBERS
@@ -32,6 +32,12 @@ class Reporting(Protocol):
     @property
     def fix_safety(self) -> FixSafety: ...
 
+    @property
+    def since(self) -> str | None: ...
+
+    @property
+    def fix_requires(self) -> str | None: ...
+
 
 # How a rule's message points to its unsafe fix ("... (the unsafe fix deletes it: --unsafe-fixes)").
 _UNSAFE_FIX_HINT = re.compile(r" ?\((?:the )?unsafe fix\b[^()]*\)")
@@ -44,6 +50,7 @@ class Report:
     node: cst.CSTNode  # where the finding is shown and where a noqa comment is looked for
     edits: tuple[Edit, ...]
     safety: FixSafety
+    release: str | None = None  # the vLLM release whose change the finding is about
 
 
 @dataclass
@@ -55,6 +62,8 @@ class ClassFrame:
     unresolved_patch: bool = False
     # Set (with unresolved_patch) for a "methods" class a decorator builds a backend class of.
     built: bool = False
+    # The manifest classes it derives from and whether by a backend's shape alone (`FileContext.vllm_interface`).
+    interface: tuple[tuple[str, ...], bool] | None = None
 
 
 @dataclass
@@ -107,10 +116,21 @@ def as_name(alias: cst.ImportAlias) -> str | None:
 
 class FileContext:
     def __init__(
-        self, path: str, module: cst.Module, hierarchy: Questions, *, old_op_calls: str = "with-output"
+        self,
+        path: str,
+        module: cst.Module,
+        hierarchy: Questions,
+        *,
+        old_op_calls: str = "with-output",
+        target: TargetRelease | None = None,
     ) -> None:
         self.path = path
         self.old_op_calls = old_op_calls  # how VAC007 rewrites calls whose layer shape is unknown
+        if target is None:
+            from vllm_attn_compat.manifest import newest
+
+            target = TargetRelease(newest())
+        self.target = target  # the vLLM release the run targets
         self.module = module
         self.hierarchy = hierarchy
         self.module_name = hierarchy.module_name(path)
@@ -227,6 +247,27 @@ class FileContext:
             for frame in self.frames
         )
 
+    def method_owner(self) -> ClassFrame | None:
+        """The class the function being visited is a method of (defined directly in its body), if it is one."""
+        if len(self.frames) < 2 or not isinstance(self.frames[-1], FunctionFrame):
+            return None
+        owner = self.frames[-2]
+        return owner if isinstance(owner, ClassFrame) else None
+
+    def vllm_interface(self, frame: ClassFrame) -> tuple[tuple[str, ...], bool]:
+        """The manifest classes (qualified names) the class of ``frame`` derives from, () for none, and whether it
+        is a backend by its shape alone (`index.interface`)."""
+        if frame.interface is None:
+            answer = self.hierarchy.vllm_interface(f"{self.module_name}.{frame.qualname}")
+            duck = answer is not None and answer.startswith("~")
+            frame.interface = (tuple(answer.lstrip("~").split(",")) if answer else (), duck)
+        return frame.interface
+
+    def parameters_withheld(self, frame: ClassFrame, method: str) -> str | None:
+        """Why adding parameters with defaults to ``method`` of the class of ``frame`` is withheld: a use of the run
+        that may see its signature (`index.interface`); None when there is none."""
+        return self.hierarchy.parameters_withheld(f"{self.module_name}.{frame.qualname}", method, self.path)
+
     def attention_class(self) -> ClassFrame | None:
         """The innermost enclosing class, if it is an attention class."""
         for frame in reversed(self.frames):
@@ -257,10 +298,16 @@ class FileContext:
         message: str,
         *edits: Edit,
         safety: FixSafety | None = None,
+        release: str | None = None,
     ) -> None:
-        """Record a finding at ``node``; ``edits`` fix it with ``safety`` (the rule's by default).
-        Without edits the finding is display-only."""
+        """Record a finding at ``node``; ``edits`` fix it with ``safety`` (the rule's by default), unsafe where the
+        fix needs a newer vLLM than the oldest the target allows (`Rule.fix_requires`). Without edits the finding
+        is display-only. ``release``: the vLLM release whose change it is about (the rule's `Rule.since`)."""
         chosen = safety if safety is not None else rule.fix_safety
+        too_old = self._older_than(rule.fix_requires)
+        if edits and too_old and chosen is not FixSafety.DISPLAY_ONLY:
+            message += f" (unsafe: the fix needs vLLM >= {rule.fix_requires}, and the target allows {too_old})"
+            chosen = FixSafety.UNSAFE
         built = any(isinstance(frame, ClassFrame) and frame.built for frame in self.frames)
         if built or self.in_unresolved_patch():
             # Reported only: the rule's pointer to its unsafe fix would offer a fix that is not there.
@@ -272,7 +319,16 @@ class FileContext:
             message += " (copied onto a class this tool cannot resolve: by hand)"
         if not edits:
             chosen = FixSafety.DISPLAY_ONLY
-        self.reports.append(Report(rule.code, message, node, tuple(edits), chosen))
+        self.reports.append(Report(rule.code, message, node, tuple(edits), chosen, release or rule.since))
+
+    def _older_than(self, release: str | None) -> str | None:
+        """The oldest release the target allows, where it is older than ``release``; else None."""
+        oldest = self.target.oldest
+        if release is None or oldest is None:
+            return None
+        from vllm_attn_compat.manifest import version_key
+
+        return oldest if version_key(oldest) < version_key(release) else None
 
 
 def class_scope(hierarchy: Questions, full_name: str) -> tuple[bool, bool, bool]:

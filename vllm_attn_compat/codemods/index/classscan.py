@@ -2,9 +2,10 @@
 
 On a fork of vLLM, hundreds of files mention vLLM and define classes (every model has its layers), but
 only a few dozen can define an attention class. A class can be one only if a name in its bases (or an
-alias imported for such a name) is one of vLLM's base names, ends like vLLM's in-tree backends
-(``Backend``, ``Impl``) or is an attention class found so far in the run; or if its own name is one of
-these (a fork defines vLLM's bases itself). The scan reads the ``class`` headers as text and says
+alias imported for such a name) is one of vLLM's base names or interface classes (`names.VLLM_INTERFACE_NAMES`:
+a metadata builder's), ends like vLLM's in-tree backends (``Backend``, ``Impl``) or is an attention class found so
+far in the run; or if its own name is one of these (a fork defines vLLM's bases itself); or if the file defines
+``get_impl_cls`` (a backend by its shape). The scan reads the ``class`` headers as text and says
 either "no class here can be one" (a :class:`ScannedIndex`) or "parse it" (None): the runner then
 indexes the file with :func:`hierarchy.index_module`, which is exact.
 
@@ -33,6 +34,7 @@ from vllm_attn_compat.codemods.index.names import (
     IDENTIFIER_BYTES,
     IN_TREE_SUFFIXES,
     VLLM_BASE_NAMES,
+    VLLM_INTERFACE_NAMES,
     guess_module_name,
     normalize_path,
 )
@@ -86,7 +88,7 @@ _DEFINITION = re.compile(rb"[\r\n][ \t\f]*(?:async[ \t\f]+def|def|class)[ \t\f\\
 _SUFFIXES = tuple(suffix.encode() for suffix in IN_TREE_SUFFIXES)
 # A string naming an old op in its dotted form, or composing one (`occurrences.op_strings`).
 _OP_NAME = re.compile(rb"vllm\.(?:unified_|[\"'{])")
-_BASE_NAMES = frozenset(name.encode() for name in VLLM_BASE_NAMES)
+_BASE_NAMES = frozenset(name.encode() for name in VLLM_BASE_NAMES | VLLM_INTERFACE_NAMES)
 
 
 @dataclass(frozen=True)
@@ -305,8 +307,8 @@ def quick_index(source: bytes, path: str, known: frozenset[str]) -> ScannedIndex
     """A :class:`ScannedIndex` when none of the file's classes (if any) can be an attention class given
     the attention-class names ``known`` so far, nor be shaped like a backend, and the file patches no
     code onto one; None when the file must be parsed."""
-    if b"accept_output_buffer" in source:  # a duck-typed backend or a "methods" class: `ast` decides
-        return None
+    if b"accept_output_buffer" in source or b"get_impl_cls" in source:
+        return None  # a duck-typed backend (`interface`) or a "methods" class: `ast` decides
     if b"vllm::" in source or (b"vllm." in source and _OP_NAME.search(source)):
         return None  # an old op's name in a string: an op list to rename, or a use that withholds it (`accounting`)
     if _may_build(source):  # a class builder a decorator may be (`runtime_patches.builder_entry`)

@@ -19,9 +19,20 @@ import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from vllm_attn_compat.codemods.index import accounting, calls, callsites, children, flags, occurrences, runtime_patches
+from vllm_attn_compat.codemods.index import (
+    accounting,
+    calls,
+    callsites,
+    children,
+    flags,
+    interface,
+    occurrences,
+    runtime_patches,
+)
+from vllm_attn_compat.codemods.index.calls import Use
 from vllm_attn_compat.codemods.index.classgraph import ClassGraph
 from vllm_attn_compat.codemods.index.flag_owners import FlagOwners
+from vllm_attn_compat.codemods.index.interface import BACKEND_SHAPE, ClassFacts, Interfaces
 from vllm_attn_compat.codemods.index.names import (
     FLAG,
     VLLM_LAYER_NAMES,
@@ -49,6 +60,10 @@ class ClassEntry:
     duck_typed: bool = False
     declares_flag: bool = False  # `accept_output_buffer` is set in the class body
     flag_true: bool = False  # ... to the literal True
+    members: tuple[str, ...] = ()  # the names its body defines (methods, attributes), sorted
+    abstract: bool = False  # its body declares an abstract method
+    # It defines a backend's `get_name` and `get_impl_cls`, in a module that imports vLLM (`interface`).
+    backend_shaped: bool = False
 
 
 @dataclass(frozen=True)
@@ -86,6 +101,7 @@ class _Indexer:
         self.duck_classes: set[str] = set()  # qualnames of classes shaped like a backend
         self.flag_classes: set[str] = set()  # qualnames of classes setting `accept_output_buffer`
         self.true_flags: set[str] = set()  # ... to the literal True
+        self.facts: dict[str, tuple[tuple[str, ...], bool]] = {}  # qualname -> (members, declares an abstract method)
         # Statements and decorated definitions that may patch a class, with the scopes to resolve them in.
         self.pending_patches: list[tuple[ast.stmt, str | None, list[dict[str, str]]]] = []
 
@@ -147,6 +163,7 @@ class _Indexer:
         if node.decorator_list:
             self.pending_patches.append((node, qualname, local_scopes))
         defined = _defined_in_body(node)
+        self.facts[qualname] = (tuple(sorted(defined)), _declares_abstract(node))
         if "accept_output_buffer" in defined:
             self.flag_classes.add(qualname)
             if _sets_flag_true(node):
@@ -241,6 +258,19 @@ def _defined_in_body(node: ast.ClassDef) -> set[str]:
     return defined
 
 
+def _declares_abstract(node: ast.ClassDef) -> bool:
+    """Whether the class body defines a method decorated ``@abstractmethod`` (``@abc.abstractmethod``)."""
+    return any(
+        isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef))
+        and any(
+            (decorator.attr if isinstance(decorator, ast.Attribute) else getattr(decorator, "id", None))
+            == "abstractmethod"
+            for decorator in statement.decorator_list
+        )
+        for statement in node.body
+    )
+
+
 def _sets_flag_true(node: ast.ClassDef) -> bool:
     """Whether the class body's last assignment of ``accept_output_buffer`` is the literal True."""
     value: ast.expr | None = None
@@ -287,13 +317,17 @@ def _index_module(source: bytes, path: str, parsed: Callable[[ast.Module], objec
     indexer = _Indexer(module, os.path.basename(path) == "__init__.py", helper_lines)
     indexer.visit_body(tree.body)
     classes = []
-    duck = indexer.duck_classes if indexer.uses_vllm() else set()
+    uses_vllm = indexer.uses_vllm()
+    duck = indexer.duck_classes if uses_vllm else set()
     for qualname, bases, line, local_scopes in indexer.pending:
         resolved = (indexer.resolve(base, local_scopes) for base in bases)
         bases_found = tuple(name for name in resolved if name)
         flag = qualname in indexer.flag_classes
         true = qualname in indexer.true_flags
-        classes.append(ClassEntry(qualname, bases_found, line, qualname in duck, flag, true))
+        members, abstract = indexer.facts[qualname]
+        shaped = uses_vllm and set(members) >= BACKEND_SHAPE
+        entry = ClassEntry(qualname, bases_found, line, qualname in duck, flag, true, members, abstract, shaped)
+        classes.append(entry)
     found_calls, found = calls.index_calls_and_occurrences(tree, indexer, b":=" in source)
     doctests = occurrences.doctest_uses(tree) if b">>>" in source else []
     ops = occurrences.op_strings(tree) if occurrences.OP_SOURCE.search(source) else []
@@ -346,6 +380,13 @@ class ClassHierarchy:
     # may be anything, one from elsewhere is outside the run (`accounting.reaches`).
     run_modules: frozenset[str] = frozenset()
     _all_modules: RunModules | None = None  # `all_modules`, once asked
+    # What each class's body defines (`interface`), and the interfaces asked so far.
+    facts: dict[str, ClassFacts] = field(default_factory=dict)
+    _interfaces: Interfaces | None = None
+    # The methods VAC012 may add parameters to (`interface.drift_candidates`), and the uses of the run reading the
+    # signature of a method of one of their names (set by `build` and `extended`).
+    drift: set[tuple[str, str]] = field(default_factory=set)
+    signature_uses: list[tuple[str, Use]] = field(default_factory=list)
 
     @classmethod
     def build(cls, indexes: Iterable[ModuleIndex], run_modules: Iterable[str] = ()) -> ClassHierarchy:
@@ -357,7 +398,30 @@ class ClassHierarchy:
             hierarchy.add(index)
         hierarchy.calls = callsites.analyse(hierarchy, indexes)
         hierarchy.ops = hierarchy.op_blockers()
+        hierarchy.drift, hierarchy.signature_uses = hierarchy._drift(indexes)
         return hierarchy
+
+    def _drift(self, indexes: Iterable[ModuleIndex]) -> tuple[set[tuple[str, str]], list[tuple[str, Use]]]:
+        """VAC012's candidates, and the uses of ``indexes`` reading the signature of a method of one of their
+        names."""
+        drift = interface.drift_candidates(self.interfaces, self.graph)
+        names = {name for _, name in drift}
+        if not names:
+            return drift, []
+        uses = [
+            (index.path, use) for index in indexes for use in index.calls.uses_named(names) if use.kind == "signature"
+        ]
+        return drift, uses
+
+    def parameters_withheld(self, full_name: str, method: str, path: str) -> str | None:
+        """Why adding parameters with defaults to ``full_name.method`` is withheld (VAC012's fix): a use of the run
+        that may see the method's signature, by reading it or by reflection that may reach the class, a name a
+        string looks up, a doctest, text that does not parse (`accounting.occurrence_blockers`). None: none."""
+        found = interface.signature_readers(self.signature_uses, method)
+        found += accounting.occurrence_blockers(self.occurrences, method, full_name, self.graph, self.all_modules())
+        if not found:
+            return None
+        return f"withheld: {accounting.summary(found, method, normalize_path(path), {})}"
 
     def op_blockers(self) -> dict[str, tuple[accounting.Blocker, ...]]:
         """Per old op an op list of the run names, what withholds renaming it (`accounting.op_blockers`)."""
@@ -390,6 +454,9 @@ class ClassHierarchy:
             terms |= occurrences.REFLECTION_WORDS
         if any(not self.ops.get(op) for op in accounting.op_sites(self.occurrences)):
             terms |= occurrences.OP_TEXTS
+        drifting = {name for full, name in self.drift if self.parameters_withheld(full, name, "") is None}
+        if drifting:
+            terms |= drifting | occurrences.REFLECTION_WORDS
         return frozenset(terms)
 
     def op_renaming_withheld(self, op: str, path: str) -> str | None:
@@ -409,6 +476,7 @@ class ClassHierarchy:
                 self.flag_bases.add(full)
             if entry.declares_flag:
                 self.flag_classes[full] = entry.flag_true
+            self.facts[full] = ClassFacts(entry.members, entry.abstract, entry.backend_shaped)
         self.flag_reads += [(index.path, read) for read in index.flag_reads]
         found = index.occurrences
         if found.class_names or found.reflection or found.named or found.op_strings or found.stores:
@@ -422,6 +490,7 @@ class ClassHierarchy:
         self._names = None
         self._flags = None
         self._all_modules = None
+        self._interfaces = None
 
     def extended(self, index: ModuleIndex) -> ClassHierarchy:
         """A copy that also holds ``index`` (the hierarchy itself is left alone)."""
@@ -436,10 +505,13 @@ class ClassHierarchy:
             patches={k: list(v) for k, v in self.patches.items()},
             occurrences=list(self.occurrences),
             run_modules=self.run_modules,
+            facts=dict(self.facts),
         )
         copy.add(index)
         copy.calls = callsites.extend(self.calls, copy, index)
         copy.ops = copy.op_blockers()
+        drift, uses = copy._drift([index])
+        copy.drift, copy.signature_uses = self.drift | drift, [*self.signature_uses, *uses]
         return copy
 
     def all_modules(self) -> RunModules:
@@ -578,6 +650,41 @@ class ClassHierarchy:
             ]
         return self._patched
 
+    @property
+    def interfaces(self) -> Interfaces:
+        """Which of vLLM's interface classes each class derives from (`interface`)."""
+        if self._interfaces is None:
+            self._interfaces = Interfaces(self.graph, self.facts)
+        return self._interfaces
+
+    def vllm_interface(self, full_name: str) -> str | None:
+        """The manifest classes the class derives from, comma-separated (None: none); a backend by its shape alone
+        has ``AttentionBackend`` with a ``~`` before it."""
+        found = self.interfaces.of(full_name)
+        if not found:
+            return None
+        return ("~" if self.interfaces.duck_typed(full_name) else "") + ",".join(found)
+
+    def concrete_members(self, full_name: str) -> str | None:
+        """The names the class and its ancestors in the run define, comma-separated, where it is a concrete
+        subclass of an interface class (`interface.Interfaces.concrete_members`); None otherwise."""
+        found = self.interfaces.concrete_members(full_name)
+        return None if found is None else ",".join(found)
+
+    def run_defines(self, manifest_class: str, member: str) -> bool:
+        """Whether a class of the run deriving from vLLM's ``manifest_class`` defines ``member`` itself."""
+        return self.interfaces.defines(manifest_class, member)
+
+    def has_interface_classes(self, path: str) -> bool:
+        """Whether the module at ``path`` defines a class deriving from vLLM's interface (`vllm_interface`)."""
+        return any(self.interfaces.of(full) for full in self._by_module.get(self.module_name(path), ()))
+
+    def in_run(self, module: str) -> bool:
+        """Whether the module ``module`` is one of the run's files (a fork's ``vllm.v1.attention.backend``), by its
+        full name (a guessed one may have more before it: a fork's ``src/vllm/...``)."""
+        names = self.all_modules().names
+        return module in names or any(name.endswith("." + module) for name in names)
+
     def has_attention_classes(self, path: str) -> bool:
         """Whether the module at ``path`` defines any attention class, or a function patched onto one."""
         module = self.module_name(path)
@@ -597,6 +704,11 @@ class ClassHierarchy:
             }
             self._names = frozenset(classes | functions)
         return self._names
+
+    def scope_class_names(self) -> frozenset[str]:
+        """`attention_class_names` and the plain names of the classes deriving from vLLM's interface: a file naming
+        one may hold code the scoped rules act on (a subclass), so the rounds index it."""
+        return self.attention_class_names() | self.interfaces.names(self.graph)
 
     def declares_flag_in_base(self) -> bool:
         """Whether the run is a fork whose own ``AttentionBackend`` still declares ``accept_output_buffer``:

@@ -26,6 +26,56 @@ VLLM_BASE_NAMES = frozenset(
         "MLAAttention",
     }
 )
+# The plain names of the classes of vLLM's attention interface in any release the manifest holds
+# (`manifest.interface.resolve_class`): a class deriving from one has that release's interface to keep
+# (`interface`), so the class scan has its file parsed. A copy of the manifest's names, which the class scan reads
+# without the manifest's data; tests/codemods/index/test_interface.py holds it to the data.
+VLLM_INTERFACE_NAMES = frozenset(
+    {
+        "Attention",
+        "AttentionBackend",
+        "AttentionBackendEnum",
+        "AttentionCGSupport",
+        "AttentionImpl",
+        "AttentionImplBase",
+        "AttentionLayer",
+        "AttentionMetadata",
+        "AttentionMetadataBuilder",
+        "AttentionType",
+        "ChunkedLocalAttention",
+        "CommonAttentionMetadata",
+        "CrossAttention",
+        "CudnnPrefillMetadata",
+        "EncoderOnlyAttention",
+        "FlashInferPrefillMetadata",
+        "MLAAttention",
+        "MLAAttentionImpl",
+        "MLACommonBackend",
+        "MLACommonBaseImpl",
+        "MLACommonDecodeMetadata",
+        "MLACommonImpl",
+        "MLACommonMetadata",
+        "MLACommonMetadataBuilder",
+        "MLACommonPrefillMetadata",
+        "MLADims",
+        "MMEncoderAttention",
+        "MambaAttentionBackendEnum",
+        "MultipleOf",
+        "PrefillPrefixLMAttention",
+        "QueryLenSupport",
+        "RSWAAttention",
+        "SharedTopkIndicesBuffer",
+        "SparseMLAAttentionImpl",
+        "SparseMLACommonImpl",
+        "SparseMLACommonMetadata",
+        "SparseMLACommonMetadataBuilder",
+        "SparseMLAPrefillMetadata",
+        "StaticSinkAttention",
+        "_AttentionBackendEnumMeta",
+        "_ContextChunkPlan",
+        "_DecodeConcatQuantFP8",
+    }
+)
 # vLLM's attention layers among those bases: a model calls a layer as ``layer(q, k, v)``, so vLLM never passes
 # ``output`` to a layer's ``forward`` (the layer allocates it; `hierarchy.ClassHierarchy.is_layer_class`).
 VLLM_LAYER_NAMES = frozenset({"AttentionLayer", "AttentionLayerBase", "Attention", "MLAAttention"})

@@ -55,6 +55,18 @@ class Questions(Protocol):
 
     def op_renaming_withheld(self, op: str, path: str) -> str | None: ...
 
+    def vllm_interface(self, full_name: str) -> str | None: ...
+
+    def concrete_members(self, full_name: str) -> str | None: ...
+
+    def has_interface_classes(self, path: str) -> bool: ...
+
+    def in_run(self, module: str) -> bool: ...
+
+    def run_defines(self, manifest_class: str, member: str) -> bool: ...
+
+    def parameters_withheld(self, full_name: str, method: str, path: str) -> str | None: ...
+
     def extended(self, index: ModuleIndex) -> Questions: ...
 
 
@@ -119,6 +131,29 @@ class Recorder:
         answer = self._asked("op_renaming_withheld", (op, path), self._hierarchy.op_renaming_withheld(op, path))
         return None if answer is None else str(answer)
 
+    def vllm_interface(self, full_name: str) -> str | None:
+        answer = self._asked("vllm_interface", (full_name,), self._hierarchy.vllm_interface(full_name))
+        return None if answer is None else str(answer)
+
+    def concrete_members(self, full_name: str) -> str | None:
+        answer = self._asked("concrete_members", (full_name,), self._hierarchy.concrete_members(full_name))
+        return None if answer is None else str(answer)
+
+    def has_interface_classes(self, path: str) -> bool:
+        return self._asked("has_interface_classes", (path,), self._hierarchy.has_interface_classes(path)) is True
+
+    def in_run(self, module: str) -> bool:
+        return self._asked("in_run", (module,), self._hierarchy.in_run(module)) is True
+
+    def run_defines(self, manifest_class: str, member: str) -> bool:
+        answer = self._hierarchy.run_defines(manifest_class, member)
+        return self._asked("run_defines", (manifest_class, member), answer) is True
+
+    def parameters_withheld(self, full_name: str, method: str, path: str) -> str | None:
+        arguments = (full_name, method, path)
+        answer = self._asked("parameters_withheld", arguments, self._hierarchy.parameters_withheld(*arguments))
+        return None if answer is None else str(answer)
+
     def extended(self, index: ModuleIndex) -> Questions:
         self.complete = False
         return self._hierarchy.extended(index)
@@ -149,6 +184,12 @@ _QUESTIONS = frozenset(
         "own_flag_base",
         "flag_readers",
         "op_renaming_withheld",
+        "vllm_interface",
+        "concrete_members",
+        "has_interface_classes",
+        "in_run",
+        "run_defines",
+        "parameters_withheld",
     }
 )
 

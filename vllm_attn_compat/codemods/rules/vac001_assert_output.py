@@ -48,6 +48,7 @@ class AssertOutputNotNone(Rule):
     name = "assert-output-not-none"
     summary = "Remove `assert output is not None`: vLLM >= 0.20 always passes the output buffer."
     fix_safety = FixSafety.SAFE
+    since = fix_requires = "0.20.0"  # the release that made the output buffer mandatory
     tokens = (b"output is not None",)
     # Of a method's body: the statements naming `output` (its bindings, its None tests), and the asserts,
     # `pass` and docstrings that may come before the code it looks at.

@@ -107,6 +107,7 @@ class RequiredOutputParameter(Rule):
     name = "required-output-parameter"
     summary = "Make the `output` parameter of attention methods required: vLLM >= 0.20 always passes it."
     fix_safety = FixSafety.SAFE
+    since = fix_requires = "0.20.0"  # the release that made the output buffer mandatory
     tokens = (b"output=None", b"output = None", b"output:", b"output :", b"output =None", b"output= None")
     reads_statements = ()  # the parameter, its annotation and default; callers come from the run's index
     examples = (

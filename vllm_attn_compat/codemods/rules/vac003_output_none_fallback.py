@@ -103,6 +103,7 @@ class OutputNoneFallback(Rule):
     name = "output-none-fallback"
     summary = "Remove dead `if output is None: output = torch.empty(...)` fallbacks; report other None tests."
     fix_safety = FixSafety.SAFE
+    since = fix_requires = "0.20.0"  # the release that made the output buffer mandatory
     tokens = (b"output is None", b"output is not None")
     # Of a method's body: the statements naming `output` (its bindings, its None tests), and the asserts,
     # `pass` and docstrings that may come before the code it looks at.

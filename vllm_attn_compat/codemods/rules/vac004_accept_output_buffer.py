@@ -103,6 +103,7 @@ class AcceptOutputBuffer(Rule):
     name = "accept-output-buffer-attribute"
     summary = "Remove `accept_output_buffer = True`; report backends that set it to False (they return new tensors)."
     fix_safety = FixSafety.SAFE
+    since = fix_requires = "0.20.0"  # the release that made the output buffer mandatory
     tokens = (b"accept_output_buffer",)
     # The class `get_impl_cls` returns: the unsafe deletion of a flag saying False wraps it in the adapter.
     reads_in_class = (b"get_impl_cls",)

@@ -144,6 +144,7 @@ class FlagReads(Rule):
     name = "output-flag-reads"
     summary = "Report reads of `accept_output_buffer` / `use_output`; unsafe fix: keep only the true branch."
     fix_safety = FixSafety.UNSAFE
+    since = fix_requires = "0.20.0"  # the release that made the output buffer mandatory
     # The quoted name matters only as getattr's second argument: a bare "use_output" string appears in
     # unrelated code (torch's own export serializer), and every file it matches costs a libcst parse.
     tokens = (

@@ -78,6 +78,7 @@ class OldOpNameStrings(Rule):
     name = "old-op-name-strings"
     summary = "Rename old op names in op lists (`splitting_ops`) to their `_with_output` names."
     fix_safety = FixSafety.SAFE
+    since = fix_requires = "0.20.0"  # the release that made the output buffer mandatory
     tokens = tuple(name.encode() for name in OLD_NAMES)
     scoped = False
     reads_hierarchy = True  # a fork's own base class makes the rename unsafe

@@ -79,6 +79,7 @@ class OldOpCalls(Rule):
         "Report calls/imports of the deleted `unified_attention` ops; unsafe fix: allocate and call `*_with_output`."
     )
     fix_safety = FixSafety.UNSAFE
+    since = fix_requires = "0.20.0"  # the release that made the output buffer mandatory
     tokens = (b"unified_attention", b"unified_mla_attention")
     scoped = False
     # The buffer's shape comes from the `self.` attributes any method of the class uses (`with_output`).

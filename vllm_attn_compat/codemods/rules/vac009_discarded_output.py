@@ -55,6 +55,7 @@ class DiscardedOutput(Rule):
     name = "discarded-output"
     summary = "Report a `forward` that never writes into `output` (never names it, or replaces it first)."
     fix_safety = FixSafety.DISPLAY_ONLY
+    since = "0.20.0"  # the release that made the output buffer mandatory
     # The parameter however spelled (`output: torch.Tensor`, `output=None`, `output)`), and its replacement.
     tokens = (b"output =", b"output=", b"output:", b"output,", b"output)", b"def forward")
     # Of a method's body: the statements naming `output`, the first of which it looks at (those that make a body

@@ -45,11 +45,13 @@ if TYPE_CHECKING:
     from vllm_attn_compat.codemods.run.files import Discovered
     from vllm_attn_compat.codemods.run.report import RunReport
 
-FORMAT = "vllm-attn-compat-cache/3"
+FORMAT = "vllm-attn-compat-cache/4"
 # A file whose mtime or ctime is this close to the start of the run that read it is not trusted by its status next
 # time: timestamps are coarse (a few milliseconds on Linux, 2 s on FAT), and git trusts a file no sooner.
 RACY_NS = 3_000_000_000
 _CODEMODS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_PACKAGE = os.path.dirname(_CODEMODS)
+_MANIFEST = os.path.join(_PACKAGE, "manifest")
 
 
 def digest(source: bytes) -> str:
@@ -70,17 +72,19 @@ def racy(stat: os.stat_result, started_ns: int) -> bool:
 
 def code_key() -> list[object]:
     """What the code a result comes from is known by: this package's version, the size and ``mtime_ns`` of each of
-    its codemods modules and of libcst's version file, and Python's version (statuses only: no module is read)."""
+    its codemods modules, of the manifest's modules and data (the rules' knowledge of each vLLM release) and of
+    libcst's version file, and Python's version (statuses only: no module is read)."""
     from vllm_attn_compat import __version__
 
     modules = []
-    for folder, names, found in os.walk(_CODEMODS):
-        names[:] = sorted(name for name in names if name != "__pycache__")
-        for name in sorted(found):
-            if name.endswith(".py"):
-                path = os.path.join(folder, name)
-                stat = os.stat(path)
-                modules.append([os.path.relpath(path, _CODEMODS), stat.st_size, stat.st_mtime_ns])
+    for top in (_CODEMODS, _MANIFEST):
+        for folder, names, found in os.walk(top):
+            names[:] = sorted(name for name in names if name != "__pycache__")
+            for name in sorted(found):
+                if name.endswith((".py", ".json", ".txt")):
+                    path = os.path.join(folder, name)
+                    stat = os.stat(path)
+                    modules.append([os.path.relpath(path, _PACKAGE), stat.st_size, stat.st_mtime_ns])
     return [FORMAT, __version__, sys.version, _libcst_version(), modules]
 
 
@@ -324,16 +328,18 @@ def _run(data: object) -> dict[str, Any] | None:
 
 
 def _row(finding: Finding) -> list[object]:
-    return [finding.line, finding.column, finding.code, finding.message, finding.status.value]
+    return [finding.line, finding.column, finding.code, finding.message, finding.status.value, finding.release]
 
 
 def _finding(item: object) -> Finding:
-    if not (isinstance(item, list) and len(item) == 5):
+    if not (isinstance(item, list) and len(item) == 6):
         raise TypeError(f"malformed finding {item!r:.80}")
-    line, column, code, message, status = item
+    line, column, code, message, status, release = item
     if not (type(line) is int and type(column) is int and isinstance(code, str) and isinstance(message, str)):
         raise TypeError(f"malformed finding {item!r:.80}")
-    return Finding(line, column, code, message, Status(status))
+    if not (release is None or isinstance(release, str)):
+        raise TypeError(f"malformed finding {item!r:.80}")
+    return Finding(line, column, code, message, Status(status), release)
 
 
 def migration_to_data(new_source: bytes | None, findings: Sequence[Finding], answers: object, verified: bool) -> object:

@@ -28,6 +28,7 @@ class Config(NamedTuple):
     old_op_calls: str = "with-output"
     base: str = "."
     cache_dir: str | None = None  # `cache-dir`, relative to ``base``
+    target_version: str | None = None  # `target-version`, as written (a release the manifest knows)
     source: str | None = None
 
 
@@ -56,6 +57,11 @@ _KEYS = {
         "cache_dir",
         lambda v: v if isinstance(v, str) and v.strip() else None,
         "a folder (a non-empty string)",
+    ),
+    "target-version": (
+        "target_version",
+        lambda v: v if isinstance(v, str) and v.strip() else None,
+        'a vLLM release as a string (like "0.34")',
     ),
 }
 
@@ -105,6 +111,13 @@ def parse_config(text: str, source: str) -> Config:
                 f"{source}: [{TABLE}] {key}: expected {expected}, found {value!r} ({type(value).__name__})"
             )
         values[name] = converted
+    if "target_version" in values:  # a release the manifest knows, named here rather than when the run starts
+        from vllm_attn_compat.codemods.target_version import TargetVersionError, parse_target_version
+
+        try:
+            parse_target_version(values["target_version"], f"{source}: [{TABLE}] target-version")
+        except TargetVersionError as error:
+            raise ConfigError(str(error)) from None
     if "cache_dir" in values:  # relative to the pyproject.toml's folder, as the excludes are
         values["cache_dir"] = os.path.join(base, str(values["cache_dir"]))
     return Config(base=base, source=source, **values)  # type: ignore[arg-type]  # each value converted by its key

@@ -6,9 +6,12 @@ importing the runner and what it imports.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from vllm_attn_compat.codemods.run import parallel
+
+if TYPE_CHECKING:
+    from vllm_attn_compat.codemods.target_version import Target
 
 
 class Options(NamedTuple):
@@ -24,6 +27,7 @@ class Options(NamedTuple):
     jobs: int = parallel.available_cores()
     progress: bool = False
     cache_dir: str | None = None  # see cache.py
+    target: Target | None = None  # the vLLM release the run targets (`target_version`); None: the newest
 
     @property
     def verifies(self) -> bool:

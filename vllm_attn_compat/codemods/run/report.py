@@ -9,9 +9,12 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Iterable
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from vllm_attn_compat.codemods.findings import Finding, Status
+
+if TYPE_CHECKING:
+    from vllm_attn_compat.codemods.target_version import Target
 
 # Statuses that leave work for a person: they make `migrate` exit 1.
 LEFT = (Status.UNSAFE_FIX_AVAILABLE, Status.MANUAL)
@@ -44,8 +47,10 @@ class RunReport:
         findings: Iterable[tuple[str, Finding]] = (),
         errors: Iterable[FileError] = (),
         skipped: Iterable[tuple[str, str]] = (),
+        target: Target | None = None,
     ) -> None:
         self.mode = mode
+        self.target = target  # the vLLM release the run targeted, and why (None: not stated)
         self.scanned = scanned
         self.parsed = parsed
         self.changed = list(changed)
@@ -60,6 +65,17 @@ class RunReport:
     @property
     def left_by_code(self) -> Counter[str]:
         return Counter(finding.code for _, finding in self.findings if finding.status in LEFT)
+
+    def left_by_release(self) -> dict[str, Counter[str]]:
+        """The findings left for a person whose cause is a vLLM release's change: by that release (oldest first),
+        then by code."""
+        from vllm_attn_compat.manifest import version_key
+
+        found: dict[str, Counter[str]] = {}
+        for _, finding in self.findings:
+            if finding.status in LEFT and finding.release is not None:
+                found.setdefault(finding.release, Counter())[finding.code] += 1
+        return {release: found[release] for release in sorted(found, key=version_key)}
 
     def exit_code(self) -> int:
         """0: nothing left to do; 1: findings left, or --check/--diff would change a file; 2: a file failed."""
@@ -102,9 +118,18 @@ def summary_lines(report: RunReport) -> list[str]:
         f"({counts[Status.MANUAL]} manual, {counts[Status.UNSAFE_FIX_AVAILABLE]} unsafe fix withheld), "
         f"{counts[Status.SUPPRESSED]} suppressed by noqa."
     )
+    if report.target is not None:
+        lines.insert(0, f"Target: {report.target.describe()}.")
     if report.left_by_code:
         left_by_code = sorted(report.left_by_code.items())
         lines.append("Left by rule: " + ", ".join(f"{code} {count}" for code, count in left_by_code))
+    by_release = report.left_by_release()
+    if by_release:
+        groups = (
+            f"vLLM {release}: {sum(codes.values())} ({', '.join(f'{c} {n}' for c, n in sorted(codes.items()))})"
+            for release, codes in by_release.items()
+        )
+        lines.append("Left by the vLLM release that caused them: " + "; ".join(groups) + ".")
     if counts[Status.UNSAFE_FIX_AVAILABLE]:
         n = counts[Status.UNSAFE_FIX_AVAILABLE]
         lines.append(f"{n} unsafe fix{'es' if n != 1 else ''} available with --unsafe-fixes (review them).")
@@ -155,11 +180,15 @@ def render_json(report: RunReport) -> str:
                 "code": finding.code,
                 "message": finding.message,
                 "status": status(finding.status),
+                "release": finding.release,
             }
             for path, finding in report.sorted_findings()
         ],
         "errors": [{"file": e.path, "line": e.line, "column": e.column, "message": e.message} for e in report.errors],
         "skipped": [{"file": path, "reason": reason} for path, reason in report.skipped],
+        "target": None
+        if report.target is None
+        else {"release": report.target.release, "oldest": report.target.oldest, "reason": report.target.reason},
         "summary": {
             "files_scanned": report.scanned,
             "files_parsed": report.parsed,
@@ -168,6 +197,9 @@ def render_json(report: RunReport) -> str:
             "files_failed": len(report.errors),
             "findings": {name: counts[name] for name in names},
             "left_by_code": dict(sorted(report.left_by_code.items())),
+            "left_by_release": {
+                release: dict(sorted(codes.items())) for release, codes in report.left_by_release().items()
+            },
             "exit_code": report.exit_code(),
         },
     }

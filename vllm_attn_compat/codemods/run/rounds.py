@@ -79,7 +79,7 @@ def build_hierarchy(
                 unparsed[path] = unparsed_index(by_path[path].source, path)
         found = [index for index in indexes.values() if isinstance(index, ModuleIndex)]
         built = ClassHierarchy.build([*found, *unparsed.values()], run_modules)
-        new_names = built.attention_class_names() - known_names
+        new_names = built.scope_class_names() - known_names
         known_names |= new_names
         has_name = _words(new_names)
         pending = [f for f in files if f.path not in indexes and has_name(f)]

@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Set
 from typing import TYPE_CHECKING, Any
 
+from vllm_attn_compat.codemods.findings import TargetRelease
 from vllm_attn_compat.codemods.index.names import forget_folders
 from vllm_attn_compat.codemods.run import cache as cache_module
 from vllm_attn_compat.codemods.run import files, parallel, progress, reading, sources, worker
@@ -54,7 +55,7 @@ def run_paths(
         started = time.time_ns()  # before any file's status is taken (`cache.racy`)
         found = files.discover(paths, options.exclude, options.base)
         cache = _cache(options) if options.cache_dir else None
-        report = _listing(found, options.mode)
+        report = _listing(found, options)
         if cache is not None and cache.replay(found, options.mode, report):
             return report
         on_miss()
@@ -76,13 +77,24 @@ def _cache(options: Options) -> cache_module.Cache:
     assert options.cache_dir is not None
     select = sorted({code.upper() for code in options.select})
     ignore = sorted({code.upper() for code in options.ignore})
-    settings = [select, ignore, options.unsafe_fixes, options.old_op_calls]
+    settings = [select, ignore, options.unsafe_fixes, options.old_op_calls, list(_release(options))]
     return cache_module.Cache(options.cache_dir, os.path.abspath(options.base), settings)
 
 
-def _listing(found: files.Discovered, mode: str) -> RunReport:
+def _release(options: Options) -> TargetRelease:
+    """What the rules see of the run's target: its release and the oldest it allows (the newest release without
+    one)."""
+    target = options.target
+    if target is None:
+        from vllm_attn_compat.codemods.target_version import newest_target
+
+        target = newest_target()
+    return TargetRelease(target.release, target.oldest)
+
+
+def _listing(found: files.Discovered, options: Options) -> RunReport:
     """A report with what the listing found: skipped and unreadable paths."""
-    report = RunReport(mode=mode)
+    report = RunReport(mode=options.mode, target=options.target)
     report.skipped = [(s.path, s.reason) for s in found.skipped]
     report.errors += [FileError(u.path, 1, 1, u.reason) for u in found.unreadable]
     return report
@@ -106,7 +118,7 @@ def _run(
         from vllm_attn_compat.codemods.engine import migrate, tokens
         from vllm_attn_compat.codemods.run.scan import TokenScan
 
-        report = _listing(found, options.mode)
+        report = _listing(found, options)
         rules = registry.select_rules(options.select, options.ignore)
         prefilter = migrate.prefilter_tokens(rules)
         worth_parsing = reading.asking("prefilter", prefilter, lambda: TokenScan(prefilter))
@@ -214,7 +226,7 @@ class _Migration:
         self.excluded: set[str] = set()
         self.indexed: dict[str, ModuleIndex] = {}  # the indexes this run made, which the cache keeps
         self.read_names: frozenset[str] = frozenset()  # the methods whose uses the call-site analysis read
-        self._needs: dict[bool, tuple[tuple[bytes, ...], tuple[bytes, ...], frozenset[str], str]] = {}
+        self._needs: dict[tuple[bool, bool], tuple[tuple[bytes, ...], tuple[bytes, ...], frozenset[str], str]] = {}
 
     def run(
         self,
@@ -323,18 +335,22 @@ class _Migration:
         """`migrate.needs_parsing` of a file for the rules that can act in it (all where its index shows an
         attention class, else those acting anywhere), the answer kept by the rules' codes and the run's
         attention classes."""
-        from vllm_attn_compat.codemods.engine import tokens
+        from vllm_attn_compat.codemods.engine import migrate, tokens
         from vllm_attn_compat.codemods.index.hierarchy import ModuleIndex
 
-        every_rule = isinstance(index, ModuleIndex) and hierarchy.has_attention_classes(f.path)
-        if every_rule not in self._needs:
-            rules = self.rules if every_rule else [rule for rule in self.rules if not rule.scoped]
-            names = hierarchy.attention_class_names()
+        indexed = isinstance(index, ModuleIndex)
+        kinds = (
+            indexed and hierarchy.has_attention_classes(f.path),
+            indexed and hierarchy.has_interface_classes(f.path),
+        )
+        if kinds not in self._needs:
+            rules = migrate.acting(self.rules, attention=kinds[0], interface=kinds[1])
+            names = hierarchy.scope_class_names()
             anywhere, scoped = tokens.own_tokens(rules, scoped=False), tokens.own_tokens(rules, scoped=True)
             terms = [b"anywhere " + t for t in anywhere] + [b"scoped " + t for t in scoped]
             question = reading.question("parse", [*terms, *(f"class {name}" for name in names)])
-            self._needs[every_rule] = anywhere, scoped, names, question
-        anywhere, scoped, names, question = self._needs[every_rule]
+            self._needs[kinds] = anywhere, scoped, names, question
+        anywhere, scoped, names, question = self._needs[kinds]
         return f.ask(question, lambda source: tokens.needs_libcst(source, anywhere, scoped, names))
 
     def _kept_migration(self, f: RunFile, hierarchy: ClassHierarchy) -> worker.Migrated | None:
@@ -369,7 +385,9 @@ class _Migration:
         from vllm_attn_compat.codemods.run.dependencies import MissingDependency
 
         options = self.options
-        settings = pickle.dumps((self.rules, hierarchy, options.unsafe_fixes, options.old_op_calls, options.verifies))
+        settings = pickle.dumps(
+            (self.rules, hierarchy, options.unsafe_fixes, options.old_op_calls, options.verifies, _release(options))
+        )
         by_path = {item.path: item for item in items}
         tasks = [(item.path, (settings, item.source, item.path)) for item in items]
         # libcst missing or broken: every file fails alike, and the command names it once (cli.py)
@@ -494,7 +512,7 @@ def _run_source(source: bytes, path: str, options: Options) -> tuple[RunReport, 
     from vllm_attn_compat.codemods.run.dependencies import MissingDependency
     from vllm_attn_compat.codemods.run.scan import TokenScan
 
-    report = RunReport(mode=options.mode, scanned=1)
+    report = RunReport(mode=options.mode, scanned=1, target=options.target)
     rules = registry.select_rules(options.select, options.ignore)
     try:
         encoding = sources.source_encoding(source)
@@ -510,9 +528,11 @@ def _run_source(source: bytes, path: str, options: Options) -> tuple[RunReport, 
     report.parsed = 1
     built = hierarchy.ClassHierarchy.build([index])
     new_source = None
-    acting = rules if built.has_attention_classes(path) else [rule for rule in rules if not rule.scoped]
-    if migrate.needs_parsing(source, acting, built.attention_class_names()):
-        worker.setup(rules, built, options.unsafe_fixes, options.old_op_calls, options.verifies)
+    acting = migrate.acting(
+        rules, attention=built.has_attention_classes(path), interface=built.has_interface_classes(path)
+    )
+    if migrate.needs_parsing(source, acting, built.scope_class_names()):
+        worker.setup(rules, built, options.unsafe_fixes, options.old_op_calls, options.verifies, _release(options))
         outcome = worker.migrate_file(source, path)
         if isinstance(outcome, MissingDependency):
             raise outcome

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
-from vllm_attn_compat.codemods.findings import Finding
+from vllm_attn_compat.codemods.findings import Finding, TargetRelease
 from vllm_attn_compat.codemods.run import dependencies
 from vllm_attn_compat.codemods.run.report import FileError
 
@@ -103,10 +103,17 @@ def setup(
     unsafe_fixes: bool,
     old_op_calls: str = "with-output",
     verify: bool = True,
+    target: TargetRelease | None = None,
 ) -> None:
-    """``verify``: run the safety checks on each rewritten source (always, where it may be written)."""
+    """``verify``: run the safety checks on each rewritten source (always, where it may be written). ``target``:
+    the vLLM release the run targets (None: the newest)."""
     _settings.update(
-        rules=list(rules), hierarchy=hierarchy, unsafe_fixes=unsafe_fixes, old_op_calls=old_op_calls, verify=verify
+        rules=list(rules),
+        hierarchy=hierarchy,
+        unsafe_fixes=unsafe_fixes,
+        old_op_calls=old_op_calls,
+        verify=verify,
+        target=target,
     )
     _settings.pop("pickled", None)
 
@@ -133,6 +140,7 @@ def _migrate(source: bytes, path: str, hierarchy: Recorder, *, with_findings: bo
         unsafe_fixes=_settings["unsafe_fixes"],
         with_findings=with_findings,
         old_op_calls=_settings.get("old_op_calls", "with-output"),
+        target=_settings.get("target"),
     )
 
 

@@ -1,0 +1,354 @@
+"""VAC011: report an import of a name, or a read of a member, that the target vLLM release removed."""
+
+from __future__ import annotations
+
+import itertools
+from typing import TYPE_CHECKING
+
+from vllm_attn_compat.codemods.engine.rule import Example, Rule, class_source, short_release
+from vllm_attn_compat.codemods.findings import FixSafety, Status
+
+if TYPE_CHECKING:
+    import libcst as cst
+
+_METADATA = """\
+    from vllm.v1.attention.backend import CommonAttentionMetadata
+
+
+    def {name}({receiver}: CommonAttentionMetadata):
+"""
+# VAC007 reports the imports and calls of the ops vLLM 0.20 deleted, VAC004 and VAC005 the flag 0.20 removed.
+_HANDLED_ELSEWHERE = frozenset({"unified_attention", "unified_mla_attention", "accept_output_buffer"})
+# What an `except` catching an ImportError names: an import it guards is the project's way to support releases.
+_IMPORT_ERRORS = frozenset({"ImportError", "ModuleNotFoundError", "Exception", "BaseException"})
+
+
+class RemovedName(Rule):
+    """A name a vLLM release removed breaks the code naming it, loudly at import or later at the read:
+    ``from vllm.v1.attention.backend import SparseMLAAttentionImpl`` raises ImportError on vLLM 0.26 and later, and
+    ``common_attn_metadata.seq_lens_cpu`` raises AttributeError from 0.30 on (0.19 had deprecated it: "Prefer
+    using device seq_lens directly to avoid implicit H<>D sync").
+
+    The rule reports, for the target release, each ``from <vLLM module> import <name>`` of a name the release no
+    longer has in that module, and each ``torch.ops.vllm.<op>`` of a custom op it no longer registers
+    (``maybe_calc_kv_scales``, gone in 0.28), at the import or the op (an import guarded by ``try: ...
+    except ImportError:`` is the project's own fallback, and is left alone; so is a fork's import of its own
+    modules), and each read of a
+    removed member of one of vLLM's interface classes on a receiver that is provably an instance of it: a
+    parameter annotated with the class (imported from vLLM), not assigned before the read, or the class itself
+    imported from vLLM; unless a class of the run deriving from it defines the member (the instance may be one
+    of the project's: ``backend.get_kv_cache_shape(...)`` on the plugin's own backend still runs, and VAC010
+    reports that override). Which names each release removed is the manifest's (docs/attention-api.md).
+
+    A fix is offered only where vLLM's own message names a mechanical equivalent: ``seq_lens_cpu`` becomes
+    ``seq_lens.cpu()``, ``num_computed_tokens_cpu`` its expression over ``seq_lens`` and ``query_start_loc_cpu``.
+    Both are unsafe: they copy from the device (the synchronisation vLLM's message warns of), where the removed
+    member may have returned a tensor kept on the host, so the result is the same value at another cost, and
+    belongs where a person decides it. A removed class or function has no such equivalent: the finding says which
+    release removed it.
+    """
+
+    code = "VAC011"
+    name = "removed-name"
+    summary = "Report an import or read of a name the target vLLM release removed; unsafe fix where vLLM names one."
+    fix_safety = FixSafety.UNSAFE
+    scoped = False
+    # Every module-level name and class member some release removed (`manifest.interface.removed_names`; a test
+    # holds the copy to the manifest), less the ops VAC007 handles.
+    tokens = (
+        b"CUDNN_WORKSPACE_SIZE",
+        b"ChunkedContextMetadata",
+        b"CudnnPrefillMetadata",
+        b"FlashInferPrefillMetadata",
+        b"MAMBA_TYPE_TO_BACKEND_MAP",
+        b"SparseMLAAttentionImpl",
+        b".TREE_ATTN",  # an enum member: read on its class (and a token of ten bytes, as the prefilter's are)
+        b"_DSV32_MASKED_MHA_THRESHOLDS",
+        b"_DSV32_SEQ_LEN_BUCKETS",
+        b"_build_fi_prefill_wrappers",
+        b"_compute_prefill_context",
+        b"_concat_k_nope_k_pe",
+        b"_context_parallel_compute_prefill_context",
+        b"_flash_attn_varlen_diff_headdims",
+        b"_flat_int32",
+        b"_gather_prefill_cache_inputs",
+        b"_init_turboquant_buffers",
+        b"_num_computed_tokens_cpu",
+        b"_run_prefill_context_chunk_cudnn",
+        b"_run_prefill_context_chunk_fa",
+        b"_run_prefill_context_chunk_fi",
+        b"_run_prefill_context_chunk_trtllm_ragged",
+        b"_run_prefill_new_tokens_cudnn",
+        b"_run_prefill_new_tokens_fa",
+        b"_run_prefill_new_tokens_fi",
+        b"_run_prefill_new_tokens_trtllm_ragged",
+        b"_seq_lens_cpu",
+        b"build_for_drafting",
+        b"calc_kv_scales",
+        b"cudnn_workspace",
+        b"dcp_local_seq_lens_cpu",
+        b"do_kv_cache_update",
+        b"finalize_mla_pcp_decode",
+        b"flash_attn_varlen_func",
+        b"forward_mha",
+        b"forward_mqa",
+        b"fused_output_quant_supported",
+        b"get_kv_cache_block_dim",
+        b"get_kv_cache_shape",
+        b"get_kv_cache_stride_order",
+        b"get_required_kv_cache_layout",
+        b"hisparse_cache",
+        b"hisparse_supports_multi_token_decode",
+        b"indexes_kv_by_block_stride",
+        b"is_deepseek_r1_mla_compatible",
+        b"is_quantized_kv_cache",
+        b"is_vllm_fa",
+        b"maybe_calc_kv_scales",
+        b"maybe_calc_kv_scales_fake",
+        b"maybe_gather_indexer_k",
+        b"maybe_gather_mla_latent_cache_inputs",
+        b"maybe_populate_sink_fake",
+        b"naive_query_lens",
+        b"num_computed_tokens_cpu",
+        b"prefill_chunks",
+        b"prefill_main",
+        b"query_seq_lens",
+        b"replayssm_decode_base_cpu",
+        b"seq_lens_cpu",
+        b"set_kernel_block_size",
+        b"unified_attention_fake",
+        b"unified_attention_with_output_fake",
+        b"unified_mla_attention_fake",
+        b"unified_mla_attention_with_output_fake",
+        b"use_cascade_attention",
+        b"use_cudnn_prefill",
+        b"use_flashinfer_prefill",
+        b"use_trtllm_ragged_deepseek_prefill",
+        b"workspace_buffer",
+    )
+    # Of a function holding a read: every statement (an assignment to the receiver before the read).
+    reads_statements = None
+    examples = (
+        Example(
+            "an import of the class vLLM 0.26 removed",
+            """
+            from vllm.v1.attention.backend import AttentionBackend, SparseMLAAttentionImpl
+
+
+            class MySparseImpl(SparseMLAAttentionImpl):
+                pass
+            """,
+            findings=(Status.MANUAL,),
+            target="0.34",
+        ),
+        Example(
+            "guarded by `except ImportError`: the project's own fallback",
+            """
+            try:
+                from vllm.v1.attention.backend import SparseMLAAttentionImpl
+            except ImportError:
+                SparseMLAAttentionImpl = None
+            """,
+            target="0.34",
+        ),
+        Example(
+            "still there in 0.25",
+            """
+            from vllm.v1.attention.backend import SparseMLAAttentionImpl
+            """,
+            target="0.25",
+        ),
+        Example(
+            "a removed member read on an annotated parameter: unsafe, a device copy",
+            class_source(
+                _METADATA.format(name="decode_lengths", receiver="common_attn_metadata"),
+                "return common_attn_metadata.seq_lens_cpu.tolist()\n",
+            ),
+            unsafe_after=class_source(
+                _METADATA.format(name="decode_lengths", receiver="common_attn_metadata"),
+                "return common_attn_metadata.seq_lens.cpu().tolist()\n",
+            ),
+            findings=(Status.UNSAFE_FIX_AVAILABLE,),
+            target="0.34",
+        ),
+        Example(
+            "a receiver assigned before the read may be anything",
+            class_source(
+                _METADATA.format(name="decode_lengths", receiver="md"),
+                """
+                md = md.host_copy
+                return md.seq_lens_cpu.tolist()
+                """,
+            ),
+            target="0.34",
+        ),
+        Example(
+            "a custom op vLLM 0.28 no longer registers",
+            """
+            import torch
+
+
+            def scales(query, key, value, layer_name):
+                torch.ops.vllm.maybe_calc_kv_scales(query, key, value, layer_name)
+            """,
+            findings=(Status.MANUAL,),
+            target="0.34",
+        ),
+        Example(
+            "a member of an enum, read on the class",
+            """
+            from vllm.v1.attention.backends.registry import AttentionBackendEnum
+
+            TREE = AttentionBackendEnum.TREE_ATTN
+            """,
+            findings=(Status.MANUAL,),
+            target="0.34",
+        ),
+        Example(
+            "a removed member without an equivalent: reported",
+            class_source(_METADATA.format(name="query_lengths", receiver="md"), "return md.naive_query_lens()\n"),
+            findings=(Status.MANUAL,),
+            target="0.34",
+        ),
+    )
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+        import libcst as cst
+
+        from vllm_attn_compat.codemods.engine.scope import dotted_name
+        from vllm_attn_compat.manifest.interface import removed_name
+
+        if node.relative or node.module is None or isinstance(node.names, cst.ImportStar):
+            return
+        module = dotted_name(node.module) or ""
+        if not module.startswith("vllm.") or self._guarded() or self.ctx.hierarchy.in_run(module):
+            return
+        for alias in node.names:
+            name = alias.name.value if isinstance(alias.name, cst.Name) else ""
+            if name in _HANDLED_ELSEWHERE:
+                continue
+            removal = removed_name(self.ctx.target.release, module, name)
+            if removal is not None:
+                message = f"`{name}` is gone: vLLM {short_release(removal.removed_in)} removed it from `{module}`"
+                self.ctx.report(self, alias, message, release=removal.removed_in)
+
+    def _guarded(self) -> bool:
+        """Whether the statement being visited is in the body of a ``try`` one of whose handlers catches an
+        ImportError (or anything)."""
+        import libcst as cst
+
+        from vllm_attn_compat.codemods.engine.scope import dotted_name
+
+        stack = self.ctx.stack
+        for parent, child in itertools.pairwise(stack):
+            if isinstance(parent, cst.Try) and child is parent.body:
+                for handler in parent.handlers:
+                    caught = handler.type
+                    if caught is None:
+                        return True
+                    kinds = [e.value for e in caught.elements] if isinstance(caught, cst.Tuple) else [caught]
+                    if any((dotted_name(kind) or "").rpartition(".")[2] in _IMPORT_ERRORS for kind in kinds):
+                        return True
+        return False
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        import libcst as cst
+
+        attribute = node.attr.value
+        if attribute not in _MEMBERS or self._target_of_assignment(node):
+            return
+        if not isinstance(node.value, cst.Name):
+            self._op(node, attribute)
+            return
+        receiver = node.value.value
+        owner = self._receiver_class(receiver)
+        if owner is None:
+            return
+        from vllm_attn_compat.manifest.interface import removed_member
+
+        hook = removed_member(self.ctx.target.release, owner, attribute)
+        if hook is None or self.ctx.hierarchy.run_defines(owner, attribute):
+            return  # (an instance may be of a class of the project's defining it: its hook, VAC010's finding)
+        where = f"`{owner.rpartition('.')[2]}.{attribute}` is gone: vLLM {short_release(hook.since)} removed it"
+        successor = hook.successor
+        if successor is None or successor.kind != "expression" or receiver in self.ctx.imports:
+            self.ctx.report(self, node, where, release=hook.since)
+            return
+        replacement = successor.use.replace("self.", f"{receiver}.")
+        message = f"{where}; unsafe fix: `{replacement}`, a copy from the device"
+
+        def build(updated: cst.Attribute, sink: object) -> cst.BaseExpression:
+            parsed = cst.parse_expression(replacement)
+            return parsed.with_changes(lpar=updated.lpar, rpar=updated.rpar) if updated.lpar else parsed
+
+        from vllm_attn_compat.codemods.engine.edits import Replace
+
+        self.ctx.report(self, node, message, Replace(node, build), release=hook.since)
+
+    def _op(self, node: cst.Attribute, name: str) -> None:
+        """``torch.ops.vllm.<name>``: a custom op the target release no longer registers."""
+        from vllm_attn_compat.codemods.engine.scope import dotted_name
+        from vllm_attn_compat.manifest.interface import removed_op
+
+        if name in _HANDLED_ELSEWHERE or dotted_name(node) != f"torch.ops.vllm.{name}":
+            return
+        removed_in = removed_op(self.ctx.target.release, f"vllm::{name}")
+        if removed_in is not None:
+            message = f"`torch.ops.vllm.{name}` is gone: vLLM {short_release(removed_in)} no longer registers the op"
+            self.ctx.report(self, node, message, release=removed_in)
+
+    def _receiver_class(self, receiver: str) -> str | None:
+        """The manifest class of which ``receiver`` is provably the class or an instance: a parameter of the
+        function being visited annotated with it, not assigned before; else, where no parameter has the name, a
+        name the module imports it as."""
+        from vllm_attn_compat.codemods.engine import patterns
+
+        function = self.ctx.current_function()
+        param = function.param(receiver) if function is not None else None
+        if function is not None and param is not None:
+            if param.annotation is None:
+                return None
+            stack = self.ctx.stack
+            if patterns.rebinds_before(stack[stack.index(function.node) :], receiver):
+                return None
+            return self._annotated_class(param.annotation.annotation)
+        if receiver not in self.ctx.imports:
+            return None
+        import libcst as cst
+
+        return self._annotated_class(cst.Name(receiver))
+
+    def _annotated_class(self, annotation: cst.BaseExpression) -> str | None:
+        """The manifest class an annotation names through the module's imports from vLLM (a fork's own class
+        aside), or None."""
+        import libcst as cst
+
+        from vllm_attn_compat.codemods.engine.scope import dotted_name
+        from vllm_attn_compat.manifest.interface import resolve_class
+
+        if isinstance(annotation, cst.SimpleString):
+            text = annotation.evaluated_value
+            try:
+                annotation = cst.parse_expression(text) if isinstance(text, str) else annotation
+            except cst.ParserSyntaxError:
+                return None
+        dotted = dotted_name(annotation)
+        if dotted is None:
+            return None
+        head, _, rest = dotted.partition(".")
+        target = self.ctx.imports.get(head)
+        if target is None or not target.startswith("vllm."):
+            return None
+        full = f"{target}.{rest}" if rest else target
+        if self.ctx.hierarchy.in_run(full.rpartition(".")[0]):
+            return None
+        return resolve_class(full)
+
+    def _target_of_assignment(self, node: cst.Attribute) -> bool:
+        import libcst as cst
+
+        parent = self.ctx.parent()
+        return isinstance(parent, (cst.AssignTarget, cst.AugAssign, cst.AnnAssign)) and parent.target is node
+
+
+_MEMBERS = frozenset(token.decode().lstrip(".") for token in RemovedName.tokens)

@@ -1,0 +1,136 @@
+"""VAC013: report a concrete class that does not implement an abstract member of the target vLLM release."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from vllm_attn_compat.codemods.engine.rule import Example, Rule, short_release
+from vllm_attn_compat.codemods.findings import FixSafety, Status
+
+if TYPE_CHECKING:
+    import libcst as cst
+
+
+class MissingAbstract(Rule):
+    """vLLM's interface classes are ABCs: an impl or a metadata builder that leaves one of their abstract members
+    unimplemented cannot be instantiated (TypeError: Can't instantiate abstract class), and a backend class, whose
+    static methods vLLM calls without instantiating it, breaks when vLLM first calls the missing one
+    (``get_builder_cls``). Releases add abstract members (and a plugin written against an older release lacks
+    them) or move them between classes.
+
+    The rule reports a concrete class deriving from vLLM's interface classes that implements none of the target
+    release's abstract members it lacks: at the ``class`` line, naming them and the class declaring each abstract.
+    What counts as implemented is what the class and its bases in the run define, in any file, and what its vLLM
+    bases define concretely at the target release (``MLACommonImpl`` implements ``forward`` for its subclasses). A
+    class is concrete where no class of the run derives from it (a base of the project's own is completed by its
+    subclasses, which are checked), its name does not say it is a base (``PluginImplBase``, ``AbstractImpl``,
+    ``...Mixin``: a run over some files may hold a base without its subclasses) and its own body declares no
+    abstract method. A backend vLLM uses by its shape
+    alone is no subclass: Python asks nothing of it. No fix: implement the member.
+    """
+
+    code = "VAC013"
+    name = "missing-abstract"
+    summary = "Report a concrete subclass of vLLM's interface that lacks an abstract member of the target release."
+    fix_safety = FixSafety.DISPLAY_ONLY
+    scoped = interface = True
+    tokens = (b"class ",)  # every class statement: what a class lacks is nowhere in its text
+    reads_statements = ()  # the class statement; what the classes define comes from the run's index
+    examples = (
+        Example(
+            "a backend without the builder vLLM asks it for",
+            """
+            from vllm.v1.attention.backend import AttentionBackend
+
+
+            class MyBackend(AttentionBackend):
+                @staticmethod
+                def get_name():
+                    return "MINE"
+
+                @staticmethod
+                def get_impl_cls():
+                    return object
+            """,
+            findings=(Status.MANUAL,),
+            target="0.34",
+        ),
+        Example(
+            "what the project's own base implements counts; the base itself is completed by its subclass",
+            """
+            from vllm.v1.attention.backend import AttentionBackend
+
+
+            class PluginBackendBase(AttentionBackend):
+                @staticmethod
+                def get_builder_cls():
+                    return object
+
+
+            class MyBackend(PluginBackendBase):
+                @staticmethod
+                def get_name():
+                    return "MINE"
+
+                @staticmethod
+                def get_impl_cls():
+                    return object
+            """,
+            target="0.34",
+        ),
+        Example(
+            "a class declaring abstract methods of its own is abstract",
+            """
+            import abc
+
+            from vllm.v1.attention.backend import AttentionMetadataBuilder
+
+
+            class PluginBuilder(AttentionMetadataBuilder):
+                @abc.abstractmethod
+                def prepare(self): ...
+            """,
+            target="0.34",
+        ),
+        Example(
+            "an impl completing what vLLM's MLACommonImpl leaves abstract",
+            """
+            from vllm.model_executor.layers.attention.mla_attention import MLACommonImpl
+
+
+            class MyMLAImpl(MLACommonImpl):
+                def forward_mqa(self, q, kv_c_and_k_pe_cache, attn_metadata, layer):
+                    return q
+            """,
+            target="0.34",
+        ),
+    )
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        from vllm_attn_compat.codemods.engine.scope import ClassFrame
+        from vllm_attn_compat.manifest.interface import missing_abstract
+
+        frame = self.ctx.frames[-1] if self.ctx.frames else None
+        if not isinstance(frame, ClassFrame) or frame.node is not node:
+            return
+        classes, duck = self.ctx.vllm_interface(frame)
+        if not classes or duck:
+            return
+        implemented = self.ctx.hierarchy.concrete_members(f"{self.ctx.module_name}.{frame.qualname}")
+        if implemented is None:
+            return
+        missing = missing_abstract(self.ctx.target.release, classes, implemented.split(","))
+        if not missing:
+            return
+        names = ", ".join(f"`{a.owner.rpartition('.')[2]}.{a.name}`" for a in missing.values())
+        newest = max((a.since for a in missing.values()), key=_version)
+        message = (
+            f"`{node.name.value}` does not implement {names}, abstract in vLLM {short_release(self.ctx.target.release)}"
+        )
+        self.ctx.report(self, node.name, message, release=newest)
+
+
+def _version(release: str) -> tuple[object, ...]:
+    from vllm_attn_compat.manifest import version_key
+
+    return version_key(release)

@@ -1,0 +1,250 @@
+"""What a release asks of code written against its attention interface: the hooks it no longer has or calls, the
+names it removed, the signatures it passes, the members it leaves abstract. The questions the codemods' rules
+VAC010-VAC013 ask of a class deriving from vLLM's interface classes (``classes``: manifest classes, as
+``resolve_class`` finds them from the names a project imports), each for one target release.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+from collections.abc import Iterable, Sequence
+from typing import NamedTuple
+
+from . import data
+from .query import class_info, dead_hooks, members, mro
+from .releases import releases
+from .types import DeadHook, Member
+
+# Names of vLLM's old and new module layouts under which a short name still means the manifest's class of that
+# name (``vllm.attention.backends.abstract.AttentionBackend``, moved to ``vllm.v1.attention.backend``).
+_ATTENTION_WORD = "attention"
+
+
+class Abstract(NamedTuple):
+    """An abstract member a release requires of a concrete subclass: its name, the manifest class declaring it
+    abstract, and the first release from which it is so (the manifest's first release: at or before it)."""
+
+    name: str
+    owner: str
+    since: str
+
+
+def resolve_class(dotted: str) -> str | None:
+    """The manifest class ``dotted`` (a name as a project imports it) means in some release: a qualified name of
+    the manifest, an import path through a module re-exporting it, or, under a module of vLLM's attention code in
+    any layout (``vllm.attention.backends.abstract.AttentionBackend``, ``vllm.v1.attention.backends.mla.common.
+    MLACommonBackend``), a short name that one manifest class alone has. None otherwise."""
+    manifest = data.load()
+    if dotted in manifest["classes"]:
+        return dotted
+    module, _, short = dotted.rpartition(".")
+    for _, state in manifest["modules"].get(module, {}).get(short, ()):
+        if isinstance(state, str) and state.startswith("import "):
+            return resolve_class(state.removeprefix("import "))
+    if not module.startswith("vllm.") or _ATTENTION_WORD not in module:
+        return None
+    matches = [name for name in manifest["classes"] if name.rpartition(".")[2] == short]
+    return matches[0] if len(matches) == 1 else None
+
+
+def derives(cls: str, base: str) -> bool:
+    """Whether the manifest class ``cls`` is ``base`` or derives from it in some release."""
+    return cls == base or any(base in mro(release, cls) for release in releases())
+
+
+def present(release: str, classes: Iterable[str]) -> tuple[str, ...]:
+    """Those of ``classes`` that ``release`` has, in their order."""
+    return tuple(cls for cls in classes if class_info(release, cls) is not None)
+
+
+def dead_overrides(release: str, classes: Sequence[str]) -> dict[str, DeadHook]:
+    """{name: DeadHook} of the members that ``classes`` (the vLLM bases of one class) had in an earlier release
+    and that ``release`` no longer has or calls on any of them: an override of one is code vLLM ignores. Dunder
+    methods are Python's, never dead. The first class naming a hook gives its record."""
+    kept = present(release, classes)
+    alive = {name for cls in kept for name, value in members(release, cls).items() if value.referenced}
+    found: dict[str, DeadHook] = {}
+    for cls in kept:
+        for name, hook in dead_hooks(release, cls).items():
+            if name not in alive and not (name.startswith("__") and name.endswith("__")):
+                found.setdefault(name, hook)
+    return found
+
+
+def base_member(release: str, classes: Sequence[str], name: str) -> Member | None:
+    """The member ``name`` that the first of ``classes`` having it offers at ``release`` (inherited included)."""
+    for cls in present(release, classes):
+        value = members(release, cls).get(name)
+        if value is not None:
+            return value
+    return None
+
+
+def last_change(owner: str, name: str, release: str) -> str | None:
+    """The release, at or before ``release``, that last changed the signature (or kind) of ``owner.name``; None
+    where the member kept its shape since it appeared."""
+    changes = data.load()["classes"].get(owner, {}).get("members", {}).get(name, [])
+    position = data.index(release)
+    last = None
+    before = None
+    for changed, state in changes:
+        if data.index(changed) > position:
+            break
+        if before is not None and state is not None and _shape(before) != _shape(state):
+            last = changed
+        before = state
+    return last
+
+
+def _shape(state: dict[str, object]) -> tuple[object, ...]:
+    """What a caller's arguments bind to: the kind, and each parameter's name, kind and whether it has a default
+    (annotations and default values aside)."""
+    params = state.get("params")
+    listed = tuple((p[0], p[1], p[2] is not None) for p in params) if isinstance(params, list) else None
+    return state.get("kind"), listed
+
+
+@functools.cache
+def hook_names() -> frozenset[str]:
+    """Every member name (dunders and enum members aside) that some release of the manifest removed from a class,
+    or kept without using: the names a dead override can have (VAC010's tokens)."""
+    return frozenset(
+        name
+        for entry in data.load()["classes"].values()
+        for name, changes in entry["members"].items()
+        if not (name.startswith("__") and name.endswith("__"))
+        and any(state is not None and state["kind"] != "enum_member" for _, state in changes)
+        and (
+            _removed_after_present(changes) or any(s is not None and not s.get("referenced", True) for _, s in changes)
+        )
+    )
+
+
+@functools.cache
+def removed_names() -> frozenset[str]:
+    """Every module-level name and class member (dunders aside) that some release of the manifest removed: what
+    an import or a read of a removed name can name (VAC011's tokens)."""
+    manifest = data.load()
+    modules = {
+        n for names in manifest["modules"].values() for n, changes in names.items() if _removed_after_present(changes)
+    }
+    members = {
+        name
+        for entry in manifest["classes"].values()
+        for name, changes in entry["members"].items()
+        if _removed_after_present(changes) and not (name.startswith("__") and name.endswith("__"))
+    }
+    return frozenset(modules | members)
+
+
+@functools.cache
+def drifted_names() -> frozenset[str]:
+    """Every member name whose parameters (names, kinds, defaults' presence) some release of the manifest changed:
+    the names an override whose signature drifted can have (VAC012's tokens). Constructors aside: vLLM makes its
+    objects in ways of their own (the MLA layer names an impl's dimensions, a builder is made positionally), which
+    a signature alone does not tell."""
+    found = set()
+    for entry in data.load()["classes"].values():
+        for name, changes in entry["members"].items():
+            if name == "__init__":
+                continue
+            present = [state for _, state in changes if state is not None and "params" in state]
+            if any(_shape(a) != _shape(b) for a, b in itertools.pairwise(present)):
+                found.add(name)
+    return frozenset(found)
+
+
+def _removed_after_present(changes: list[list[object]]) -> bool:
+    seen = False
+    for _, state in changes:
+        if state is not None:
+            seen = True
+        elif seen:
+            return True
+    return False
+
+
+def missing_abstract(release: str, classes: Sequence[str], implemented: Iterable[str]) -> dict[str, Abstract]:
+    """{name: Abstract} of the members abstract in one of ``classes`` at ``release`` that none of them offers
+    concretely and ``implemented`` (the names a subclass and its own bases define) does not hold."""
+    kept = present(release, classes)
+    defined = set(implemented)
+    concrete = {name for cls in kept for name, value in members(release, cls).items() if not value.abstract}
+    found: dict[str, Abstract] = {}
+    for cls in kept:
+        for name, value in members(release, cls).items():
+            if value.abstract and name not in defined and name not in concrete and name not in found:
+                found[name] = Abstract(name, value.owner, _abstract_since(value.owner, name, release))
+    return found
+
+
+def _abstract_since(owner: str, name: str, release: str) -> str:
+    """The first release of the run of abstract states of ``owner.name`` that ends at ``release``."""
+    changes = data.load()["classes"][owner]["members"][name]
+    position = data.index(release)
+    since: str | None = releases()[0]
+    for changed, state in changes:
+        if data.index(changed) > position:
+            break
+        if state is None or not state.get("abstract"):
+            since = None
+        elif since is None:
+            since = changed
+    return since or release
+
+
+class RemovedName(NamedTuple):
+    """A module-level name an earlier release had and ``release`` lacks: ``removed_in`` is the first release
+    without it, ``kind`` what it was ("class", "function", "variable", "import ...")."""
+
+    module: str
+    name: str
+    kind: str
+    removed_in: str
+
+
+def removed_name(release: str, module: str, name: str) -> RemovedName | None:
+    """The removal of ``from <module> import <name>`` at ``release``: None where ``release`` has the name, or no
+    release of the manifest ever had it (a module outside the manifest's scope, a name vLLM never put there)."""
+    history = data.load()["modules"].get(module, {}).get(name)
+    if not history or data.state_at(history, release) is not None:
+        return None
+    found = _removal(history, release)
+    if found is None:
+        return None  # added after ``release``: a name of a newer release, not a removal
+    kind, removed_in = found
+    return RemovedName(module, name, str(kind), removed_in)
+
+
+def removed_op(release: str, op: str) -> str | None:
+    """The release that removed the custom op ``op`` (``vllm::maybe_calc_kv_scales``), where ``release`` lacks it and
+    an earlier one registered it; else None."""
+    history = data.load()["ops"].get(op)
+    if not history or data.state_at(history, release) is not None:
+        return None
+    found = _removal(history, release)
+    return found[1] if found else None
+
+
+def _removal(history: list[list[object]], release: str) -> tuple[object, str] | None:
+    """(the last state, the first release without it) of a history whose thing ``release`` lacks after an earlier
+    release had it; None otherwise."""
+    position = data.index(release)
+    state = None
+    removed_in = None
+    for changed, value in history:
+        if data.index(str(changed)) > position:
+            break
+        if value is not None:
+            state, removed_in = value, None
+        elif state is not None and removed_in is None:
+            removed_in = str(changed)
+    return None if state is None or removed_in is None else (state, removed_in)
+
+
+def removed_member(release: str, cls: str, name: str) -> DeadHook | None:
+    """The removal of ``cls.name`` (inherited included) at ``release``, or None where it still has it or never
+    had it."""
+    hook = dead_hooks(release, cls).get(name)
+    return hook if hook is not None and hook.reason == "removed" else None

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs the `vllm` test tier against each vLLM release from 0.20 on, each in its own CPU venv, and prints one line
-# per release, then a Markdown table for the README. The logic lives in scripts/vllm_matrix.py.
+# per release, then a Markdown table for docs/vllm-versions.md. The logic lives in scripts/vllm_matrix.py.
 #
 #   scripts/vllm-matrix.sh                    # the latest patch of each minor release, 0.20 to the newest
 #   scripts/vllm-matrix.sh 0.25.1 0.33.0      # these releases

@@ -7,7 +7,7 @@ call, whatever the warning filters or ``VLLM_ATTN_COMPAT_WARNINGS`` say), and at
 - ``--vllm-attn-compat=summary`` (default): lists them in the terminal summary, if there were any;
 - ``--vllm-attn-compat=error``: the same, and the session fails (exit code 1) if there were any;
 - ``--vllm-attn-compat=off``: counts nothing, prints nothing, installs nothing;
-- ``--vllm-attn-compat-report=PATH``: writes them as JSON (schema in the README).
+- ``--vllm-attn-compat-report=PATH``: writes them as JSON (schema in docs/runtime.md).
 
 The ini option ``vllm_attn_compat`` sets the mode too; the command line wins. Under pytest-xdist each worker
 counts its own uses and the controller adds them up.

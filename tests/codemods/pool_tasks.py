@@ -21,3 +21,11 @@ def square_or_die(number: int) -> tuple[int, object]:
 
 def tasks(count: int):
     return [(f"file{n}.py", (n,)) for n in range(count)]
+
+
+def wait_for(path: str) -> None:
+    """A worker's preparation that lasts until ``path`` exists."""
+    import time
+
+    while not os.path.exists(path):
+        time.sleep(0.01)

@@ -326,7 +326,7 @@ def test_pre_commit_hooks_run_the_real_command_on_the_whole_repository(plugin, c
     _, *fix_args = hooks["vllm-attn-compat"]["entry"].split()
     assert main(fix_args) == 0  # the base class is in a file the commit may not hold: found all the same
     assert (plugin / "plugin/impl.py").read_text() == IMPL_MIGRATED
-    assert main([*fix_args, "--cache-dir", str(plugin.parent / "cache")]) == 0  # the README's args, after the entry
+    assert main([*fix_args, "--cache-dir", str(plugin.parent / "cache")]) == 0  # the entry, with --cache-dir
     capsys.readouterr()
 
 

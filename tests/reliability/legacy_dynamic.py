@@ -136,10 +136,11 @@ class DynamicPlugin:
 
 def _impl_method(kind: str, decorators: list[str]) -> list[str]:
     lines = [f"    {line}" for line in decorators]
-    lines.append(f"    def {METHOD}(self, query, output=None):")
+    # "assert-required": the new API's signature, still asserting (a caller passing None fails there today).
+    lines.append(f"    def {METHOD}(self, query, output{'' if kind == 'assert-required' else '=None'}):")
     if kind == "fallback":
         lines += ["        if output is None:", "            output = alloc.empty_like(query)"]
-    elif kind == "assert":
+    elif kind in ("assert", "assert-required"):
         lines.append("        assert output is not None")
     lines += ["        output[:] = [x * 2 for x in query]", "        return output"]
     return lines
@@ -153,7 +154,7 @@ def dynamic_plugins(draw: st.DrawFn) -> DynamicPlugin:
     shapes = draw(st.lists(st.sampled_from(sorted(SHAPES)), min_size=1, max_size=3, unique=True))
     return build_plugin(
         tuple(shapes),
-        method=draw(st.sampled_from(["fallback", "fallback", "assert", "plain"])),
+        method=draw(st.sampled_from(["fallback", "fallback", "assert", "assert-required", "plain"])),
         flag=draw(st.booleans()) or any(shape.startswith(_FLAG_SHAPES) for shape in shapes),
         splitting_ops=draw(st.sampled_from(["old", "old-and-new"])),
     )
@@ -161,7 +162,8 @@ def dynamic_plugins(draw: st.DrawFn) -> DynamicPlugin:
 
 def build_plugin(shapes: tuple[str, ...], *, method: str, flag: bool, splitting_ops: str) -> DynamicPlugin:
     """The plugin with ``shapes`` (keys of `SHAPES`); ``method``: how ``prefill`` treats a missing buffer
-    ("fallback", "assert", "plain"); ``flag``: whether the backend declares ``accept_output_buffer = True``."""
+    ("fallback", "assert", "assert-required", "plain"); ``flag``: whether the backend declares
+    ``accept_output_buffer = True``."""
     parts: dict[str, list[str]] = {}
     callers: list[str] = []
     for shape in shapes:

@@ -45,6 +45,7 @@ def _check(plugin: DynamicPlugin, tmp_path_factory) -> None:
 @example(plugin=build_plugin(("alias", "class-body-read"), method="fallback", flag=True, splitting_ops="old"))
 @example(plugin=build_plugin(("metaclass", "op-pairs"), method="assert", flag=True, splitting_ops="old-and-new"))
 @example(plugin=build_plugin(("broken-file", "op-removed"), method="fallback", flag=False, splitting_ops="old"))
+@example(plugin=build_plugin(("none-attribute", "alias"), method="assert-required", flag=False, splitting_ops="old"))
 def test_no_behaviour_changes_and_every_withheld_fix_names_its_use(plugin: DynamicPlugin, tmp_path_factory) -> None:
     _check(plugin, tmp_path_factory)
 

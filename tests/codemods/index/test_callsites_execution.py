@@ -308,7 +308,7 @@ def test_after_the_unsafe_fixes_a_check_still_fails_at_each_call_they_broke(plug
     each call that now raises TypeError is reported (the smoke test's `impl.forward(...)` too, `impl` bound once
     to `MyImpl()`, and the old op's `layer.impl.forward(...)`, whose receiver the run cannot tell; not through the
     `partial` callback or the `getattr`). A call whose `**kwargs` lack `output` is named by the unsafe run's finding
-    alone: whether they hold it cannot be seen (README, limits)."""
+    alone: whether they hold it cannot be seen (docs/migrate.md, what "safe" means)."""
     unsafe = _migrate(plugin, "--unsafe-fixes")
     assert "tree/tests_plugin/test_smoke.py" not in unsafe.stdout, unsafe.stdout  # the fixes' findings name them
     completed = _migrate(plugin, "--check")

@@ -3,11 +3,13 @@ prepared once, and a worker that dies costs only its own file."""
 
 from __future__ import annotations
 
+import functools
 import os
+import time
 
 from vllm_attn_compat.codemods.run.parallel import IN_PROCESS_BELOW, Pool, WorkerCrashed
 
-from pool_tasks import remember_pid, square_or_die, tasks
+from pool_tasks import remember_pid, square_or_die, tasks, wait_for
 
 
 def _map(pool: Pool, count: int, **more: bool) -> dict[str, object]:
@@ -125,3 +127,24 @@ def test_a_pool_breaking_while_its_tasks_are_submitted_leaves_the_rest_to_the_re
     assert {key: result[0] for key, result in results.items()} == {  # type: ignore[index]
         f"file{n}.py": n * n for n in range(IN_PROCESS_BELOW + 2)
     }
+
+
+def test_tasks_to_keep_here_run_here_while_every_worker_is_still_preparing(tmp_path):
+    """The rounds index their files in the run's process while the workers import libcst, rather than wait."""
+    remember_pid()
+    flag = tmp_path / "prepared"
+    pool = Pool(2, remember_pid)
+    try:
+        pool.prepare(functools.partial(wait_for, str(flag)), 1)
+        here = dict(pool.map(square_or_die, tasks(12), few_here=True))
+        assert not pool.ready
+        flag.touch()
+        while not pool.ready:
+            time.sleep(0.01)
+        there = dict(pool.map(square_or_die, tasks(12), few_here=True))
+    finally:
+        flag.touch()
+        pool.close()
+    assert {pid for _, pid in here.values()} == {os.getpid()}  # type: ignore[misc]
+    assert os.getpid() not in {pid for _, pid in there.values()}  # type: ignore[misc]
+    assert {key: value[0] for key, value in there.items()} == {f"file{n}.py": n * n for n in range(12)}  # type: ignore[index]

@@ -9,7 +9,7 @@ import pytest
 
 from vllm_attn_compat.codemods.engine import safety
 from vllm_attn_compat.codemods.findings import Status
-from vllm_attn_compat.codemods.run import worker
+from vllm_attn_compat.codemods.run import parallel, worker
 from vllm_attn_compat.codemods.run.runner import Options, run_paths
 
 from runner_trees import BASE, IMPL, IMPL_MIGRATED, MANUAL, UNRELATED, write_tree
@@ -285,3 +285,45 @@ def test_a_read_of_an_instance_s_flag_is_resolved_through_a_file_that_names_no_v
     report = run_paths([str(tmp_path)], Options(mode="check", jobs=1))
     [finding] = [finding for _, finding in report.findings if finding.code == "VAC004"]  # (VAC013: a toy backend)
     assert finding.status is (Status.UNSAFE_FIX_AVAILABLE if derives else Status.FIXED)
+
+
+_OLD_OP_CALL = "import torch\n\n\ndef attend(q):\n    return torch.ops.vllm.unified_attention(q)\n"
+
+
+@pytest.mark.parametrize(("needing", "workers"), [(1, 1), (parallel.IN_PROCESS_BELOW - 1, 1), (20, 2)])
+def test_one_worker_imports_libcst_for_every_few_files_that_need_it(tmp_path, monkeypatch, needing, workers):
+    """A worker's import of libcst costs as much as migrating a few files: a first run over a tree where a handful
+    need libcst (torch's, with a plugin in it) starts one worker once it has read them all, and one with many
+    starts every worker once it has read a few."""
+    asked: list[int] = []
+    prepare = parallel.Pool.prepare
+
+    def recording(pool: parallel.Pool, function, count: int) -> None:
+        asked.append(count)
+        prepare(pool, function, count)
+
+    monkeypatch.setattr(parallel.Pool, "prepare", recording)
+    layout = {f"pkg/op{n}.py": _OLD_OP_CALL for n in range(needing)}
+    write_tree(tmp_path, layout | {f"pkg/plain{n}.py": "def f(x):\n    return x\n" for n in range(10)})
+    report = run_paths([str(tmp_path)], Options(mode="check", jobs=2))
+    assert len({path for path, _ in report.findings}) == needing
+    assert [count for count in asked if count] == [workers]
+
+
+def test_a_first_run_starts_its_one_worker_a_few_hundred_files_past_the_few_that_need_it(tmp_path, monkeypatch, reads):
+    """A plugin's files lie together: past a few hundred files without enough of them, the worker starts at once
+    (importing libcst while the run reads on) rather than once every file is read."""
+    asked: list[tuple[int, int]] = []
+    prepare = parallel.Pool.prepare
+
+    def recording(pool: parallel.Pool, function, count: int) -> None:
+        asked.append((count, len(reads)))
+        prepare(pool, function, count)
+
+    monkeypatch.setattr(parallel.Pool, "prepare", recording)
+    layout = {f"a/op{n}.py": _OLD_OP_CALL for n in range(3)}
+    write_tree(tmp_path, layout | {f"b/plain{n:03}.py": "x = 1\n" for n in range(700)})
+    report = run_paths([str(tmp_path)], Options(mode="check", jobs=2))
+    assert len({path for path, _ in report.findings}) == 3
+    [(count, read)] = [(count, read) for count, read in asked if count]
+    assert count == 1 and 3 + 500 < read < 3 + 700

@@ -55,6 +55,15 @@ def test_whole_words_match_identifiers_not_parts_of_longer_names():
     assert scan(b"x = SdpaBackend2 or SdpaBackend\n")
 
 
+def test_a_whole_word_ends_where_its_identifier_ends_however_its_anchor_s_window_ends():
+    # Sharing the anchor `Impl`, the window around each occurrence ends where `ImplBase` would: `SdpaImpl` ends
+    # before it, and what follows it there decides.
+    scan = TokenScan([b"SdpaImpl", b"ImplBase"], whole_words=True)
+    assert len(scan.anchors) == 1
+    assert not scan(b"SdpaImplBase") and not scan(b"SdpaImplB") and not scan(b"SdpaImpl_x = ImplBases")
+    assert scan(b"SdpaImplB = SdpaImpl\n") and scan(b"x.ImplBase(") and scan(b"SdpaImpl")
+
+
 @settings(max_examples=100, deadline=None)
 @given(st.lists(st.sampled_from([b"Impl", b"Base", b"_", b" ", b"(", b".", b"x", b"\n", b"\xc3\xa9"]), max_size=10))
 def test_whole_words_agree_with_a_tokenizing_definition(parts):

@@ -326,6 +326,10 @@ def _resolved(use: Use, relations: _Relations) -> bool:
     return use.receiver != "other"
 
 
+# The uses of a method requiring `output` that cannot give it None: they leave its assert's deletion safe.
+_CANNOT_PASS_NONE = frozenset({"omits", "missing", "signature", "positional"})
+
+
 def _codes(method: OutputMethod, how: str) -> tuple[str, ...]:
     if how == "positional":
         return (REQUIRED_BY_HAND,)
@@ -338,10 +342,11 @@ def _codes(method: OutputMethod, how: str) -> tuple[str, ...]:
     if method.fallback is not None:
         codes.append(NONE_FALLBACK)
     # Deleting the assert changes what a call passing None does (it fails later, maybe after writing the KV
-    # cache, or not at all): every use that may pass None withholds it, as it withholds VAC002's fix, and
-    # `output=None`. Only where `output` defaults to None (the old API's signature): a method that already
-    # requires it settles in an early round (`handoff.settles`), and an explicit None passed to it is not looked for.
-    if method.asserts_output and method.output_default_none:
+    # cache, or not at all; a test may expect the AssertionError): every use that may pass None withholds it, as
+    # it withholds VAC002's fix, and `output=None`. Where `output` is required already, a call omitting it raises
+    # TypeError with the assert or without, and a read of the signature calls nothing: every other use may pass
+    # None (a call passing what may be None, `*args`, the method handed on as a value, reflection).
+    if method.asserts_output and (method.output_default_none or how not in _CANNOT_PASS_NONE):
         codes.append(ASSERT_OUTPUT)
     if method.output_default_none or how in PASSES_NONE:
         codes.append(NONE_TESTED)
@@ -479,18 +484,12 @@ def open_method_names(analysis: CallAnalysis) -> frozenset[str]:
     """The names of the methods with a fix the run's uses do not withhold yet: only a use of one of them
     can still change a fix (a use of a method whose fixes are all withheld is reported only where its
     file is read anyway). Once withheld, a fix stays withheld as the run reads more files."""
+    # (What a use may withhold: what a call omitting `output` does, and what a reference does, which may pass
+    # None to a method requiring `output`.)
     return frozenset(
         method.name
         for key, method in analysis.methods.items()
-        if not set(_codes(method, "omits")) <= set(analysis.withheld.get(key, ()))
-    )
-
-
-def has_methods(index: ModuleIndex) -> bool:
-    """Whether a fix in this module could be withheld by uses in other modules (found in later rounds): a method's
-    (VAC001-VAC003: calls), or an op list's (VAC006: the op's name in other strings, `accounting.op_blockers`)."""
-    return any(method.output_default_none or method.fallback for method in index.calls.methods) or any(
-        string.place == "list" for string in index.occurrences.op_strings
+        if not {*_codes(method, "omits"), *_codes(method, "reference")} <= set(analysis.withheld.get(key, ()))
     )
 
 

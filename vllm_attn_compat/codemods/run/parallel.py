@@ -1,10 +1,10 @@
 """The run's worker processes: one `concurrent.futures.ProcessPoolExecutor`, which the runner starts and stops.
 
-The pool forks where the platform forks safely (`forks_safely`), else spawns. The runner starts it as soon as it
-sees a file that will probably need libcst, and has each worker import libcst at once (`worker.preload`), while
-the class hierarchy's rounds go on; on a first run over many files, at once, to hash the files apart from the run
-that reads them (`reading.Reader`). Small jobs stay in the run's process while the pool is not started: starting
-processes costs more.
+The pool forks where the platform forks safely (`forks_safely`), else spawns. The runner starts it once it has
+read files that will probably need libcst (one worker for every `IN_PROCESS_BELOW` of them), and has each worker
+import libcst at once (`prepare`: `worker.preload`) while the class hierarchy's rounds go on. Small jobs stay in
+the run's process while the pool is not started (starting processes costs more), and the rounds' while every
+worker is still importing libcst.
 
 A worker killed on one file (out of memory, a crash in a native parser) must cost that file, not the run:
 ``concurrent.futures`` reports it as ``BrokenProcessPool`` for every unfinished task, so the unfinished ones are
@@ -68,6 +68,7 @@ class Pool:
         self.jobs = jobs
         self.initializer = initializer
         self._executor: ProcessPoolExecutor | None = None
+        self._preparing: list[Future[object]] = []  # `prepare`'s tasks
 
     @property
     def started(self) -> bool:
@@ -93,6 +94,20 @@ class Pool:
 
         return ProcessPoolExecutor(workers, _context(), initializer=self.initializer)
 
+    def prepare(self, function: Callable[[], object], workers: int) -> None:
+        """Start ``workers`` and have each run ``function()`` (import what the tasks need) before any task."""
+        if workers:
+            self.start(workers)
+            for _ in range(min(workers, self.jobs)):
+                future = self.submit(function)
+                if future is not None:
+                    self._preparing.append(future)
+
+    @property
+    def ready(self) -> bool:
+        """Whether a worker is done preparing (`prepare`), or none was asked to."""
+        return not self._preparing or any(future.done() for future in self._preparing)
+
     def submit(self, function: Callable[..., Result], *arguments: object) -> Future[Result] | None:
         """``function(*arguments)`` in a worker, the pool started if it is not; None with one job, or once the pool
         broke (the caller does the work itself)."""
@@ -108,6 +123,7 @@ class Pool:
         if self._executor is not None:
             self._executor.shutdown(wait=True, cancel_futures=True)
             self._executor = None
+            self._preparing = []
 
     def map(
         self,
@@ -120,10 +136,17 @@ class Pool:
         """Yield ``(key, function(*arguments))`` for each task, in completion order: in this process while the
         pool is not started and the tasks are few (or there is one job), else in the workers, each task submitted
         as soon as ``tasks`` yields it (whatever makes them overlaps the work). With ``few_here``, a few tasks stay
-        in this process even with the workers started (they may still be starting). ``meanwhile()`` runs once the
-        workers have every task (in this process, before them). A task whose worker died yields a
-        :class:`WorkerCrashed` instead of a result."""
+        in this process even with the workers started, and so do the first tasks while every worker is still
+        preparing (`prepare`: importing libcst), rather than wait for one. ``meanwhile()`` runs once the workers
+        have every task (in this process, before them). A task whose worker died yields a :class:`WorkerCrashed`
+        instead of a result."""
         stream = iter(tasks)
+        while few_here and not self.ready:
+            task = next(stream, None)
+            if task is None:
+                meanwhile()
+                return
+            yield task[0], function(*task[1])
         first = list(itertools.islice(stream, IN_PROCESS_BELOW))
         if self.jobs <= 1 or (len(first) < IN_PROCESS_BELOW and (few_here or self._executor is None)):
             meanwhile()

@@ -32,12 +32,13 @@ Index = Callable[[Iterable[RunFile]], Iterable[tuple[str, object]]]
 
 
 def build_hierarchy(
-    files: Sequence[RunFile], worth: Sequence[RunFile], index: Index
+    files: Sequence[RunFile], worth: Sequence[RunFile], index: Index, prefilter: Set[bytes] = frozenset()
 ) -> tuple[ClassHierarchy, dict[str, object]]:
-    """The class hierarchy of the run over ``files`` (``worth``: those the prefilter kept), with what each file
-    that took part gave: its `ModuleIndex`, its `classscan.ScannedIndex` (spared), or why it has none (whatever
-    ``index`` gave for it). ``index(files)`` yields ``(path, outcome)`` for each file of ``files`` (an iterator:
-    each file comes once the class scan has found that it must be parsed)."""
+    """The class hierarchy of the run over ``files`` (``worth``: those the prefilter kept, the files holding one of
+    the texts ``prefilter``), with what each file that took part gave: its `ModuleIndex`, its
+    `classscan.ScannedIndex` (spared), or why it has none (whatever ``index`` gave for it). ``index(files)`` yields
+    ``(path, outcome)`` for each file of ``files`` (an iterator: each file comes once the class scan has found that
+    it must be parsed)."""
     from vllm_attn_compat.codemods.index.names import guess_module_name
 
     indexes: dict[str, object] = {}
@@ -55,10 +56,12 @@ def build_hierarchy(
     names_vllm = reading.asking("vllm", [], lambda: lambda source: b"vllm" in source)
     pending = [f for f in worth if names_vllm(f) or guess_module_name(f.path).partition(".")[0] == "vllm"]
     # A read of `accept_output_buffer` anywhere in the run decides whether deleting a declaration is safe
-    # (`ClassHierarchy.flag_readers`), whatever the file imports or the rules selected.
+    # (`ClassHierarchy.flag_readers`), whatever the file imports or the rules selected. (Where the prefilter looked
+    # for a part of it, only the files it kept can hold it.)
     first = {f.path for f in pending}
     reads_flag = reading.asking("flag", [], lambda: lambda source: FLAG_BYTES in source)
-    pending += [f for f in files if f.path not in first and reads_flag(f)]
+    holders = worth if any(token in FLAG_BYTES for token in prefilter) else files
+    pending += [f for f in holders if f.path not in first and reads_flag(f)]
     known_names: frozenset[str] = frozenset()
     must_parse: set[str] = set()  # files the class scan spared once, which later rounds need indexed
     checked_methods: frozenset[str] = frozenset()  # the methods each file spared in earlier rounds was checked for

@@ -129,21 +129,36 @@ def _run(
             libcst: it starts the workers, which import libcst while this process reads on and runs the rounds."""
             return not f.trusted and worth_parsing(f) and tokens.probably_libcst(f.source, anywhere, scoped)
 
-        # Where the cache vouches for no file (a first run, or none), every worker starts at the first such file;
-        # else one at once where a file the replay found changed is one (a rerun after a backend's edit), or else
-        # once every file is read, one for each such file.
+        # A worker's import of libcst costs as much CPU as migrating a few files: one worker starts for every
+        # IN_PROCESS_BELOW such files. Where the cache vouches for no file (a first run, or none), every worker
+        # starts once that many were read, and one where fewer lie within _FEW_WITHIN files of the first (a
+        # plugin's files lie together: torch's tree holding the legacy plugin); else one at once where a file the
+        # replay found changed is one (a rerun after a backend's edit), or else once every file is read.
         cold = cache is None or not cache.statuses
         if cache is not None and any(tokens.probably_libcst(text, anywhere, scoped) for text, _ in cache.read.values()):
             _preload(pool, 1)
+        read_count = needing = 0  # the files read, those that will probably need libcst
+        first_needing = 0  # how many files were read when the first of them was
 
         def read(f: RunFile) -> None:
-            if cold and not pool.started and probable(f):
-                _preload(pool, options.jobs)
+            nonlocal read_count, needing, first_needing
+            if not cold or pool.started:
+                return
+            read_count += 1
+            if probable(f):
+                needing += 1
+                first_needing = first_needing or read_count
+                if needing >= parallel.IN_PROCESS_BELOW:
+                    _preload(pool, options.jobs)
+            elif needing and read_count - first_needing >= _FEW_WITHIN:
+                _preload(pool, 1)
 
         run_files, context = _read(found, cache, started, trusting, report, read)
         worth, context_worth = [f for f in run_files if worth_parsing(f)], [f for f in context if worth_parsing(f)]
         if not pool.started:
-            _preload(pool, sum(1 for _ in itertools.islice(filter(probable, worth), options.jobs)))
+            few = parallel.IN_PROCESS_BELOW
+            count = sum(1 for _ in itertools.islice(filter(probable, worth), options.jobs * few))
+            _preload(pool, -(-count // few))
         migration = _Migration(rules, options, report, pool, cache)
         saving = _Saving(cache, [*run_files, *context], migration) if cache is not None else None
         # On a big tree without any file worth parsing, nothing is parsed and libcst is never imported.
@@ -185,12 +200,15 @@ def _read(
     return run_files, context
 
 
+# How far past the first file that will probably need libcst a first run reads before it starts one worker, where
+# fewer than IN_PROCESS_BELOW such files were found (vLLM's trees hold 8 within 160 files of the first, plugins'
+# within 400).
+_FEW_WITHIN = 512
+
+
 def _preload(pool: parallel.Pool, workers: int) -> None:
     """Start ``workers`` of the pool, each importing libcst at once (`worker.preload`)."""
-    if workers:
-        pool.start(workers)
-        for _ in range(min(workers, pool.jobs)):
-            pool.submit(worker.preload)
+    pool.prepare(worker.preload, workers)
 
 
 class _Migration:
@@ -227,7 +245,10 @@ class _Migration:
 
         report, options = self.report, self.options
         self.excluded = {f.path for f in context}
-        hierarchy, indexes = build_hierarchy([*run_files, *context], [*worth, *context_worth], self._index)
+        from vllm_attn_compat.codemods.engine.migrate import prefilter_tokens
+
+        prefilter = frozenset(prefilter_tokens(self.rules))
+        hierarchy, indexes = build_hierarchy([*run_files, *context], [*worth, *context_worth], self._index, prefilter)
         failed = {error.path for error in report.errors}
         # A file needing libcst holds a prefilter token, or an attention-class name (it was indexed);
         # rules scoped to attention classes matter only where the index shows such a class.

@@ -76,7 +76,8 @@ def choose_anchors(
     return tuple(anchors)
 
 
-_IDENTIFIER_TAIL = re.compile(rb"[A-Za-z0-9_\x80-\xff]*")
+# Nothing of an identifier before: where a whole word may start (`names.IDENTIFIER_BYTES`).
+_NOT_AFTER_IDENTIFIER = rb"(?<![A-Za-z0-9_\x80-\xff])"
 
 
 # Past this many occurrences of an anchor in one file, confirming each occurrence costs more than
@@ -104,16 +105,22 @@ class TokenScan:
         )
         # Each anchor with the tokens containing it: a hit on an anchor is confirmed by those alone.
         self.groups = tuple((anchor, frozenset(t for t in self.tokens if anchor in t)) for anchor in anchors)
-        # Without whole words, one regular-expression search of the bytes around an anchor's occurrence
-        # confirms it (any token found there is a token of the file), instead of a test per token. A
-        # token found at ``p`` first holds the anchor at ``p + token.index(anchor)``, and every
-        # occurrence of the anchor is visited, so that window is all there is to search.
+        # One regular-expression search of the bytes around an anchor's occurrence confirms it (a token found
+        # there is a token of the file), instead of a test per token. A token found at ``p`` first holds the
+        # anchor at ``p + token.index(anchor)``, and every occurrence of the anchor is visited, so that window is
+        # all there is to search. A whole word is found there with nothing of an identifier before it (the
+        # search sees the bytes before the window), the longest first, and nothing after it (`_holds_word`).
         self._windows = (
             ()
-            if whole_words or once
+            if once and not whole_words
             else tuple(
                 (
-                    re.compile(b"|".join(re.escape(token) for token in sorted(group))),
+                    re.compile(
+                        (_NOT_AFTER_IDENTIFIER if whole_words else b"")
+                        + b"(?:"
+                        + b"|".join(re.escape(token) for token in sorted(group, key=lambda t: (-len(t), t)))
+                        + b")"
+                    ),
                     max(token.index(anchor) for token in group),
                     max(len(token) - token.index(anchor) for token in group),
                 )
@@ -127,7 +134,10 @@ class TokenScan:
 
     def __call__(self, source: bytes) -> bool:
         if self.whole_words:
-            return any(_holds_word(source, anchor, words) for anchor, words in self.groups)
+            return any(
+                _holds_word(source, anchor, window, before, after)
+                for (anchor, _), (window, before, after) in zip(self.groups, self._windows, strict=True)
+            )
         if self.once:
             return any(token in source for token in self.tokens)
         for (anchor, tokens), (window, before, after) in zip(self.groups, self._windows, strict=True):
@@ -146,18 +156,15 @@ class TokenScan:
         return False
 
 
-def _holds_word(source: bytes, anchor: bytes, words: frozenset[bytes]) -> bool:
-    """Whether an identifier of ``words`` (all containing ``anchor``) stands in ``source``: the
-    identifier around each occurrence of the anchor is looked up, however many words share it."""
+def _holds_word(source: bytes, anchor: bytes, window: re.Pattern[bytes], before: int, after: int) -> bool:
+    """Whether a word of ``window`` (all containing ``anchor``: `TokenScan`) stands in ``source`` as a whole
+    identifier, looked for around each occurrence of the anchor. (Nothing of an identifier may follow it: checked
+    here, the window ending where its longest word would.)"""
     at = source.find(anchor)
     while at != -1:
-        start = at
-        while start and source[start - 1] in _IDENTIFIER_BYTES:
-            start -= 1
-        tail = _IDENTIFIER_TAIL.match(source, at + len(anchor))
-        assert tail is not None  # the pattern matches the empty string too
-        end = tail.end()
-        if source[start:end] in words:
-            return True
-        at = source.find(anchor, end)
+        for found in window.finditer(source, max(at - before, 0), at + after):
+            end = found.end()
+            if end == len(source) or source[end] not in _IDENTIFIER_BYTES:
+                return True
+        at = source.find(anchor, at + 1)
     return False

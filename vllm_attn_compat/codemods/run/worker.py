@@ -50,12 +50,15 @@ def preload() -> None:
     arrives (libcst's import takes a tenth of a second or more). A missing dependency is left to the tasks, each
     handing it back (`dependencies`)."""
     try:
+        import importlib
+
         import libcst  # noqa: F401 - imported to have it loaded
 
-        from vllm_attn_compat.codemods import registry
-        from vllm_attn_compat.codemods.engine import apply, migrate, safety  # noqa: F401 - likewise
+        from vllm_attn_compat.codemods import noqa, registry  # noqa: F401 - likewise
+        from vllm_attn_compat.codemods.engine import apply, migrate, positions, safety, scope, spans  # noqa: F401
 
         registry.all_rules()
+        importlib.import_module("libcst.native")  # its parser, which its first parse loads (a module without types)
     except ImportError:
         pass
 

@@ -94,11 +94,11 @@ def test_the_unsafe_fix_computes_what_the_removed_members_computed():
 
 
         def lengths(md: CommonAttentionMetadata):
-            return md.seq_lens_cpu, md.num_computed_tokens_cpu
+            return md.seq_lens_cpu, md.num_computed_tokens_cpu, md.num_computed_tokens_cpu[1]
         """
     )
     result = run(text, ["VAC011"], unsafe=True, target=AT_0_34)
-    assert [f.status for f in result.findings] == [Status.FIXED, Status.FIXED]
+    assert [f.status for f in result.findings] == [Status.FIXED, Status.FIXED, Status.FIXED]
     fixed = result.source.decode().replace("from vllm.v1.attention.backend import CommonAttentionMetadata", "")
 
     class Tensor(list):
@@ -127,4 +127,5 @@ def test_the_unsafe_fix_computes_what_the_removed_members_computed():
     namespace: dict[str, object] = {"CommonAttentionMetadata": Metadata}
     exec(compile(fixed, "fixed.py", "exec"), namespace)
     metadata = Metadata()
-    assert namespace["lengths"](metadata) == (metadata.seq_lens_cpu, metadata.num_computed_tokens_cpu)
+    expected = (metadata.seq_lens_cpu, metadata.num_computed_tokens_cpu, metadata.num_computed_tokens_cpu[1])
+    assert namespace["lengths"](metadata) == expected

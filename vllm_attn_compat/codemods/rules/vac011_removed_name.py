@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import re
 from typing import TYPE_CHECKING
 
 from vllm_attn_compat.codemods.engine.rule import Example, Rule, class_source, short_release
@@ -274,12 +275,18 @@ class RemovedName(Rule):
         if successor is None or successor.kind != "expression" or receiver in self.ctx.imports:
             self.ctx.report(self, node, where, release=hook.since)
             return
-        replacement = successor.use.replace("self.", f"{receiver}.")
+        replacement = re.sub(r"\bself\.", f"{receiver}.", successor.use)
         message = f"{where}; unsafe fix: `{replacement}`, a copy from the device"
 
         def build(updated: cst.Attribute, sink: object) -> cst.BaseExpression:
             parsed = cst.parse_expression(replacement)
-            return parsed.with_changes(lpar=updated.lpar, rpar=updated.rpar) if updated.lpar else parsed
+            if updated.lpar or not isinstance(parsed, (cst.Name, cst.Attribute, cst.Call, cst.Subscript)):
+                # An operation where an attribute stood (`md.num_computed_tokens_cpu[0]`): in brackets, it binds
+                # as the attribute did.
+                return parsed.with_changes(
+                    lpar=updated.lpar or [cst.LeftParen()], rpar=updated.rpar or [cst.RightParen()]
+                )
+            return parsed
 
         from vllm_attn_compat.codemods.engine.edits import Replace
 

@@ -16,11 +16,11 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from vllm_attn_compat import __version__
+from vllm_attn_compat.codemods.config import ConfigError
 from vllm_attn_compat.codemods.run import dependencies
-from vllm_attn_compat.codemods.run.config import ConfigError
 
 if TYPE_CHECKING:
-    from vllm_attn_compat.codemods.run.config import Config
+    from vllm_attn_compat.codemods.config import Config
     from vllm_attn_compat.codemods.run.options import Options
 
 EPILOG = (
@@ -171,7 +171,7 @@ def _options(args: argparse.Namespace) -> Options:
 
 def _configured(args: argparse.Namespace) -> tuple[Options, Config]:
     """The run's options, and the configuration they come from in part."""
-    from vllm_attn_compat.codemods.run.config import load_config
+    from vllm_attn_compat.codemods.config import load_config
     from vllm_attn_compat.codemods.run.options import Options
     from vllm_attn_compat.codemods.target_version import project_root, target_for
 

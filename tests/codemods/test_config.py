@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from vllm_attn_compat.codemods.run.config import Config, ConfigError, find_pyproject, load_config, parse_config
+from vllm_attn_compat.codemods.config import Config, ConfigError, find_pyproject, load_config, parse_config
 
 
 def test_nearest_pyproject_is_found_upward_from_a_file_or_folder(tmp_path):

@@ -68,17 +68,10 @@ _KEYS = {
 
 def find_pyproject(start: str) -> str | None:
     """The ``pyproject.toml`` in ``start``'s folder or the closest folder above it, if any."""
-    folder = os.path.abspath(start)
-    if not os.path.isdir(folder):
-        folder = os.path.dirname(folder)
-    while True:
-        candidate = os.path.join(folder, "pyproject.toml")
-        if os.path.isfile(candidate):
-            return candidate
-        parent = os.path.dirname(folder)
-        if parent == folder:
-            return None
-        folder = parent
+    from vllm_attn_compat.codemods.target_version import nearest_folder_holding
+
+    folder = nearest_folder_holding(start, ("pyproject.toml",))
+    return None if folder is None else os.path.join(folder, "pyproject.toml")
 
 
 def parse_config(text: str, source: str) -> Config:

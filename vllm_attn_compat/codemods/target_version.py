@@ -76,21 +76,29 @@ def newest_target() -> Target:
     return Target(newest, None, manifest.releases(), f"the newest release the manifest knows, {newest}", None)
 
 
+def start_folder(start: str) -> str:
+    """``start`` (a file or folder) as the folder a search upwards begins in."""
+    folder = os.path.abspath(start)
+    return folder if os.path.isdir(folder) else os.path.dirname(folder)
+
+
+def nearest_folder_holding(start: str, names: tuple[str, ...]) -> str | None:
+    """The nearest folder, at or above ``start`` (a file or folder), holding a file named one of ``names``."""
+    folder = start_folder(start)
+    while True:
+        if any(os.path.isfile(os.path.join(folder, name)) for name in names):
+            return folder
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            return None
+        folder = parent
+
+
 def project_root(start: str) -> str:
     """The folder whose files state the project's requirements: the nearest folder, at or above ``start`` (a file
     or folder), holding a ``pyproject.toml``, ``setup.py``, ``setup.cfg`` or ``requirements.txt``; else
     ``start``'s folder."""
-    folder = os.path.abspath(start)
-    if not os.path.isdir(folder):
-        folder = os.path.dirname(folder)
-    current = folder
-    while True:
-        if any(os.path.isfile(os.path.join(current, name)) for name in _ROOT_FILES):
-            return current
-        parent = os.path.dirname(current)
-        if parent == current:
-            return folder
-        current = parent
+    return nearest_folder_holding(start, _ROOT_FILES) or start_folder(start)
 
 
 def parse_target_version(value: object, where: str) -> str:

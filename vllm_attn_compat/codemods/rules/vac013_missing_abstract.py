@@ -127,7 +127,14 @@ class MissingAbstract(Rule):
         message = (
             f"`{node.name.value}` does not implement {names}, abstract in vLLM {short_release(self.ctx.target.release)}"
         )
-        self.ctx.report(self, node.name, message, release=newest)
+        # Abstract since the oldest release the manifest knows: no release in its range caused it.
+        self.ctx.report(self, node.name, message, release=None if newest == _oldest_release() else newest)
+
+
+def _oldest_release() -> str:
+    from vllm_attn_compat.manifest import releases
+
+    return releases()[0]
 
 
 def _version(release: str) -> tuple[object, ...]:

@@ -141,16 +141,20 @@ def migrate_source(
     old_op_calls: str = "with-output",
     reduce_spans: bool = True,
     target: TargetRelease | None = None,
+    narrow: bool = True,
 ) -> MigrationResult:
     """Apply ``rules`` to ``source``. Without ``with_findings`` only the new source is wanted (the
     runner's idempotence check): findings come back empty and positions are computed only where a
     ``# noqa`` comment may hold a fix back. ``old_op_calls`` is ``forwarder`` when calls of the
     removed ops whose layer shape is unknown may go to this package's deprecated forwarders. ``target``: the
-    vLLM release the code must run on (None: the newest the manifest knows)."""
+    vLLM release the code must run on (None: the newest the manifest knows). ``narrow``: leave out the rules that
+    cannot act in this file (`Rule.narrows`)."""
     if not hierarchy.covers(path):
         # A caller that built the hierarchy from other files: this file's classes count too.
         with contextlib.suppress(SyntaxError):  # libcst reports it below, with its position
             hierarchy = hierarchy.extended(index_module(source, path))
+    if narrow:
+        rules = [rule for rule in rules if not rule.narrows or rule.acts_in(rule.facts(source), hierarchy)]
     if not _may_apply(source, path, rules, hierarchy):
         # No attention class here and no token of a rule that works outside them: nothing can
         # change, so skip libcst's parse and traversal (several times the cost of `ast`).

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import itertools
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from vllm_attn_compat.codemods.engine.rule import Example, Rule, class_source, short_release
 from vllm_attn_compat.codemods.findings import FixSafety, Status
 
 if TYPE_CHECKING:
     import libcst as cst
+
+    from vllm_attn_compat.codemods.index.questions import Questions
 
 _METADATA = """\
     from vllm.v1.attention.backend import CommonAttentionMetadata
@@ -129,6 +131,20 @@ class RemovedName(Rule):
     )
     # Of a function holding a read: every statement (an assignment to the receiver before the read).
     reads_statements = None
+    # Each finding but an op's needs a vLLM module outside the run, imported by an import statement: in a fork's
+    # own tree, where every such import is of the fork's modules, the member names are ordinary words.
+    narrows = True
+
+    @classmethod
+    def facts(cls, source: bytes) -> list[Any]:
+        """[whether ``source`` names an op some release removed, the vLLM modules its import statements name]."""
+        return [any(op in source for op in _OP_TOKENS), sorted(imported_vllm_modules(source))]
+
+    @classmethod
+    def acts_in(cls, facts: Any, run: Questions) -> bool:
+        names_op, modules = facts
+        return bool(names_op) or any(not run.in_run(module) for module in modules)
+
     examples = (
         Example(
             "an import of the class vLLM 0.26 removed",
@@ -346,6 +362,9 @@ class RemovedName(Rule):
         target = self.ctx.imports.get(head)
         if target is None or not target.startswith("vllm."):
             return None
+        # The import's module (``from M import n``: M; ``import M as n``: M itself) is the fork's own: left alone.
+        if self.ctx.hierarchy.in_run(target) or self.ctx.hierarchy.in_run(target.rpartition(".")[0]):
+            return None
         full = f"{target}.{rest}" if rest else target
         if self.ctx.hierarchy.in_run(full.rpartition(".")[0]):
             return None
@@ -359,3 +378,24 @@ class RemovedName(Rule):
 
 
 _MEMBERS = frozenset(token.decode().lstrip(".") for token in RemovedName.tokens)
+# The ops some release removed, of those VAC011 reports (`_op`): a test holds the copy to the manifest.
+_OP_TOKENS = (b"maybe_calc_kv_scales",)
+
+# Between the names of a dotted module in an import statement: blanks and line continuations, never a comment.
+_GAP = rb"(?:[ \t\f]|\\\r?\n|\\\r)*"
+_NAME = rb"[A-Za-z_\x80-\xff][A-Za-z0-9_\x80-\xff]*"
+_VLLM_PATH = re.compile(rb"(?<![A-Za-z0-9_\x80-\xff.])vllm(?:" + _GAP + rb"\." + _GAP + _NAME + rb")+")
+_FROM = re.compile(rb"(?<![A-Za-z0-9_\x80-\xff])from" + _GAP + rb"(vllm(?:" + _GAP + rb"\." + _GAP + _NAME + rb")+)")
+# What follows ``import`` up to the end of its logical line (an import statement holds no bracket or string).
+_IMPORT = re.compile(rb"(?<![A-Za-z0-9_\x80-\xff])import(?![A-Za-z0-9_\x80-\xff])((?:[^\r\n;#\\]|\\\r?\n|\\\r|\\)*)")
+_BLANKS = re.compile(_GAP)
+
+
+def imported_vllm_modules(source: bytes) -> set[str]:
+    """Every absolute vLLM module (``vllm.x...``) an import statement of ``source`` names, and perhaps some
+    more (text shaped like one in strings and comments): ``from M import ...`` gives M, ``import M [as n], ...``
+    each M."""
+    found = {match.group(1) for match in _FROM.finditer(source)}
+    for match in _IMPORT.finditer(source):
+        found.update(path.group(0) for path in _VLLM_PATH.finditer(match.group(1)))
+    return {_BLANKS.sub(b"", path).decode("utf-8", "surrogateescape") for path in found}

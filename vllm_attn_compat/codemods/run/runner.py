@@ -226,7 +226,7 @@ class _Migration:
         self.excluded: set[str] = set()
         self.indexed: dict[str, ModuleIndex] = {}  # the indexes this run made, which the cache keeps
         self.read_names: frozenset[str] = frozenset()  # the methods whose uses the call-site analysis read
-        self._needs: dict[tuple[bool, bool], tuple[tuple[bytes, ...], tuple[bytes, ...], frozenset[str], str]] = {}
+        self._needs: dict[tuple[bool, bool], Any] = {}  # the questions `_needs_libcst` asks, by the file's kinds
 
     def run(
         self,
@@ -333,9 +333,9 @@ class _Migration:
 
     def _needs_libcst(self, f: RunFile, index: object, hierarchy: ClassHierarchy) -> bool:
         """`migrate.needs_parsing` of a file for the rules that can act in it (all where its index shows an
-        attention class, else those acting anywhere), the answer kept by the rules' codes and the run's
-        attention classes."""
-        from vllm_attn_compat.codemods.engine import migrate, tokens
+        attention class, else those acting anywhere; a rule that narrows its tokens, where it acts: `Rule.narrows`),
+        the answers kept by the rules' codes and the run's attention classes."""
+        from vllm_attn_compat.codemods.engine import migrate
         from vllm_attn_compat.codemods.index.hierarchy import ModuleIndex
 
         indexed = isinstance(index, ModuleIndex)
@@ -346,11 +346,29 @@ class _Migration:
         if kinds not in self._needs:
             rules = migrate.acting(self.rules, attention=kinds[0], interface=kinds[1])
             names = hierarchy.scope_class_names()
-            anywhere, scoped = tokens.own_tokens(rules, scoped=False), tokens.own_tokens(rules, scoped=True)
-            terms = [b"anywhere " + t for t in anywhere] + [b"scoped " + t for t in scoped]
-            question = reading.question("parse", [*terms, *(f"class {name}" for name in names)])
-            self._needs[kinds] = anywhere, scoped, names, question
-        anywhere, scoped, names, question = self._needs[kinds]
+            plain = self._parse_question([rule for rule in rules if not rule.narrows], names)
+            narrowing = [(rule, self._parse_question([rule], names)) for rule in rules if rule.narrows]
+            self._needs[kinds] = plain, narrowing
+        plain, narrowing = self._needs[kinds]
+        return self._holds_tokens(f, plain) or any(
+            self._holds_tokens(f, question) and rule.acts_in(f.ask(f"facts {rule.code}", rule.facts), hierarchy)
+            for rule, question in narrowing
+        )
+
+    def _parse_question(
+        self, rules: Sequence[type[Rule]], names: frozenset[str]
+    ) -> tuple[tuple[bytes, ...], tuple[bytes, ...], frozenset[str], str]:
+        from vllm_attn_compat.codemods.engine import tokens
+
+        anywhere, scoped = tokens.own_tokens(rules, scoped=False), tokens.own_tokens(rules, scoped=True)
+        terms = [b"anywhere " + t for t in anywhere] + [b"scoped " + t for t in scoped]
+        return anywhere, scoped, names, reading.question("parse", [*terms, *(f"class {name}" for name in names)])
+
+    @staticmethod
+    def _holds_tokens(f: RunFile, asked: tuple[tuple[bytes, ...], tuple[bytes, ...], frozenset[str], str]) -> bool:
+        from vllm_attn_compat.codemods.engine import tokens
+
+        anywhere, scoped, names, question = asked
         return f.ask(question, lambda source: tokens.needs_libcst(source, anywhere, scoped, names))
 
     def _kept_migration(self, f: RunFile, hierarchy: ClassHierarchy) -> worker.Migrated | None:

@@ -1,0 +1,149 @@
+"""A rule that narrows its tokens (`Rule.narrows`) loses nothing by it: each of its examples migrates the same
+with the narrowing and without, in a run of its own and in a fork's run holding the vLLM modules it imports; a
+run over real files reports the same with and without; and what VAC011's narrowing reads of a file's imports
+holds every module ``ast`` finds there, over generated import statements."""
+
+from __future__ import annotations
+
+import ast
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from vllm_attn_compat.codemods.engine.migrate import migrate_source
+from vllm_attn_compat.codemods.index.hierarchy import ClassHierarchy, index_module
+from vllm_attn_compat.codemods.registry import all_rules
+from vllm_attn_compat.codemods.rules import vac011_removed_name
+from vllm_attn_compat.codemods.rules.vac011_removed_name import RemovedName, imported_vllm_modules
+from vllm_attn_compat.codemods.run.options import Options
+from vllm_attn_compat.codemods.run.runner import run_paths
+from vllm_attn_compat.manifest import data
+
+NARROWING = [rule for rule in all_rules() if rule.narrows]
+CASES = [
+    pytest.param(rule, example, id=f"{rule.code}-{index}")
+    for rule in NARROWING
+    for index, example in enumerate(rule.examples)
+]
+
+
+def test_some_rule_narrows():
+    assert NARROWING
+
+
+def _fork(tmp_path, modules):
+    """Files of a fork's tree defining each of ``modules`` (empty), as (path, source) of the run."""
+    files = []
+    for module in sorted(modules):
+        parts = module.split(".")
+        for depth in range(1, len(parts)):
+            folder = tmp_path.joinpath(*parts[:depth])
+            folder.mkdir(exist_ok=True)
+            (folder / "__init__.py").touch()
+        path = tmp_path.joinpath(*parts[:-1], parts[-1] + ".py")
+        path.write_text("")
+        files.append((str(path), b""))
+    return files
+
+
+@pytest.mark.parametrize(("rule", "example"), CASES)
+@pytest.mark.parametrize("fork", [False, True], ids=["own-run", "fork"])
+def test_an_example_migrates_the_same_narrowed_or_not(rule, example, fork, tmp_path):
+    text = example.source().encode()
+    path = str(tmp_path / "example.py")
+    others = _fork(tmp_path, {m for m in imported_vllm_modules(text) if m.startswith("vllm.")}) if fork else []
+    hierarchy = ClassHierarchy.build([index_module(text, path), *(index_module(s, p) for p, s in others)])
+    results = [
+        migrate_source(
+            text, path=path, rules=[rule], hierarchy=hierarchy, unsafe_fixes=True, target=example.release(), narrow=n
+        )
+        for n in (True, False)
+    ]
+    assert results[0] == results[1]
+
+
+PLUGIN_USE = """\
+from vllm.v1.attention.backend import CommonAttentionMetadata
+
+
+def decode_lengths(common_attn_metadata: CommonAttentionMetadata):
+    return common_attn_metadata.seq_lens_cpu.tolist()
+"""
+
+
+def _findings(paths):
+    report = run_paths(paths, Options(mode="check", jobs=1))
+    return [(path, f.line, f.code, f.message) for path, f in report.findings]
+
+
+@pytest.mark.parametrize("fork", [False, True], ids=["plugin", "fork"])
+def test_a_run_reports_the_same_narrowed_or_not(tmp_path, monkeypatch, fork):
+    if fork:  # the fork's own CommonAttentionMetadata: no removal to report
+        _fork(tmp_path, {"vllm.v1.attention.backend"})
+        (tmp_path / "vllm/v1/attention/backend.py").write_text("class CommonAttentionMetadata:\n    pass\n")
+        (tmp_path / "vllm/v1/worker.py").write_text(PLUGIN_USE)
+    else:
+        (tmp_path / "plugin").mkdir()
+        (tmp_path / "plugin/__init__.py").touch()
+        (tmp_path / "plugin/metadata.py").write_text(PLUGIN_USE)
+    narrowed = _findings([str(tmp_path)])
+    monkeypatch.setattr(RemovedName, "narrows", False)
+    whole = _findings([str(tmp_path)])
+    assert narrowed == whole
+    assert [code for _, _, code, _ in narrowed] == ([] if fork else ["VAC011"])
+
+
+def test_the_op_tokens_are_the_ops_the_manifest_removed():
+    removed = {
+        op.removeprefix("vllm::").encode()
+        for op, history in data.load()["ops"].items()
+        if any(state is None for _, state in history)
+    }
+    handled_elsewhere = {name.encode() for name in vac011_removed_name._HANDLED_ELSEWHERE}
+    assert set(vac011_removed_name._OP_TOKENS) == removed - handled_elsewhere
+
+
+_NAMES = st.sampled_from(["vllm", "v1", "attention", "backend", "x_2", "ops", "vllm_ext", "ä"])
+_MODULES = st.lists(_NAMES, min_size=1, max_size=4).map(".".join)
+_GAPS = st.sampled_from(["", " ", "  ", "\t", " \\\n ", "\\\n", "\\\r\n"])
+
+
+@st.composite
+def _import_statements(draw):
+    """An import statement, with gaps (blanks, line continuations) wherever Python allows them."""
+
+    def gap(required: bool = False) -> str:
+        found = draw(_GAPS)
+        return found if found.strip(" \t") or not required else found or " "
+
+    def dotted() -> str:
+        parts = draw(_MODULES).split(".")
+        return "".join(part if i == 0 else f"{gap()}.{gap()}{part}" for i, part in enumerate(parts))
+
+    if draw(st.booleans()):
+        names = ", ".join(draw(st.lists(st.sampled_from(["a", "b as c", "d"]), min_size=1, max_size=3)))
+        names = f"({names},\n # a comment\n)" if draw(st.booleans()) else names
+        return f"from{gap(True)}{dotted()}{gap(True)}import {names}"
+    aliases = [dotted() + (" as n" if draw(st.booleans()) else "") for _ in range(draw(st.integers(1, 3)))]
+    return f"import{gap(True)}{f',{gap()}'.join(aliases)}"
+
+
+@given(st.lists(_import_statements(), min_size=1, max_size=4), st.sampled_from(["", "    ", "try:\n    "]))
+@settings(max_examples=300, deadline=None)
+def test_the_imported_modules_hold_every_module_ast_finds(statements, indent):
+    text = "\n".join(
+        (f"def f():\n    {s}" if indent == "    " else f"try:\n    {s}\nexcept ImportError:\n    pass")
+        if indent
+        else s + "  # import vllm.not_this"
+        for s in statements
+    )
+    tree = ast.parse(text)
+    expected = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            expected.add(node.module)
+        elif isinstance(node, ast.Import):
+            expected.update(alias.name for alias in node.names)
+    expected = {module for module in expected if module.startswith("vllm.")}
+    assert expected <= imported_vllm_modules(text.encode())

@@ -15,7 +15,7 @@ from vllm_attn_compat.codemods.engine.migrate import migrate_source
 from vllm_attn_compat.codemods.index.hierarchy import ClassHierarchy, index_module
 from vllm_attn_compat.codemods.registry import all_rules
 from vllm_attn_compat.codemods.rules import vac011_removed_name
-from vllm_attn_compat.codemods.rules.vac011_removed_name import RemovedName, imported_vllm_modules
+from vllm_attn_compat.codemods.rules.vac011_removed_name import imported_vllm_modules
 from vllm_attn_compat.codemods.run.options import Options
 from vllm_attn_compat.codemods.run.runner import run_paths
 from vllm_attn_compat.manifest import data
@@ -77,9 +77,32 @@ def _findings(paths):
     return [(path, f.line, f.code, f.message) for path, f in report.findings]
 
 
-@pytest.mark.parametrize("fork", [False, True], ids=["plugin", "fork"])
-def test_a_run_reports_the_same_narrowed_or_not(tmp_path, monkeypatch, fork):
-    if fork:  # the fork's own CommonAttentionMetadata: no removal to report
+COMPLETE_IMPL = """\
+from vllm.v1.attention.backend import AttentionImpl
+
+
+class CompleteImpl(AttentionImpl):
+    def __init__(self, num_heads, head_size, scale):
+        self.scale = scale
+
+    def forward(self, layer, query, key, value, kv_cache, attn_metadata, output):
+        output.copy_(query)
+        return output
+"""
+INCOMPLETE_IMPL = """\
+from vllm.v1.attention.backend import AttentionImpl
+
+
+class IncompleteImpl(AttentionImpl):
+    def forward(self, layer, query, key, value, kv_cache, attn_metadata, output):
+        output.copy_(query)
+        return output
+"""
+
+
+@pytest.mark.parametrize("tree", ["plugin", "fork", "impls"])
+def test_a_run_reports_the_same_narrowed_or_not(tmp_path, monkeypatch, tree):
+    if tree == "fork":  # the fork's own CommonAttentionMetadata: no removal to report
         _fork(tmp_path, {"vllm.v1.attention.backend"})
         (tmp_path / "vllm/v1/attention/backend.py").write_text("class CommonAttentionMetadata:\n    pass\n")
         (tmp_path / "vllm/v1/worker.py").write_text(PLUGIN_USE)
@@ -87,11 +110,17 @@ def test_a_run_reports_the_same_narrowed_or_not(tmp_path, monkeypatch, fork):
         (tmp_path / "plugin").mkdir()
         (tmp_path / "plugin/__init__.py").touch()
         (tmp_path / "plugin/metadata.py").write_text(PLUGIN_USE)
+        if tree == "impls":
+            (tmp_path / "plugin/complete.py").write_text(COMPLETE_IMPL)
+            (tmp_path / "plugin/incomplete.py").write_text(INCOMPLETE_IMPL)
     narrowed = _findings([str(tmp_path)])
-    monkeypatch.setattr(RemovedName, "narrows", False)
+    for rule in NARROWING:
+        monkeypatch.setattr(rule, "narrows", False)
     whole = _findings([str(tmp_path)])
     assert narrowed == whole
-    assert [code for _, _, code, _ in narrowed] == ([] if fork else ["VAC011"])
+    expected = {"plugin": ["VAC011"], "fork": [], "impls": ["VAC011", "VAC013"]}[tree]
+    narrowing = {rule.code for rule in NARROWING}
+    assert sorted(code for _, _, code, _ in narrowed if code in narrowing) == expected
 
 
 def test_the_op_tokens_are_the_ops_the_manifest_removed():

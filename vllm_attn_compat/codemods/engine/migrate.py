@@ -154,7 +154,10 @@ def migrate_source(
         with contextlib.suppress(SyntaxError):  # libcst reports it below, with its position
             hierarchy = hierarchy.extended(index_module(source, path))
     if narrow:
-        rules = [rule for rule in rules if not rule.narrows or rule.acts_in(rule.facts(source), hierarchy)]
+        from vllm_attn_compat.manifest import newest
+
+        release = target.release if target is not None else newest()
+        rules = [r for r in rules if not r.narrows or r.acts_in(r.facts(source), hierarchy, path, release)]
     if not _may_apply(source, path, rules, hierarchy):
         # No attention class here and no token of a rule that works outside them: nothing can
         # change, so skip libcst's parse and traversal (several times the cost of `ast`).

@@ -132,9 +132,10 @@ class Rule:
 
     # A rule whose tokens admit many more files than it can act in (VAC011's removed members are common words in
     # vLLM's own tree) narrows them: ``facts(source)`` reads what decides it from a file's bytes (the run keeps it
-    # with the file's answers), and ``acts_in(facts, run)`` says from it and the run whether the rule can report
-    # anything in the file. False only where it cannot: every example is migrated with the narrowing and without,
-    # in a run of its own and in a fork's (tests/codemods/rules/test_narrowing.py).
+    # with the file's answers), and ``acts_in(facts, run, path, release)`` says from it, the run and the target
+    # release whether the rule can report anything in the file. False only where it cannot: every example is
+    # migrated with the narrowing and without, in a run of its own and in a fork's (tests/codemods/rules/
+    # test_narrowing.py).
     narrows: ClassVar[bool] = False
 
     @classmethod
@@ -143,8 +144,9 @@ class Rule:
         return None
 
     @classmethod
-    def acts_in(cls, facts: Any, run: Questions) -> bool:
-        """Whether the rule can report anything in a file with these ``facts`` in this run."""
+    def acts_in(cls, facts: Any, run: Questions, path: str, release: str) -> bool:
+        """Whether the rule can report anything in the file at ``path``, with these ``facts``, in this run, for
+        the target ``release``."""
         return True
 
     def __init__(self, ctx: FileContext) -> None:

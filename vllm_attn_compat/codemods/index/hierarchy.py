@@ -679,11 +679,14 @@ class ClassHierarchy:
         """Whether the module at ``path`` defines a class deriving from vLLM's interface (`vllm_interface`)."""
         return any(self.interfaces.of(full) for full in self._by_module.get(self.module_name(path), ()))
 
+    def interface_classes(self, path: str) -> str:
+        """The full names of the classes of the module at ``path`` deriving from vLLM's interface, comma-separated."""
+        return ",".join(full for full in self._by_module.get(self.module_name(path), ()) if self.interfaces.of(full))
+
     def in_run(self, module: str) -> bool:
         """Whether the module ``module`` is one of the run's files (a fork's ``vllm.v1.attention.backend``), by its
         full name (a guessed one may have more before it: a fork's ``src/vllm/...``)."""
-        names = self.all_modules().names
-        return module in names or any(name.endswith("." + module) for name in names)
+        return self.all_modules().ends_with(module)
 
     def has_attention_classes(self, path: str) -> bool:
         """Whether the module at ``path`` defines any attention class, or a function patched onto one."""

@@ -176,6 +176,10 @@ class RunModules:
             known = self._known[dotted] = dotted in self._suffixes or any(tail in self.names for tail in tails)
         return known
 
+    def ends_with(self, dotted: str) -> bool:
+        """Whether one of the modules is ``dotted`` or ends with it (``b.c`` for ``a.b.c``)."""
+        return dotted in self._suffixes
+
     def holds(self, dotted: str) -> bool:
         """Whether ``dotted`` may name something defined in one of the modules (a module names its prefix)."""
         owner = dotted.rpartition(".")[0]

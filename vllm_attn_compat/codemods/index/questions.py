@@ -61,6 +61,8 @@ class Questions(Protocol):
 
     def has_interface_classes(self, path: str) -> bool: ...
 
+    def interface_classes(self, path: str) -> str: ...
+
     def in_run(self, module: str) -> bool: ...
 
     def run_defines(self, manifest_class: str, member: str) -> bool: ...
@@ -142,6 +144,9 @@ class Recorder:
     def has_interface_classes(self, path: str) -> bool:
         return self._asked("has_interface_classes", (path,), self._hierarchy.has_interface_classes(path)) is True
 
+    def interface_classes(self, path: str) -> str:
+        return str(self._asked("interface_classes", (path,), self._hierarchy.interface_classes(path)))
+
     def in_run(self, module: str) -> bool:
         return self._asked("in_run", (module,), self._hierarchy.in_run(module)) is True
 
@@ -187,6 +192,7 @@ _QUESTIONS = frozenset(
         "vllm_interface",
         "concrete_members",
         "has_interface_classes",
+        "interface_classes",
         "in_run",
         "run_defines",
         "parameters_withheld",

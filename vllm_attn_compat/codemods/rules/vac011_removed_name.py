@@ -141,7 +141,7 @@ class RemovedName(Rule):
         return [any(op in source for op in _OP_TOKENS), sorted(imported_vllm_modules(source))]
 
     @classmethod
-    def acts_in(cls, facts: Any, run: Questions) -> bool:
+    def acts_in(cls, facts: Any, run: Questions, path: str, release: str) -> bool:
         names_op, modules = facts
         return bool(names_op) or any(not run.in_run(module) for module in modules)
 

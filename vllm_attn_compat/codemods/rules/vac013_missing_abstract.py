@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from vllm_attn_compat.codemods.engine.rule import Example, Rule, short_release
 from vllm_attn_compat.codemods.findings import FixSafety, Status
 
 if TYPE_CHECKING:
     import libcst as cst
+
+    from vllm_attn_compat.codemods.index.questions import Questions
 
 
 class MissingAbstract(Rule):
@@ -105,6 +107,22 @@ class MissingAbstract(Rule):
             target="0.34",
         ),
     )
+
+    # Every class statement is a token, and what decides a finding is the run's index: a file whose classes of
+    # vLLM's interface all implement what the target requires needs no parse.
+    narrows = True
+
+    @classmethod
+    def acts_in(cls, facts: Any, run: Questions, path: str, release: str) -> bool:
+        from vllm_attn_compat.manifest.interface import missing_abstract
+
+        for full in filter(None, run.interface_classes(path).split(",")):
+            answer, implemented = run.vllm_interface(full), run.concrete_members(full)
+            if not answer or answer.startswith("~") or implemented is None:
+                continue  # as `visit_ClassDef` decides
+            if missing_abstract(release, tuple(answer.split(",")), implemented.split(",")):
+                return True
+        return False
 
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
         from vllm_attn_compat.codemods.engine.scope import ClassFrame

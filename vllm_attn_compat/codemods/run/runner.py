@@ -350,8 +350,10 @@ class _Migration:
             narrowing = [(rule, self._parse_question([rule], names)) for rule in rules if rule.narrows]
             self._needs[kinds] = plain, narrowing
         plain, narrowing = self._needs[kinds]
+        release = _release(self.options).release
         return self._holds_tokens(f, plain) or any(
-            self._holds_tokens(f, question) and rule.acts_in(f.ask(f"facts {rule.code}", rule.facts), hierarchy)
+            self._holds_tokens(f, question)
+            and rule.acts_in(f.ask(f"facts {rule.code}", rule.facts), hierarchy, f.path, release)
             for rule, question in narrowing
         )
 

@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vllm_attn_compat.codemods.engine.migrate import prefilter_tokens
+from vllm_attn_compat.codemods.engine.migrate import prefilter_groups, prefilter_tokens
 from vllm_attn_compat.codemods.registry import all_rules
-from vllm_attn_compat.codemods.run.scan import TokenScan, choose_anchors
+from vllm_attn_compat.codemods.run.scan import GuardedScan, TokenScan, choose_anchors
 
 from whole_words import contains_word
 
@@ -97,3 +97,38 @@ def test_class_names_share_a_capitalized_word_as_their_anchor():
     scan = TokenScan([b"PluginBackend", b"PluginImpl", b"LoggingAttention"], whole_words=True)
     assert len(scan.anchors) == 2 and b"Plugin" in scan.anchors
     assert all(len(anchor) >= 8 for anchor in TokenScan(RULE_TOKENS).anchors)  # the prefilter's stay long
+
+
+PLAIN, GUARDED = prefilter_groups(all_rules())
+guarded_pieces = st.sampled_from(
+    [b"vllm", b"vll", *PLAIN[:8], *(t for _, tokens in GUARDED for t in tokens), *(t[:-1] for t in PLAIN[:8])]
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.one_of(guarded_pieces, st.binary(max_size=4)), max_size=8).map(b"".join))
+def test_the_guarded_scan_agrees_with_the_naive_test(source):
+    naive = any(token in source for token in PLAIN) or any(
+        any(token in source for token in required) and any(token in source for token in tokens)
+        for required, tokens in GUARDED
+    )
+    assert GuardedScan(PLAIN, GUARDED)(source) == naive
+
+
+def test_a_rule_requiring_more_than_its_tokens_reports_only_where_it_is():
+    """Every example of such a rule that it changes or reports holds its requirement (`Rule.requires`), and
+    the prefilter keeps it; without its requirement, the same text holds nothing for the rule."""
+    from rule_testing import run
+
+    requiring = [rule for rule in all_rules() if rule.requires]
+    assert requiring and GUARDED
+    for rule in requiring:
+        for example in rule.examples:
+            text = example.source().encode()
+            if example.findings or example.expected(unsafe=True) != example.source():
+                assert any(token in text for token in rule.requires), (rule.code, example.title)
+                assert GuardedScan(PLAIN, GUARDED)(text)
+                for token in rule.requires:
+                    text = text.replace(token, b"other")
+                result = run(text, [rule.code], target=example.release())
+                assert result.findings == [] and result.source == text, (rule.code, example.title)

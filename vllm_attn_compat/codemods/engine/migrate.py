@@ -42,6 +42,16 @@ class ParseError(Exception):
         self.message = message
 
 
+def prefilter_groups(
+    rules: Sequence[type[Rule]],
+) -> tuple[tuple[bytes, ...], tuple[tuple[tuple[bytes, ...], tuple[bytes, ...]], ...]]:
+    """`prefilter_tokens` of the rules requiring nothing more, and for each rule that does (`Rule.requires`) its
+    requirement and its tokens: a file holding none of the first, nor for any group one of its requirement and
+    one of its tokens, is not worth parsing (`scan.GuardedScan`)."""
+    plain = prefilter_tokens([rule for rule in rules if not rule.requires])
+    return plain, tuple((rule.requires, rule.tokens) for rule in rules if rule.requires)
+
+
 def prefilter_tokens(rules: Sequence[type[Rule]]) -> tuple[bytes, ...]:
     """Byte strings of which a file must contain one to be worth parsing for ``rules``.
 

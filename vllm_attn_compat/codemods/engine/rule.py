@@ -81,6 +81,10 @@ class Rule:
     # True when the rule acts only inside vLLM attention classes (see `hierarchy`); such a rule
     # also needs a hierarchy token or attention-class name in the file to be worth parsing.
     scoped: ClassVar[bool] = True
+    # Besides one of its tokens, what a file must hold for a rule acting anywhere to report anything in it (VAC011:
+    # ``vllm``, which both an import of vLLM and ``torch.ops.vllm`` hold): the prefilter asks it first, in one pass,
+    # so that a large tree without it (torch's) is spared the rule's many tokens.
+    requires: ClassVar[tuple[bytes, ...]] = ()
     # True when the rule acts only in classes deriving from vLLM's interface classes as the manifest lists them
     # (`index/interface.py`: builders and metadata too, not only attention classes); such a rule is scoped too.
     interface: ClassVar[bool] = False
@@ -121,6 +125,10 @@ class Rule:
                 isinstance(names, tuple) and all(isinstance(name, bytes) and name for name in names)
             )):  # fmt: skip
                 raise TypeError(f"rule {cls.code}: {what} must be a tuple of byte strings, found {names!r}")
+        if not (isinstance(cls.requires, tuple) and all(isinstance(t, bytes) and t for t in cls.requires)):
+            raise TypeError(f"rule {cls.code}: requires must be a tuple of byte strings, found {cls.requires!r}")
+        if cls.requires and cls.scoped:
+            raise TypeError(f"rule {cls.code}: a scoped rule's prefilter is the scope's tokens: requires is for others")
         if cls.interface and not cls.scoped:
             raise TypeError(f"rule {cls.code}: a rule acting in vLLM's interface classes is scoped to them")
         if not cls.__doc__:

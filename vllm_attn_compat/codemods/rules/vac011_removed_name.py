@@ -56,6 +56,7 @@ class RemovedName(Rule):
     summary = "Report an import or read of a name the target vLLM release removed; unsafe fix where vLLM names one."
     fix_safety = FixSafety.UNSAFE
     scoped = False
+    requires = (b"vllm",)  # an import of vLLM, `torch.ops.vllm`
     # Every module-level name and class member some release removed (`manifest.interface.removed_names`; a test
     # holds the copy to the manifest), less the ops VAC007 handles.
     tokens = (

@@ -116,12 +116,14 @@ def _run(
     try:
         from vllm_attn_compat.codemods import registry
         from vllm_attn_compat.codemods.engine import migrate, tokens
-        from vllm_attn_compat.codemods.run.scan import TokenScan
+        from vllm_attn_compat.codemods.run.scan import GuardedScan
 
         report = _listing(found, options)
         rules = registry.select_rules(options.select, options.ignore)
-        prefilter = migrate.prefilter_tokens(rules)
-        worth_parsing = reading.asking("prefilter", prefilter, lambda: TokenScan(prefilter))
+        plain, guarded = migrate.prefilter_groups(rules)
+        worth_parsing = reading.asking(
+            "prefilter", GuardedScan.terms(plain, guarded), lambda: GuardedScan(plain, guarded)
+        )
         anywhere, scoped = tokens.own_tokens(rules, scoped=False), tokens.own_tokens(rules, scoped=True)
 
         def probable(f: RunFile) -> bool:

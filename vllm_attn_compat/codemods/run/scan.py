@@ -168,3 +168,25 @@ def _holds_word(source: bytes, anchor: bytes, window: re.Pattern[bytes], before:
                 return True
         at = source.find(anchor, at + 1)
     return False
+
+
+class GuardedScan:
+    """``TokenScan(plain)``, or for some group ``(required, tokens)`` one of ``required`` and one of ``tokens`` in
+    the source (`migrate.prefilter_groups`): the group's many tokens are looked for only where its requirement is."""
+
+    def __init__(self, plain: Iterable[bytes], groups: Iterable[tuple[tuple[bytes, ...], tuple[bytes, ...]]]) -> None:
+        self.plain = TokenScan(plain)
+        self.groups = tuple((required, TokenScan(tokens)) for required, tokens in groups)
+
+    def __call__(self, source: bytes) -> bool:
+        return self.plain(source) or any(
+            any(token in source for token in required) and scan(source) for required, scan in self.groups
+        )
+
+    @staticmethod
+    def terms(plain: Iterable[bytes], groups: Iterable[tuple[tuple[bytes, ...], tuple[bytes, ...]]]) -> list[bytes]:
+        """What the scan's answer depends on, for its question's name (`reading.asking`)."""
+        return [
+            *plain,
+            *(b"if " + b"|".join(required) + b" then " + token for required, tokens in groups for token in tokens),
+        ]

@@ -19,7 +19,7 @@ from vllm_attn_compat.codemods.findings import FixSafety, Status, TargetRelease
 
 if TYPE_CHECKING:
     from vllm_attn_compat.codemods.engine.scope import FileContext
-    from vllm_attn_compat.codemods.index.questions import Questions
+    from vllm_attn_compat.codemods.index.questions import Questions as Questions
 
 _REGISTRY: dict[str, type[Rule]] = {}
 _CODE = re.compile(r"VAC\d{3}")

@@ -10,7 +10,7 @@ from vllm_attn_compat.codemods.findings import FixSafety, Status
 if TYPE_CHECKING:
     import libcst as cst
 
-    from vllm_attn_compat.codemods.index.questions import Questions
+    from vllm_attn_compat.codemods.engine.rule import Questions
 
 
 class MissingAbstract(Rule):

@@ -11,6 +11,7 @@ if TYPE_CHECKING:
     import libcst as cst
 
     from vllm_attn_compat.codemods.engine.rule import Questions
+    from vllm_attn_compat.manifest.interface import Abstract
 
 
 class MissingAbstract(Rule):
@@ -114,30 +115,15 @@ class MissingAbstract(Rule):
 
     @classmethod
     def acts_in(cls, facts: Any, run: Questions, path: str, release: str) -> bool:
-        from vllm_attn_compat.manifest.interface import missing_abstract
-
-        for full in filter(None, run.interface_classes(path).split(",")):
-            answer, implemented = run.vllm_interface(full), run.concrete_members(full)
-            if not answer or answer.startswith("~") or implemented is None:
-                continue  # as `visit_ClassDef` decides
-            if missing_abstract(release, tuple(answer.split(",")), implemented.split(",")):
-                return True
-        return False
+        return any(_missing(run, full, release) for full in filter(None, run.interface_classes(path).split(",")))
 
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
         from vllm_attn_compat.codemods.engine.scope import ClassFrame
-        from vllm_attn_compat.manifest.interface import missing_abstract
 
         frame = self.ctx.frames[-1] if self.ctx.frames else None
         if not isinstance(frame, ClassFrame) or frame.node is not node:
             return
-        classes, duck = self.ctx.vllm_interface(frame)
-        if not classes or duck:
-            return
-        implemented = self.ctx.hierarchy.concrete_members(f"{self.ctx.module_name}.{frame.qualname}")
-        if implemented is None:
-            return
-        missing = missing_abstract(self.ctx.target.release, classes, implemented.split(","))
+        missing = _missing(self.ctx.hierarchy, f"{self.ctx.module_name}.{frame.qualname}", self.ctx.target.release)
         if not missing:
             return
         names = ", ".join(f"`{a.owner.rpartition('.')[2]}.{a.name}`" for a in missing.values())
@@ -147,6 +133,20 @@ class MissingAbstract(Rule):
         )
         # Abstract since the oldest release the manifest knows: no release in its range caused it.
         self.ctx.report(self, node.name, message, release=None if newest == _oldest_release() else newest)
+
+
+def _missing(run: Questions, full: str, release: str) -> dict[str, Abstract]:
+    """The abstract members of ``release`` the class ``full`` lacks, where it is a concrete subclass of vLLM's
+    interface (a backend by its shape alone is no subclass: Python asks nothing of it)."""
+    from vllm_attn_compat.manifest.interface import missing_abstract
+
+    answer = run.vllm_interface(full)
+    if not answer or answer.startswith("~"):
+        return {}
+    implemented = run.concrete_members(full)
+    if implemented is None:
+        return {}
+    return missing_abstract(release, tuple(answer.split(",")), implemented.split(","))
 
 
 def _oldest_release() -> str:

@@ -350,9 +350,8 @@ class _Migration:
             names = hierarchy.scope_class_names()
             plain = self._parse_question([rule for rule in rules if not rule.narrows], names)
             narrowing = [(rule, self._parse_question([rule], names)) for rule in rules if rule.narrows]
-            self._needs[kinds] = plain, narrowing
-        plain, narrowing = self._needs[kinds]
-        release = _release(self.options).release
+            self._needs[kinds] = plain, narrowing, _release(self.options).release
+        plain, narrowing, release = self._needs[kinds]
         return self._holds_tokens(f, plain) or any(
             self._holds_tokens(f, question)
             and rule.acts_in(f.ask(f"facts {rule.code}", rule.facts), hierarchy, f.path, release)

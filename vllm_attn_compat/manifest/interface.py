@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import functools
 import itertools
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from types import MappingProxyType
 from typing import NamedTuple
 
 from . import data
@@ -48,6 +49,31 @@ def resolve_class(dotted: str) -> str | None:
     return matches[0] if len(matches) == 1 else None
 
 
+def reaches(dotted: str) -> bool:
+    """Whether an import binding ``dotted`` (``from M import n``: ``M.n``; ``import M as n``: ``M``) can lead to a
+    manifest class, as `resolve_class` finds one from the name or an attribute path through it: ``dotted`` is a
+    manifest class, in a module re-exporting classes, or a package or module above either; or lies in vLLM's
+    attention code. (An attribute path naming an attention module below an import that is none of these, such as
+    ``vllm._C`` then ``.attention.X``, leads to no class: vLLM's attention code is never reached that way.)"""
+    manifest = data.load()
+    return (
+        dotted in _paths()
+        or dotted.rpartition(".")[0] in manifest["modules"]
+        or (dotted.startswith("vllm.") and _ATTENTION_WORD in dotted)
+    )
+
+
+@functools.cache
+def _paths() -> frozenset[str]:
+    """Every manifest class and module, and every package above one (``vllm``, ``vllm.v1``, ...)."""
+    manifest = data.load()
+    found: set[str] = set()
+    for name in (*manifest["classes"], *manifest["modules"]):
+        parts = name.split(".")
+        found.update(".".join(parts[:end]) for end in range(1, len(parts) + 1))
+    return frozenset(found)
+
+
 def derives(cls: str, base: str) -> bool:
     """Whether the manifest class ``cls`` is ``base`` or derives from it in some release."""
     return cls == base or any(base in mro(release, cls) for release in releases())
@@ -58,10 +84,15 @@ def present(release: str, classes: Iterable[str]) -> tuple[str, ...]:
     return tuple(cls for cls in classes if class_info(release, cls) is not None)
 
 
-def dead_overrides(release: str, classes: Sequence[str]) -> dict[str, DeadHook]:
+def dead_overrides(release: str, classes: Sequence[str]) -> Mapping[str, DeadHook]:
     """{name: DeadHook} of the members that ``classes`` (the vLLM bases of one class) had in an earlier release
     and that ``release`` no longer has or calls on any of them: an override of one is code vLLM ignores. Dunder
     methods are Python's, never dead. The first class naming a hook gives its record."""
+    return _dead_overrides(release, tuple(classes))
+
+
+@functools.cache  # (asked for every method of every interface class of a run, of a few sets of bases)
+def _dead_overrides(release: str, classes: tuple[str, ...]) -> Mapping[str, DeadHook]:
     kept = present(release, classes)
     alive = {name for cls in kept for name, value in members(release, cls).items() if value.referenced}
     found: dict[str, DeadHook] = {}
@@ -69,7 +100,7 @@ def dead_overrides(release: str, classes: Sequence[str]) -> dict[str, DeadHook]:
         for name, hook in dead_hooks(release, cls).items():
             if name not in alive and not (name.startswith("__") and name.endswith("__")):
                 found.setdefault(name, hook)
-    return found
+    return MappingProxyType(found)
 
 
 def base_member(release: str, classes: Sequence[str], name: str) -> Member | None:

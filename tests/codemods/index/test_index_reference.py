@@ -91,6 +91,7 @@ def _reference_scope(
             and type(node.ctx) is ast.Load
             and not isinstance(parent, (*_REFERENCE_NOT_ESCAPING, ast.Attribute))
             and not (isinstance(parent, ast.Subscript) and parent.value is node)
+            and self._records(node.attr)
         ):
             receiver, target, text = self._receiver(node.value, scope, scopes)
             end = node.end_lineno or node.lineno

@@ -75,58 +75,57 @@ def _names(index):
 @pytest.mark.parametrize("name", sorted(corpus()))
 def test_every_index_of_the_corpus_comes_back_the_same_after_json(name):
     source = corpus()[name]
+    path = "pkg/" + name.split("/")[-1].replace(" ", "_")
     try:
-        index = index_module(source, "pkg/" + name.split("/")[-1].replace(" ", "_"))
+        index = index_module(source, path)
     except SyntaxError:
         pytest.skip("newer syntax than this Python parses")
-    for read in (frozenset(), frozenset(_names(index)[::2])):  # none ready; every other name's
-        back = records.from_data(_trip(records.to_data(index, read)))
-        assert back == index
-        assert back.calls.uses_named(frozenset(_names(index)[1::3])) == index.calls.uses_named(
-            frozenset(_names(index)[1::3])
-        )
+    for names in (None, frozenset(), frozenset(_names(index)[::2])):  # every use recorded; none; every other name's
+        recorded = index_module(source, path, names=names)
+        assert records.from_data(_trip(records.to_data(recorded))) == recorded
 
 
 @functools.cache
-def _indexes_with_uses():
-    indexes = []
+def _sources_with_uses():
+    sources = []
     for name in sorted(corpus()):
         try:
-            indexes.append(index_module(corpus()[name], "pkg/m.py"))
+            index = index_module(corpus()[name], "pkg/m.py")
         except SyntaxError:
             continue
-    return [index for index in indexes if index.calls.uses]
+        if index.calls.uses:
+            sources.append((corpus()[name], index))
+    return sources
 
 
 @st.composite
-def _reads_and_asks(draw):
-    """An index of the corpus, the names whose uses it keeps ready, and the names asked for after (in turn)."""
-    index = draw(st.sampled_from(_indexes_with_uses()))
+def _recorded_and_asked(draw):
+    """A source of the corpus with its full index, the names whose uses an index records, and names asked for."""
+    source, index = draw(st.sampled_from(_sources_with_uses()))
     names = st.sampled_from([*_names(index), "not_a_name_used"])
-    return index, draw(st.frozensets(names)), draw(st.lists(st.frozensets(names), min_size=1, max_size=3))
+    return source, index, draw(st.frozensets(names)), draw(st.lists(st.frozensets(names), min_size=1, max_size=3))
 
 
 @settings(max_examples=60, deadline=None)
-@given(_reads_and_asks())
-def test_the_uses_of_any_names_are_those_of_the_index_kept_whichever_it_kept_ready(drawn):
-    """The call-site analysis asks a kept index for the uses of the run's methods' names, round after round:
-    the same uses, in the same order, as the index made from the source, whichever names were kept ready."""
-    index, read, asks = drawn
-    back = records.from_data(_trip(records.to_data(index, read)))
+@given(_recorded_and_asked())
+def test_an_index_recording_some_names_holds_their_uses_and_says_what_it_lacks(drawn):
+    """A run indexes a file recording the uses of the names its analysis reads so far, and again where the file
+    uses a name that joined them since (`CallIndex.lacks`): the uses recorded are the full index's of those names
+    (and of the module's own methods taking ``output``), and an index lacks a name exactly where the module uses
+    it and its uses were not recorded; kept and read back, it says the same."""
+    source, full, recorded, asks = drawn
+    index = index_module(source, "pkg/m.py", names=recorded)
+    own = {method.name for method in full.calls.methods}
+    assert index.calls.names is not None and index.calls.names >= recorded | own
+    assert index.calls.uses == tuple(use for use in full.calls.uses if use.name in index.calls.names)
+    assert index.calls.attributes == full.calls.attributes >= set(_names(full))
+    back = records.from_data(_trip(records.to_data(index)))
     for asked in asks:
-        assert back.calls.uses_named(asked) == index.calls.uses_named(asked)
-    assert list(back.calls.uses) == list(index.calls.uses) and len(back.calls.uses) == len(index.calls.uses)
-
-
-def test_uses_not_kept_ready_are_read_only_once_a_name_of_theirs_is_asked_for():
-    index = index_module(BACKEND, "plugin/backend.py")
-    data = _trip(records.to_data(index, {"forward"}))
-    assert {use for use in data["uses"][1]} == {"forward"} and "forward" not in data["other_names"]
-    data["other_uses"] = "[not json"  # as if spoiled: read only when asked for
-    back = records.from_data(data, kept_in="cache/entry")
-    assert back.calls.uses_named({"forward"}) == index.calls.uses_named({"forward"})
-    with pytest.raises(ValueError, match=r"the class index kept in cache/entry is not valid \(.*\): delete the file"):
-        back.calls.uses_named({"forward", "prefill"})
+        expected = bool((asked & full.calls.attributes) - recorded - index.calls.names)
+        assert index.calls.lacks(asked) is back.calls.lacks(asked) is expected
+        if not expected:
+            assert index.calls.uses_named(asked) == full.calls.uses_named(asked)
+    assert not full.calls.lacks(frozenset(_names(full)))
 
 
 def test_an_index_with_every_kind_of_record_comes_back_the_same():
@@ -157,7 +156,7 @@ def test_a_scanned_index_comes_back_the_same():
 
 def _spoiled(change):
     index = index_module(BACKEND, "plugin/backend.py")
-    data = _trip(records.to_data(index, frozenset(_names(index))))  # every use kept ready, checked at once
+    data = _trip(records.to_data(index))
     change(data)
     return data
 
@@ -167,13 +166,12 @@ def _spoiled(change):
     [
         (lambda data: data.pop("uses"), "expected the fields"),
         (lambda data: data.update(path=1), "path and module must be strings"),
-        (lambda data: data.update(uses={}), "expected the places of uses, then their columns"),
+        (lambda data: data.update(uses={}), "expected 21 columns of Use values"),
         (lambda data: data["uses"].pop(), "expected 21 columns of Use values"),
-        (lambda data: data["uses"][1].append("x"), "no lists of one length"),
-        (lambda data: data["uses"][0].append(99), "shorter"),  # a place more than there are uses
-        (lambda data: data["uses"][2].__setitem__(0, True), "Use values holds a value of the wrong type"),  # a line
-        (lambda data: data.update(other_uses=[]), "other_uses must be a string"),
-        (lambda data: data.update(other_names=[1]), "other_names a list of strings"),
+        (lambda data: data["uses"][1].append(1), "no lists of one length"),
+        (lambda data: data["uses"][1].__setitem__(0, True), "Use values holds a value of the wrong type"),  # a line
+        (lambda data: data.update(names="forward"), "names must be null or a list of strings"),
+        (lambda data: data.update(attributes=[1]), "attributes a list of strings"),
         (lambda data: data["classes"][1].__setitem__(0, "Base"), "ClassEntry values holds a value of the wrong type"),
         (lambda data: data["methods"][5].__setitem__(0, [1]), "OutputMethod values holds a value of the wrong type"),
         (lambda data: data["old_ops"][3].__setitem__(0, 1), "OldOpBody values holds a value of the wrong type"),
@@ -188,10 +186,9 @@ def _spoiled(change):
         "uses-no-columns",
         "uses-a-column-short",
         "ragged-columns",
-        "places-ragged",
         "bool-for-line",
-        "other-uses-no-text",
-        "other-names-numbers",
+        "names-text",
+        "attributes-numbers",
         "bases-text",
         "set-of-numbers",
         "number-for-registered",

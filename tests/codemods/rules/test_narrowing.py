@@ -1,7 +1,7 @@
-"""A rule that narrows its tokens (`Rule.narrows`) loses nothing by it: each of its examples migrates the same
-with the narrowing and without, in a run of its own and in a fork's run holding the vLLM modules it imports; a
-run over real files reports the same with and without; and what VAC011's narrowing reads of a file's imports
-holds every module ``ast`` finds there, over generated import statements."""
+"""A rule that narrows its tokens (`Rule.narrows`, `Rule.requires`) loses nothing by it: each of its examples
+migrates the same with the narrowing and without, in a run of its own and in a fork's run holding the vLLM
+modules it imports; a run over real files reports the same with and without; and what VAC011's narrowing reads
+of a file's imports holds every name ``ast`` finds there, over generated import statements."""
 
 from __future__ import annotations
 
@@ -15,17 +15,28 @@ from vllm_attn_compat.codemods.engine.migrate import migrate_source
 from vllm_attn_compat.codemods.index.hierarchy import ClassHierarchy, index_module
 from vllm_attn_compat.codemods.registry import all_rules
 from vllm_attn_compat.codemods.rules import vac011_removed_name
-from vllm_attn_compat.codemods.rules.vac011_removed_name import imported_vllm_modules
+from vllm_attn_compat.codemods.rules.vac011_removed_name import imported_vllm_names
 from vllm_attn_compat.codemods.run.options import Options
 from vllm_attn_compat.codemods.run.runner import run_paths
 from vllm_attn_compat.manifest import data
 
-NARROWING = [rule for rule in all_rules() if rule.narrows]
+NARROWING = [rule for rule in all_rules() if rule.narrows or rule.requires]
 CASES = [
     pytest.param(rule, example, id=f"{rule.code}-{index}")
     for rule in NARROWING
     for index, example in enumerate(rule.examples)
 ]
+
+
+def _imported_modules(tree):
+    """The vLLM modules the import statements of ``tree`` name."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            found.add(node.module)
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+    return {module for module in found if module.startswith("vllm.")}
 
 
 def test_some_rule_narrows():
@@ -52,7 +63,7 @@ def _fork(tmp_path, modules):
 def test_an_example_migrates_the_same_narrowed_or_not(rule, example, fork, tmp_path):
     text = example.source().encode()
     path = str(tmp_path / "example.py")
-    others = _fork(tmp_path, {m for m in imported_vllm_modules(text) if m.startswith("vllm.")}) if fork else []
+    others = _fork(tmp_path, _imported_modules(ast.parse(text))) if fork else []
     hierarchy = ClassHierarchy.build([index_module(text, path), *(index_module(s, p) for p, s in others)])
     results = [
         migrate_source(
@@ -100,7 +111,61 @@ class IncompleteImpl(AttentionImpl):
 """
 
 
-@pytest.mark.parametrize("tree", ["plugin", "fork", "impls"])
+LAYER = """\
+import torch
+from vllm.model_executor.layers.attention_layer_base import AttentionLayerBase
+
+
+class MixerLayer(AttentionLayerBase):
+    def forward(self, hidden_states, output=None):
+        if output is None:
+            output = torch.empty_like(hidden_states)
+        output.copy_(hidden_states)
+        return output
+"""
+PATCHED = """\
+from vllm.v1.attention.backend import AttentionImpl
+
+
+class PatchedImpl(AttentionImpl):
+    pass
+
+
+def _forward(self, layer, query, key, value, kv_cache, attn_metadata, output=None):
+    assert output is not None
+    output.copy_(query)
+    return output
+
+
+PatchedImpl.forward = _forward
+"""
+IN_A_BLOCK = """\
+import sys
+
+from vllm.v1.attention.backend import AttentionImpl
+
+
+class BlockImpl(AttentionImpl):
+    if sys.version_info >= (3, 10):
+
+        def prefill(self, query, output=None):
+            if output is None:
+                output = query.clone()
+            return output
+"""
+OLD_OPS = """\
+import torch
+
+
+def attend(q, k, v, name):
+    return torch.ops.vllm.unified_attention(q, k, v, name)
+
+
+KERNELS = ["vllm::unified_attention_with_output"]
+"""
+
+
+@pytest.mark.parametrize("tree", ["plugin", "fork", "impls", "layers"])
 def test_a_run_reports_the_same_narrowed_or_not(tmp_path, monkeypatch, tree):
     if tree == "fork":  # the fork's own CommonAttentionMetadata: no removal to report
         _fork(tmp_path, {"vllm.v1.attention.backend"})
@@ -113,13 +178,24 @@ def test_a_run_reports_the_same_narrowed_or_not(tmp_path, monkeypatch, tree):
         if tree == "impls":
             (tmp_path / "plugin/complete.py").write_text(COMPLETE_IMPL)
             (tmp_path / "plugin/incomplete.py").write_text(INCOMPLETE_IMPL)
+        if tree == "layers":  # methods taking `output` of a layer, of a function copied onto an impl; an old op
+            (tmp_path / "plugin/layer.py").write_text(LAYER)
+            (tmp_path / "plugin/patched.py").write_text(PATCHED)
+            (tmp_path / "plugin/ops.py").write_text(OLD_OPS)
+            (tmp_path / "plugin/blocks.py").write_text(IN_A_BLOCK)  # a method defined in a block of its class
     narrowed = _findings([str(tmp_path)])
+    narrowing = {rule.code for rule in NARROWING}
     for rule in NARROWING:
         monkeypatch.setattr(rule, "narrows", False)
+        monkeypatch.setattr(rule, "requires", ())
     whole = _findings([str(tmp_path)])
     assert narrowed == whole
-    expected = {"plugin": ["VAC011"], "fork": [], "impls": ["VAC011", "VAC013"]}[tree]
-    narrowing = {rule.code for rule in NARROWING}
+    expected = {
+        "plugin": ["VAC011"],
+        "fork": [],
+        "impls": ["VAC011", "VAC012", "VAC012", "VAC013"],
+        "layers": ["VAC001", "VAC002", "VAC002", "VAC003", "VAC003", "VAC007", "VAC011", "VAC013", "VAC013"],
+    }[tree]
     assert sorted(code for _, _, code, _ in narrowed if code in narrowing) == expected
 
 
@@ -151,8 +227,11 @@ def _import_statements(draw):
         return "".join(part if i == 0 else f"{gap()}.{gap()}{part}" for i, part in enumerate(parts))
 
     if draw(st.booleans()):
-        names = ", ".join(draw(st.lists(st.sampled_from(["a", "b as c", "d"]), min_size=1, max_size=3)))
-        names = f"({names},\n # a comment\n)" if draw(st.booleans()) else names
+        names = draw(st.lists(st.sampled_from(["a", "b as c", "d", "ä"]), min_size=1, max_size=3))
+        if draw(st.booleans()):  # in brackets: across lines, with comments (which may hold a bracket)
+            separator = draw(st.sampled_from([", ", ",\n    ", ",  # see f(x)\n  ", " ,\\\n"]))
+            return f"from{gap(True)}{dotted()}{gap(True)}import{gap()}({separator.join(names)},\n # a comment)\n)"
+        names = f",{gap()}".join(names)
         return f"from{gap(True)}{dotted()}{gap(True)}import {names}"
     aliases = [dotted() + (" as n" if draw(st.booleans()) else "") for _ in range(draw(st.integers(1, 3)))]
     return f"import{gap(True)}{f',{gap()}'.join(aliases)}"
@@ -160,7 +239,7 @@ def _import_statements(draw):
 
 @given(st.lists(_import_statements(), min_size=1, max_size=4), st.sampled_from(["", "    ", "try:\n    "]))
 @settings(max_examples=300, deadline=None)
-def test_the_imported_modules_hold_every_module_ast_finds(statements, indent):
+def test_the_imported_names_hold_every_name_ast_finds(statements, indent):
     text = "\n".join(
         (f"def f():\n    {s}" if indent == "    " else f"try:\n    {s}\nexcept ImportError:\n    pass")
         if indent
@@ -171,8 +250,8 @@ def test_the_imported_modules_hold_every_module_ast_finds(statements, indent):
     expected = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and not node.level and node.module:
-            expected.add(node.module)
+            expected.update(f"{node.module}.{alias.name}" for alias in node.names)
         elif isinstance(node, ast.Import):
             expected.update(alias.name for alias in node.names)
-    expected = {module for module in expected if module.startswith("vllm.")}
-    assert expected <= imported_vllm_modules(text.encode())
+    expected = {name for name in expected if name.startswith("vllm.")}
+    assert expected <= imported_vllm_names(text.encode())

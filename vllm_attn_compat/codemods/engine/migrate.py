@@ -78,6 +78,11 @@ def needs_parsing(source: bytes, rules: Sequence[type[Rule]], class_names: froze
     )
 
 
+def holds_required(rule: type[Rule], source: bytes) -> bool:
+    """Whether ``source`` holds what ``rule`` requires besides its tokens (`Rule.requires`)."""
+    return not rule.requires or any(token in source for token in rule.requires)
+
+
 def acting(rules: Sequence[type[Rule]], *, attention: bool, interface: bool) -> list[type[Rule]]:
     """Those of ``rules`` that can act in a file: the rules acting anywhere, those scoped to attention classes where
     it has one (``attention``), those scoped to classes deriving from vLLM's interface where it has one
@@ -158,7 +163,7 @@ def migrate_source(
     ``# noqa`` comment may hold a fix back. ``old_op_calls`` is ``forwarder`` when calls of the
     removed ops whose layer shape is unknown may go to this package's deprecated forwarders. ``target``: the
     vLLM release the code must run on (None: the newest the manifest knows). ``narrow``: leave out the rules that
-    cannot act in this file (`Rule.narrows`)."""
+    cannot act in this file (`Rule.requires`, `Rule.narrows`)."""
     if not hierarchy.covers(path):
         # A caller that built the hierarchy from other files: this file's classes count too.
         with contextlib.suppress(SyntaxError):  # libcst reports it below, with its position
@@ -167,7 +172,11 @@ def migrate_source(
         from vllm_attn_compat.manifest import newest
 
         release = target.release if target is not None else newest()
-        rules = [r for r in rules if not r.narrows or r.acts_in(r.facts(source), hierarchy, path, release)]
+        rules = [
+            r
+            for r in rules
+            if holds_required(r, source) and (not r.narrows or r.acts_in(r.facts(source), hierarchy, path, release))
+        ]
     if not _may_apply(source, path, rules, hierarchy):
         # No attention class here and no token of a rule that works outside them: nothing can
         # change, so skip libcst's parse and traversal (several times the cost of `ast`).
@@ -204,7 +213,7 @@ def _scope_test(hierarchy: Questions, module: str, rules: Sequence[type[Rule]]) 
     engine's scopes decide it (`scope.Analyzer`): an attention class, or code copied onto a class at run
     time (a method of an attention class is in its class's scope); for the rules scoped to vLLM's interface
     (`Rule.interface`), a class deriving from it."""
-    from vllm_attn_compat.codemods.engine.scope import class_scope
+    from vllm_attn_compat.codemods.index.hierarchy import class_scope
     from vllm_attn_compat.codemods.index.runtime_patches import ATTRIBUTE
 
     attention = any(rule.scoped and not rule.interface for rule in rules)

@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from vllm_attn_compat.codemods.findings import FixSafety, Status, TargetRelease
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from vllm_attn_compat.codemods.engine.scope import FileContext
     from vllm_attn_compat.codemods.index.questions import Questions as Questions
 
@@ -70,6 +72,46 @@ def class_source(header: str, body: str) -> str:
     return textwrap.dedent(header).lstrip("\n") + textwrap.indent(textwrap.dedent(body).lstrip("\n"), "    ")
 
 
+def narrowed_to(pattern: re.Pattern[bytes]) -> tuple[Any, Any]:
+    """`Rule.facts` and `Rule.acts_in` of a rule that can report only in a file where ``pattern`` is found (an old
+    name standing whole): ``facts, acts_in = narrowed_to(PATTERN)`` in its class body, with ``narrows = True``."""
+
+    def facts(cls: type[Rule], source: bytes) -> bool:
+        return pattern.search(source) is not None
+
+    def acts_in(cls: type[Rule], facts: Any, run: Questions, path: str, release: str) -> bool:
+        return bool(facts)
+
+    return classmethod(facts), classmethod(acts_in)
+
+
+def narrowed_to_methods(*kinds: str) -> Any:
+    """`Rule.acts_in` of a rule on ``output`` that can report only where the module defines methods of one of
+    ``kinds`` (`Questions.buffer_methods`: ``buffer``, ``layer``, ``forward``): ``acts_in =
+    narrowed_to_methods("buffer")`` in its class body, with ``narrows = True``."""
+    wanted = frozenset(kinds)
+
+    def acts_in(cls: type[Rule], facts: Any, run: Questions, path: str, release: str) -> bool:
+        return not wanted.isdisjoint(run.buffer_methods(path).split(","))
+
+    return classmethod(acts_in)
+
+
+def interface_of(answer: str | None) -> tuple[tuple[str, ...], bool]:
+    """A `Questions.vllm_interface` answer as the manifest classes the class derives from (() for none) and whether
+    it is a backend by its shape alone (``~`` before them: `index.hierarchy.ClassHierarchy.vllm_interface`)."""
+    if not answer:
+        return (), False
+    return tuple(answer.lstrip("~").split(",")), answer.startswith("~")
+
+
+def interface_methods(run: Questions, path: str) -> Iterator[tuple[tuple[str, ...], list[str]]]:
+    """For each class of the module at ``path`` deriving from vLLM's interface, the manifest classes it derives
+    from and the methods its scope defines: what decides whether a rule on overrides can act in the file."""
+    for full in filter(None, run.interface_classes(path).split(",")):
+        yield interface_of(run.vllm_interface(full))[0], run.methods_of(full).split(",")
+
+
 class Rule:
     code: ClassVar[str]
     name: ClassVar[str]
@@ -83,7 +125,8 @@ class Rule:
     scoped: ClassVar[bool] = True
     # Besides one of its tokens, what a file must hold for a rule acting anywhere to report anything in it (VAC011:
     # ``vllm``, which both an import of vLLM and ``torch.ops.vllm`` hold): the prefilter asks it first, in one pass,
-    # so that a large tree without it (torch's) is spared the rule's many tokens.
+    # so that a large tree without it (torch's) is spared the rule's many tokens, and the rule does not run, nor
+    # has the file parsed, where it is missing.
     requires: ClassVar[tuple[bytes, ...]] = ()
     # True when the rule acts only in classes deriving from vLLM's interface classes as the manifest lists them
     # (`index/interface.py`: builders and metadata too, not only attention classes); such a rule is scoped too.

@@ -18,8 +18,9 @@ import libcst as cst
 from vllm_attn_compat.codemods.engine.edits import Edit
 from vllm_attn_compat.codemods.findings import FixSafety, TargetRelease
 from vllm_attn_compat.codemods.index import callsites
+from vllm_attn_compat.codemods.index.hierarchy import class_scope
 from vllm_attn_compat.codemods.index.questions import Questions
-from vllm_attn_compat.codemods.index.runtime_patches import ATTRIBUTE, MEMBERS
+from vllm_attn_compat.codemods.index.runtime_patches import ATTRIBUTE
 
 
 class Reporting(Protocol):
@@ -329,17 +330,6 @@ class FileContext:
         from vllm_attn_compat.manifest import version_key
 
         return oldest if version_key(oldest) < version_key(release) else None
-
-
-def class_scope(hierarchy: Questions, full_name: str) -> tuple[bool, bool, bool]:
-    """``(is_attention, unresolved_patch, built)`` of `ClassFrame` for the class ``full_name``: an attention
-    class, or a "methods" class copied onto a class that could not be resolved, or of which a decorator
-    builds a vLLM attention class (`runtime_patches.BUILT`): the rules act there, showing only."""
-    if hierarchy.is_attention_class(full_name):
-        return True, False, False
-    scope = hierarchy.patch_scope(full_name, MEMBERS)
-    unresolved = scope in ("unresolved", "built")
-    return unresolved, unresolved, scope == "built"
 
 
 _HOOK_PREFIX = "visit_"

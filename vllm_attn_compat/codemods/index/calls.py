@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Callable, Iterator, Mapping, Sequence, Set
+from collections.abc import Callable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol, TypeAlias
 
@@ -127,77 +127,24 @@ class Use(NamedTuple):  # a tuple: tens of thousands are made and pickled on a f
     output_maybe_none: bool = False
 
 
-class KeptUses(Sequence[Use]):
-    """A cached index's uses (`records`): those of the names the call-site analysis read when the index was kept,
-    made at once, and the others, made only once a run asks for one of their names (`named`). Of vLLM 0.19.1's
-    20,000 uses, the analysis reads about a hundred (``forward``, ``forward_impl``, ...); making them all took a
-    rerun after an edit a tenth of its time. As a sequence: all of them, in the order of the source."""
-
-    def __init__(
-        self,
-        ready: Sequence[tuple[int, Use]],
-        rest_names: frozenset[str],
-        rest: Callable[[], Sequence[tuple[int, Use]]],
-    ) -> None:
-        """``ready`` and what ``rest()`` makes (raising ``ValueError`` if it cannot): uses with their places in
-        the order of the source; ``rest_names``: the names of the latter."""
-        self._ready = ready
-        self._rest_names = rest_names
-        self._rest = rest
-        self._made: Sequence[tuple[int, Use]] | None = None
-        self._all: tuple[Use, ...] | None = None
-
-    def _others(self) -> Sequence[tuple[int, Use]]:
-        if self._made is None:
-            self._made = self._rest()
-        return self._made
-
-    def named(self, names: Set[str]) -> list[Use]:
-        """The uses of the attribute ``names``, in the order of the source."""
-        found = [placed for placed in self._ready if placed[1].name in names]
-        if not self._rest_names.isdisjoint(names):
-            found += [placed for placed in self._others() if placed[1].name in names]
-            found.sort(key=lambda placed: placed[0])
-        return [use for _, use in found]
-
-    def _every(self) -> tuple[Use, ...]:
-        if self._all is None:
-            every = sorted([*self._ready, *self._others()], key=lambda placed: placed[0])
-            self._all = tuple(use for _, use in every)
-        return self._all
-
-    def __iter__(self) -> Iterator[Use]:
-        return iter(self._every())
-
-    def __getitem__(self, index):  # type: ignore[no-untyped-def]  # (Sequence's two overloads, as a tuple's)
-        return self._every()[index]
-
-    def __len__(self) -> int:
-        return len(self._ready) + len(self._others())
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, (tuple, KeptUses)):
-            return self._every() == tuple(other)
-        return NotImplemented
-
-    def __hash__(self) -> int:
-        return hash(self._every())
-
-    def __repr__(self) -> str:
-        return f"KeptUses({self._every()!r})"
-
-
 @dataclass(frozen=True)
 class CallIndex:
     methods: tuple[OutputMethod, ...] = ()
-    uses: tuple[Use, ...] | KeptUses = ()  # in the order of the source
+    uses: tuple[Use, ...] = ()  # in the order of the source: of the attribute names ``names`` only
     signatures: tuple[Signature, ...] = ()  # the classes' methods taking no `output`
+    # The attribute names whose uses were recorded (None: all of them), and every attribute name the module uses
+    # (read, called, handed to `getattr`): a run records the uses of the methods its analysis reads alone, and
+    # indexes a module again where it uses one it did not record (`lacks`).
+    names: frozenset[str] | None = None
+    attributes: frozenset[str] = frozenset()
 
     def uses_named(self, names: Set[str]) -> list[Use]:
         """The uses of the attribute ``names``, in the order of the source: what the call-site analysis reads."""
-        if isinstance(self.uses, KeptUses):
-            return self.uses.named(names)
         return [use for use in self.uses if use.name in names]
+
+    def lacks(self, names: Set[str]) -> bool:
+        """Whether the module uses one of the attribute ``names`` whose uses were not recorded."""
+        return self.names is not None and not (self.attributes & names) <= self.names
 
 
 EMPTY = CallIndex()
@@ -333,7 +280,7 @@ def _signature(owner: str, node: ast.FunctionDef | ast.AsyncFunctionDef, kind: s
     return Signature(owner, node.name, ", ".join(listed))
 
 
-def _takes_output(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+def takes_output(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
     args = node.args
     return any(a.arg == "output" for a in (*args.posonlyargs, *args.args, *args.kwonlyargs))
 
@@ -432,10 +379,13 @@ def _push_object(
 
 
 class _Collector:
-    def __init__(self, indexer: ModuleNames, walrus: bool = True) -> None:
-        """``walrus``: whether the module may hold an assignment expression (its source holds ``:=``)."""
+    def __init__(self, indexer: ModuleNames, walrus: bool = True, names: Set[str] | None = None) -> None:
+        """``walrus``: whether the module may hold an assignment expression (its source holds ``:=``); ``names``: the
+        attribute names whose uses to record (None: all)."""
         self.indexer = indexer
         self.walrus = walrus
+        self.names = names
+        self.attributes: set[str] = set()
         self.methods: list[OutputMethod] = []
         self.signatures: list[Signature] = []
         self.uses: list[Use] = []
@@ -478,7 +428,10 @@ class _Collector:
             nodes, parent, scope, scopes = pending.pop()
             self._scope(nodes, parent, scope, scopes, pending)
         self.uses.sort(key=lambda use: (use.line, use.column))
-        return CallIndex(tuple(self.methods), tuple(self.uses), tuple(self.signatures))
+        names = None if self.names is None else frozenset(self.names)
+        return CallIndex(
+            tuple(self.methods), tuple(self.uses), tuple(self.signatures), names, frozenset(self.attributes)
+        )
 
     def found(self) -> occurrences.Occurrences:
         """What the walk found besides calls (`collect` first): reflection, names used by a string, names read in
@@ -509,8 +462,15 @@ class _Collector:
         if outer.startswith("__") and outer not in _INERT_DUNDERS:
             self._through(node, scope, scopes)
 
+    def _records(self, name: str) -> bool:
+        """Whether to record the uses of the attribute ``name`` (every one counts in `CallIndex.attributes`)."""
+        self.attributes.add(name)
+        return self.names is None or name in self.names
+
     def _through(self, node: ast.Attribute, scope: _Scope, scopes: list[_Scope]) -> None:
         """``node`` is the object of a dunder attribute that can call it (``x.m.__func__``): a reference of ``m``."""
+        if not self._records(node.attr):
+            return
         receiver, target, text = self._receiver(node.value, scope, scopes)
         end = node.end_lineno or node.lineno
         use = Use(node.attr, node.lineno, node.col_offset + 1, end, "reference", receiver, scope.owner, target, text)
@@ -574,7 +534,7 @@ class _Collector:
             for child in node.body:
                 if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
                     kind = _method_kind(child)
-                    if _takes_output(child):
+                    if takes_output(child):
                         self.methods.append(_output_method(qualname, child, kind))
                     else:
                         self.signatures.append(_signature(qualname, child, kind))
@@ -632,6 +592,7 @@ class _Collector:
                     type(node.ctx) is load
                     and type(parent) not in _NOT_ESCAPING
                     and not (isinstance(parent, ast.Subscript) and parent.value is node)
+                    and self._records(node.attr)
                 ):
                     receiver, target, text = self._receiver(node.value, scope, scopes)
                     end = node.end_lineno or node.lineno
@@ -713,7 +674,7 @@ class _Collector:
                 )
         if type(func) is ast.Name and func.id == "getattr" and len(node.args) >= 2:
             name = node.args[1]
-            if type(name) is ast.Constant and isinstance(name.value, str):
+            if type(name) is ast.Constant and isinstance(name.value, str) and self._records(name.value):
                 receiver, target, text = self._receiver(node.args[0], scope, scopes)
                 end = node.end_lineno or node.lineno
                 self.uses.append(
@@ -730,7 +691,7 @@ class _Collector:
                     )
                 )
             return
-        if type(func) is not ast.Attribute:
+        if type(func) is not ast.Attribute or not self._records(func.attr):
             return
         keywords = [k for k in node.keywords if k.arg is not None]
         output = next((k for k in keywords if k.arg == "output"), None)
@@ -826,10 +787,11 @@ def index_calls(tree: ast.Module, indexer: ModuleNames) -> CallIndex:
 
 
 def index_calls_and_occurrences(
-    tree: ast.Module, indexer: ModuleNames, walrus: bool = True
+    tree: ast.Module, indexer: ModuleNames, walrus: bool = True, names: Set[str] | None = None
 ) -> tuple[CallIndex, occurrences.Occurrences]:
     """`index_calls`, and what the same walk finds for the accounting: reflection, names a string looks up, names
-    read in class bodies (`occurrences`); ``walrus``: whether the module may hold an assignment expression."""
-    collector = _Collector(indexer, walrus)
+    read in class bodies (`occurrences`); ``walrus``: whether the module may hold an assignment expression;
+    ``names``: the attribute names whose uses to record (None: all)."""
+    collector = _Collector(indexer, walrus, names)
     found = collector.collect(tree)
     return found, collector.found()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from vllm_attn_compat.codemods.index.names import IDENTIFIER_BYTES
+from vllm_attn_compat.codemods.index.names import IDENTIFIER_BYTES, IDENTIFIER_PATTERN, NOT_BEFORE_IDENTIFIER
 
 # What may stand between two tokens: blanks, line continuations, and (inside brackets) newlines and comments.
 # (A comment runs to its newline: one way to match it, whatever the number of '#' in it.)
@@ -17,7 +17,7 @@ SEP = rb"[ \t\f\r\n\\]*(?:#[^\r\n]*[\r\n][ \t\f\r\n\\]*)*"
 OPENING = re.compile(SEP + rb"\(")
 # What changes the reading of a call's text: brackets, a comment, a string's opening quote.
 _CALL_SPECIAL = re.compile(rb"[()\[\]{}#'\"]")
-_QUOTED = re.compile(rb"[\"']([A-Za-z_\x80-\xff][A-Za-z0-9_\x80-\xff]*)[\"']")
+_QUOTED = re.compile(rb"[\"'](" + IDENTIFIER_PATTERN + rb")[\"']")
 _ADJACENT_STRINGS = re.compile(rb"[\"'][ \t\f\r\n]*[rbuRBU]{0,2}[\"']")
 _LINE_END = re.compile(rb"[\r\n]")
 _STRING_BODY = {
@@ -37,7 +37,7 @@ def uses_pattern(names: frozenset[str] | set[str]) -> re.Pattern[bytes] | None:
     if not names:
         return None
     alternatives = b"|".join(re.escape(name.encode()) for name in sorted(names))
-    return re.compile(rb"\." + SEP + rb"(?:" + alternatives + rb")(?![A-Za-z0-9_\x80-\xff])")
+    return re.compile(rb"\." + SEP + rb"(?:" + alternatives + rb")" + NOT_BEFORE_IDENTIFIER)
 
 
 def may_use(source: bytes, names: frozenset[str] | set[str], pattern: re.Pattern[bytes] | None) -> bool:

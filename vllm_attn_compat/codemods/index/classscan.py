@@ -32,7 +32,9 @@ from vllm_attn_compat.codemods.index.calltext import OPENING, SEP, call_extent
 from vllm_attn_compat.codemods.index.hierarchy import ModuleIndex
 from vllm_attn_compat.codemods.index.names import (
     IDENTIFIER_BYTES,
+    IDENTIFIER_PATTERN,
     IN_TREE_SUFFIXES,
+    NOT_AFTER_IDENTIFIER,
     VLLM_BASE_NAMES,
     VLLM_INTERFACE_NAMES,
     guess_module_name,
@@ -46,7 +48,7 @@ _WORD = re.compile(rb"[A-Za-z_][A-Za-z0-9_]*")
 _BLANKS = b" \t\f\r\n\\"
 _BEFORE_DOT = _BLANKS + b")"  # what may stand between the object of an attribute assignment and its dot
 
-_IDENT = rb"[A-Za-z_\x80-\xff][A-Za-z0-9_\x80-\xff]*"
+_IDENT = IDENTIFIER_PATTERN
 # Calls of something named like a patch helper (`runtime_patches._is_patch_helper`: a callee whose name
 # holds one of its words, or whose object's name ends with "patch"): `setattr(`, `patch.object(`. Found
 # by the word (in the lower-cased text), then the rest of the identifier and what follows it.
@@ -73,16 +75,14 @@ _ATTRIBUTE_ASSIGNMENT = re.compile(
 )
 # `import X as Y`, `from m import (X as Y, ...)`: what an import statement binds to its aliases (the only
 # names a patch's target resolves through: `runtime_patches` uses bound names only).
-_IMPORT_ALIAS = re.compile(
-    rb"(" + _IDENT + rb")" + SEP + rb"(?<![A-Za-z0-9_\x80-\xff])as" + SEP + rb"(" + _IDENT + rb")"
-)
+_IMPORT_ALIAS = re.compile(rb"(" + _IDENT + rb")" + SEP + NOT_AFTER_IDENTIFIER + rb"as" + SEP + rb"(" + _IDENT + rb")")
 _ANY_WORD = re.compile(_IDENT)
 _METHOD_CALL = re.compile(SEP + _IDENT + SEP + rb"\(")
 # Two patterns, each with a literal the regex engine looks for quickly (an alternation has none). In text
 # such as `def class X` (a comment), both names count: the scan only adds names to check.
 _DEFINED = tuple(re.compile(keyword + rb"[ \t\f\\]+(" + _IDENT + rb")") for keyword in (rb"def", rb"class"))
 # `def ` (or `async def `) right before a name: what follows is defined, not called.
-_DEFINES = re.compile(rb"(?<![A-Za-z0-9_\x80-\xff])def[ \t\f]+\Z")
+_DEFINES = re.compile(NOT_AFTER_IDENTIFIER + rb"def[ \t\f]+\Z")
 _DEFINITION = re.compile(rb"[\r\n][ \t\f]*(?:async[ \t\f]+def|def|class)[ \t\f\\]")
 
 _SUFFIXES = tuple(suffix.encode() for suffix in IN_TREE_SUFFIXES)

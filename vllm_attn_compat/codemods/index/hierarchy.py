@@ -16,8 +16,9 @@ from __future__ import annotations
 import ast
 import gc
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence, Set
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from vllm_attn_compat.codemods.index import (
     accounting,
@@ -64,6 +65,10 @@ class ClassEntry:
     abstract: bool = False  # its body declares an abstract method
     # It defines a backend's `get_name` and `get_impl_cls`, in a module that imports vLLM (`interface`).
     backend_shaped: bool = False
+    # The functions defined in its scope (its body, and the blocks of its body: the methods the engine's scopes
+    # see, `engine.scope.FunctionFrame.attention_class`), and of them those taking an ``output`` parameter.
+    methods: tuple[str, ...] = ()
+    output_methods: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -102,6 +107,7 @@ class _Indexer:
         self.flag_classes: set[str] = set()  # qualnames of classes setting `accept_output_buffer`
         self.true_flags: set[str] = set()  # ... to the literal True
         self.facts: dict[str, tuple[tuple[str, ...], bool]] = {}  # qualname -> (members, declares an abstract method)
+        self.methods: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {}  # qualname -> (methods, output_methods)
         # Statements and decorated definitions that may patch a class, with the scopes to resolve them in.
         self.pending_patches: list[tuple[ast.stmt, str | None, list[dict[str, str]]]] = []
 
@@ -163,7 +169,12 @@ class _Indexer:
         if node.decorator_list:
             self.pending_patches.append((node, qualname, local_scopes))
         defined = _defined_in_body(node)
+        methods = list(_methods_in_scope(node.body))
         self.facts[qualname] = (tuple(sorted(defined)), _declares_abstract(node))
+        self.methods[qualname] = (
+            tuple(sorted({m.name for m in methods})),
+            tuple(sorted({m.name for m in methods if calls.takes_output(m)})),
+        )
         if "accept_output_buffer" in defined:
             self.flag_classes.add(qualname)
             if _sets_flag_true(node):
@@ -258,6 +269,17 @@ def _defined_in_body(node: ast.ClassDef) -> set[str]:
     return defined
 
 
+def _methods_in_scope(body: Sequence[ast.AST]) -> Iterator[ast.FunctionDef | ast.AsyncFunctionDef]:
+    """The functions defined in a class's scope: in its body, or in a block of it (``if TYPE_CHECKING:``, ``try:``),
+    not in a nested function or class."""
+    for statement in body:
+        if isinstance(statement, _FUNCTIONS):
+            yield statement
+        else:
+            for name in _NESTED_BODIES.get(type(statement), ()):
+                yield from _methods_in_scope(getattr(statement, name))
+
+
 def _declares_abstract(node: ast.ClassDef) -> bool:
     """Whether the class body defines a method decorated ``@abstractmethod`` (``@abc.abstractmethod``)."""
     return any(
@@ -294,22 +316,30 @@ def unparsed_index(source: bytes, path: str) -> ModuleIndex:
     return ModuleIndex(normalize_path(path), guess_module_name(path), (), occurrences=found)
 
 
-def index_module(source: bytes, path: str, parsed: Callable[[ast.Module], object] = lambda tree: None) -> ModuleIndex:
+def index_module(
+    source: bytes,
+    path: str,
+    parsed: Callable[[ast.Module], object] = lambda tree: None,
+    names: Set[str] | None = None,
+) -> ModuleIndex:
     """Index the classes of one module. Raises ``SyntaxError`` on unparsable input. ``parsed`` is given the
-    syntax tree (the caller may keep it: it is not changed here)."""
+    syntax tree (the caller may keep it: it is not changed here). ``names``: the attribute names whose uses to
+    record (`calls.CallIndex.names`), besides those of the module's own methods taking ``output`` (None: all)."""
     # The parse makes an object of every name and operator of the file, none of them in a reference cycle (a
     # tree frees itself): the cyclic collector, started again and again by those allocations, would scan the
     # growing tree (and all the run holds) for nothing, a fifth of the time of this function on a fork.
     collecting = gc.isenabled()
     gc.disable()
     try:
-        return _index_module(source, path, parsed)
+        return _index_module(source, path, parsed, names)
     finally:
         if collecting:
             gc.enable()
 
 
-def _index_module(source: bytes, path: str, parsed: Callable[[ast.Module], object]) -> ModuleIndex:
+def _index_module(
+    source: bytes, path: str, parsed: Callable[[ast.Module], object], names: Set[str] | None
+) -> ModuleIndex:
     tree = ast.parse(source, filename=path)
     parsed(tree)
     module = guess_module_name(path)
@@ -326,9 +356,14 @@ def _index_module(source: bytes, path: str, parsed: Callable[[ast.Module], objec
         true = qualname in indexer.true_flags
         members, abstract = indexer.facts[qualname]
         shaped = uses_vllm and set(members) >= BACKEND_SHAPE
-        entry = ClassEntry(qualname, bases_found, line, qualname in duck, flag, true, members, abstract, shaped)
+        entry = ClassEntry(
+            qualname, bases_found, line, qualname in duck, flag, true, members, abstract, shaped,
+            *indexer.methods[qualname],
+        )  # fmt: skip
         classes.append(entry)
-    found_calls, found = calls.index_calls_and_occurrences(tree, indexer, b":=" in source)
+    if names is not None:
+        names = {*names, *(name for _, own in indexer.methods.values() for name in own)}
+    found_calls, found = calls.index_calls_and_occurrences(tree, indexer, b":=" in source, names)
     doctests = occurrences.doctest_uses(tree) if b">>>" in source else []
     ops = occurrences.op_strings(tree) if occurrences.OP_SOURCE.search(source) else []
     if doctests or ops:
@@ -347,6 +382,34 @@ def _index_module(source: bytes, path: str, parsed: Callable[[ast.Module], objec
         old_ops=old_op_bodies(tree),
         occurrences=found,
     )
+
+
+class Scopes(Protocol):
+    """What `class_scope` asks (`questions.Questions` has it, and so has the hierarchy)."""
+
+    def is_attention_class(self, full_name: str) -> bool: ...
+
+    def patch_scope(self, full_name: str, kind: str) -> str | None: ...
+
+
+def class_scope(hierarchy: Scopes, full_name: str) -> tuple[bool, bool, bool]:
+    """``(is_attention, unresolved_patch, built)`` of `ClassFrame` for the class ``full_name``: an attention
+    class, or a "methods" class copied onto a class that could not be resolved, or of which a decorator
+    builds a vLLM attention class (`runtime_patches.BUILT`): the rules act there, showing only."""
+    if hierarchy.is_attention_class(full_name):
+        return True, False, False
+    scope = hierarchy.patch_scope(full_name, runtime_patches.MEMBERS)
+    unresolved = scope in ("unresolved", "built")
+    return unresolved, unresolved, scope == "built"
+
+
+def uses_read(hierarchy: ClassHierarchy) -> frozenset[str]:
+    """The attribute names whose uses the analysis of ``hierarchy`` reads (`calls.CallIndex.names`): its call sites'
+    targets, the methods whose fixes they may withhold (`callsites`), and the members whose parameters some release
+    changed (what reads their signatures withholds VAC012's fix: `_drift`)."""
+    from vllm_attn_compat.manifest.interface import drifted_names
+
+    return frozenset({*drifted_names(), *(name for _, name in hierarchy.calls.methods)})
 
 
 @dataclass
@@ -382,6 +445,7 @@ class ClassHierarchy:
     _all_modules: RunModules | None = None  # `all_modules`, once asked
     # What each class's body defines (`interface`), and the interfaces asked so far.
     facts: dict[str, ClassFacts] = field(default_factory=dict)
+    methods: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = field(default_factory=dict)  # `ClassEntry.methods`
     _interfaces: Interfaces | None = None
     # The methods VAC012 may add parameters to (`interface.drift_candidates`), and the uses of the run reading the
     # signature of a method of one of their names (set by `build` and `extended`).
@@ -477,6 +541,7 @@ class ClassHierarchy:
             if entry.declares_flag:
                 self.flag_classes[full] = entry.flag_true
             self.facts[full] = ClassFacts(entry.members, entry.abstract, entry.backend_shaped)
+            self.methods[full] = (entry.methods, entry.output_methods)
         self.flag_reads += [(index.path, read) for read in index.flag_reads]
         found = index.occurrences
         if found.class_names or found.reflection or found.named or found.op_strings or found.stores:
@@ -694,6 +759,32 @@ class ClassHierarchy:
         if any(self.is_attention_class(full) for full in self._by_module.get(module, ())):
             return True
         return any(_in_module(source, module) for source, _ in self._patched_in_scope())
+
+    def methods_of(self, full_name: str) -> str:
+        """The functions defined in the class's scope (`ClassEntry.methods`), comma-separated."""
+        return ",".join(self.methods.get(full_name, ((), ()))[0])
+
+    def buffer_methods(self, path: str) -> str:
+        """What the module at ``path`` defines of the methods the rules on ``output`` act in, comma-separated:
+        ``buffer``, a method taking ``output`` that vLLM passes the buffer (`engine.scope.FileContext.output_method`:
+        of an attention class other than a layer, an MLA layer's ``forward_impl``, a function copied onto a class);
+        ``layer``, a layer's own method taking ``output`` (`layer_output_method`); ``forward``, an attention class's
+        ``forward`` or ``forward_mha`` that is no layer's (VAC009 reports one taking no ``output``)."""
+        module = self.module_name(path)
+        kinds = set()
+        if any(_in_module(source, module) for source, _ in self._patched_in_scope()):
+            kinds.add("buffer")
+        for full in self._by_module.get(module, ()):
+            methods, takes_output = self.methods.get(full, ((), ()))
+            if not (methods and class_scope(self, full)[0]):
+                continue
+            layer = self.is_layer_class(full)
+            if not layer and {"forward", "forward_mha"} & set(methods):
+                kinds.add("forward")
+            for name in takes_output:
+                given = not layer or (name == "forward_impl" and self.is_mla_layer_class(full))
+                kinds.add("buffer" if given else "layer")
+        return ",".join(sorted(kinds))
 
     def attention_class_names(self) -> frozenset[str]:
         """Plain names (``PluginBase``) of the attention classes of the run, for the prefilter; with them the

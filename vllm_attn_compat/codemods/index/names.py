@@ -216,6 +216,11 @@ def is_vllm_base(dotted: str) -> bool:
 IDENTIFIER_BYTES = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_") | frozenset(
     range(128, 256)
 )
+# The same in the text scans' regular expressions: a whole identifier, and the look-arounds that keep a match from
+# starting or ending inside one.
+IDENTIFIER_PATTERN = rb"[A-Za-z_\x80-\xff][A-Za-z0-9_\x80-\xff]*"
+NOT_AFTER_IDENTIFIER = rb"(?<![A-Za-z0-9_\x80-\xff])"
+NOT_BEFORE_IDENTIFIER = rb"(?![A-Za-z0-9_\x80-\xff])"
 
 # torch's allocation calls: an `if output is None: output = torch.empty(...)` fallback allocates with one of
 # them (VAC003 deletes such a fallback; the call-site analysis names the allocation to pass instead).

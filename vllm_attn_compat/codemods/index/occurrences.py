@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from vllm_attn_compat.codemods.index import children
+from vllm_attn_compat.codemods.index.names import IDENTIFIER_PATTERN
 
 _TEXT_LIMIT = 60
 
@@ -332,7 +333,7 @@ def unknown_syntax(node: ast.AST) -> list[NamedUse]:
 
 # --- a file that does not parse ---------------------------------------------------------------------------------
 
-_WORD_BYTES = re.compile(rb"[A-Za-z_\x80-\xff][A-Za-z0-9_\x80-\xff]*")
+_WORD_BYTES = re.compile(IDENTIFIER_PATTERN)
 _OP_BYTES = re.compile(rb"vllm(?:::|\.)(unified_(?:mla_)?attention)(?![A-Za-z0-9_])|vllm(?:::|\.)[\"'{]")
 
 

@@ -63,6 +63,10 @@ class Questions(Protocol):
 
     def interface_classes(self, path: str) -> str: ...
 
+    def buffer_methods(self, path: str) -> str: ...
+
+    def methods_of(self, full_name: str) -> str: ...
+
     def in_run(self, module: str) -> bool: ...
 
     def run_defines(self, manifest_class: str, member: str) -> bool: ...
@@ -147,6 +151,12 @@ class Recorder:
     def interface_classes(self, path: str) -> str:
         return str(self._asked("interface_classes", (path,), self._hierarchy.interface_classes(path)))
 
+    def buffer_methods(self, path: str) -> str:
+        return str(self._asked("buffer_methods", (path,), self._hierarchy.buffer_methods(path)))
+
+    def methods_of(self, full_name: str) -> str:
+        return str(self._asked("methods_of", (full_name,), self._hierarchy.methods_of(full_name)))
+
     def in_run(self, module: str) -> bool:
         return self._asked("in_run", (module,), self._hierarchy.in_run(module)) is True
 
@@ -193,6 +203,8 @@ _QUESTIONS = frozenset(
         "concrete_members",
         "has_interface_classes",
         "interface_classes",
+        "buffer_methods",
+        "methods_of",
         "in_run",
         "run_defines",
         "parameters_withheld",

@@ -1,20 +1,17 @@
 """A module's index (and the class scan's) as JSON-ready data and back, for the cache (`run/cache.py`),
 which holds no pickle: a cache folder is not trusted to hold code. Reading checks every field's type, so
 an entry that was tampered with or written by another version raises ``ValueError`` instead of yielding
-an index that is wrong in some corner: at once, but for the uses a run does not read at once, which are
-checked when it reads them (`calls.KeptUses`)."""
+an index that is wrong in some corner."""
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import itertools
-import json
 import operator
-from collections.abc import Callable, Iterable, Sequence, Set
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from vllm_attn_compat.codemods.index.calls import CallIndex, KeptUses, OutputMethod, Signature, Use
+from vllm_attn_compat.codemods.index.calls import CallIndex, OutputMethod, Signature, Use
 from vllm_attn_compat.codemods.index.classscan import ScannedIndex
 from vllm_attn_compat.codemods.index.flags import FlagRead
 from vllm_attn_compat.codemods.index.hierarchy import ClassEntry, ModuleIndex
@@ -60,7 +57,7 @@ _NAME_SET: _Field = (_lists_of(str), lambda column: map(frozenset, column), _as_
 _NUMBERS: _Field = (_lists_of(int), lambda column: map(tuple, column), _as_lists)
 
 _FIELDS: dict[type, tuple[_Field, ...]] = {
-    ClassEntry: (_TEXT, _NAMES, _SCALAR, _FLAG, _FLAG, _FLAG, _NAMES, _FLAG, _FLAG),
+    ClassEntry: (_TEXT, _NAMES, _SCALAR, _FLAG, _FLAG, _FLAG, _NAMES, _FLAG, _FLAG, _NAMES, _NAMES),
     FlagRead: (_SCALAR, _MAYBE_TEXT, _TEXT, _TEXT),
     PatchEntry: (_TEXT, _TEXT, _NAMES, _SCALAR),
     OldOpBody: (_SCALAR, _SCALAR, _TEXT, _FLAG),
@@ -109,26 +106,21 @@ def _records(kind: type, columns: object) -> tuple[Any, ...]:
     return tuple(map(kind, *values))
 
 
-def to_data(index: ModuleIndex, read: Set[str] = frozenset()) -> dict[str, object]:
-    """``index`` as JSON-ready data (:func:`from_data` reads it back). The uses of the names ``read`` (the methods
-    whose uses the run's call-site analysis read) are kept ready; the others as JSON text, read when a run asks
-    for one of their names (`calls.KeptUses`)."""
+def to_data(index: ModuleIndex) -> dict[str, object]:
+    """``index`` as JSON-ready data (:func:`from_data` reads it back)."""
     if type(index) is not ModuleIndex:  # a subclass (the class scan's) records more than this keeps
         raise TypeError(f"expected a ModuleIndex, found {type(index).__name__}")
-    uses = list(index.calls.uses)
-    ready = [place for place, use in enumerate(uses) if use.name in read]
-    others = [place for place, use in enumerate(uses) if use.name not in read]
-    other_uses = [others, *_columns(Use, [uses[place] for place in others])]
+    calls = index.calls
     return {
         "path": index.path,
         "module": index.module,
         "classes": _columns(ClassEntry, index.classes),
         "patches": _columns(PatchEntry, index.patches),
-        "methods": _columns(OutputMethod, index.calls.methods),
-        "signatures": _columns(Signature, index.calls.signatures),
-        "uses": [ready, *_columns(Use, [uses[place] for place in ready])],
-        "other_uses": json.dumps(other_uses, separators=(",", ":")),
-        "other_names": sorted({uses[place].name for place in others}),
+        "methods": _columns(OutputMethod, calls.methods),
+        "signatures": _columns(Signature, calls.signatures),
+        "uses": _columns(Use, calls.uses),
+        "names": None if calls.names is None else sorted(calls.names),
+        "attributes": sorted(calls.attributes),
         "flag_reads": _columns(FlagRead, index.flag_reads),
         "old_ops": _columns(OldOpBody, index.old_ops),
         "occurrences": _occurrences_to_data(index.occurrences),
@@ -165,17 +157,16 @@ _KEYS = (
     "methods",
     "signatures",
     "uses",
-    "other_uses",
-    "other_names",
+    "names",
+    "attributes",
     "flag_reads",
     "old_ops",
     "occurrences",
 )
 
 
-def from_data(data: object, kept_in: str | None = None) -> ModuleIndex:
-    """The index :func:`to_data` made; ``ValueError`` on anything else. ``kept_in``: the file the data was read
-    from, which the error names if the uses not read at once turn out not to be valid once a run reads them."""
+def from_data(data: object) -> ModuleIndex:
+    """The index :func:`to_data` made; ``ValueError`` on anything else."""
     if type(data) is not dict:
         raise ValueError(f"expected an object, found {type(data).__name__}")
     if sorted(data) != sorted(_KEYS):
@@ -183,15 +174,15 @@ def from_data(data: object, kept_in: str | None = None) -> ModuleIndex:
     path, module = data["path"], data["module"]
     if not (type(path) is str and type(module) is str):
         raise ValueError("path and module must be strings")
-    other_uses, other_names = data["other_uses"], data["other_names"]
-    if not (type(other_uses) is str and _lists_of(str)([other_names])):
-        raise ValueError("other_uses must be a string, other_names a list of strings")
-    ready = _placed(data["uses"])
-    rest = functools.partial(_other_uses, other_uses, kept_in)
+    names, attributes = data["names"], data["attributes"]
+    if not ((names is None or _lists_of(str)([names])) and _lists_of(str)([attributes])):
+        raise ValueError("names must be null or a list of strings, attributes a list of strings")
     calls = CallIndex(
         _records(OutputMethod, data["methods"]),
-        KeptUses(ready, frozenset(other_names), rest),
+        _records(Use, data["uses"]),
         _records(Signature, data["signatures"]),
+        None if names is None else frozenset(names),
+        frozenset(attributes),
     )
     return ModuleIndex(
         path,
@@ -203,25 +194,6 @@ def from_data(data: object, kept_in: str | None = None) -> ModuleIndex:
         _records(OldOpBody, data["old_ops"]),
         _occurrences_from_data(data["occurrences"]),
     )
-
-
-def _placed(columns: object) -> list[tuple[int, Use]]:
-    """Uses as `to_data` keeps them (their places in the order of the source, then their columns), with their places."""
-    if not (type(columns) is list and columns and type(columns[0]) is list and _of_types(int)(columns[0])):
-        raise ValueError(f"expected the places of uses, then their columns, found {columns!r:.80}")
-    return list(zip(columns[0], _records(Use, columns[1:]), strict=True))
-
-
-def _other_uses(text: str, kept_in: str | None) -> list[tuple[int, Use]]:
-    """The uses kept as JSON ``text`` (`to_data`), once a run asks for one of their names."""
-    try:
-        return _placed(json.loads(text))
-    except ValueError as error:  # (JSONDecodeError is one)
-        if kept_in is None:
-            raise
-        raise ValueError(
-            f"the class index kept in {kept_in} is not valid ({error}): delete the file, or run with --no-cache"
-        ) from error
 
 
 def scan_to_data(scanned: ScannedIndex) -> dict[str, object]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from vllm_attn_compat.codemods.engine.edits import RemoveStatement
-from vllm_attn_compat.codemods.engine.rule import Example, Rule, class_source
+from vllm_attn_compat.codemods.engine.rule import Example, Rule, class_source, narrowed_to_methods
 from vllm_attn_compat.codemods.findings import FixSafety, Status
 
 if TYPE_CHECKING:
@@ -53,6 +53,12 @@ class AssertOutputNotNone(Rule):
     # Of a method's body: the statements naming `output` (its bindings, its None tests), and the asserts,
     # `pass` and docstrings that may come before the code it looks at.
     reads_statements = (b"output",)
+
+    # It acts in the methods taking `output` of attention classes and layers (`buffer_methods`): a file whose
+    # index shows none needs no parse.
+    narrows = True
+    acts_in = narrowed_to_methods("buffer", "layer")
+
     examples = (
         Example(
             "the assert at the start of forward, with its message",

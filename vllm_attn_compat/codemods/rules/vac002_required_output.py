@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from vllm_attn_compat.codemods.engine.edits import CommentSink, Replace
-from vllm_attn_compat.codemods.engine.rule import Example, Rule, class_source
+from vllm_attn_compat.codemods.engine.rule import Example, Rule, class_source, narrowed_to_methods
 from vllm_attn_compat.codemods.findings import FixSafety, Status
 
 if TYPE_CHECKING:
@@ -110,6 +110,12 @@ class RequiredOutputParameter(Rule):
     since = fix_requires = "0.20.0"  # the release that made the output buffer mandatory
     tokens = (b"output=None", b"output = None", b"output:", b"output :", b"output =None", b"output= None")
     reads_statements = ()  # the parameter, its annotation and default; callers come from the run's index
+
+    # It acts in the methods vLLM passes the buffer (`buffer_methods`): a file whose index shows none needs no
+    # parse.
+    narrows = True
+    acts_in = narrowed_to_methods("buffer")
+
     examples = (
         Example(
             "Optional annotation",

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from vllm_attn_compat.codemods.engine.edits import CommentSink, Replace
-from vllm_attn_compat.codemods.engine.rule import Example, Rule
+from vllm_attn_compat.codemods.engine.rule import Example, Rule, narrowed_to
+from vllm_attn_compat.codemods.engine.scan import NOT_BEFORE_IDENTIFIER
 from vllm_attn_compat.codemods.findings import FixSafety, Status
 
 if TYPE_CHECKING:
@@ -19,6 +21,7 @@ if TYPE_CHECKING:
 _OLD_OPS = ("unified_attention", "unified_mla_attention")
 # Both spellings vLLM accepted in `splitting_ops`: the schema name and the dotted form.
 OLD_NAMES = {f"vllm{sep}{op}": f"vllm{sep}{op}_with_output" for op in _OLD_OPS for sep in ("::", ".")}
+_WHOLE_OLD_NAME = re.compile(rb"vllm(?:::|\.)unified_(?:mla_)?attention" + NOT_BEFORE_IDENTIFIER)
 
 
 def _equivalents(name: str) -> set[str]:
@@ -82,6 +85,11 @@ class OldOpNameStrings(Rule):
     tokens = tuple(name.encode() for name in OLD_NAMES)
     scoped = False
     reads_hierarchy = True  # a fork's own base class makes the rename unsafe
+    # Each finding is a string that is an old name whole: not one a longer name starts with
+    # (``vllm::unified_attention_with_output``), as most of vLLM's own are.
+    narrows = True
+    facts, acts_in = narrowed_to(_WHOLE_OLD_NAME)
+
     examples = (
         Example(
             "splitting_ops in a compilation config",

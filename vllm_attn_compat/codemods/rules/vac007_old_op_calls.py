@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
 from vllm_attn_compat.codemods.engine.edits import AddImport, DropUnusedImport, Replace
-from vllm_attn_compat.codemods.engine.rule import Example, Rule
+from vllm_attn_compat.codemods.engine.rule import Example, Rule, narrowed_to
+from vllm_attn_compat.codemods.engine.scan import NOT_AFTER_IDENTIFIER, NOT_BEFORE_IDENTIFIER
 from vllm_attn_compat.codemods.findings import FixSafety, Status
 
 if TYPE_CHECKING:
@@ -20,6 +22,7 @@ if TYPE_CHECKING:
     _Lines = cst.SimpleStatementLine | cst.FlattenSentinel[cst.BaseStatement]
 
 _OLD_OPS = ("unified_attention", "unified_mla_attention")
+_WHOLE_OP_NAME = re.compile(NOT_AFTER_IDENTIFIER + rb"unified_(?:mla_)?attention" + NOT_BEFORE_IDENTIFIER)
 _OP_REFERENCES = {f"torch.ops.vllm.{op}{suffix}": op for op in _OLD_OPS for suffix in ("", ".default")}
 # Where vLLM (<= 0.19) defined the ops' Python functions. vLLM's Triton kernel
 # `vllm.attention.ops.triton_unified_attention.unified_attention` is another function.
@@ -81,6 +84,11 @@ class OldOpCalls(Rule):
     fix_safety = FixSafety.UNSAFE
     since = fix_requires = "0.20.0"  # the release that made the output buffer mandatory
     tokens = (b"unified_attention", b"unified_mla_attention")
+    # Each finding is at the op's name, whole: not at one that merely holds it (`unified_attention_with_output`,
+    # `triton_unified_attention`), as most of vLLM's own mentions do.
+    narrows = True
+    facts, acts_in = narrowed_to(_WHOLE_OP_NAME)
+
     scoped = False
     # The buffer's shape comes from the `self.` attributes any method of the class uses (`with_output`).
     reads_in_class = (b"num_heads", b"num_kv_heads", b"head_size", b"v_head_dim")

@@ -50,6 +50,9 @@ class CompatNames(Rule):
     fix_safety = FixSafety.DISPLAY_ONLY
     # Every use names a forwarder (which VAC007's tokens cover too) or the adapter.
     tokens = (b"unified_attention", b"unified_mla_attention", b"adapt_legacy_impl")
+    # Every such name is reached through this package's name (an import, ``torch.ops.vllm_attn_compat``): vLLM's own
+    # `unified_attention` kernels alone are none of them.
+    requires = (b"vllm_attn_compat",)
     scoped = False
     reads = (b"vllm_attn_compat",)  # its imports bind the names, wherever the walk meets them
     examples = (

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from vllm_attn_compat.codemods.engine.rule import Example, Rule, class_source
+from vllm_attn_compat.codemods.engine.rule import Example, Rule, class_source, narrowed_to_methods
 from vllm_attn_compat.codemods.findings import FixSafety, Status
 
 if TYPE_CHECKING:
@@ -61,6 +61,12 @@ class DiscardedOutput(Rule):
     # Of a method's body: the statements naming `output`, the first of which it looks at (those that make a body
     # a stub, `pass`, `raise`, `...` and docstrings, are never stubbed).
     reads_statements = (b"output",)
+
+    # It acts in the methods vLLM passes the buffer, and an impl's `forward` (`buffer_methods`): a file whose
+    # index shows none needs no parse.
+    narrows = True
+    acts_in = narrowed_to_methods("buffer", "forward")
+
     examples = (
         Example(
             "a forward without an output parameter cannot be called by vLLM >= 0.20",

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from vllm_attn_compat.codemods.engine.rule import Example, Rule, class_source, short_release
+from vllm_attn_compat.codemods.engine.rule import Example, Rule, class_source, interface_methods, short_release
 from vllm_attn_compat.codemods.findings import FixSafety, Status
 
 if TYPE_CHECKING:
     import libcst as cst
 
+    from vllm_attn_compat.codemods.engine.rule import Questions
     from vllm_attn_compat.manifest import DeadHook
 
 _BACKEND = """\
@@ -129,6 +130,19 @@ class DeadOverride(Rule):
         b"use_cascade_attention",
         b"workspace_buffer",
     )
+    # A file whose classes deriving from vLLM's interface override no hook the target release ignores needs no
+    # parse.
+    narrows = True
+
+    @classmethod
+    def acts_in(cls, facts: Any, run: Questions, path: str, release: str) -> bool:
+        from vllm_attn_compat.manifest.interface import dead_overrides
+
+        return any(
+            set(names) & (dead_overrides(release, classes).keys() - _HANDLED_ELSEWHERE)
+            for classes, names in interface_methods(run, path)
+        )
+
     reads_statements = ()  # the `def` line alone
     examples = (
         Example(

@@ -7,6 +7,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from vllm_attn_compat.codemods.engine.rule import Example, Rule, class_source, short_release
+from vllm_attn_compat.codemods.engine.scan import IDENTIFIER_PATTERN, NOT_AFTER_IDENTIFIER, NOT_BEFORE_IDENTIFIER
 from vllm_attn_compat.codemods.findings import FixSafety, Status
 
 if TYPE_CHECKING:
@@ -132,19 +133,20 @@ class RemovedName(Rule):
     )
     # Of a function holding a read: every statement (an assignment to the receiver before the read).
     reads_statements = None
-    # Each finding but an op's needs a vLLM module outside the run, imported by an import statement: in a fork's
-    # own tree, where every such import is of the fork's modules, the member names are ordinary words.
+    # Each finding but an op's needs an import statement of a vLLM module outside the run, binding a removed name or
+    # a path to a manifest class: in a fork's own tree, where every such import is of the fork's modules, and in a
+    # file importing only vLLM's other modules (``vllm._C``), the member names are ordinary words.
     narrows = True
 
     @classmethod
     def facts(cls, source: bytes) -> list[Any]:
-        """[whether ``source`` names an op some release removed, the vLLM modules its import statements name]."""
-        return [any(op in source for op in _OP_TOKENS), sorted(imported_vllm_modules(source))]
+        """[whether ``source`` names an op some release removed, what its import statements bind of vLLM]."""
+        return [any(op in source for op in _OP_TOKENS), sorted(imported_vllm_names(source))]
 
     @classmethod
     def acts_in(cls, facts: Any, run: Questions, path: str, release: str) -> bool:
-        names_op, modules = facts
-        return bool(names_op) or any(not run.in_run(module) for module in modules)
+        names_op, imported = facts
+        return bool(names_op) or any(_may_report(dotted, run, release) for dotted in imported)
 
     examples = (
         Example(
@@ -225,6 +227,29 @@ class RemovedName(Rule):
         Example(
             "a removed member without an equivalent: reported",
             class_source(_METADATA.format(name="query_lengths", receiver="md"), "return md.naive_query_lens()\n"),
+            findings=(Status.MANUAL,),
+            target="0.34",
+        ),
+        Example(
+            "a class named through a vLLM module outside its attention code is none of the manifest's",
+            """
+            from vllm import _custom_ops as ops
+
+
+            def decode_lengths(md: ops.attention.CommonAttentionMetadata):
+                return md.seq_lens_cpu.tolist()
+            """,
+            target="0.34",
+        ),
+        Example(
+            "a class named through a package of vLLM's: reported",
+            """
+            from vllm import v1
+
+
+            def decode_lengths(md: v1.attention.backend.CommonAttentionMetadata):
+                return md.naive_query_lens()
+            """,
             findings=(Status.MANUAL,),
             target="0.34",
         ),
@@ -348,7 +373,7 @@ class RemovedName(Rule):
         import libcst as cst
 
         from vllm_attn_compat.codemods.engine.scope import dotted_name
-        from vllm_attn_compat.manifest.interface import resolve_class
+        from vllm_attn_compat.manifest.interface import reaches, resolve_class
 
         if isinstance(annotation, cst.SimpleString):
             text = annotation.evaluated_value
@@ -365,6 +390,8 @@ class RemovedName(Rule):
             return None
         # The import's module (``from M import n``: M; ``import M as n``: M itself) is the fork's own: left alone.
         if self.ctx.hierarchy.in_run(target) or self.ctx.hierarchy.in_run(target.rpartition(".")[0]):
+            return None
+        if not reaches(target):
             return None
         full = f"{target}.{rest}" if rest else target
         if self.ctx.hierarchy.in_run(full.rpartition(".")[0]):
@@ -384,19 +411,42 @@ _OP_TOKENS = (b"maybe_calc_kv_scales",)
 
 # Between the names of a dotted module in an import statement: blanks and line continuations, never a comment.
 _GAP = rb"(?:[ \t\f]|\\\r?\n|\\\r)*"
-_NAME = rb"[A-Za-z_\x80-\xff][A-Za-z0-9_\x80-\xff]*"
-_VLLM_PATH = re.compile(rb"(?<![A-Za-z0-9_\x80-\xff.])vllm(?:" + _GAP + rb"\." + _GAP + _NAME + rb")+")
-_FROM = re.compile(rb"(?<![A-Za-z0-9_\x80-\xff])from" + _GAP + rb"(vllm(?:" + _GAP + rb"\." + _GAP + _NAME + rb")+)")
+_NAME = IDENTIFIER_PATTERN
+_MODULE = rb"vllm(?:" + _GAP + rb"\." + _GAP + _NAME + rb")*"  # (``from vllm import v1`` binds ``vllm.v1``)
+_VLLM_PATH = re.compile(rb"(?<![A-Za-z0-9_\x80-\xff.])" + _MODULE)
+# What follows ``import`` in a ``from`` statement: a parenthesized list (which may span lines and hold comments, and
+# holds no string) or the rest of its logical line.
+_IMPORTED = rb"(\((?:[^)#]|#[^\r\n]*)*\)|(?:[^\r\n;#\\(]|\\\r?\n|\\\r|\\)*)"
+_FROM = re.compile(
+    NOT_AFTER_IDENTIFIER + rb"from" + _GAP + rb"(" + _MODULE + rb")" + _GAP + rb"import" + _GAP + _IMPORTED
+)
+_COMMENT = re.compile(rb"#[^\r\n]*")
 # What follows ``import`` up to the end of its logical line (an import statement holds no bracket or string).
-_IMPORT = re.compile(rb"(?<![A-Za-z0-9_\x80-\xff])import(?![A-Za-z0-9_\x80-\xff])((?:[^\r\n;#\\]|\\\r?\n|\\\r|\\)*)")
+_IMPORT = re.compile(NOT_AFTER_IDENTIFIER + rb"import" + NOT_BEFORE_IDENTIFIER + rb"((?:[^\r\n;#\\]|\\\r?\n|\\\r|\\)*)")
 _BLANKS = re.compile(_GAP)
+_IDENTIFIER = re.compile(_NAME)
 
 
-def imported_vllm_modules(source: bytes) -> set[str]:
-    """Every absolute vLLM module (``vllm.x...``) an import statement of ``source`` names, and perhaps some
-    more (text shaped like one in strings and comments): ``from M import ...`` gives M, ``import M [as n], ...``
-    each M."""
-    found = {match.group(1) for match in _FROM.finditer(source)}
+def imported_vllm_names(source: bytes) -> set[str]:
+    """What each import statement of ``source`` binds from vLLM (``vllm.x...``), as a dotted name, and perhaps more
+    (text shaped like an import in strings and comments, an alias's own name): ``from M import a, b as c`` gives
+    ``M.a``, ``M.b`` and ``M.c``; ``import M [as n], ...`` each ``M``."""
+    found: set[bytes] = set()
+    for match in _FROM.finditer(source):
+        module = _BLANKS.sub(b"", match.group(1))
+        found.update(module + b"." + name for name in _IDENTIFIER.findall(_COMMENT.sub(b"", match.group(2))))
     for match in _IMPORT.finditer(source):
-        found.update(path.group(0) for path in _VLLM_PATH.finditer(match.group(1)))
-    return {_BLANKS.sub(b"", path).decode("utf-8", "surrogateescape") for path in found}
+        found.update(_BLANKS.sub(b"", path.group(0)) for path in _VLLM_PATH.finditer(match.group(1)))
+    return {name.decode("utf-8", "surrogateescape") for name in found}
+
+
+def _may_report(dotted: str, run: Questions, release: str) -> bool:
+    """Whether an import binding the vLLM name ``dotted`` can lead to a finding: a name ``release`` removed, imported
+    from a module outside the run (`RemovedName.visit_ImportFrom`), or a path to a manifest class outside the run
+    (`RemovedName._annotated_class`)."""
+    from vllm_attn_compat.manifest.interface import reaches, removed_name
+
+    module, _, name = dotted.rpartition(".")
+    if not module or run.in_run(module):  # (``import vllm`` binds ``vllm``, which the rule reads nothing through)
+        return False
+    return removed_name(release, module, name) is not None or (not run.in_run(dotted) and reaches(dotted))

@@ -3,15 +3,16 @@ parameters where vLLM gives them a default."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from vllm_attn_compat.codemods.engine.rule import Example, Rule, class_source, short_release
+from vllm_attn_compat.codemods.engine.rule import Example, Rule, class_source, interface_methods, short_release
 from vllm_attn_compat.codemods.findings import FixSafety, Status
 
 if TYPE_CHECKING:
     import libcst as cst
 
     from vllm_attn_compat.codemods.engine.edits import CommentSink
+    from vllm_attn_compat.codemods.engine.rule import Questions
     from vllm_attn_compat.manifest.types import Parameter
 
 _BACKEND = """\
@@ -98,6 +99,20 @@ class SignatureDrift(Rule):
         b"supports_combination",
         b"validate_configuration",
     )
+    # A file whose classes deriving from vLLM's interface override no member whose parameters some release changed
+    # needs no parse.
+    narrows = True
+
+    @classmethod
+    def acts_in(cls, facts: Any, run: Questions, path: str, release: str) -> bool:
+        from vllm_attn_compat.manifest.interface import base_member
+
+        return any(
+            name.encode() in _TOKENS and base_member(release, classes, name) is not None
+            for classes, names in interface_methods(run, path)
+            for name in names
+        )
+
     # Of a method holding a token: every statement (a name the new parameter would hide).
     reads_statements = None
     examples = (

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from vllm_attn_compat.codemods.engine.rule import Example, Rule, short_release
+from vllm_attn_compat.codemods.engine.rule import Example, Rule, interface_of, short_release
 from vllm_attn_compat.codemods.findings import FixSafety, Status
 
 if TYPE_CHECKING:
@@ -140,13 +140,13 @@ def _missing(run: Questions, full: str, release: str) -> dict[str, Abstract]:
     interface (a backend by its shape alone is no subclass: Python asks nothing of it)."""
     from vllm_attn_compat.manifest.interface import missing_abstract
 
-    answer = run.vllm_interface(full)
-    if not answer or answer.startswith("~"):
+    classes, duck = interface_of(run.vllm_interface(full))
+    if not classes or duck:
         return {}
     implemented = run.concrete_members(full)
     if implemented is None:
         return {}
-    return missing_abstract(release, tuple(answer.split(",")), implemented.split(","))
+    return missing_abstract(release, classes, implemented.split(","))
 
 
 def _oldest_release() -> str:

@@ -20,15 +20,15 @@ import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Set
 
 from vllm_attn_compat.codemods.index import classscan
-from vllm_attn_compat.codemods.index.hierarchy import ClassHierarchy, ModuleIndex, unparsed_index
+from vllm_attn_compat.codemods.index.hierarchy import ClassHierarchy, ModuleIndex, unparsed_index, uses_read
 from vllm_attn_compat.codemods.index.names import FLAG_BYTES
 from vllm_attn_compat.codemods.run import parallel, reading
 from vllm_attn_compat.codemods.run.reading import RunFile
 from vllm_attn_compat.codemods.run.report import FileError
 
-# What indexes a round's files (given as the class scan finds them): ``(path, outcome)`` for each, the outcome a
-# `ModuleIndex` or why there is none.
-Index = Callable[[Iterable[RunFile]], Iterable[tuple[str, object]]]
+# What indexes a round's files (given as the class scan finds them), recording the uses of the attribute names given
+# (`calls.CallIndex.names`): ``(path, outcome)`` for each, the outcome a `ModuleIndex` or why there is none.
+Index = Callable[[Iterable[RunFile], frozenset[str]], Iterable[tuple[str, object]]]
 
 
 def build_hierarchy(
@@ -36,9 +36,11 @@ def build_hierarchy(
 ) -> tuple[ClassHierarchy, dict[str, object]]:
     """The class hierarchy of the run over ``files`` (``worth``: those the prefilter kept, the files holding one of
     the texts ``prefilter``), with what each file that took part gave: its `ModuleIndex`, its
-    `classscan.ScannedIndex` (spared), or why it has none (whatever ``index`` gave for it). ``index(files)`` yields
-    ``(path, outcome)`` for each file of ``files`` (an iterator: each file comes once the class scan has found that
-    it must be parsed)."""
+    `classscan.ScannedIndex` (spared), or why it has none (whatever ``index`` gave for it). ``index(files, names)``
+    yields ``(path, outcome)`` for each file of ``files`` (an iterator: each file comes once the class scan has found
+    that it must be parsed), recording the uses of the attribute ``names``: those the analysis of the files indexed
+    so far reads (`hierarchy.uses_read`). A file indexed before a name joined them, which uses it, is indexed again
+    with it (uses are a file's most numerous records: a run keeps those it reads alone)."""
     from vllm_attn_compat.codemods.index.names import guess_module_name
 
     indexes: dict[str, object] = {}
@@ -66,19 +68,28 @@ def build_hierarchy(
     must_parse: set[str] = set()  # files the class scan spared once, which later rounds need indexed
     checked_methods: frozenset[str] = frozenset()  # the methods each file spared in earlier rounds was checked for
     built = ClassHierarchy.build([], run_modules)
+    read = uses_read(built)
     stems = _Stems(files)
     while pending:
         # Files whose class headers show no class that can be an attention class (nor a patch, nor a
         # backend's shape) skip the parse until a later round needs them (below).
         spared_now: dict[str, classscan.ScannedIndex] = {}
-        indexed = dict(index(_to_parse(pending, must_parse, known_names, spared_now)))
+        indexed = dict(index(_to_parse(pending, must_parse, known_names, spared_now), read))
         indexes.update(spared_now)
         indexes.update(indexed)
         for path, outcome in indexed.items():
             if isinstance(outcome, FileError):
                 unparsed[path] = unparsed_index(by_path[path].source, path)
-        found = [index for index in indexes.values() if isinstance(index, ModuleIndex)]
-        built = ClassHierarchy.build([*found, *unparsed.values()], run_modules)
+        built = _built(indexes, unparsed, run_modules)
+        read = uses_read(built)
+        lacking = [
+            by_path[path]
+            for path, outcome in indexes.items()
+            if isinstance(outcome, ModuleIndex) and outcome.calls.lacks(read)
+        ]
+        if lacking:  # (indexed again, a file gives the same classes and methods: `read` stays)
+            indexes.update(index(lacking, read))
+            built = _built(indexes, unparsed, run_modules)
         new_names = built.scope_class_names() - known_names
         known_names |= new_names
         has_name = _words(new_names)
@@ -123,6 +134,12 @@ def build_hierarchy(
     return built, indexes
 
 
+def _built(indexes: Mapping[str, object], unparsed: Mapping[str, ModuleIndex], modules: Set[str]) -> ClassHierarchy:
+    """The hierarchy of the files indexed so far."""
+    found = [index for index in indexes.values() if isinstance(index, ModuleIndex)]
+    return ClassHierarchy.build([*found, *unparsed.values()], modules)
+
+
 def _smallest_first(f: RunFile) -> tuple[int, str]:
     """The order the accounting reads files in: a small file costs little to parse, and a use that withholds every
     fix (reflection) is as likely there as in a large one. Decided by the files alone (sizes, then paths)."""
@@ -164,7 +181,7 @@ def _words(names: frozenset[str]) -> Callable[[RunFile], bool]:
     """Whether a file names one of ``names`` as a whole identifier."""
 
     def make() -> Callable[[bytes], bool]:
-        from vllm_attn_compat.codemods.run.scan import TokenScan
+        from vllm_attn_compat.codemods.engine.scan import TokenScan
 
         return TokenScan([name.encode() for name in names], whole_words=True)
 

@@ -19,6 +19,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 import time
@@ -116,7 +117,7 @@ def _run(
     try:
         from vllm_attn_compat.codemods import registry
         from vllm_attn_compat.codemods.engine import migrate, tokens
-        from vllm_attn_compat.codemods.run.scan import GuardedScan
+        from vllm_attn_compat.codemods.engine.scan import GuardedScan
 
         report = _listing(found, options)
         rules = registry.select_rules(options.select, options.ignore)
@@ -208,6 +209,13 @@ def _read(
 _FEW_WITHIN = 512
 
 
+def _reads_text(rule: type[Rule]) -> bool:
+    """Whether the rule's narrowing reads the file's text (`Rule.facts`), not the run's index alone."""
+    from vllm_attn_compat.codemods.engine.rule import Rule
+
+    return rule.facts.__func__ is not Rule.facts.__func__  # type: ignore[attr-defined]
+
+
 def _preload(pool: parallel.Pool, workers: int) -> None:
     """Start ``workers`` of the pool, each importing libcst at once (`worker.preload`)."""
     pool.prepare(worker.preload, workers)
@@ -227,7 +235,6 @@ class _Migration:
         self.rules, self.options, self.report, self.pool, self.cache = rules, options, report, pool, cache
         self.excluded: set[str] = set()
         self.indexed: dict[str, ModuleIndex] = {}  # the indexes this run made, which the cache keeps
-        self.read_names: frozenset[str] = frozenset()  # the methods whose uses the call-site analysis read
         self._needs: dict[tuple[bool, bool], Any] = {}  # the questions `_needs_libcst` asks, by the file's kinds
 
     def run(
@@ -255,34 +262,35 @@ class _Migration:
         # A file needing libcst holds a prefilter token, or an attention-class name (it was indexed);
         # rules scoped to attention classes matter only where the index shows such a class.
         reachable = {f.path: f for f in run_files if f.path in indexes} | {f.path: f for f in worth}
-        candidates = [
-            f
-            for path, f in sorted(reachable.items())
-            if path not in failed and self._needs_libcst(f, indexes.get(path), hierarchy)
-        ]
-        report.parsed = len((set(indexes) - self.excluded) | {c.path for c in candidates})
+        candidates: list[RunFile] = []
         diffs: dict[str, str] = {}
         rewritten: dict[str, bytes] = {}  # the files the run's fixes changed, as they left them
-        missed = []
-        for item in candidates:
-            kept = self._kept_migration(item, hierarchy)
-            if kept is None:
-                missed.append(item)
-            else:  # (a migration is kept only of a file that parsed)
-                self._record(item, kept, diffs, rewritten)
-        # A file the class scan spared is parsed by ``ast`` before libcst sees it, as every indexed file was
-        # (CPython's parser rejects input on which libcst's native parser would hang or crash, and points at
-        # syntax errors more precisely).
-        for item in missed:
-            if isinstance(indexes.get(item.path), classscan.ScannedIndex):
-                checked = worker.check_syntax(item.source, item.path)
-                if isinstance(checked, FileError):
-                    report.errors.append(checked)
-        failed = {error.path for error in report.errors}
-        self.read_names = frozenset(name for _, name in hierarchy.calls.methods)
-        items = [item for item in missed if item.path not in failed]
-        pending = {item.path for item in items}
-        self._migrate(items, hierarchy, diffs, rewritten, (lambda: meanwhile(pending)) if meanwhile else int)
+        pending: set[str] = set()
+
+        def to_migrate() -> Iterator[RunFile]:
+            """The files that need libcst and whose migration the cache does not hold, each as soon as it is found
+            (the workers migrate the first while this process asks the others)."""
+            for path, f in sorted(reachable.items()):
+                if path in failed or not self._needs_libcst(f, indexes.get(path), hierarchy):
+                    continue
+                candidates.append(f)
+                kept = self._kept_migration(f, hierarchy)
+                if kept is not None:  # (a migration is kept only of a file that parsed)
+                    self._record(f, kept, diffs, rewritten)
+                    continue
+                # A file the class scan spared is parsed by ``ast`` before libcst sees it, as every indexed file
+                # was (CPython's parser rejects input on which libcst's native parser would hang or crash, and
+                # points at syntax errors more precisely).
+                if isinstance(indexes.get(path), classscan.ScannedIndex):
+                    checked = worker.check_syntax(f.source, path)
+                    if isinstance(checked, FileError):
+                        report.errors.append(checked)
+                        continue
+                pending.add(path)
+                yield f
+
+        self._migrate(to_migrate(), hierarchy, diffs, rewritten, (lambda: meanwhile(pending)) if meanwhile else int)
+        report.parsed = len((set(indexes) - self.excluded) | {c.path for c in candidates})
         for path in sorted(diffs):  # workers finish in any order; the output must not depend on it
             emit_diff(diffs[path])
         report.changed.sort()
@@ -297,28 +305,31 @@ class _Migration:
             rewritten,
         )
 
-    def _index(self, to_index: Iterable[RunFile]) -> Iterator[tuple[str, object]]:
-        """``(path, outcome)`` of each file to index: the index the cache kept of its bytes, else one made (in the
-        workers, as the files come, when there are enough); a file that does not parse is reported, unless
-        excluded."""
+    def _index(self, to_index: Iterable[RunFile], names: frozenset[str]) -> Iterator[tuple[str, object]]:
+        """``(path, outcome)`` of each file to index, recording the uses of the attribute ``names``: the index the
+        cache kept of its bytes, where it recorded them, else one made (in the workers, as the files come, when
+        there are enough); a file that does not parse is reported, unless excluded."""
         from vllm_attn_compat.codemods.index import records
 
         kept: list[tuple[str, object]] = []
         by_path: dict[str, RunFile] = {}
 
-        def tasks() -> Iterator[tuple[str, tuple[bytes, str]]]:
+        def tasks() -> Iterator[tuple[str, tuple[bytes, str, frozenset[str]]]]:
             for f in to_index:
                 data = f.kept_for_module().get("index")
                 if data is not None:
                     try:
-                        kept.append((f.path, records.from_data(data, self.cache.path if self.cache else None)))
-                        f.results["index"] = data
-                        continue
+                        index = records.from_data(data)
                     except ValueError as error:
                         assert self.cache is not None
                         self.cache.warn(f"holds an index that is not valid ({error})")
+                    else:
+                        if not index.calls.lacks(names):
+                            kept.append((f.path, index))
+                            f.results["index"] = data
+                            continue
                 by_path[f.path] = f
-                yield f.path, (f.source, f.path)
+                yield f.path, (f.source, f.path, names)
 
         outcomes = self.pool.map(worker.index_file, tasks(), few_here=True)  # (the workers may be importing libcst)
         for path, outcome in progress.bar(outcomes, None, self.options.progress, "index classes"):
@@ -335,7 +346,8 @@ class _Migration:
 
     def _needs_libcst(self, f: RunFile, index: object, hierarchy: ClassHierarchy) -> bool:
         """`migrate.needs_parsing` of a file for the rules that can act in it (all where its index shows an
-        attention class, else those acting anywhere; a rule that narrows its tokens, where it acts: `Rule.narrows`),
+        attention class, else those acting anywhere; a rule that requires more than its tokens, where the file holds
+        it: `Rule.requires`; a rule that narrows its tokens, where it acts: `Rule.narrows`),
         the answers kept by the rules' codes and the run's attention classes."""
         from vllm_attn_compat.codemods.engine import migrate
         from vllm_attn_compat.codemods.index.hierarchy import ModuleIndex
@@ -348,14 +360,28 @@ class _Migration:
         if kinds not in self._needs:
             rules = migrate.acting(self.rules, attention=kinds[0], interface=kinds[1])
             names = hierarchy.scope_class_names()
-            plain = self._parse_question([rule for rule in rules if not rule.narrows], names)
-            narrowing = [(rule, self._parse_question([rule], names)) for rule in rules if rule.narrows]
+            plain = self._parse_question([rule for rule in rules if not (rule.narrows or rule.requires)], names)
+            narrowing = [(rule, self._parse_question([rule], names)) for rule in rules if rule.narrows or rule.requires]
             self._needs[kinds] = plain, narrowing, _release(self.options).release
         plain, narrowing, release = self._needs[kinds]
         return self._holds_tokens(f, plain) or any(
-            self._holds_tokens(f, question)
-            and rule.acts_in(f.ask(f"facts {rule.code}", rule.facts), hierarchy, f.path, release)
-            for rule, question in narrowing
+            self._may_act(rule, question, f, hierarchy, release) for rule, question in narrowing
+        )
+
+    def _may_act(self, rule: type[Rule], question: Any, f: RunFile, hierarchy: ClassHierarchy, release: str) -> bool:
+        """Whether ``rule`` (one that requires or narrows) needs libcst to see the file: the file holds what it
+        requires and one of its tokens, and it acts there. A narrowing read from the run's index alone is asked
+        before the tokens, which cost more to look for."""
+        from vllm_attn_compat.codemods.engine import migrate
+
+        if rule.requires and not f.ask(f"requires {rule.code}", functools.partial(migrate.holds_required, rule)):
+            return False
+        if not rule.narrows:
+            return self._holds_tokens(f, question)
+        if not _reads_text(rule):
+            return rule.acts_in(None, hierarchy, f.path, release) and self._holds_tokens(f, question)
+        return self._holds_tokens(f, question) and rule.acts_in(
+            f.ask(f"facts {rule.code}", rule.facts), hierarchy, f.path, release
         )
 
     def _parse_question(
@@ -395,7 +421,7 @@ class _Migration:
 
     def _migrate(
         self,
-        items: Sequence[RunFile],
+        items: Iterable[RunFile],
         hierarchy: ClassHierarchy,
         diffs: dict[str, str],
         rewritten: dict[str, bytes],
@@ -409,12 +435,17 @@ class _Migration:
         settings = pickle.dumps(
             (self.rules, hierarchy, options.unsafe_fixes, options.old_op_calls, options.verifies, _release(options))
         )
-        by_path = {item.path: item for item in items}
-        tasks = [(item.path, (settings, item.source, item.path)) for item in items]
+        by_path: dict[str, RunFile] = {}
+
+        def tasks() -> Iterator[tuple[str, tuple[bytes, bytes, str]]]:
+            for item in items:
+                by_path[item.path] = item
+                yield item.path, (settings, item.source, item.path)
+
         # libcst missing or broken: every file fails alike, and the command names it once (cli.py)
         missing: MissingDependency | None = None
-        outcomes = self.pool.map(worker.migrate_with, tasks, meanwhile=meanwhile)
-        for path, outcome in progress.bar(outcomes, len(tasks), options.progress, "migrate"):
+        outcomes = self.pool.map(worker.migrate_with, tasks(), meanwhile=meanwhile)
+        for path, outcome in progress.bar(outcomes, None, options.progress, "migrate"):
             if isinstance(outcome, MissingDependency):
                 missing = outcome  # raised once all are in: the pool shuts down as usual, leaving no process behind
                 continue
@@ -487,14 +518,14 @@ class _Saving:
     def _results(self, run_files: Iterable[RunFile], written: Set[str]) -> dict[str, dict[str, Any]]:
         from vllm_attn_compat.codemods.index import records
 
-        indexes, read = self.migration.indexed, self.migration.read_names
+        indexes = self.migration.indexed
         results: dict[str, dict[str, Any]] = {}
         for f in run_files:
             if f.path in written:
                 self.cache.statuses.pop(f.source_file.real_path, None)
                 continue
             if f.path in indexes:
-                f.results["index"] = records.to_data(indexes[f.path], read)
+                f.results["index"] = records.to_data(indexes[f.path])
             results[f.source_file.real_path] = f.results
         return results
 
@@ -529,9 +560,9 @@ def run_source(source: bytes, path: str, options: Options) -> tuple[RunReport, b
 def _run_source(source: bytes, path: str, options: Options) -> tuple[RunReport, bytes, str]:
     from vllm_attn_compat.codemods import registry
     from vllm_attn_compat.codemods.engine import migrate
+    from vllm_attn_compat.codemods.engine.scan import TokenScan
     from vllm_attn_compat.codemods.index import callsites, hierarchy
     from vllm_attn_compat.codemods.run.dependencies import MissingDependency
-    from vllm_attn_compat.codemods.run.scan import TokenScan
 
     report = RunReport(mode=options.mode, scanned=1, target=options.target)
     rules = registry.select_rules(options.select, options.ignore)

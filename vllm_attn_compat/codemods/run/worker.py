@@ -63,11 +63,12 @@ def preload() -> None:
         pass
 
 
-def index_file(source: bytes, path: str) -> ModuleIndex | FileError:
-    """The file's class index (``hierarchy.ModuleIndex``), or a :class:`FileError` if it does not parse."""
+def index_file(source: bytes, path: str, names: frozenset[str] | None = None) -> ModuleIndex | FileError:
+    """The file's class index (``hierarchy.ModuleIndex``), recording the uses of the attribute ``names`` (None: all),
+    or a :class:`FileError` if it does not parse."""
     from vllm_attn_compat.codemods.index import hierarchy
 
-    return _parsed(hierarchy.index_module, source, path)
+    return _parsed(lambda text, name: hierarchy.index_module(text, name, names=names), source, path)
 
 
 def check_syntax(source: bytes, path: str) -> bool | FileError:

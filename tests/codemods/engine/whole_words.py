@@ -1,4 +1,4 @@
-"""Whole-identifier occurrence, written plainly: the definition `run.scan.TokenScan` (``whole_words``) is tested
+"""Whole-identifier occurrence, written plainly: the definition `engine.scan.TokenScan` (``whole_words``) is tested
 against. Shared by the scan's tests."""
 
 from __future__ import annotations

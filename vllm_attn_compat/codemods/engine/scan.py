@@ -16,6 +16,9 @@ import re
 from collections.abc import Iterable
 
 from vllm_attn_compat.codemods.index.names import IDENTIFIER_BYTES as _IDENTIFIER_BYTES
+from vllm_attn_compat.codemods.index.names import IDENTIFIER_PATTERN as IDENTIFIER_PATTERN
+from vllm_attn_compat.codemods.index.names import NOT_AFTER_IDENTIFIER as NOT_AFTER_IDENTIFIER
+from vllm_attn_compat.codemods.index.names import NOT_BEFORE_IDENTIFIER as NOT_BEFORE_IDENTIFIER
 
 # Long enough to be selective in ordinary code, short enough to be shared by related tokens.
 ANCHOR_LENGTH = 8
@@ -76,10 +79,6 @@ def choose_anchors(
     return tuple(anchors)
 
 
-# Nothing of an identifier before: where a whole word may start (`names.IDENTIFIER_BYTES`).
-_NOT_AFTER_IDENTIFIER = rb"(?<![A-Za-z0-9_\x80-\xff])"
-
-
 # Past this many occurrences of an anchor in one file, confirming each occurrence costs more than
 # looking for each of the anchor's tokens in the whole file.
 _OCCURRENCES_CHECKED = 32
@@ -110,23 +109,20 @@ class TokenScan:
         # anchor at ``p + token.index(anchor)``, and every occurrence of the anchor is visited, so that window is
         # all there is to search. A whole word is found there with nothing of an identifier before it (the
         # search sees the bytes before the window), the longest first, and nothing after it (`_holds_word`).
-        self._windows = (
-            ()
-            if once and not whole_words
-            else tuple(
-                (
-                    re.compile(
-                        (_NOT_AFTER_IDENTIFIER if whole_words else b"")
-                        + b"(?:"
-                        + b"|".join(re.escape(token) for token in sorted(group, key=lambda t: (-len(t), t)))
-                        + b")"
-                    ),
-                    max(token.index(anchor) for token in group),
-                    max(len(token) - token.index(anchor) for token in group),
-                )
-                for anchor, group in self.groups
+        # Each is made the first time its anchor is found: a scan of a file or two meets a few.
+        self._windows: list[tuple[re.Pattern[bytes], int, int] | None] = [None] * len(self.groups)
+
+    def _window(self, place: int) -> tuple[re.Pattern[bytes], int, int]:
+        window = self._windows[place]
+        if window is None:
+            anchor, group = self.groups[place]
+            pattern = b"|".join(re.escape(token) for token in sorted(group, key=lambda t: (-len(t), t)))
+            window = self._windows[place] = (
+                re.compile((NOT_AFTER_IDENTIFIER if self.whole_words else b"") + b"(?:" + pattern + b")"),
+                max(token.index(anchor) for token in group),
+                max(len(token) - token.index(anchor) for token in group),
             )
-        )
+        return window
 
     @property
     def anchors(self) -> tuple[bytes, ...]:
@@ -134,16 +130,18 @@ class TokenScan:
 
     def __call__(self, source: bytes) -> bool:
         if self.whole_words:
-            return any(
-                _holds_word(source, anchor, window, before, after)
-                for (anchor, _), (window, before, after) in zip(self.groups, self._windows, strict=True)
-            )
+            for place, (anchor, _) in enumerate(self.groups):
+                at = source.find(anchor)
+                if at != -1 and _holds_word(source, anchor, at, *self._window(place)):
+                    return True
+            return False
         if self.once:
             return any(token in source for token in self.tokens)
-        for (anchor, tokens), (window, before, after) in zip(self.groups, self._windows, strict=True):
+        for place, (anchor, tokens) in enumerate(self.groups):
             at = source.find(anchor)
             if at == -1:
                 continue
+            window, before, after = self._window(place)
             for _ in range(_OCCURRENCES_CHECKED):
                 if window.search(source, max(at - before, 0), at + after):
                     return True
@@ -156,11 +154,10 @@ class TokenScan:
         return False
 
 
-def _holds_word(source: bytes, anchor: bytes, window: re.Pattern[bytes], before: int, after: int) -> bool:
+def _holds_word(source: bytes, anchor: bytes, at: int, window: re.Pattern[bytes], before: int, after: int) -> bool:
     """Whether a word of ``window`` (all containing ``anchor``: `TokenScan`) stands in ``source`` as a whole
     identifier, looked for around each occurrence of the anchor. (Nothing of an identifier may follow it: checked
-    here, the window ending where its longest word would.)"""
-    at = source.find(anchor)
+    here, the window ending where its longest word would.) ``at``: the anchor's first occurrence."""
     while at != -1:
         for found in window.finditer(source, max(at - before, 0), at + after):
             end = found.end()

@@ -7,8 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from vllm_attn_compat.codemods.engine.migrate import prefilter_groups, prefilter_tokens
+from vllm_attn_compat.codemods.engine.scan import GuardedScan, TokenScan, choose_anchors
 from vllm_attn_compat.codemods.registry import all_rules
-from vllm_attn_compat.codemods.run.scan import GuardedScan, TokenScan, choose_anchors
 
 from whole_words import contains_word
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from vllm_attn_compat.codemods.run.scan import _OCCURRENCES_CHECKED, TokenScan
+from vllm_attn_compat.codemods.engine.scan import _OCCURRENCES_CHECKED, TokenScan
 
 from whole_words import contains_word
 

@@ -168,15 +168,21 @@ def migrate_source(
         # A caller that built the hierarchy from other files: this file's classes count too.
         with contextlib.suppress(SyntaxError):  # libcst reports it below, with its position
             hierarchy = hierarchy.extended(index_module(source, path))
+    span_tokens = {rule: rule.tokens for rule in rules}
     if narrow:
         from vllm_attn_compat.manifest import newest
 
         release = target.release if target is not None else newest()
-        rules = [
-            r
-            for r in rules
-            if holds_required(r, source) and (not r.narrows or r.acts_in(r.facts(source), hierarchy, path, release))
-        ]
+        for rule in rules:
+            if not holds_required(rule, source):
+                del span_tokens[rule]
+            elif rule.narrows:
+                facts = rule.facts(source)
+                if rule.acts_in(facts, hierarchy, path, release):
+                    span_tokens[rule] = rule.span_tokens(facts, hierarchy, path, release)
+                else:
+                    del span_tokens[rule]
+        rules = list(span_tokens)
     if not _may_apply(source, path, rules, hierarchy):
         # No attention class here and no token of a rule that works outside them: nothing can
         # change, so skip libcst's parse and traversal (several times the cost of `ast`).
@@ -188,7 +194,7 @@ def migrate_source(
         from vllm_attn_compat.codemods.engine import spans, statements
 
         needs = [
-            spans.Needs(rule.tokens, rule.reads, rule.reads_in_class, rule.scoped, rule.reads_statements)
+            spans.Needs(span_tokens[rule], rule.reads, rule.reads_in_class, rule.scoped, rule.reads_statements)
             for rule in rules
         ]
         reduction = spans.reduce(source, needs, _scope_test(hierarchy, hierarchy.module_name(path), rules))

@@ -200,6 +200,13 @@ class Rule:
         the target ``release``."""
         return True
 
+    @classmethod
+    def span_tokens(cls, facts: Any, run: Questions, path: str, release: str) -> tuple[bytes, ...]:
+        """Of the rule's `tokens`, those marking the code it can act on in a file where it acts (`acts_in`) with these
+        ``facts``: what libcst is handed of the file for it (`spans`). All of them unless the facts tell more
+        (VAC011 in a file where it can only report an op)."""
+        return cls.tokens
+
     def __init__(self, ctx: FileContext) -> None:
         self.ctx = ctx
 

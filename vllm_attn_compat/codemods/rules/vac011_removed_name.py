@@ -148,6 +148,13 @@ class RemovedName(Rule):
         names_op, imported = facts
         return bool(names_op) or any(_may_report(dotted, run, release) for dotted in imported)
 
+    @classmethod
+    def span_tokens(cls, facts: Any, run: Questions, path: str, release: str) -> tuple[bytes, ...]:
+        # Where no import can lead to a finding (a fork's own tree), the rule reports an op alone: libcst is handed
+        # the statements naming one, not every function reading `seq_lens_cpu` or holding `prefill_`.
+        _, imported = facts
+        return cls.tokens if any(_may_report(dotted, run, release) for dotted in imported) else _OP_TOKENS
+
     examples = (
         Example(
             "an import of the class vLLM 0.26 removed",

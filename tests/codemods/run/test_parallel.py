@@ -9,7 +9,7 @@ import time
 
 from vllm_attn_compat.codemods.run.parallel import IN_PROCESS_BELOW, Pool, WorkerCrashed
 
-from pool_tasks import remember_pid, square_or_die, tasks, wait_for
+from pool_tasks import remember_pid, square_or_die, tasks, touch, wait_for
 
 
 def _map(pool: Pool, count: int, **more: bool) -> dict[str, object]:
@@ -70,6 +70,30 @@ def test_tasks_given_as_they_are_made_are_submitted_as_they_come():
         f"file{n}.py": n * n for n in range(12)
     }
     assert os.getpid() not in {pid for _, pid in results.values()}  # type: ignore[misc]
+
+
+def test_a_started_pool_has_the_first_task_at_work_before_the_next_is_made(tmp_path):
+    """Migration hands each file to the workers as soon as the run finds it needs libcst: the first is migrated while
+    the run looks at the others, not once a handful were found."""
+    first = tmp_path / "first"
+    ran_first: list[bool] = []
+
+    def making():
+        yield "first", (str(first),)
+        deadline = time.monotonic() + 10
+        while not first.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        ran_first.append(first.exists())
+        yield "second", (str(tmp_path / "second"),)
+
+    pool = Pool(2)
+    pool.start()
+    try:
+        results = dict(pool.map(touch, making()))
+    finally:
+        pool.close()
+    assert ran_first == [True] and set(results) == {"first", "second"}
+    assert os.getpid() not in results.values()
 
 
 def test_a_dying_worker_costs_only_the_file_it_was_processing():

@@ -147,7 +147,9 @@ class Pool:
                 meanwhile()
                 return
             yield task[0], function(*task[1])
-        first = list(itertools.islice(stream, IN_PROCESS_BELOW))
+        # Whether the tasks are few enough to stay here is asked only where it can be so: to the workers started,
+        # the first task goes as soon as it comes (a file found to need libcst while the run looks at the others).
+        first = [] if self._executor is not None and not few_here else list(itertools.islice(stream, IN_PROCESS_BELOW))
         if self.jobs <= 1 or (len(first) < IN_PROCESS_BELOW and (few_here or self._executor is None)):
             meanwhile()
             for key, arguments in itertools.chain(first, stream):

@@ -132,3 +132,31 @@ def test_a_run_recording_the_uses_it_reads_reports_what_one_recording_every_use_
     assert any("reads its signature" in message for message in messages)  # and so does the signature's reader
     monkeypatch.setattr(calls._Collector, "_records", lambda self, name: self.attributes.add(name) or True)
     assert [_findings(tree) for tree in trees] == recorded
+
+
+def test_the_first_round_indexes_a_file_while_the_prefilter_looks_at_the_others(tmp_path):
+    """The prefilter keeps files as the first round asks for them (`reading.Kept`): the first kept is on its way to
+    be indexed before the last is scanned, and the hierarchy is the one of all the files kept."""
+    from vllm_attn_compat.codemods.run import files, reading
+    from vllm_attn_compat.codemods.run.rounds import build_hierarchy
+    from vllm_attn_compat.codemods.run.worker import index_file
+
+    impl = "from vllm.v1.attention.backend import AttentionImpl\n\n\nclass Impl{n}(AttentionImpl):\n    pass\n"
+    _tree(tmp_path, {f"plugin/impl{n}.py": impl.format(n=n) for n in range(4)})
+    run_files = [reading.read(f, None, 0, False) for f in files.discover([str(tmp_path)]).files]
+    events: list[tuple[str, str]] = []
+
+    def scanned(f):
+        events.append(("scanned", os.path.basename(f.path)))
+        return b"vllm" in f.source
+
+    def index(to_index, names):
+        for f in to_index:
+            events.append(("indexed", os.path.basename(f.path)))
+            yield f.path, index_file(f.source, f.path, names)
+
+    hierarchy, _ = build_hierarchy(run_files, reading.Kept(run_files, scanned), index)
+    scans = [n for n, (what, _) in enumerate(events) if what == "scanned"]
+    assert [name for what, name in events if what == "scanned"] == [f"impl{n}.py" for n in range(4)]
+    assert events.index(("indexed", "impl0.py")) < scans[-1]
+    assert sorted(name.rpartition(".")[2] for name in hierarchy.scope_class_names()) == [f"Impl{n}" for n in range(4)]

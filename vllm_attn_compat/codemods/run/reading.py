@@ -10,7 +10,7 @@ changed is read at once, and keeps its results when its bytes are those the cach
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from vllm_attn_compat.codemods.run import cache as cache_module
@@ -135,6 +135,33 @@ def _boolean(data: object) -> bool:
     if type(data) is not bool:
         raise TypeError(f"expected a boolean answer, found {data!r:.40}")
     return data
+
+
+class Kept:
+    """The files of ``files`` for which ``test`` holds, found as they are iterated, each file tested once: a caller
+    acts on the first kept while the others are still tested (the first round indexes files as the prefilter keeps
+    them). Iterated again, it gives the same files in the same order."""
+
+    def __init__(self, files: Iterable[RunFile], test: Callable[[RunFile], bool]) -> None:
+        self._untested = iter(files)
+        self._test = test
+        self._kept: list[RunFile] = []
+
+    def __iter__(self) -> Iterator[RunFile]:
+        at = 0
+        while True:
+            if at < len(self._kept):
+                yield self._kept[at]
+                at += 1
+                continue
+            f = next(self._untested, None)
+            if f is None:
+                return
+            if self._test(f):
+                self._kept.append(f)
+
+    def __bool__(self) -> bool:
+        return next(iter(self), None) is not None
 
 
 def read(source_file: files.SourceFile, cache: Cache | None, started: int, trusting: bool) -> RunFile:

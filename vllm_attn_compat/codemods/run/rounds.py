@@ -16,6 +16,7 @@ through `reading`, which keeps the answers.
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Set
 
@@ -32,10 +33,11 @@ Index = Callable[[Iterable[RunFile], frozenset[str]], Iterable[tuple[str, object
 
 
 def build_hierarchy(
-    files: Sequence[RunFile], worth: Sequence[RunFile], index: Index, prefilter: Set[bytes] = frozenset()
+    files: Sequence[RunFile], worth: Iterable[RunFile], index: Index, prefilter: Set[bytes] = frozenset()
 ) -> tuple[ClassHierarchy, dict[str, object]]:
     """The class hierarchy of the run over ``files`` (``worth``: those the prefilter kept, the files holding one of
-    the texts ``prefilter``), with what each file that took part gave: its `ModuleIndex`, its
+    the texts ``prefilter``, iterated twice at most: `reading.Kept`, whose files the first round indexes as they
+    are found), with what each file that took part gave: its `ModuleIndex`, its
     `classscan.ScannedIndex` (spared), or why it has none (whatever ``index`` gave for it). ``index(files, names)``
     yields ``(path, outcome)`` for each file of ``files`` (an iterator: each file comes once the class scan has found
     that it must be parsed), recording the uses of the attribute ``names``: those the analysis of the files indexed
@@ -56,14 +58,23 @@ def build_hierarchy(
     looked_at = 0  # how far into it
     looked_for: frozenset[str] = frozenset()  # the names it looked for there
     names_vllm = reading.asking("vllm", [], lambda: lambda source: b"vllm" in source)
-    pending = [f for f in worth if names_vllm(f) or guess_module_name(f.path).partition(".")[0] == "vllm"]
-    # A read of `accept_output_buffer` anywhere in the run decides whether deleting a declaration is safe
-    # (`ClassHierarchy.flag_readers`), whatever the file imports or the rules selected. (Where the prefilter looked
-    # for a part of it, only the files it kept can hold it.)
-    first = {f.path for f in pending}
     reads_flag = reading.asking("flag", [], lambda: lambda source: FLAG_BYTES in source)
-    holders = worth if any(token in FLAG_BYTES for token in prefilter) else files
-    pending += [f for f in holders if f.path not in first and reads_flag(f)]
+
+    def first_round() -> Iterator[RunFile]:
+        first = set()
+        for f in worth:
+            if names_vllm(f) or guess_module_name(f.path).partition(".")[0] == "vllm":
+                first.add(f.path)
+                yield f
+        # A read of `accept_output_buffer` anywhere in the run decides whether deleting a declaration is safe
+        # (`ClassHierarchy.flag_readers`), whatever the file imports or the rules selected. (Where the prefilter
+        # looked for a part of it, only the files it kept can hold it.)
+        holders = worth if any(token in FLAG_BYTES for token in prefilter) else files
+        yield from (f for f in holders if f.path not in first and reads_flag(f))
+
+    found = first_round()
+    opening = next(found, None)
+    pending: Iterable[RunFile] = [] if opening is None else itertools.chain([opening], found)
     known_names: frozenset[str] = frozenset()
     must_parse: set[str] = set()  # files the class scan spared once, which later rounds need indexed
     checked_methods: frozenset[str] = frozenset()  # the methods each file spared in earlier rounds was checked for
@@ -93,7 +104,7 @@ def build_hierarchy(
         new_names = built.scope_class_names() - known_names
         known_names |= new_names
         has_name = _words(new_names)
-        pending = [f for f in files if f.path not in indexes and has_name(f)]
+        later = [f for f in files if f.path not in indexes and has_name(f)]
         # A spared file is indexed once a name it uses in a class header or a patch, or defines, is an
         # attention class or patched code found since (`ScannedIndex.names_any`), or once it may use a
         # method whose fix the call-site analysis decides (`callsites`: its calls would be missed).
@@ -108,9 +119,9 @@ def build_hierarchy(
                 continue
             if spared.names_any(new_names) or (uses(f) if f.path in spared_now else new_uses(f)):
                 must_parse.add(f.path)
-                pending.append(f)
-        pending += _defining_files(built.missing_classes(), stems, indexes, pending, must_parse)
-        if not pending:
+                later.append(f)
+        later += _defining_files(built.missing_classes(), stems, indexes, later, must_parse)
+        if not later:
             # Every use in the run counts, whatever its file imports (`runner.py` calling `engine.impl.prefill(x)`,
             # reflection in a tool): once the rounds have settled, a file not indexed is parsed if it holds a name
             # whose fixes are still safe (`accounting_terms`). Asked only then, so that what is read depends on the
@@ -124,13 +135,14 @@ def build_hierarchy(
                 queue, looked_at = sorted(files, key=_smallest_first), 0
             looked_for = terms
             holds = _holds_names(terms)
-            while terms and looked_at < len(queue) and len(pending) < accounted:
+            while terms and looked_at < len(queue) and len(later) < accounted:
                 f = queue[looked_at]
                 looked_at += 1
                 if _unread(f.path, indexes) and holds(f):
-                    pending.append(f)
+                    later.append(f)
             accounted *= 2
-            must_parse.update(f.path for f in pending)
+            must_parse.update(f.path for f in later)
+        pending = later
     return built, indexes
 
 
@@ -152,7 +164,7 @@ def _unread(path: str, indexes: Mapping[str, object]) -> bool:
 
 
 def _to_parse(
-    pending: Sequence[RunFile], must_parse: Set[str], known: frozenset[str], spared: dict[str, classscan.ScannedIndex]
+    pending: Iterable[RunFile], must_parse: Set[str], known: frozenset[str], spared: dict[str, classscan.ScannedIndex]
 ) -> Iterator[RunFile]:
     """The files of a round to parse, as the class scan finds them (they are indexed meanwhile); those it spares
     go to ``spared``."""

@@ -157,17 +157,18 @@ def _run(
                 _preload(pool, 1)
 
         run_files, context = _read(found, cache, started, trusting, report, read)
-        worth, context_worth = [f for f in run_files if worth_parsing(f)], [f for f in context if worth_parsing(f)]
         if not pool.started:
             few = parallel.IN_PROCESS_BELOW
-            count = sum(1 for _ in itertools.islice(filter(probable, worth), options.jobs * few))
+            count = sum(1 for _ in itertools.islice(filter(probable, run_files), options.jobs * few))
             _preload(pool, -(-count // few))
+        # Kept by the prefilter as the first round asks: its files are indexed while the others are scanned.
+        worth = reading.Kept(itertools.chain(run_files, context), worth_parsing)
         migration = _Migration(rules, options, report, pool, cache)
         saving = _Saving(cache, [*run_files, *context], migration) if cache is not None else None
         # On a big tree without any file worth parsing, nothing is parsed and libcst is never imported.
         # (An excluded file may hold the base class that makes the others' classes attention code.)
-        if worth or context_worth:
-            migration.run(run_files, worth, context, context_worth, emit_diff, saving.ahead if saving else None)
+        if worth:
+            migration.run(run_files, context, worth, emit_diff, saving.ahead if saving else None)
         if saving is not None:
             saving.save(found, listed, report)
         return report
@@ -240,15 +241,14 @@ class _Migration:
     def run(
         self,
         run_files: Sequence[RunFile],
-        worth: Sequence[RunFile],
         context: Sequence[RunFile],
-        context_worth: Sequence[RunFile],
+        worth: reading.Kept,
         emit_diff: Callable[[str], object],
         meanwhile: Callable[[Set[str]], object] | None = None,
     ) -> None:
-        """Index, then migrate the candidates among ``run_files`` (``worth``: those the prefilter kept). The
-        ``context`` files (excluded; ``context_worth``: those the prefilter kept) take part in the index alone.
-        ``meanwhile(paths)`` runs while the workers migrate the files of ``paths``."""
+        """Index, then migrate the candidates among ``run_files``. The ``context`` files (excluded) take part in the
+        index alone. ``worth``: the files of both the prefilter keeps. ``meanwhile(paths)`` runs while the workers
+        migrate the files of ``paths``."""
         from vllm_attn_compat.codemods.index import callsites, classscan
         from vllm_attn_compat.codemods.run.rounds import build_hierarchy
 
@@ -257,11 +257,13 @@ class _Migration:
         from vllm_attn_compat.codemods.engine.migrate import prefilter_tokens
 
         prefilter = frozenset(prefilter_tokens(self.rules))
-        hierarchy, indexes = build_hierarchy([*run_files, *context], [*worth, *context_worth], self._index, prefilter)
+        hierarchy, indexes = build_hierarchy([*run_files, *context], worth, self._index, prefilter)
         failed = {error.path for error in report.errors}
         # A file needing libcst holds a prefilter token, or an attention-class name (it was indexed);
         # rules scoped to attention classes matter only where the index shows such a class.
-        reachable = {f.path: f for f in run_files if f.path in indexes} | {f.path: f for f in worth}
+        reachable = {f.path: f for f in run_files if f.path in indexes} | {
+            f.path: f for f in worth if f.path not in self.excluded
+        }
         candidates: list[RunFile] = []
         diffs: dict[str, str] = {}
         rewritten: dict[str, bytes] = {}  # the files the run's fixes changed, as they left them

@@ -62,3 +62,13 @@ def test_a_folder_is_asked_once_for_all_its_files(tmp_path, monkeypatch):
     assert sorted(asked) == sorted(
         str(folder / "__init__.py") for folder in (tmp_path, tmp_path / "pkg", tmp_path / "pkg" / "sub")
     )
+
+
+@given(st.lists(st.sampled_from([b"from", b"import", b"x", b"_", b"\xc3\xa9", b" ", b".", b"\n", b"9"]), max_size=12))
+def test_a_starting_word_matches_where_the_look_behind_before_it_does(pieces):
+    import re
+
+    text = b"".join(pieces)
+    for word in (b"from", b"import"):
+        literal_first = [m.span() for m in re.finditer(names.starting_word(word), text)]
+        assert literal_first == [m.span() for m in re.finditer(names.NOT_AFTER_IDENTIFIER + word, text)]

@@ -19,6 +19,7 @@ from vllm_attn_compat.codemods.index.names import IDENTIFIER_BYTES as _IDENTIFIE
 from vllm_attn_compat.codemods.index.names import IDENTIFIER_PATTERN as IDENTIFIER_PATTERN
 from vllm_attn_compat.codemods.index.names import NOT_AFTER_IDENTIFIER as NOT_AFTER_IDENTIFIER
 from vllm_attn_compat.codemods.index.names import NOT_BEFORE_IDENTIFIER as NOT_BEFORE_IDENTIFIER
+from vllm_attn_compat.codemods.index.names import starting_word as starting_word
 
 # Long enough to be selective in ordinary code, short enough to be shared by related tokens.
 ANCHOR_LENGTH = 8

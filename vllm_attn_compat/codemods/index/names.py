@@ -222,6 +222,13 @@ IDENTIFIER_PATTERN = rb"[A-Za-z_\x80-\xff][A-Za-z0-9_\x80-\xff]*"
 NOT_AFTER_IDENTIFIER = rb"(?<![A-Za-z0-9_\x80-\xff])"
 NOT_BEFORE_IDENTIFIER = rb"(?![A-Za-z0-9_\x80-\xff])"
 
+
+def starting_word(word: bytes) -> bytes:
+    """A pattern of ``word`` where nothing of an identifier comes before it, as ``NOT_AFTER_IDENTIFIER + word`` but
+    starting with the word itself: `re` then looks for the literal at memory speed instead of trying its pattern at
+    every byte (a tenth of the time over a file)."""
+    return word + rb"(?<![A-Za-z0-9_\x80-\xff]" + word + rb")"
+
 # torch's allocation calls: an `if output is None: output = torch.empty(...)` fallback allocates with one of
 # them (VAC003 deletes such a fallback; the call-site analysis names the allocation to pass instead).
 ALLOCATORS = frozenset(

@@ -7,7 +7,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from vllm_attn_compat.codemods.engine.rule import Example, Rule, class_source, short_release
-from vllm_attn_compat.codemods.engine.scan import IDENTIFIER_PATTERN, NOT_AFTER_IDENTIFIER, NOT_BEFORE_IDENTIFIER
+from vllm_attn_compat.codemods.engine.scan import IDENTIFIER_PATTERN, NOT_BEFORE_IDENTIFIER, starting_word
 from vllm_attn_compat.codemods.findings import FixSafety, Status
 
 if TYPE_CHECKING:
@@ -425,11 +425,11 @@ _VLLM_PATH = re.compile(rb"(?<![A-Za-z0-9_\x80-\xff.])" + _MODULE)
 # holds no string) or the rest of its logical line.
 _IMPORTED = rb"(\((?:[^)#]|#[^\r\n]*)*\)|(?:[^\r\n;#\\(]|\\\r?\n|\\\r|\\)*)"
 _FROM = re.compile(
-    NOT_AFTER_IDENTIFIER + rb"from" + _GAP + rb"(" + _MODULE + rb")" + _GAP + rb"import" + _GAP + _IMPORTED
+    starting_word(b"from") + _GAP + rb"(" + _MODULE + rb")" + _GAP + rb"import" + _GAP + _IMPORTED
 )
 _COMMENT = re.compile(rb"#[^\r\n]*")
 # What follows ``import`` up to the end of its logical line (an import statement holds no bracket or string).
-_IMPORT = re.compile(NOT_AFTER_IDENTIFIER + rb"import" + NOT_BEFORE_IDENTIFIER + rb"((?:[^\r\n;#\\]|\\\r?\n|\\\r|\\)*)")
+_IMPORT = re.compile(starting_word(b"import") + NOT_BEFORE_IDENTIFIER + rb"((?:[^\r\n;#\\]|\\\r?\n|\\\r|\\)*)")
 _BLANKS = re.compile(_GAP)
 _IDENTIFIER = re.compile(_NAME)
 

@@ -30,7 +30,6 @@ class MyImpl(AttentionImpl):
 @pytest.fixture(autouse=True)
 def _fresh_trees(monkeypatch):
     monkeypatch.setattr(statements, "_recent", type(statements._recent)())
-    monkeypatch.setattr(statements, "_kept", {})
 
 
 @pytest.mark.parametrize("collecting", [True, False])

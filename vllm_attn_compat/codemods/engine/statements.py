@@ -2,9 +2,8 @@
 
 `spans.reduce` reads the statements of the file it is given; the write-time checks (`safety`) read those
 of the original and of the rewritten file, and then migrate the rewritten file again (its `spans.reduce`
-reads them once more). The same bytes come back, so the last few trees are kept. A worker that indexed a
-file it will probably migrate (`index.hierarchy`, the same parse) hands its tree over with :func:`keep`.
-The helpers below read a statement's lines and the blocks it nests, for both.
+reads them once more). The same bytes come back, so the last few trees are kept. The helpers below read a
+statement's lines and the blocks it nests, for both.
 """
 
 from __future__ import annotations
@@ -15,19 +14,8 @@ import warnings
 from collections.abc import Iterator
 
 _RECENT = 4  # trees kept of the last sources parsed
-# Source bytes whose trees :func:`keep` holds at most (a tree takes about 26 times its source's size): a
-# file indexed here and migrated elsewhere leaves its tree behind.
-KEPT_BYTES = 2_000_000
 
 _recent: collections.OrderedDict[bytes, ast.Module] = collections.OrderedDict()
-_kept: dict[bytes, ast.Module] = {}
-
-
-def keep(source: bytes, tree: ast.Module) -> None:
-    """Hold ``tree``, parsed from ``source`` by ``ast.parse`` elsewhere, for the next :func:`parse` of
-    ``source``; up to `KEPT_BYTES` of sources."""
-    if source not in _kept and sum(map(len, _kept)) + len(source) <= KEPT_BYTES:
-        _kept[source] = tree
 
 
 def parse(source: bytes) -> ast.Module:
@@ -38,11 +26,9 @@ def parse(source: bytes) -> ast.Module:
     if tree is not None:
         _recent.move_to_end(source)
         return tree
-    tree = _kept.pop(source, None)
-    if tree is None:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            tree = ast.parse(source)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        tree = ast.parse(source)
     _recent[source] = tree
     if len(_recent) > _RECENT:
         _recent.popitem(last=False)

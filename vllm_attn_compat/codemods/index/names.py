@@ -229,6 +229,7 @@ def starting_word(word: bytes) -> bytes:
     every byte (a tenth of the time over a file)."""
     return word + rb"(?<![A-Za-z0-9_\x80-\xff]" + word + rb")"
 
+
 # torch's allocation calls: an `if output is None: output = torch.empty(...)` fallback allocates with one of
 # them (VAC003 deletes such a fallback; the call-site analysis names the allocation to pass instead).
 ALLOCATORS = frozenset(

@@ -424,9 +424,7 @@ _VLLM_PATH = re.compile(rb"(?<![A-Za-z0-9_\x80-\xff.])" + _MODULE)
 # What follows ``import`` in a ``from`` statement: a parenthesized list (which may span lines and hold comments, and
 # holds no string) or the rest of its logical line.
 _IMPORTED = rb"(\((?:[^)#]|#[^\r\n]*)*\)|(?:[^\r\n;#\\(]|\\\r?\n|\\\r|\\)*)"
-_FROM = re.compile(
-    starting_word(b"from") + _GAP + rb"(" + _MODULE + rb")" + _GAP + rb"import" + _GAP + _IMPORTED
-)
+_FROM = re.compile(starting_word(b"from") + _GAP + rb"(" + _MODULE + rb")" + _GAP + rb"import" + _GAP + _IMPORTED)
 _COMMENT = re.compile(rb"#[^\r\n]*")
 # What follows ``import`` up to the end of its logical line (an import statement holds no bracket or string).
 _IMPORT = re.compile(starting_word(b"import") + NOT_BEFORE_IDENTIFIER + rb"((?:[^\r\n;#\\]|\\\r?\n|\\\r|\\)*)")

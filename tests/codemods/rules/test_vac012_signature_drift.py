@@ -127,8 +127,9 @@ def test_an_override_written_before_0_24_gets_the_parameter_0_24_added():
 
 
 def test_a_comment_among_the_parameters_keeps_them_as_they_are():
-    # Found by generated modules: appending after `output=None  # noqa: VAC002` moved the noqa off its line, and
-    # the next run fixed what it had suppressed. A parameter list holding a comment is reported, never rewritten.
+    # Found by generated modules: appending after `output=None` and its noqa comment for VAC002 moved the comment off
+    # its line, and the next run fixed what it had suppressed. A parameter list holding a comment is reported, never
+    # rewritten.
     text = source(
         """
         from vllm.v1.attention.backend import AttentionImpl

@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from vllm_attn_compat.codemods.index.calltext import holds_names, may_use, names_needles, uses_pattern
 from vllm_attn_compat.codemods.index.hierarchy import index_module
@@ -56,3 +58,21 @@ def test_holds_names_finds_every_occurrence_the_index_records(text, holds):
     index records as an occurrence of one of those, the scan finds."""
     names = frozenset({"prefill", "forward", "vllm::"}) | REFLECTION_WORDS
     assert holds_names(text.encode(), names_needles(names)) is holds
+
+
+_PIECES = ["prefill", "vllm", "::", ".", '"', "'", "{", "unified_", "x", " ", "\n", "_", "é"]
+
+
+@given(st.lists(st.sampled_from(_PIECES), max_size=14), st.sets(st.sampled_from(["prefill", "x_prefill"]), max_size=2))
+def test_holds_names_is_a_whole_word_or_a_text_as_it_is(pieces, words):
+    """The scan (one pattern for the op texts, `find` for the words) says what the plain definition says."""
+    import re
+
+    from vllm_attn_compat.codemods.index.occurrences import OP_TEXTS
+
+    text = "".join(pieces).encode()
+    names = frozenset(words) | OP_TEXTS
+    expected = any(t.encode() in text for t in OP_TEXTS) or any(
+        re.search(rb"(?<![A-Za-z0-9_\x80-\xff])" + w.encode() + rb"(?![A-Za-z0-9_\x80-\xff])", text) for w in words
+    )
+    assert holds_names(text, names_needles(names)) is expected

@@ -8,6 +8,7 @@ Light on purpose: a rerun that asks an edited file whether it may use a method i
 from __future__ import annotations
 
 import re
+from typing import NamedTuple
 
 from vllm_attn_compat.codemods.index.names import IDENTIFIER_BYTES, IDENTIFIER_PATTERN, NOT_BEFORE_IDENTIFIER
 
@@ -65,53 +66,44 @@ def may_use(source: bytes, names: frozenset[str] | set[str], pattern: re.Pattern
     return False
 
 
-# What `holds_names` looks for: each text, and whether it is an identifier (then only as a whole word).
-Needles = tuple[tuple[bytes, bool], ...]
+class Needles(NamedTuple):
+    """What `holds_names` looks for (`names_needles`)."""
+
+    words: tuple[bytes, ...]  # identifiers, each as a whole word
+    texts: re.Pattern[bytes] | None  # anything else, as it is
 
 
 def names_needles(names: frozenset[str] | set[str]) -> Needles:
-    """What :func:`holds_names` looks for: each name that is an identifier as a whole word, anything else
-    (``vllm::``) as it is; texts that start alike (`occurrences.OP_TEXTS`) last, one look for their start serving
-    them all."""
-    return tuple((name.encode(), name.isidentifier()) for name in sorted(names, key=_gated))
-
-
-def _gated(name: str) -> tuple[bool, str]:
-    return (not name.isidentifier(), name)
+    """What :func:`holds_names` looks for: each name that is an identifier as a whole word, with ``bytes.find`` (a
+    regular expression of them all took a tree of torch's size a third of a second); anything else (``vllm::``) as
+    it is, in one pattern: those texts start alike (`occurrences.OP_TEXTS`), and `re` looks for their common start
+    at memory speed (one pass instead of one per text, a tenth of the time over a fork of vLLM)."""
+    words = tuple(sorted(name.encode() for name in names if name.isidentifier()))
+    texts = sorted(name.encode() for name in names if not name.isidentifier())
+    return Needles(words, re.compile(b"|".join(map(re.escape, texts))) if texts else None)
 
 
 def holds_names(source: bytes, needles: Needles) -> bool:
     """Whether the text of the file holds one of the names ``needles`` stand for (`names_needles`): an identifier
     as a whole word, in code, a string or a comment alike (the accounting parses the file to tell them apart: issue
-    #50), or any other text as it is. Never False where the index records an occurrence of one of them. Each text
-    is looked for with ``bytes.find``: a regular expression of them all took a tree of torch's size a third of a
-    second."""
-    if _holds(source, needles):
+    #50), or any other text as it is. Never False where the index records an occurrence of one of them."""
+    if (needles.texts is not None and needles.texts.search(source)) or _holds_word(source, needles.words):
         return True
     # Python reads identifiers in their NFKC form (a fullwidth `forward` is `forward`): non-ASCII text is read so too,
     # for the names that are identifiers (a string's text is what it is).
-    words = tuple(needle for needle in needles if needle[1])
-    return bool(words) and not source.isascii() and _holds(_nfkc(source), words)
+    return bool(needles.words) and not source.isascii() and _holds_word(_nfkc(source), needles.words)
 
 
-def _holds(source: bytes, needles: Needles) -> bool:
-    gates: dict[bytes, bool] = {}  # whether the source holds the start of texts (a file without it holds none)
-    for needle, whole in needles:
-        if not whole:
-            gate = needle[:4]
-            if gate not in gates:
-                gates[gate] = source.find(gate) != -1
-            if not gates[gate]:
-                continue
-        at = source.find(needle)
+def _holds_word(source: bytes, words: tuple[bytes, ...]) -> bool:
+    for word in words:
+        at = source.find(word)
         while at != -1:
-            end = at + len(needle)
-            if not whole or (
-                (not at or source[at - 1] not in IDENTIFIER_BYTES)
-                and (end == len(source) or source[end] not in IDENTIFIER_BYTES)
+            end = at + len(word)
+            if (not at or source[at - 1] not in IDENTIFIER_BYTES) and (
+                end == len(source) or source[end] not in IDENTIFIER_BYTES
             ):
                 return True
-            at = source.find(needle, at + 1)
+            at = source.find(word, at + 1)
     return False
 
 

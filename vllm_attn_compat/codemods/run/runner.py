@@ -272,7 +272,9 @@ class _Migration:
         def to_migrate() -> Iterator[RunFile]:
             """The files that need libcst and whose migration the cache does not hold, each as soon as it is found
             (the workers migrate the first while this process asks the others)."""
-            for path, f in sorted(reachable.items()):
+            # The files the cache holds nothing of (new or edited) first: a rerun after an edit hands the edited file
+            # to the worker before it looks at the others (sorted by path otherwise: the report does not depend on it).
+            for path, f in sorted(reachable.items(), key=lambda item: (bool(item[1].kept), item[0])):
                 if path in failed or not self._needs_libcst(f, indexes.get(path), hierarchy):
                     continue
                 candidates.append(f)

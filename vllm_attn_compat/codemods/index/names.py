@@ -161,8 +161,7 @@ class RunModules:
         asked as ``dotted in modules.stores``."""
         self.names = frozenset(modules)
         self.stores: RunModules | frozenset[str] = RunModules(stores) if stores else frozenset()
-        # Every module name's dotted suffixes (``b.c`` and ``c`` for ``a.b.c``): a reference a module ends with.
-        self._suffixes = frozenset(name.split(".", i)[i] for name in self.names for i in range(name.count(".") + 1))
+        self._suffixes = _suffixes(self.names)
         self._known: dict[str, bool] = {}
 
     def __contains__(self, dotted: object) -> bool:
@@ -194,6 +193,13 @@ class RunModules:
 
     def __len__(self) -> int:
         return len(self.names)
+
+
+@lru_cache(maxsize=8)
+def _suffixes(names: frozenset[str]) -> frozenset[str]:
+    """Every module name's dotted suffixes (``b.c`` and ``c`` for ``a.b.c``): a reference a module ends with. Made once
+    per set of names: the rounds build a hierarchy, and ask this, after each round, of the same run's modules."""
+    return frozenset(name.split(".", i)[i] for name in names for i in range(name.count(".") + 1))
 
 
 def may_define(module: str, dotted: str) -> bool:

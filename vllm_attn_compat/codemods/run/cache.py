@@ -115,8 +115,10 @@ class Cache:
         self.statuses: dict[str, list[Any]] = {}
         self.run: dict[str, Any] | None = None  # the last run's report and files
         self._results: dict[str, dict[str, Any]] | None = None  # real path -> results, read when first asked for
-        # What `replay` read of files whose status changed, for the run that follows when it found them changed.
+        # What `replay` read of files whose status changed, for the run that follows when it found them changed; and
+        # the status it took of the others (the run that follows takes no second one).
         self.read: dict[str, tuple[bytes, os.stat_result]] = {}
+        self.seen: dict[str, os.stat_result] = {}
         self._warned = False
         # The results are read once a run asks for them (a replay never does), from the file the first line came
         # from: kept open until then (another run may replace the file meanwhile).
@@ -200,6 +202,7 @@ class Cache:
                 stat = source_file.status or os.stat(source_file.real_path)
             except OSError:
                 return False
+            self.seen[source_file.real_path] = stat
             if not self.trusts(source_file.real_path, stat):
                 recorded = self.recorded(source_file.real_path)
                 if recorded is None:

@@ -170,7 +170,7 @@ def read(source_file: files.SourceFile, cache: Cache | None, started: int, trust
     the file is racy: `cache`). Raises `sources.SourceError` for a file that cannot be read as source."""
     real_path = source_file.real_path
     if cache is not None and trusting and cache.knows(real_path):
-        stat = source_file.status or _stat(source_file)
+        stat = source_file.status or cache.seen.get(real_path) or _stat(source_file)
         if stat is not None and cache.trusts(real_path, stat):
             return _kept(RunFile(source_file, stat, None), cache)
     source, stat = cache.read.pop(real_path) if cache is not None and real_path in cache.read else (None, None)

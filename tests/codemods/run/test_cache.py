@@ -687,3 +687,22 @@ def test_after_an_edit_the_class_scan_reads_the_edited_file_alone(tree, tmp_path
     report = run_paths([str(tree)], options)
     assert scanned == ["manual.py"]
     assert _outcome(report) == _outcome(run_paths([str(tree)], Options(mode="check", jobs=1)))
+
+
+def test_a_rerun_after_an_edit_asks_about_the_edited_file_first(tree, tmp_path, settled, monkeypatch):
+    """The file the cache holds nothing of goes to the worker before the run looks at the files whose migrations it
+    replays (a rerun's critical path), and the report is the one a run without the cache makes."""
+    cache = tmp_path / "cache"
+    run_paths([str(tree)], _checked(cache))
+    _edit(tree / "plugin/prefill.py", PREFILL + "\n# edited\n")
+    asked: list[str] = []
+    real = runner._Migration._needs_libcst
+
+    def asking(self, f, index, hierarchy):
+        asked.append(os.path.basename(f.path))
+        return real(self, f, index, hierarchy)
+
+    monkeypatch.setattr(runner._Migration, "_needs_libcst", asking)
+    report = run_paths([str(tree)], _checked(cache))
+    assert asked[0] == "prefill.py" and {"impl.py", "manual.py"} <= set(asked)
+    assert _outcome(report) == _outcome(run_paths([str(tree)], Options(mode="check", jobs=1)))

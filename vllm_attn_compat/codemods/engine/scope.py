@@ -16,9 +16,10 @@ from typing import Protocol, TypeAlias, cast
 import libcst as cst
 
 from vllm_attn_compat.codemods.engine.edits import Edit
+from vllm_attn_compat.codemods.engine.rule import interface_of
 from vllm_attn_compat.codemods.findings import FixSafety, TargetRelease
 from vllm_attn_compat.codemods.index import callsites
-from vllm_attn_compat.codemods.index.hierarchy import class_scope
+from vllm_attn_compat.codemods.index.hierarchy import class_scope, layer_given_buffer
 from vllm_attn_compat.codemods.index.questions import Questions
 from vllm_attn_compat.codemods.index.runtime_patches import ATTRIBUTE
 
@@ -229,13 +230,13 @@ class FileContext:
         return method.in_layer
 
     def _given_the_layer_s_buffer(self, method: FunctionFrame) -> bool:
-        """Whether vLLM passes the layer's method its buffer: an MLA layer's ``forward_impl`` alone. The layer
-        allocates the buffer (its ``forward`` is called as ``layer(q, k, v)``); what its other methods take as
-        ``output`` is its own code's to pass."""
-        if not isinstance(method.node, cst.FunctionDef) or method.node.name.value != "forward_impl":
-            return False
+        """Whether vLLM passes the layer's method its buffer (`hierarchy.layer_given_buffer`)."""
         full = self._owner(method)
-        return full is not None and self.hierarchy.is_mla_layer_class(full)
+        return (
+            full is not None
+            and isinstance(method.node, cst.FunctionDef)
+            and layer_given_buffer(self.hierarchy, full, method.node.name.value)
+        )
 
     def _owner(self, method: FunctionFrame) -> str | None:
         owner = method.attention_class  # (set for a method defined directly in the class)
@@ -259,9 +260,7 @@ class FileContext:
         """The manifest classes (qualified names) the class of ``frame`` derives from, () for none, and whether it
         is a backend by its shape alone (`index.interface`)."""
         if frame.interface is None:
-            answer = self.hierarchy.vllm_interface(f"{self.module_name}.{frame.qualname}")
-            duck = answer is not None and answer.startswith("~")
-            frame.interface = (tuple(answer.lstrip("~").split(",")) if answer else (), duck)
+            frame.interface = interface_of(self.hierarchy.vllm_interface(f"{self.module_name}.{frame.qualname}"))
         return frame.interface
 
     def parameters_withheld(self, frame: ClassFrame, method: str) -> str | None:

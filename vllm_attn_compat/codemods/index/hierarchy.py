@@ -385,11 +385,13 @@ def _index_module(
 
 
 class Scopes(Protocol):
-    """What `class_scope` asks (`questions.Questions` has it, and so has the hierarchy)."""
+    """What `class_scope` and `layer_given_buffer` ask (`questions.Questions` has it, and so has the hierarchy)."""
 
     def is_attention_class(self, full_name: str) -> bool: ...
 
     def patch_scope(self, full_name: str, kind: str) -> str | None: ...
+
+    def is_mla_layer_class(self, full_name: str) -> bool: ...
 
 
 def class_scope(hierarchy: Scopes, full_name: str) -> tuple[bool, bool, bool]:
@@ -401,6 +403,13 @@ def class_scope(hierarchy: Scopes, full_name: str) -> tuple[bool, bool, bool]:
     scope = hierarchy.patch_scope(full_name, runtime_patches.MEMBERS)
     unresolved = scope in ("unresolved", "built")
     return unresolved, unresolved, scope == "built"
+
+
+def layer_given_buffer(hierarchy: Scopes, layer: str, method: str) -> bool:
+    """Whether vLLM passes the method ``method`` of the attention layer ``layer`` its buffer: an MLA layer's
+    ``forward_impl`` alone. The layer allocates the buffer (its ``forward`` is called as ``layer(q, k, v)``); what its
+    other methods take as ``output`` is its own code's to pass."""
+    return method == "forward_impl" and hierarchy.is_mla_layer_class(layer)
 
 
 def uses_read(hierarchy: ClassHierarchy) -> frozenset[str]:
@@ -782,7 +791,7 @@ class ClassHierarchy:
             if not layer and {"forward", "forward_mha"} & set(methods):
                 kinds.add("forward")
             for name in takes_output:
-                given = not layer or (name == "forward_impl" and self.is_mla_layer_class(full))
+                given = not layer or layer_given_buffer(self, full, name)
                 kinds.add("buffer" if given else "layer")
         return ",".join(sorted(kinds))
 

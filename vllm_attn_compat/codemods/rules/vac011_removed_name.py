@@ -146,14 +146,14 @@ class RemovedName(Rule):
     @classmethod
     def acts_in(cls, facts: Any, run: Questions, path: str, release: str) -> bool:
         names_op, imported = facts
-        return bool(names_op) or any(_may_report(dotted, run, release) for dotted in imported)
+        return bool(names_op) or _imports_report(imported, run, release)
 
     @classmethod
     def span_tokens(cls, facts: Any, run: Questions, path: str, release: str) -> tuple[bytes, ...]:
         # Where no import can lead to a finding (a fork's own tree), the rule reports an op alone: libcst is handed
         # the statements naming one, not every function reading `seq_lens_cpu` or holding `prefill_`.
         _, imported = facts
-        return cls.tokens if any(_may_report(dotted, run, release) for dotted in imported) else _OP_TOKENS
+        return cls.tokens if _imports_report(imported, run, release) else _OP_TOKENS
 
     examples = (
         Example(
@@ -443,6 +443,11 @@ def imported_vllm_names(source: bytes) -> set[str]:
     for match in _IMPORT.finditer(source):
         found.update(_BLANKS.sub(b"", path.group(0)) for path in _VLLM_PATH.finditer(match.group(1)))
     return {name.decode("utf-8", "surrogateescape") for name in found}
+
+
+def _imports_report(imported: list[str], run: Questions, release: str) -> bool:
+    """Whether one of the vLLM names the file's imports bind (`imported_vllm_names`) can lead to a finding."""
+    return any(_may_report(dotted, run, release) for dotted in imported)
 
 
 def _may_report(dotted: str, run: Questions, release: str) -> bool:

@@ -17,11 +17,14 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from vllm_attn_compat.codemods.findings import FixSafety, Status, TargetRelease
 
+# Rules see the engine's face only: they import `Questions` and `interface_of` from here.
+from vllm_attn_compat.codemods.index.questions import Questions as Questions
+from vllm_attn_compat.codemods.index.questions import interface_of as interface_of
+
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
     from vllm_attn_compat.codemods.engine.scope import FileContext
-    from vllm_attn_compat.codemods.index.questions import Questions as Questions
 
 _REGISTRY: dict[str, type[Rule]] = {}
 _CODE = re.compile(r"VAC\d{3}")
@@ -95,14 +98,6 @@ def narrowed_to_methods(*kinds: str) -> Any:
         return not wanted.isdisjoint(run.buffer_methods(path).split(","))
 
     return classmethod(acts_in)
-
-
-def interface_of(answer: str | None) -> tuple[tuple[str, ...], bool]:
-    """A `Questions.vllm_interface` answer as the manifest classes the class derives from (() for none) and whether
-    it is a backend by its shape alone (``~`` before them: `index.hierarchy.ClassHierarchy.vllm_interface`)."""
-    if not answer:
-        return (), False
-    return tuple(answer.lstrip("~").split(",")), answer.startswith("~")
 
 
 def interface_methods(run: Questions, path: str) -> Iterator[tuple[tuple[str, ...], list[str]]]:

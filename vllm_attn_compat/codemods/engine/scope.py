@@ -16,11 +16,10 @@ from typing import Protocol, TypeAlias, cast
 import libcst as cst
 
 from vllm_attn_compat.codemods.engine.edits import Edit
-from vllm_attn_compat.codemods.engine.rule import interface_of
 from vllm_attn_compat.codemods.findings import FixSafety, TargetRelease
 from vllm_attn_compat.codemods.index import callsites
 from vllm_attn_compat.codemods.index.hierarchy import class_scope, layer_given_buffer
-from vllm_attn_compat.codemods.index.questions import Questions
+from vllm_attn_compat.codemods.index.questions import Questions, interface_of
 from vllm_attn_compat.codemods.index.runtime_patches import ATTRIBUTE
 
 

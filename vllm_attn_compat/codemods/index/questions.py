@@ -13,9 +13,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol, TypeAlias
 
-from vllm_attn_compat.codemods.index.callsites import CallQuestions
-
 if TYPE_CHECKING:
+    from vllm_attn_compat.codemods.index.callsites import CallQuestions
     from vllm_attn_compat.codemods.index.hierarchy import ModuleIndex
 
 # The answer of a question is plain data: a bool, a string or None.
@@ -23,6 +22,14 @@ Answer: TypeAlias = bool | str | None
 # ((question, its arguments), answer), in the order first asked; the question is a method name of
 # `Questions`, or "calls.reason" for `CallQuestions.reason`.
 Answers: TypeAlias = tuple[tuple[tuple[str, tuple[str, ...]], Answer], ...]
+
+
+def interface_of(answer: str | None) -> tuple[tuple[str, ...], bool]:
+    """A `Questions.vllm_interface` answer as the manifest classes the class derives from (() for none) and whether
+    it is a backend by its shape alone (``~`` before them: `index.hierarchy.ClassHierarchy.vllm_interface`)."""
+    if not answer:
+        return (), False
+    return tuple(answer.lstrip("~").split(",")), answer.startswith("~")
 
 
 class Questions(Protocol):

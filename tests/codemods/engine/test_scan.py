@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from vllm_attn_compat.codemods.engine.migrate import prefilter_groups, prefilter_tokens
-from vllm_attn_compat.codemods.engine.scan import GuardedScan, TokenScan, choose_anchors
+from vllm_attn_compat.codemods.engine.scan import PLAIN_BYTES, GuardedScan, TokenScan, choose_anchors
 from vllm_attn_compat.codemods.registry import all_rules
 
 from whole_words import contains_word
@@ -35,15 +35,55 @@ sources = st.lists(st.one_of(pieces, st.binary(max_size=6)), max_size=8).map(b""
 @settings(max_examples=150, deadline=None)
 @given(sources)
 def test_the_scan_agrees_with_the_naive_test(source):
-    assert TokenScan(RULE_TOKENS)(source) == any(token in source for token in RULE_TOKENS)
+    expected = any(token in source for token in RULE_TOKENS)
+    assert TokenScan(RULE_TOKENS).choose_anchors()(source) == TokenScan(RULE_TOKENS)(source) == expected
 
 
-@pytest.mark.parametrize("once", [False, True], ids=["anchored", "once"])
+def _made(tokens, way, **options):
+    """A scan as it looks for its tokens: by anchors, each token (its first sources), or each token always."""
+    scan = TokenScan(tokens, once=way == "once", **options)
+    return scan.choose_anchors() if way == "anchored" else scan
+
+
+WAYS = ["anchored", "plain", "once"]
+
+
+@pytest.mark.parametrize("way", WAYS)
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.binary(min_size=1, max_size=12), min_size=1, max_size=6), st.binary(max_size=40))
-def test_the_scan_agrees_for_arbitrary_tokens(once, tokens, source):
+def test_the_scan_agrees_for_arbitrary_tokens(way, tokens, source):
     source = source + tokens[0] if source[:1] == b"\0" else source
-    assert TokenScan(tokens, once=once)(source) == any(token in source for token in tokens)
+    assert _made(tokens, way)(source) == any(token in source for token in tokens)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(sources, min_size=1, max_size=12))
+def test_a_scan_choosing_its_anchors_midway_agrees_with_the_naive_test(batch):
+    import vllm_attn_compat.codemods.engine.scan as scan_module
+
+    saved = scan_module.PLAIN_BYTES
+    scan_module.PLAIN_BYTES = 20  # a few of the generated sources, then anchors
+    try:
+        scan = TokenScan(RULE_TOKENS)
+    finally:
+        scan_module.PLAIN_BYTES = saved
+    for source in batch:
+        assert scan(source) == any(token in source for token in RULE_TOKENS)
+
+
+def test_a_scan_chooses_anchors_once_it_has_looked_through_enough_bytes():
+    # A rerun after an edit asks the rules' questions of the edited file alone: it pays for no anchors.
+    scan = TokenScan(RULE_TOKENS)
+    file = b"x = 1\n" * 1000
+    scan(file)
+    assert scan.anchors == scan.tokens
+    for _ in range(PLAIN_BYTES // len(file) + 1):
+        scan(file)
+    assert len(scan.anchors) < len(scan.tokens)
+    once = TokenScan(RULE_TOKENS, once=True)
+    for _ in range(PLAIN_BYTES // len(file) + 2):
+        once(file)
+    assert once.anchors == once.tokens
 
 
 def test_whole_words_match_identifiers_not_parts_of_longer_names():
@@ -58,7 +98,7 @@ def test_whole_words_match_identifiers_not_parts_of_longer_names():
 def test_a_whole_word_ends_where_its_identifier_ends_however_its_anchor_s_window_ends():
     # Sharing the anchor `Impl`, the window around each occurrence ends where `ImplBase` would: `SdpaImpl` ends
     # before it, and what follows it there decides.
-    scan = TokenScan([b"SdpaImpl", b"ImplBase"], whole_words=True)
+    scan = TokenScan([b"SdpaImpl", b"ImplBase"], whole_words=True).choose_anchors()
     assert len(scan.anchors) == 1
     assert not scan(b"SdpaImplBase") and not scan(b"SdpaImplB") and not scan(b"SdpaImpl_x = ImplBases")
     assert scan(b"SdpaImplB = SdpaImpl\n") and scan(b"x.ImplBase(") and scan(b"SdpaImpl")
@@ -80,11 +120,11 @@ names = st.lists(st.sampled_from(WORDS), min_size=1, max_size=3).map(b"".join)
 texts = st.lists(st.one_of(st.sampled_from([*WORDS, b"_", b" ", b"(", b".", b"\n", b"\xc3\xa9"]), names), max_size=12)
 
 
-@pytest.mark.parametrize("once", [False, True], ids=["anchored", "once"])
+@pytest.mark.parametrize("way", WAYS)
 @settings(max_examples=200, deadline=None)
 @given(st.lists(names, min_size=1, max_size=12), texts.map(b"".join))
-def test_whole_words_sharing_short_anchors_agree_with_the_definition(once, tokens, source):
-    scan = TokenScan(tokens, whole_words=True, once=once)
+def test_whole_words_sharing_short_anchors_agree_with_the_definition(way, tokens, source):
+    scan = _made(tokens, way, whole_words=True)
     assert scan(source) == any(contains_word(source, token) for token in tokens)
 
 
@@ -94,9 +134,10 @@ def test_whole_words_must_be_identifiers():
 
 
 def test_class_names_share_a_capitalized_word_as_their_anchor():
-    scan = TokenScan([b"PluginBackend", b"PluginImpl", b"LoggingAttention"], whole_words=True)
+    scan = TokenScan([b"PluginBackend", b"PluginImpl", b"LoggingAttention"], whole_words=True).choose_anchors()
     assert len(scan.anchors) == 2 and b"Plugin" in scan.anchors
-    assert all(len(anchor) >= 8 for anchor in TokenScan(RULE_TOKENS).anchors)  # the prefilter's stay long
+    prefilter = TokenScan(RULE_TOKENS).choose_anchors()
+    assert all(len(anchor) >= 8 for anchor in prefilter.anchors)  # the prefilter's stay long
 
 
 PLAIN, GUARDED = prefilter_groups(all_rules())

@@ -17,7 +17,7 @@ PADDING = b"x = scaled_dot_product_attention(q, k, v)\n"
 )
 @pytest.mark.parametrize("token", TOKENS)
 def test_a_token_after_many_occurrences_of_its_anchor_is_found(occurrences, token):
-    scan = TokenScan(TOKENS)
+    scan = TokenScan(TOKENS).choose_anchors()
     assert len(scan.anchors) < len(TOKENS)  # the tokens share an anchor, which PADDING holds too
     assert any(anchor in PADDING for anchor in scan.anchors)
     assert not scan(PADDING * occurrences)
@@ -28,7 +28,7 @@ def test_a_token_after_many_occurrences_of_its_anchor_is_found(occurrences, toke
 @pytest.mark.parametrize("occurrences", [1, _OCCURRENCES_CHECKED + 1])
 def test_whole_words_after_many_occurrences_of_the_anchor(occurrences):
     names = (b"PluginImpl", b"PluginBackend")
-    scan = TokenScan(names, whole_words=True)
+    scan = TokenScan(names, whole_words=True).choose_anchors()
     longer = b"class MyPluginImplX: ...\n" * occurrences
     assert not scan(longer)
     assert scan(longer + b"class A(PluginBackend): ...\n")
@@ -36,6 +36,6 @@ def test_whole_words_after_many_occurrences_of_the_anchor(occurrences):
 
 
 def test_a_token_holding_its_anchor_twice():
-    scan = TokenScan([b"abcdefghabcdefgh"])
+    scan = TokenScan([b"abcdefghabcdefgh"]).choose_anchors()
     assert scan(b"abcdefgh abcdefghabcdefgh")
     assert not scan(b"abcdefgh abcdefgh")

@@ -80,6 +80,11 @@ def choose_anchors(
     return tuple(anchors)
 
 
+# How many bytes of sources a scan looks for each token in before it chooses anchors. Choosing them costs about as
+# much as looking for each of the prefilter's tokens in 100 KB of source more than for their anchors: a rerun after
+# an edit asks its questions of the edited file alone.
+PLAIN_BYTES = 64 * 1024
+
 # Past this many occurrences of an anchor in one file, confirming each occurrence costs more than
 # looking for each of the anchor's tokens in the whole file.
 _OCCURRENCES_CHECKED = 32
@@ -90,19 +95,24 @@ class TokenScan:
 
     With ``whole_words``, the tokens are identifiers and count only as whole ones (see
     the tests' ``contains_word``): a class name found inside a longer name is no reference to that class.
-    With ``once``, the scan serves a file or two (a rerun asking an edited file again): choosing anchors
-    would cost more than it saves, so each token is its own.
+    Choosing anchors costs milliseconds (a greedy cover of the tokens' substrings), more than looking for each
+    token in a file or two: a scan looks for each token (each its own anchor) in its first `PLAIN_BYTES` of
+    sources, and chooses anchors for the rest. With ``once``, it never does (a scan made for a file or two).
     """
 
     def __init__(self, tokens: Iterable[bytes], *, whole_words: bool = False, once: bool = False) -> None:
         self.tokens = tuple(dict.fromkeys(token for token in tokens if token))
         self.whole_words = whole_words
-        self.once = once
         if whole_words and not all(_IDENTIFIER_BYTES.issuperset(token) for token in self.tokens):
             raise ValueError(f"whole words must be identifiers, found {self.tokens!r}")
-        anchors = (
-            self.tokens if once else choose_anchors(self.tokens, shortest=WORD_ANCHOR_SHORTEST if whole_words else None)
-        )
+        self._plain_left = PLAIN_BYTES  # bytes to look through for each token before choosing anchors
+        self._settled = once  # whether the anchors are chosen, or never will be
+        self.groups: tuple[tuple[bytes, frozenset[bytes]], ...] = ()
+        self._windows: list[tuple[re.Pattern[bytes], int, int] | None] = []
+        if whole_words:  # (plain tokens are looked for as they are: `__call__`)
+            self._group(self.tokens)
+
+    def _group(self, anchors: Iterable[bytes]) -> None:
         # Each anchor with the tokens containing it: a hit on an anchor is confirmed by those alone.
         self.groups = tuple((anchor, frozenset(t for t in self.tokens if anchor in t)) for anchor in anchors)
         # One regular-expression search of the bytes around an anchor's occurrence confirms it (a token found
@@ -111,7 +121,7 @@ class TokenScan:
         # all there is to search. A whole word is found there with nothing of an identifier before it (the
         # search sees the bytes before the window), the longest first, and nothing after it (`_holds_word`).
         # Each is made the first time its anchor is found: a scan of a file or two meets a few.
-        self._windows: list[tuple[re.Pattern[bytes], int, int] | None] = [None] * len(self.groups)
+        self._windows = [None] * len(self.groups)
 
     def _window(self, place: int) -> tuple[re.Pattern[bytes], int, int]:
         window = self._windows[place]
@@ -125,18 +135,30 @@ class TokenScan:
             )
         return window
 
+    def choose_anchors(self) -> TokenScan:
+        """Choose the anchors now (a scan about to serve many sources), unless made ``once``; the scan itself."""
+        if not self._settled:
+            self._settled = True
+            self._group(choose_anchors(self.tokens, shortest=WORD_ANCHOR_SHORTEST if self.whole_words else None))
+        return self
+
     @property
     def anchors(self) -> tuple[bytes, ...]:
-        return tuple(anchor for anchor, _ in self.groups)
+        """What the scan looks for first: its anchors, or its tokens while it looks for each."""
+        return tuple(anchor for anchor, _ in self.groups) if self.groups else self.tokens
 
     def __call__(self, source: bytes) -> bool:
+        if not self._settled:
+            self._plain_left -= len(source)
+            if self._plain_left < 0:
+                self.choose_anchors()
         if self.whole_words:
             for place, (anchor, _) in enumerate(self.groups):
                 at = source.find(anchor)
                 if at != -1 and _holds_word(source, anchor, at, *self._window(place)):
                     return True
             return False
-        if self.once:
+        if not self.groups:
             return any(token in source for token in self.tokens)
         for place, (anchor, tokens) in enumerate(self.groups):
             at = source.find(anchor)

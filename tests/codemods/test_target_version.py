@@ -231,6 +231,30 @@ def test_a_requirement_the_manifest_cannot_meet(tmp_path):
     assert (older.release, older.oldest) == ("0.19.0", "0.19.0")
 
 
+def test_a_pin_on_a_local_build_targets_the_release_it_was_built_from(tmp_path):
+    # A platform's own wheel (`vllm==0.22.0+cpu`) has 0.22.0's attention interface, though by PEP 440 the pin
+    # allows no release (none carries the label); excluding such a build leaves its release allowed.
+    write(tmp_path, {"pyproject.toml": '[project]\nname = "p"\ndependencies = ["vllm==0.22.0+cpu"]\n'})
+    target = target_for(str(tmp_path))
+    assert (target.release, target.oldest, target.allowed) == ("0.22.0", "0.22.0", ("0.22.0",))
+    assert target.reason == "from pyproject.toml: vllm==0.22.0+cpu; a local build has its release's interface"
+    write(tmp_path, {"pyproject.toml": '[project]\nname = "p"\ndependencies = ["vllm!=0.22.0+cpu,<0.23"]\n'})
+    target = target_for(str(tmp_path))
+    assert (target.release, target.oldest) == ("0.22.1", "0.19.0")
+    assert target.reason == "from pyproject.toml: vllm!=0.22.0+cpu,<0.23"
+
+
+@pytest.mark.parametrize(
+    ("requirement", "nearest"),
+    [("vllm==0.22.5", "0.22.1"), ("vllm==0.40", NEWEST), ("vllm>=0.40,!=0.41", NEWEST), ("vllm==0.18.0", "0.19.0")],
+)
+def test_a_pin_the_manifest_does_not_know_targets_the_release_nearest_below(tmp_path, requirement, nearest):
+    write(tmp_path, {"requirements.txt": requirement + "\n"})
+    target = target_for(str(tmp_path))
+    assert (target.release, target.oldest, target.allowed) == (nearest, nearest, (nearest,))
+    assert target.reason.endswith(f"allows no release the manifest knows (0.19.0 to {NEWEST}): the nearest, {nearest}")
+
+
 def test_an_explicit_or_configured_target_wins(tmp_path):
     write(tmp_path, {"pyproject.toml": '[project]\nname = "p"\ndependencies = ["vllm>=0.30"]\n'})
     explicit = target_for(str(tmp_path), explicit="0.27", configured="0.33")

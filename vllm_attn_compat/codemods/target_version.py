@@ -30,8 +30,9 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from vllm_attn_compat import manifest
+from vllm_attn_compat.manifest import version_key
 
-from .specifiers import Requirement, SpecifierError, allows, parse_requirement
+from .specifiers import Requirement, SpecifierError, allows, clauses, parse_requirement
 
 if TYPE_CHECKING:
     import ast
@@ -158,16 +159,45 @@ def _from_requirements(root: str, source: str, requirements: list[Requirement]) 
     if len(bounded) < len(requirements):  # a line without specifiers (or a URL) allows every release
         reason = f"from {where}: {written} (any release): the newest release the manifest knows, {known[-1]}"
         return Target(known[-1], None, known, reason, source)
-    allowed = tuple(v for v in known if any(allows(r.specifiers, v) for r in bounded))
+    interfaces = [_as_built_from(r.specifiers) for r in bounded]
+    allowed = tuple(v for v in known if any(allows(specifiers, v) for specifiers in interfaces))
+    # (by PEP 440 such a pin allows no release: the summary says why it was read as one)
+    built = "; a local build has its release's interface" if interfaces != [r.specifiers for r in bounded] else ""
     if allowed:
-        return Target(allowed[-1], allowed[0], allowed, f"from {where}: {written}", source)
-    above = any(allows(r.specifiers, "9999.0.0") for r in bounded)
-    nearest = known[-1] if above else known[0]
+        return Target(allowed[-1], allowed[0], allowed, f"from {where}: {written}{built}", source)
+    nearest = _nearest(known, interfaces)
     reason = (
         f"from {where}: {written} allows no release the manifest knows ({known[0]} to {known[-1]}): "
         f"the nearest, {nearest}"
     )
     return Target(nearest, nearest, (nearest,), reason, source)
+
+
+def _as_built_from(specifiers: str) -> str:
+    """``specifiers`` as they bear on the attention interface: a pin on a local build (``==0.22.0+cpu``, a
+    platform's own wheel) pins the release it was built from, whose interface it has. (By PEP 440 it allows no
+    release, as no release carries that label; ``!=`` a local build still allows its release.)"""
+    read = clauses(specifiers)
+    if not any(operator in ("==", "===") and "+" in version for operator, version in read):
+        return specifiers
+    return ",".join(
+        f"=={version.partition('+')[0]}" if operator in ("==", "===") and "+" in version else f"{operator}{version}"
+        for operator, version in read
+    )
+
+
+def _nearest(known: tuple[str, ...], specifiers: list[str]) -> str:
+    """The release nearest to what requirements that allow no known release name: the newest at or below the
+    highest version a clause names (a pin on a patch release the manifest does not know, ``==0.22.5``, has
+    0.22.1's interface; ``>=0.40``, the newest), else the oldest."""
+    named = []
+    for _, version in (clause for text in specifiers for clause in clauses(text)):
+        try:
+            named.append(version_key(version.removesuffix(".*").partition("+")[0]))
+        except ValueError:
+            continue  # an arbitrary string (``===``) names no version to be near
+    below = [release for release in known if named and version_key(release) <= max(named)]
+    return below[-1] if below else known[0]
 
 
 def find_requirements(root: str) -> tuple[str, list[Requirement]] | None:

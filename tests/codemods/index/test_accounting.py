@@ -95,6 +95,10 @@ def test_a_registering_decorator_withholds_the_fix_of_what_it_decorates():
         ("def f(impl):\n    return vars(impl)\n", True),  # an instance of what? any class: may be a class
         ("class Other:\n    def f(self):\n        return vars(self)\n", False),  # an instance's own namespace
         ("def f(impl):\n    for name in ('ready', 'scale'):\n        getattr(impl, name)\n", False),  # other names
+        ("import importlib\n\ndef f(m, name):\n    return getattr(importlib.import_module(m), name)\n", False),
+        ("class Other:\n    pass\n\ndef f():\n    return vars(Other())\n", False),  # a new instance's namespace
+        ("from plugin_mod import MyImpl\n\ndef f(name):\n    return getattr(MyImpl(), name)\n", True),
+        ("def f(make, name):\n    return getattr(make(), name)\n", True),  # what an unknown callee returns
     ],
 )
 def test_each_occurrence_in_another_file_is_proven_unaffected_or_withholds(caller, named):

@@ -76,6 +76,53 @@ def test_reflection_with_its_receiver_and_its_names():
     ]
 
 
+def test_reflection_on_a_module_that_importlib_returns_reaches_no_class():
+    found = _found(
+        """
+        import importlib
+        from importlib import import_module, reload
+
+
+        def resolve(module_name, class_name):
+            module = importlib.import_module(module_name)
+            again = reload(module)
+            return getattr(module, class_name), getattr(import_module(module_name), class_name), dir(again)
+
+
+        def unknown(make, name):
+            made = make(name)
+            return getattr(made, name), getattr(importlib.util.find_spec(name), name)
+        """
+    )
+    shown = [(r.line, r.receiver, r.target) for r in found.reflection]
+    assert shown == [
+        (9, "none", None),
+        (9, "none", None),
+        (9, "none", None),
+        (14, "any", None),
+        (14, "instance", "importlib.util.find_spec"),  # what a function returns: anything
+    ]
+
+
+def test_reflection_on_what_a_call_returns_is_on_what_the_callee_makes():
+    found = _found(
+        """
+        from plugin.config import PassConfig, make
+
+
+        def f(factory, name):
+            return vars(PassConfig()), getattr(make(), name), vars(factory()), getattr(PassConfig().inner, name)
+        """
+    )
+    shown = [(r.line, r.kind, r.receiver, r.target) for r in found.reflection]
+    assert shown == [
+        (6, "dict", "instance", "plugin.config.PassConfig"),
+        (6, "other", "instance", "plugin.config.make"),
+        (6, "dict", "any", None),
+        (6, "other", "any", None),
+    ]
+
+
 def test_names_strings_look_up_doctests_and_unknown_syntax():
     found = _found(
         '''

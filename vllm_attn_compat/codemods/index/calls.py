@@ -510,7 +510,17 @@ class _Collector:
         ):
             how, target = self._reflected(node.args[0], scope, scopes)
             return _CLASS_OF.get(how, how), target
+        if isinstance(node, ast.Call):  # what a call returns, as where a name is bound once to it (`_receiver`)
+            if self._imports_module(node.func, scopes):
+                return "none", None
+            called = _dotted(node.func)
+            local = [s.local_classes for s in scopes if s.local_classes]
+            if called is not None and self._binds(called, local):
+                return "instance", self.indexer.resolve(node.func, local)
+            return "any", None
         receiver, target, _ = self._receiver(node, scope, scopes)
+        if receiver == "instance" and target in _MODULE_IMPORTERS:  # bound once to what one returned
+            return "none", None
         if receiver in ("self", "super"):
             function = scope.function
             is_class = function is not None and (
@@ -520,6 +530,17 @@ class _Collector:
         if receiver in ("class", "instance"):
             return receiver, target
         return "any", None
+
+    def _imports_module(self, callee: ast.expr, scopes: list[_Scope]) -> bool:
+        """Whether ``callee`` is `importlib.import_module` (or ``reload``): what it returns is a module, whose
+        attributes are its globals, never a class's members (as a module bound by ``import`` is)."""
+        dotted = _dotted(callee)
+        local = [s.local_classes for s in scopes if s.local_classes]
+        return (
+            dotted is not None
+            and self._binds(dotted, local)
+            and self.indexer.resolve(callee, local) in _MODULE_IMPORTERS
+        )
 
     def _define(
         self, node: _Def, parent: ast.AST | None, scope: _Scope, scopes: list[_Scope], pending: _Pending
@@ -778,6 +799,7 @@ _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # The receiver of ``type(x)`` (``x.__class__``) by that of ``x``: the class of an instance is that class (or, for
 # ``self``, a subclass); of anything else, what it may be (a literal's class is no class of the run).
 _CLASS_OF = {"self": "cls", "instance": "class"}
+_MODULE_IMPORTERS = frozenset({"importlib.import_module", "importlib.reload"})
 _LITERAL_TYPES = (ast.List, ast.Tuple, ast.Dict, ast.Set, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 
 

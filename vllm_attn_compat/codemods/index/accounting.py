@@ -10,9 +10,10 @@ the first such occurrence (a :class:`Blocker`).
 
 What is proven unaffected here: reflection whose receiver is no instance of the class (``self`` of a class no
 class of the run derives from along with it, a module (one `importlib.import_module` returns too), a literal, a
-class of the run that does not derive from it or an instance a call makes of one, an object from outside the run), or that names other members (``for name in ("a", "b"): getattr(x, name)``), an
-instance's ``__dict__`` (it holds neither methods nor class attributes), a class-body read in another class, an
-op's name in an op list that the fix renames too, in a registration or in prose. The attribute uses of a method are
+class of the run that does not derive from it or an instance a call makes of one, an object from outside the run),
+or that names other members (``for name in ("a", "b"): getattr(x, name)``), an instance's ``__dict__`` (it holds
+neither methods nor class attributes), a class-body read in another class, an op's name in an op list that the fix
+renames too, in a registration or in prose. The attribute uses of a method are
 the call-site analysis's (`callsites`), the flag's reads the flag owners' (`flag_owners`).
 """
 

@@ -57,6 +57,22 @@ def test_diff_prints_a_unified_diff_on_stdout_and_the_report_on_stderr(plugin, c
     assert "VAC001 [*]" in captured.err and "VAC001" not in captured.out
 
 
+def test_the_summary_of_a_diff_names_the_command_that_applies_what_it_showed(plugin, capsys):
+    # A call passing None withholds VAC001's fix: only `--unsafe-fixes` takes it, so the hint must not say to run
+    # `migrate` alone.
+    caller = (
+        "from plugin.impl import MyImpl\n\n\ndef run(impl: MyImpl):\n    return impl.forward(1, 2, 3, 4, 5, 6, None)\n"
+    )
+    (plugin / "plugin/caller.py").write_text(caller)
+    assert main(["migrate", "--diff", "--unsafe-fixes", str(plugin)]) == 1
+    hint = "Run the same command without --check/--diff to apply the fixes marked [*]."
+    assert hint in capsys.readouterr().err.splitlines()
+    assert main(["migrate", str(plugin)]) == 1  # without the flag, nothing is applied
+    assert (plugin / "plugin/impl.py").read_text() == IMPL
+    assert main(["migrate", "--unsafe-fixes", str(plugin)]) == 0
+    assert (plugin / "plugin/impl.py").read_text() == IMPL_MIGRATED
+
+
 def test_a_finding_without_fix_exits_1_and_is_counted(tmp_path, capsys):
     write_tree(tmp_path, {"manual.py": MANUAL})
     assert main(["migrate", str(tmp_path)]) == 1

@@ -134,7 +134,7 @@ def summary_lines(report: RunReport) -> list[str]:
         n = counts[Status.UNSAFE_FIX_AVAILABLE]
         lines.append(f"{n} unsafe fix{'es' if n != 1 else ''} available with --unsafe-fixes (review them).")
     if would and report.changed:
-        lines.append("Run `vllm-attn-compat migrate` without --check/--diff to apply the fixes marked [*].")
+        lines.append("Run the same command without --check/--diff to apply the fixes marked [*].")
     if report.skipped:
         lines.append(f"{len(report.skipped)} file(s) skipped on purpose (see above).")
     if report.errors:

@@ -27,6 +27,12 @@ _MLA = """\
 
     class MyImpl(MLAAttentionImpl):
 """
+_LAYER = """\
+    from vllm.model_executor.layers.attention.mla_attention import MLAAttention
+
+
+    class MyAttention(MLAAttention):
+"""
 _VALIDATE = """\
 @classmethod
 def validate_configuration(
@@ -76,7 +82,10 @@ class SignatureDrift(Rule):
     reported without a fix (so is a parameter list holding a comment, a ``# noqa`` among them, which appending
     could move to another line): pass the new parameters through ``**kwargs``, or write them out. Constructors are left
     out: vLLM makes its objects in ways of their own (the MLA layer passes an impl's dimensions by name, a builder is
-    made positionally), which the signature alone does not tell.
+    made positionally), which the signature alone does not tell. So is a layer's ``forward`` (``Attention``,
+    ``MLAAttention``) that takes the arguments of no release: model code calls a layer, and such a ``forward`` is a
+    method of another shape that the project's own model calls (vLLM 0.30's ``DeepseekV32Attention.forward(positions,
+    hidden_states)``), not one written for an older release.
     """
 
     code = "VAC012"
@@ -189,6 +198,36 @@ class SignatureDrift(Rule):
             target="0.34",
         ),
         Example(
+            "a layer's `forward` written for a release before 0.27, whose model code vLLM's may be",
+            class_source(
+                _LAYER,
+                """
+                def forward(self, q, kv_c_normed, k_pe, output_shape=None):
+                    return super().forward(q, kv_c_normed, k_pe, output_shape)
+                """,
+            ),
+            after=class_source(
+                _LAYER,
+                """
+                def forward(self, q, kv_c_normed, k_pe, output_shape=None, q_dcp_replicated=None):
+                    return super().forward(q, kv_c_normed, k_pe, output_shape)
+                """,
+            ),
+            findings=(Status.FIXED,),
+            target="0.27",
+        ),
+        Example(
+            "a layer's `forward` of another shape, which the project's model calls: no release's arguments",
+            class_source(
+                _LAYER,
+                """
+                def forward(self, positions, hidden_states):
+                    return hidden_states
+                """,
+            ),
+            target="0.34",
+        ),
+        Example(
             "an override taking `*args, **kwargs` takes whatever vLLM passes",
             class_source(
                 _BACKEND,
@@ -220,7 +259,7 @@ class SignatureDrift(Rule):
         expected = signatures.bound(base.signature, base.kind)
         found = signatures.bound(signatures.signature_of(node), kind)
         drift = signatures.drift(expected, found)
-        if drift.compatible:
+        if drift.compatible or (name == "forward" and _layer(base.owner) and not _ever_takes(classes, found)):
             return
         changed = last_change(base.owner, name, self.ctx.target.release)
         where = f"`{base.owner.rpartition('.')[2]}.{name}`"
@@ -265,6 +304,25 @@ class SignatureDrift(Rule):
 
         node.body.visit(_Names())
         return f"the body already reads a `{found[0]}` the parameter would hide" if found else None
+
+
+def _layer(owner: str) -> bool:
+    """Whether the member's class is one of vLLM's layers, which model code calls (`SignatureDrift`)."""
+    return owner.startswith("vllm.model_executor.layers.")
+
+
+def _ever_takes(classes: tuple[str, ...], found: Any) -> bool:
+    """Whether an override of ``forward`` of the signature ``found`` takes the arguments of some release's base."""
+    from vllm_attn_compat.codemods.engine import signatures
+    from vllm_attn_compat.manifest import releases
+    from vllm_attn_compat.manifest.interface import base_member
+
+    bases = (base_member(release, classes, "forward") for release in releases())
+    return any(
+        signatures.drift(signatures.bound(base.signature, base.kind), found).compatible
+        for base in bases
+        if base is not None and base.signature is not None
+    )
 
 
 def _listed(parameters: tuple[Parameter, ...]) -> str:

@@ -99,6 +99,8 @@ def test_a_registering_decorator_withholds_the_fix_of_what_it_decorates():
         ("class Other:\n    pass\n\ndef f():\n    return vars(Other())\n", False),  # a new instance's namespace
         ("from plugin_mod import MyImpl\n\ndef f(name):\n    return getattr(MyImpl(), name)\n", True),
         ("def f(make, name):\n    return getattr(make(), name)\n", True),  # what an unknown callee returns
+        ("import os\n\ndef f(dir):\n    return os.path.join(dir, 'x')\n", False),  # a variable named `dir`
+        ("def f(paths):\n    return sorted(paths, key=dir)\n", True),  # the builtin handed on
     ],
 )
 def test_each_occurrence_in_another_file_is_proven_unaffected_or_withholds(caller, named):

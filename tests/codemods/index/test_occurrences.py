@@ -104,6 +104,23 @@ def test_reflection_on_a_module_that_importlib_returns_reaches_no_class():
     ]
 
 
+def test_a_reflection_builtins_name_a_function_binds_is_its_variable():
+    found = _found(
+        """
+        import os
+
+
+        def find(dir, getattr=None):
+            return os.path.join(dir, "x"), getattr(dir, "y"), map(vars, [dir])
+
+
+        def elsewhere(path):
+            return sorted(path, key=dir)
+        """
+    )
+    assert [(r.line, r.text) for r in found.reflection] == [(6, "map(vars, [dir])"), (10, "sorted(path, key=dir)")]
+
+
 def test_reflection_on_what_a_call_returns_is_on_what_the_callee_makes():
     found = _found(
         """

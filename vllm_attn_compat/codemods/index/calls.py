@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol, TypeAlias
 
-from vllm_attn_compat.codemods.index import children, constructed, occurrences
+from vllm_attn_compat.codemods.index import children, constructed, occurrences, shadowing
 from vllm_attn_compat.codemods.index.forwarded import Parameters, is_none, none_tested, reaches
 from vllm_attn_compat.codemods.index.names import ALLOCATORS
 
@@ -296,6 +296,14 @@ class _Scope:
     walrus: bool = True  # whether the module may hold an assignment expression (`forwarded.Parameters`)
     _constructed: dict[str, ast.expr] | None = None
     _parameters: Parameters | None = None
+    _local_names: tuple[frozenset[str], frozenset[str]] | None = None
+
+    def local_names(self) -> tuple[frozenset[str], frozenset[str]]:
+        """`shadowing.local_names` of the function (nothing outside one), found when first asked for."""
+        if self._local_names is None:
+            none: frozenset[str] = frozenset()
+            self._local_names = shadowing.local_names(self.function) if self.function is not None else (none, none)
+        return self._local_names
 
     def constructed(self) -> dict[str, ast.expr]:
         """`constructed.constructed` of the function, found when first asked for."""
@@ -680,14 +688,15 @@ class _Collector:
     def _call(self, node: ast.Call, scope: _Scope, scopes: list[_Scope]) -> None:
         func = node.func
         callee = func.id if type(func) is ast.Name else func.attr if type(func) is ast.Attribute else None
-        if callee in occurrences.BY_NAME or callee in occurrences.ALL_MEMBERS or callee == "locals":
+        reflects = callee in occurrences.BY_NAME or callee in occurrences.ALL_MEMBERS or callee == "locals"
+        if reflects and (type(func) is not ast.Name or not _shadowed(func.id, scopes)):
             self._reflection_call(node, callee, scope, scopes)
         elif callee in occurrences.NAME_LOOKUPS or (
             type(func) is ast.Attribute and "patch" in (_dotted(func.value) or "").rpartition(".")[2].lower()
         ):
             self._lookups(node)
         for value in (*node.args, *(k.value for k in node.keywords)):  # `map(getattr, ...)`: reflection handed on
-            if type(value) is ast.Name and value.id in occurrences.REFLECTION_WORDS:
+            if type(value) is ast.Name and value.id in occurrences.REFLECTION_WORDS and not _shadowed(value.id, scopes):
                 self.reflection.append(
                     occurrences.Reflection(
                         value.lineno, value.col_offset + 1, "other", "any", None, (), occurrences.shorten(node)
@@ -796,8 +805,15 @@ class _Collector:
 
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
 # The receiver of ``type(x)`` (``x.__class__``) by that of ``x``: the class of an instance is that class (or, for
 # ``self``, a subclass); of anything else, what it may be (a literal's class is no class of the run).
+def _shadowed(name: str, scopes: list[_Scope]) -> bool:
+    """Whether ``name`` in the innermost of ``scopes`` is a function's own variable, not the builtin (`shadowing`)."""
+    return shadowing.shadows(name, (s.local_names() for s in reversed(scopes) if s.function is not None))
+
+
 _CLASS_OF = {"self": "cls", "instance": "class"}
 _MODULE_IMPORTERS = frozenset({"importlib.import_module", "importlib.reload"})
 _LITERAL_TYPES = (ast.List, ast.Tuple, ast.Dict, ast.Set, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)

@@ -129,6 +129,11 @@ def test_reflection_on_what_a_call_returns_is_on_what_the_callee_makes():
 
         def f(factory, name):
             return vars(PassConfig()), getattr(make(), name), vars(factory()), getattr(PassConfig().inner, name)
+
+
+        class K:
+            def f(self, name):
+                return getattr(super(), name)
         """
     )
     shown = [(r.line, r.kind, r.receiver, r.target) for r in found.reflection]
@@ -137,6 +142,7 @@ def test_reflection_on_what_a_call_returns_is_on_what_the_callee_makes():
         (6, "other", "instance", "plugin.config.make"),
         (6, "dict", "any", None),
         (6, "other", "any", None),
+        (11, "other", "self", "K"),  # `super()` is the instance's
     ]
 
 

@@ -518,7 +518,8 @@ class _Collector:
         ):
             how, target = self._reflected(node.args[0], scope, scopes)
             return _CLASS_OF.get(how, how), target
-        if isinstance(node, ast.Call):  # what a call returns, as where a name is bound once to it (`_receiver`)
+        # What a call returns, as where a name is bound once to it (`_receiver`, which tells ``super()`` apart).
+        if isinstance(node, ast.Call) and not (type(node.func) is ast.Name and node.func.id == "super"):
             if self._imports_module(node.func, scopes):
                 return "none", None
             called = _dotted(node.func)
@@ -807,13 +808,13 @@ class _Collector:
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
-# The receiver of ``type(x)`` (``x.__class__``) by that of ``x``: the class of an instance is that class (or, for
-# ``self``, a subclass); of anything else, what it may be (a literal's class is no class of the run).
 def _shadowed(name: str, scopes: list[_Scope]) -> bool:
     """Whether ``name`` in the innermost of ``scopes`` is a function's own variable, not the builtin (`shadowing`)."""
     return shadowing.shadows(name, (s.local_names() for s in reversed(scopes) if s.function is not None))
 
 
+# The receiver of ``type(x)`` (``x.__class__``) by that of ``x``: the class of an instance is that class (or, for
+# ``self``, a subclass); of anything else, what it may be (a literal's class is no class of the run).
 _CLASS_OF = {"self": "cls", "instance": "class"}
 _MODULE_IMPORTERS = frozenset({"importlib.import_module", "importlib.reload"})
 _LITERAL_TYPES = (ast.List, ast.Tuple, ast.Dict, ast.Set, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)

@@ -198,7 +198,7 @@ class SignatureDrift(Rule):
             target="0.34",
         ),
         Example(
-            "a layer's `forward` written for a release before 0.27, whose model code vLLM's may be",
+            "a layer's `forward` written for a release before 0.27 gets the parameter 0.27 added",
             class_source(
                 _LAYER,
                 """

@@ -690,7 +690,7 @@ class _Collector:
         func = node.func
         callee = func.id if type(func) is ast.Name else func.attr if type(func) is ast.Attribute else None
         reflects = callee in occurrences.BY_NAME or callee in occurrences.ALL_MEMBERS or callee == "locals"
-        if reflects and (type(func) is not ast.Name or not _shadowed(func.id, scopes)):
+        if reflects and callee is not None and (type(func) is not ast.Name or not _shadowed(func.id, scopes)):
             self._reflection_call(node, callee, scope, scopes)
         elif callee in occurrences.NAME_LOOKUPS or (
             type(func) is ast.Attribute and "patch" in (_dotted(func.value) or "").rpartition(".")[2].lower()

@@ -12,7 +12,7 @@ from __future__ import annotations
 import ast
 from collections import Counter
 
-from vllm_attn_compat.codemods.index.children import CHILDREN
+from vllm_attn_compat.codemods.index.children import push_children
 
 Function = ast.FunctionDef | ast.AsyncFunctionDef
 _NESTED = frozenset({ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda})
@@ -50,7 +50,7 @@ def constructed(function: Function) -> dict[str, ast.expr]:
             continue
         if kind in _BINDING:
             _bind(node, bindings, made)  # type: ignore[arg-type]
-        _push_children(node, stack)
+        push_children(node, stack)
     return {name: callee for name, callee in made.items() if bindings[name] == 1}
 
 
@@ -89,16 +89,4 @@ def _nested(node: ast.AST, bindings: Counter[str], stack: list[object]) -> None:
         if type(found) is ast.Nonlocal:
             bindings.update({name: 2 for name in found.names})
         else:
-            _push_children(found, inner)
-
-
-def _push_children(node: object, stack: list[object]) -> None:
-    """Stack what ``node``'s fields may hold (`children.CHILDREN`): not `children.child_nodes`, which tests each
-    item of a list to be a node (a pattern's attribute names are strings, a dict's keys hold None for ``**d``);
-    the loops here test what they pop anyway, and the test cost the walk a sixth of its time."""
-    for field in CHILDREN[type(node)]:
-        value = getattr(node, field, None)
-        if type(value) is list:
-            stack.extend(value)
-        elif isinstance(value, ast.AST):
-            stack.append(value)
+            push_children(found, inner)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterable
 
-from vllm_attn_compat.codemods.index.children import CHILDREN
+from vllm_attn_compat.codemods.index.children import push_children
 
 Function = ast.FunctionDef | ast.AsyncFunctionDef
 
@@ -59,12 +59,7 @@ def local_names(function: Function) -> tuple[frozenset[str], frozenset[str]]:
         if isinstance(node, ast.Lambda):
             stack.extend(d for d in [*node.args.defaults, *node.args.kw_defaults] if d is not None)
             continue
-        for name in CHILDREN[type(node)]:
-            value = getattr(node, name, None)
-            if type(value) is list:
-                stack.extend(value)
-            elif isinstance(value, ast.AST):
-                stack.append(value)
+        push_children(node, stack)
     return frozenset(bound - declared), frozenset(declared)
 
 

@@ -71,6 +71,10 @@ def test_the_summary_of_a_diff_names_the_command_that_applies_what_it_showed(plu
     assert (plugin / "plugin/impl.py").read_text() == IMPL
     assert main(["migrate", "--unsafe-fixes", str(plugin)]) == 0
     assert (plugin / "plugin/impl.py").read_text() == IMPL_MIGRATED
+    taken = [line for line in capsys.readouterr().out.splitlines() if " VAC001 [*] " in line]
+    assert len(taken) == 1 and "withheld" not in taken[0]
+    assert taken[0].endswith("; taken with --unsafe-fixes, though `impl.forward(...)` at "
+                             f"{plugin / 'plugin/caller.py'}:5 passes `output=None`")  # fmt: skip
 
 
 def test_a_finding_without_fix_exits_1_and_is_counted(tmp_path, capsys):

@@ -304,8 +304,13 @@ def _migrate_module(source: bytes, settings: _Settings, tree: ast.Module | None)
         status = _status(report.safety, suppressed, unsafe_fixes)
         if with_findings:
             assert span is not None  # positions were computed for every report's node
+            message = report.message
+            if status is Status.FIXED and report.safety is FixSafety.UNSAFE:
+                # The use that withheld the fix ("withheld: `x.m(...)` at f.py:3 does not pass `output`") is what
+                # the fix taken may break: the next `--check` reports each call it broke.
+                message = message.replace("; withheld: ", "; taken with --unsafe-fixes, though ", 1)
             findings.append(
-                Finding(span.start_line, span.start_column + 1, report.code, report.message, status, report.release)
+                Finding(span.start_line, span.start_column + 1, report.code, message, status, report.release)
             )
         if status is Status.FIXED:
             if with_findings and all(isinstance(edit, (AddImport, DropUnusedImport)) for edit in report.edits):

@@ -178,12 +178,11 @@ def _as_built_from(specifiers: str) -> str:
     platform's own wheel) pins the release it was built from, whose interface it has. (By PEP 440 it allows no
     release, as no release carries that label; ``!=`` a local build still allows its release.)"""
     read = clauses(specifiers)
-    if not any(operator in ("==", "===") and "+" in version for operator, version in read):
-        return specifiers
-    return ",".join(
-        f"=={version.partition('+')[0]}" if operator in ("==", "===") and "+" in version else f"{operator}{version}"
+    built = [
+        ("==", version.partition("+")[0]) if operator in ("==", "===") and "+" in version else (operator, version)
         for operator, version in read
-    )
+    ]
+    return specifiers if built == read else ",".join(operator + version for operator, version in built)
 
 
 def _nearest(known: tuple[str, ...], specifiers: list[str]) -> str:

@@ -416,13 +416,19 @@ class _Collector:
         if callee is not None:  # bound once, to what `callee(...)` made: an instance, if it is a class
             if type(callee) is ast.Attribute and callee.attr == "__new__":  # `Impl.__new__(Impl)`: an `Impl`
                 callee = callee.value
-            called = _dotted(callee)
-            if called is not None and self._binds(called, local):
-                return "instance", self.indexer.resolve(callee, local), dotted
-            return "other", None, dotted
+            bound, made = self._callee(callee, local)
+            return ("instance", made, dotted) if bound else ("other", None, dotted)
         if self._binds(dotted, local):
             return "class", self.indexer.resolve(node, local), dotted
         return "other", None, dotted
+
+    def _callee(self, callee: ast.expr, local: list[dict[str, str]]) -> tuple[bool, str | None]:
+        """Whether an import or a class (of the module or of ``local`` scopes) binds the head of what a call calls,
+        and the dotted name it resolves to: what the call makes is known by that name."""
+        dotted = _dotted(callee)
+        if dotted is None or not self._binds(dotted, local):
+            return False, None
+        return True, self.indexer.resolve(callee, local)
 
     def _binds(self, dotted: str, local: list[dict[str, str]]) -> bool:
         """Whether the head of ``dotted`` is bound by an import or a class (of the module or of ``local`` scopes)."""
@@ -520,13 +526,10 @@ class _Collector:
             return _CLASS_OF.get(how, how), target
         # What a call returns, as where a name is bound once to it (`_receiver`, which tells ``super()`` apart).
         if isinstance(node, ast.Call) and not (type(node.func) is ast.Name and node.func.id == "super"):
-            if self._imports_module(node.func, scopes):
+            bound, made = self._callee(node.func, [s.local_classes for s in scopes if s.local_classes])
+            if made in _MODULE_IMPORTERS:  # a module, whose attributes are its globals, never a class's members
                 return "none", None
-            called = _dotted(node.func)
-            local = [s.local_classes for s in scopes if s.local_classes]
-            if called is not None and self._binds(called, local):
-                return "instance", self.indexer.resolve(node.func, local)
-            return "any", None
+            return ("instance", made) if bound else ("any", None)
         receiver, target, _ = self._receiver(node, scope, scopes)
         if receiver == "instance" and target in _MODULE_IMPORTERS:  # bound once to what one returned
             return "none", None
@@ -539,17 +542,6 @@ class _Collector:
         if receiver in ("class", "instance"):
             return receiver, target
         return "any", None
-
-    def _imports_module(self, callee: ast.expr, scopes: list[_Scope]) -> bool:
-        """Whether ``callee`` is `importlib.import_module` (or ``reload``): what it returns is a module, whose
-        attributes are its globals, never a class's members (as a module bound by ``import`` is)."""
-        dotted = _dotted(callee)
-        local = [s.local_classes for s in scopes if s.local_classes]
-        return (
-            dotted is not None
-            and self._binds(dotted, local)
-            and self.indexer.resolve(callee, local) in _MODULE_IMPORTERS
-        )
 
     def _define(
         self, node: _Def, parent: ast.AST | None, scope: _Scope, scopes: list[_Scope], pending: _Pending
@@ -816,6 +808,7 @@ def _shadowed(name: str, scopes: list[_Scope]) -> bool:
 # The receiver of ``type(x)`` (``x.__class__``) by that of ``x``: the class of an instance is that class (or, for
 # ``self``, a subclass); of anything else, what it may be (a literal's class is no class of the run).
 _CLASS_OF = {"self": "cls", "instance": "class"}
+# What returns a module (as a name bound by ``import`` holds one).
 _MODULE_IMPORTERS = frozenset({"importlib.import_module", "importlib.reload"})
 _LITERAL_TYPES = (ast.List, ast.Tuple, ast.Dict, ast.Set, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 

@@ -19,6 +19,7 @@ from vllm_attn_compat.codemods.index.children import push_children
 Function = ast.FunctionDef | ast.AsyncFunctionDef
 
 _DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
 _COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 
 
@@ -53,11 +54,9 @@ def local_names(function: Function) -> tuple[frozenset[str], frozenset[str]]:
         if isinstance(node, _DEFINITIONS):
             bound.add(node.name)
             stack.extend(node.decorator_list)  # what runs here; the body is a scope of its own
-            if not isinstance(node, ast.ClassDef):
-                stack.extend(d for d in [*node.args.defaults, *node.args.kw_defaults] if d is not None)
-            continue
-        if isinstance(node, ast.Lambda):
+        if isinstance(node, _FUNCTIONS):
             stack.extend(d for d in [*node.args.defaults, *node.args.kw_defaults] if d is not None)
+        if isinstance(node, (*_DEFINITIONS, ast.Lambda)):
             continue
         push_children(node, stack)
     return frozenset(bound - declared), frozenset(declared)

@@ -79,7 +79,42 @@ def render(manifest: dict[str, Any]) -> str:
         sections.append(f"{title}\n\n" + "\n".join(rows) + "\n")
     sections.append(f"## {releases[0]}\n\nThe first release the manifest describes.\n")
     overview = f"Releases {releases[0]} to {releases[-1]}, newest first.\n\n" + "\n".join(summary) + "\n"
-    return HEADER + "\n" + overview + "\n" + "\n".join(sections)
+    return HEADER + "\n" + overview + "\n" + "\n".join(sections) + "\n" + _left_out(manifest)
+
+
+def _left_out(manifest: dict[str, Any]) -> str:
+    """The abstract members vLLM's own concrete classes leave out, by what they leave out and the releases."""
+    releases = manifest["releases"]
+    shapes: dict[tuple[str, ...], dict[str, list[str]]] = {}  # what is left out -> {release: [classes]}
+    for cls, changes in sorted(manifest["left_out"].items()):
+        for release in releases:
+            lacking = history.at(changes, releases, release)
+            if lacking:
+                shapes.setdefault(tuple(lacking), {}).setdefault(release, []).append(cls)
+    rows = ["| left out | releases | vLLM's classes (the newest release's) |", "| --- | --- | --- |"]
+    for lacking, by_release in sorted(shapes.items()):
+        newest = by_release[max(by_release, key=releases.index)]
+        named = ", ".join(f"`{name}`" for name in sorted({cls.rpartition(".")[2] for cls in newest}))
+        members = ", ".join(f"`{_short(member)}`" for member in lacking)
+        rows.append(f"| {members} | {_spans(sorted(by_release, key=releases.index), releases)} | {named} |")
+    return (
+        "## Abstract members vLLM's own classes leave out\n\n"
+        "vLLM never instantiates a backend class, so Python never asks one for its abstract members: the backends of\n"
+        "layers other than attention go without the members only an attention layer asks for. VAC013 does not report\n"
+        "a backend lacking exactly what one of vLLM's own lacks at the target release; an impl or a builder, which\n"
+        "vLLM instantiates, needs every abstract member.\n\n" + "\n".join(rows) + "\n"
+    )
+
+
+def _spans(present: list[str], releases: list[str]) -> str:
+    """``0.19.0-0.26.0, 0.29.0`` for the releases ``present`` (a subset of ``releases``, in order)."""
+    spans: list[list[str]] = []
+    for release in present:
+        if spans and releases.index(release) == releases.index(spans[-1][-1]) + 1:
+            spans[-1].append(release)
+        else:
+            spans.append([release])
+    return ", ".join(span[0] if len(span) == 1 else f"{span[0]}-{span[-1]}" for span in spans)
 
 
 _SUMMARY = ("added", "removed", "signature changed", "deprecated", "no longer called")

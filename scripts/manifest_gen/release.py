@@ -3,14 +3,16 @@
 The modules read (``SCOPE``): ``vllm/v1/attention/backend.py`` (the backend, impl, builder and metadata
 interface), ``vllm/v1/attention/backends/registry.py`` (``AttentionBackendEnum``, ``register_backend``) and every
 module of ``vllm/model_executor/layers/attention/`` (the layers and the ops they register). The whole ``vllm/``
-tree is scanned for the members vLLM still uses (references.py).
+tree is scanned for the members vLLM still uses (references.py) and for the abstract members its own concrete
+classes leave out (left_out.py).
 
 A snapshot is JSON-ready::
 
     {"modules": {module: {name: kind}},
      "classes": {qualified name: {"bases", "kind", "metaclass"?, "deprecated"?, "members": {name: state}}},
      "functions": {qualified name: state},
-     "ops": {"vllm::name": state}}
+     "ops": {"vllm::name": state},
+     "left_out": {qualified name of a concrete class of vLLM's: ["<interface class>.<member>", ...]}}
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from . import references
+from . import left_out, references
 from .extract import Module
 
 SCOPE_FILES = ("vllm/v1/attention/backend.py", "vllm/v1/attention/backends/registry.py")
@@ -96,7 +98,7 @@ def module_name(path: str) -> tuple[str, bool]:
 def snapshot(sources: Sources) -> Snapshot:
     """The attention interface of the release whose files ``sources`` holds."""
     files = list(sources.items())
-    result: Snapshot = {"modules": {}, "classes": {}, "functions": {}, "ops": {}}
+    result: Snapshot = {"modules": {}, "classes": {}, "functions": {}, "ops": {}, "left_out": {}}
     class_scope_uses: set[str] = set()
     for path, text in files:
         if not in_scope(path):
@@ -115,6 +117,7 @@ def snapshot(sources: Sources) -> Snapshot:
         for member, state in cls["members"].items():
             if member not in used:
                 state["referenced"] = False  # absent: used (the common case, kept out of the data)
+    result["left_out"] = left_out.left_out(((*module_name(path), text) for path, text in files), result["classes"])
     for key in result:
         result[key] = dict(sorted(result[key].items()))
     return result

@@ -93,6 +93,25 @@ def test_abstract_members_left_to_a_subclass():
     assert set(interface.missing_abstract("0.34.0", [f"{MLA}.MLACommonImpl"], ["__init__"])) == {"forward_mqa"}
 
 
+def test_a_backend_shaped_as_one_of_vllms_own_lacks_nothing_vllm_asks_for():
+    # vLLM 0.34's backends of no attention layer (Mamba's, the indexers') go without `get_impl_cls`: vLLM never
+    # instantiates a backend, and only an attention layer asks for its impl.
+    assert interface.missing_abstract("0.34.0", [AttentionBackend], ["get_name", "get_builder_cls"]) == {}
+    shaped = interface.shaped_like_vllms_own("0.34.0", [interface.Abstract("get_impl_cls", AttentionBackend, "0.19.0")])
+    assert shaped is not None and interface.left_out("0.34.0")[shaped] == {f"{AttentionBackend}.get_impl_cls"}
+    # Up to 0.28 they lacked `get_kv_cache_shape` too; an attention backend lacking it alone is like none of them.
+    assert interface.missing_abstract("0.27.1", [AttentionBackend], ["get_name", "get_builder_cls"]) == {}
+    lacking_shape = interface.missing_abstract(
+        "0.27.1", [AttentionBackend], ["get_name", "get_builder_cls", "get_impl_cls"]
+    )
+    assert set(lacking_shape) == {"get_kv_cache_shape"}
+    # A class vLLM instantiates needs every abstract member, whatever vLLM's own classes lack: vLLM 0.22's DeepSeek V4
+    # sparse impl goes without `__init__` (it is used through class methods), a plugin's impl would not construct.
+    sparse = f"{BACKEND}.SparseMLAAttentionImpl"
+    assert any(f"{sparse}.__init__" in lacking for lacking in interface.left_out("0.22.0").values())
+    assert "__init__" in interface.missing_abstract("0.22.0", [sparse], ["forward_mqa"])
+
+
 def test_the_names_the_rules_look_for():
     hooks, removed, drifted = interface.hook_names(), interface.removed_names(), interface.drifted_names()
     assert {"get_kv_cache_shape", "build_for_drafting", "use_cascade_attention", "unpadded"} <= hooks

@@ -16,7 +16,7 @@ import pytest
 from manifest_trees import SCRIPTS, load_script, write_releases
 
 script = load_script()
-from manifest_gen import docs, history, references, release, successors, wheels  # noqa: E402
+from manifest_gen import docs, history, left_out, references, release, successors, wheels  # noqa: E402
 
 ROOT = SCRIPTS.parent
 SHIPPED = ROOT / "vllm_attn_compat" / "manifest" / "attention_api.json"
@@ -256,6 +256,61 @@ def test_uses_outside_own_definitions_count():
     )
     found = references.used_names([("m.py", source)], {"hook", "hook_two", "other", "commented", "documented"})
     assert found == {"hook_two", "other"}
+
+
+def test_abstract_members_vllms_own_concrete_classes_leave_out():
+    interface = {
+        "vllm.backend.Backend": {
+            "members": {
+                "get_name": {"kind": "staticmethod", "abstract": True},
+                "get_impl_cls": {"kind": "staticmethod", "abstract": True},
+                "get_shape": {"kind": "staticmethod", "abstract": True},
+            }
+        }
+    }
+    modules = {
+        "vllm.backend": "class Backend: ...\n",
+        # A package re-exporting the interface: the classes importing it from there derive from it too.
+        "vllm.backends": "from vllm.backend import Backend\n",
+        "vllm.backends.mamba": (
+            "from vllm.backends import Backend\n"
+            "class MambaBackend(Backend):\n"
+            "    @staticmethod\n"
+            "    def get_name(): return 'MAMBA'\n"
+        ),
+        # A mixin naming nothing of the interface, in a module of its own: found through the headers naming it.
+        "vllm.mixins": "class ShapeMixin:\n    @staticmethod\n    def get_shape(): return ()\n",
+        "vllm.backends.paged": (
+            "import abc\n"
+            "from vllm.backend import Backend as Base\n"
+            "from vllm.mixins import ShapeMixin\n"
+            "from vllm.elsewhere import Helper\n"
+            "class PagedBackend(ShapeMixin, Base):\n"  # the mixin implements get_shape
+            "    get_name = staticmethod(lambda: 'PAGED')\n"
+            "class SharedBackend(Base):\n"  # derived from below: not concrete
+            "    pass\n"
+            "class SharedLeafBackend(SharedBackend):\n"
+            "    def get_name(): ...\n"
+            "    def get_impl_cls(): ...\n"
+            "    def get_shape(): ...\n"
+            "class PendingBackend(Base):\n"  # declares an abstract method: abstract
+            "    @abc.abstractmethod\n"
+            "    def more(self): ...\n"
+            "class CommonBackendBase(Base):\n"  # named a base
+            "    pass\n"
+            "class HelpedBackend(Helper, Base):\n"  # a base of vLLM's the tree cannot show may implement them
+            "    pass\n"
+            "class Unresolved(somewhere.Backend):\n"  # not the interface as far as the tree shows
+            "    pass\n"
+        ),
+        "vllm.broken": "class Broken(Backend:\n",  # does not parse: passed over
+    }
+    found = left_out.left_out([(name, name == "vllm.backends", text) for name, text in modules.items()], interface)
+    lacking = ["vllm.backend.Backend.get_impl_cls", "vllm.backend.Backend.get_shape"]
+    assert found == {
+        "vllm.backends.mamba.MambaBackend": lacking,
+        "vllm.backends.paged.PagedBackend": ["vllm.backend.Backend.get_impl_cls"],
+    }
 
 
 # ---------------------------------------------------------------- the shipped data

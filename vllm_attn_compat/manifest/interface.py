@@ -198,7 +198,8 @@ def _removed_after_present(changes: list[list[object]]) -> bool:
 
 def missing_abstract(release: str, classes: Sequence[str], implemented: Iterable[str]) -> dict[str, Abstract]:
     """{name: Abstract} of the members abstract in one of ``classes`` at ``release`` that none of them offers
-    concretely and ``implemented`` (the names a subclass and its own bases define) does not hold."""
+    concretely and ``implemented`` (the names a subclass and its own bases define) does not hold; none where
+    vLLM itself ships a class lacking the same (`shaped_like_vllms_own`)."""
     kept = present(release, classes)
     defined = set(implemented)
     concrete = {name for cls in kept for name, value in members(release, cls).items() if not value.abstract}
@@ -207,7 +208,52 @@ def missing_abstract(release: str, classes: Sequence[str], implemented: Iterable
         for name, value in members(release, cls).items():
             if value.abstract and name not in defined and name not in concrete and name not in found:
                 found[name] = Abstract(name, value.owner, _abstract_since(value.owner, name, release))
+    if found and shaped_like_vllms_own(release, found.values()) is not None:
+        return {}
     return found
+
+
+def shaped_like_vllms_own(release: str, lacking: Iterable[Abstract]) -> str | None:
+    """One of vLLM's own concrete classes at ``release`` that leaves out exactly the abstract members ``lacking``
+    of classes vLLM never instantiates, or None. Python asks for an abstract member only when a class is
+    instantiated, which vLLM never does to a class of static and class methods (a backend): there a member is
+    needed where vLLM calls it, and vLLM's own backends serving no attention layer (Mamba's, the indexers') go
+    without ``get_impl_cls``, which only an attention layer asks for. A class lacking what none of vLLM's lacks
+    (an attention backend without ``get_kv_cache_shape``, up to 0.28) still breaks, as does any class vLLM
+    instantiates (an impl, a builder) that lacks one."""
+    owners = {item.owner for item in lacking}
+    if not all(_never_instantiated(release, owner) for owner in owners):
+        return None
+    return _left_out(release).get(frozenset(f"{item.owner}.{item.name}" for item in lacking))
+
+
+def _never_instantiated(release: str, cls: str) -> bool:
+    """Whether ``cls`` holds static and class methods and attributes alone (vLLM calls them on the class)."""
+    return all(
+        value.kind in ("staticmethod", "classmethod", "attribute", "class", "enum_member")
+        for value in members(release, cls).values()
+    )
+
+
+def left_out(release: str) -> dict[str, frozenset[str]]:
+    """{concrete class of vLLM's own at ``release``: the abstract members of the interface it does not implement
+    ("owner.member" each)}, as the manifest read them from the release's sources."""
+    found = {}
+    for cls, history in data.load()["left_out"].items():
+        lacking = data.state_at(history, release)
+        if lacking:
+            found[cls] = frozenset(lacking)
+    return found
+
+
+@functools.cache
+def _left_out(release: str) -> dict[frozenset[str], str]:
+    """`left_out` by what is left out: the first class by name for each."""
+    found: dict[frozenset[str], str] = {}
+    for cls, lacking in sorted(left_out(release).items()):
+        found.setdefault(lacking, cls)
+    return found
+
 
 
 def _abstract_since(owner: str, name: str, release: str) -> str:

@@ -29,7 +29,11 @@ class MissingAbstract(Rule):
     subclasses, which are checked), its name does not say it is a base (``PluginImplBase``, ``AbstractImpl``,
     ``...Mixin``: a run over some files may hold a base without its subclasses) and its own body declares no
     abstract method. A backend vLLM uses by its shape
-    alone is no subclass: Python asks nothing of it. No fix: implement the member.
+    alone is no subclass: Python asks nothing of it. Nor is a backend reported that lacks exactly what one of vLLM's
+    own backends at the target release lacks (vLLM 0.34's backends of no attention layer, Mamba's and the
+    indexers', go without ``get_impl_cls``, which only an attention layer asks for; the manifest reads them from
+    each release's sources): vLLM never instantiates a backend, so it needs a member only where it calls it. An
+    impl or a builder, which vLLM instantiates, needs every one. No fix: implement the member.
     """
 
     code = "VAC013"
@@ -57,6 +61,45 @@ class MissingAbstract(Rule):
             """,
             findings=(Status.MANUAL,),
             target="0.34",
+        ),
+        Example(
+            "a backend of no attention layer, lacking what vLLM's own (Mamba's, the indexers') lack",
+            """
+            from vllm.v1.attention.backend import AttentionBackend
+
+
+            class ConvStateBackend(AttentionBackend):
+                @staticmethod
+                def get_name():
+                    return "CONV_STATE"
+
+                @staticmethod
+                def get_builder_cls():
+                    return object
+            """,
+            target="0.34",
+        ),
+        Example(
+            "an attention backend lacking what none of vLLM's own lacks alone (up to 0.28)",
+            """
+            from vllm.v1.attention.backend import AttentionBackend
+
+
+            class PagedBackend(AttentionBackend):
+                @staticmethod
+                def get_name():
+                    return "PAGED"
+
+                @staticmethod
+                def get_impl_cls():
+                    return object
+
+                @staticmethod
+                def get_builder_cls():
+                    return object
+            """,
+            findings=(Status.MANUAL,),
+            target="0.28",
         ),
         Example(
             "what the project's own base implements counts; the base itself is completed by its subclass",

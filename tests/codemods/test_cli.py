@@ -477,7 +477,8 @@ def test_the_target_comes_from_the_flag_the_configuration_or_the_project_s_requi
     newest = manifest.newest()
     assert (
         target_line()
-        == f"Target: vLLM {newest}, no vLLM requirement found: the newest release the manifest knows, {newest}."
+        == f"Target: vLLM {newest}, no vLLM requirement found (--target-version X.Y sets one): the newest release the "
+        f"manifest knows, {newest}."
     )
     (plugin / "requirements.txt").write_text("torch\nvllm>=0.27,<0.31\n")
     assert target_line() == (

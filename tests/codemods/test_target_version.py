@@ -205,7 +205,7 @@ def test_no_requirement_means_the_newest_release(tmp_path):
         NEWEST,
         None,
         manifest.releases(),
-        f"no vLLM requirement found: the newest release the manifest knows, {NEWEST}",
+        f"no vLLM requirement found (--target-version X.Y sets one): the newest release the manifest knows, {NEWEST}",
         None,
     )
 

@@ -182,7 +182,12 @@ def test_each_class_said_to_leave_out_abstract_members_does(qualified):
     derives from the members' classes, and the members of theirs Python counts abstract in it are those named
     (VAC013 asks no backend of a plugin for what a backend of vLLM's own of the same shape goes without)."""
     lacking = interface.left_out(RELEASE)[qualified]
-    cls = getattr(module(qualified.rpartition(".")[0]), qualified.rpartition(".")[2])
+    try:
+        cls = getattr(module(qualified.rpartition(".")[0]), qualified.rpartition(".")[2])
+    except (AssertionError, RuntimeError) as error:  # a model's module may ask for CUDA (or ROCm) when imported
+        if "CUDA" not in str(error) and "ROCm" not in str(error):
+            raise
+        pytest.skip(f"{qualified.rpartition('.')[0]} needs a GPU when imported here ({error})")
     owners = {member.rpartition(".")[0] for member in lacking}
     for owner in owners:
         base = getattr(module(owner.rpartition(".")[0]), owner.rpartition(".")[2])

@@ -145,7 +145,8 @@ def target_for(root: str, *, explicit: str | None = None, configured: str | None
     if found is None:
         newest = manifest.newest()
         # (no path: the same project gives the same report wherever it is checked out)
-        reason = f"no vLLM requirement found: the newest release the manifest knows, {newest}"
+        reason = "no vLLM requirement found (--target-version X.Y sets one): "
+        reason += f"the newest release the manifest knows, {newest}"
         return Target(newest, None, manifest.releases(), reason, None)
     source, requirements = found
     return _from_requirements(root, source, requirements)

@@ -255,7 +255,6 @@ def _left_out(release: str) -> dict[frozenset[str], str]:
     return found
 
 
-
 def _abstract_since(owner: str, name: str, release: str) -> str:
     """The first release of the run of abstract states of ``owner.name`` that ends at ``release``."""
     changes = data.load()["classes"][owner]["members"][name]

@@ -1,10 +1,10 @@
 """The index's shortcuts change nothing it finds: `index_module` gives an equal `ModuleIndex` with them and with
 the full walk they replaced, kept here as it was: every node stacked and visited (`calls`), every statement's
 expressions walked for patch helpers (`runtime_patches`), each function walked with `ast.iter_child_nodes` for the
-names it binds once (`constructed`), and `ast.walk` and `ast.iter_child_nodes` wherever the index now walks the
+names it binds once (`bindings`), and `ast.walk` and `ast.iter_child_nodes` wherever the index now walks the
 field table (`children`: the flag's reads, patch helpers, class builders, the deleted ops' registrations). Tricky
-sources one by one, then every file of two real vLLM trees (and, for `constructed`, of stdlib packages). The text
-scans' helpers (`classscan`) are held to the expressions they replaced."""
+sources one by one, then every file of two real vLLM trees (and, for the names bound once, of stdlib packages).
+The text scans' helpers (`classscan`) are held to the expressions they replaced."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from vllm_attn_compat.codemods.index import calls, children, classscan, constructed, occurrences, runtime_patches
+from vllm_attn_compat.codemods.index import bindings, calls, children, classscan, occurrences, runtime_patches
 from vllm_attn_compat.codemods.index.hierarchy import ModuleIndex, index_module
 
 # --- the full walk, as `calls._Collector._scope` was before it skipped anything ------------------------------
@@ -106,12 +106,12 @@ def _reference_scope(
                 stack.append((value, node))
 
 
-# --- the names a function binds once, as `constructed` found them before its walk used the field table ------
+# --- the names a function binds once, as `constructed` found them before its walk used the field table -----
 
 _REFERENCE_NESTED = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
 
 
-def _reference_constructed(function: constructed.Function) -> dict[str, ast.expr]:
+def _reference_constructed(function: bindings.Function) -> dict[str, ast.expr]:
     arguments = function.args
     bindings = Counter(
         a.arg for a in [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs, arguments.vararg,
@@ -151,7 +151,7 @@ def _reference_constructed(function: constructed.Function) -> dict[str, ast.expr
     return {name: callee for name, callee in made.items() if bindings[name] == 1}
 
 
-def _functions(tree: ast.AST) -> list[constructed.Function]:
+def _functions(tree: ast.AST) -> list[bindings.Function]:
     return [node for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))]
 
 
@@ -159,16 +159,22 @@ def _constructed_differ(tree: ast.AST) -> list[str]:
     """The functions of ``tree`` whose names bound once (and the callee node of each) the two walks disagree on."""
     differing = []
     for function in _functions(tree):
-        fast, reference = constructed.constructed(function), _reference_constructed(function)
+        fast, reference = bindings.Bindings(function).constructed, _reference_constructed(function)
         if fast.keys() != reference.keys() or any(fast[name] is not reference[name] for name in fast):
             differing.append(f"{function.name} (line {function.lineno})")
     return differing
 
 
+def _reference_scope_constructed(scope: calls._Scope) -> dict[str, ast.expr]:
+    return {} if scope.function is None else _reference_constructed(scope.function)
+
+
 def _reference_index(source: bytes, path: str) -> ModuleIndex:
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(calls._Collector, "_scope", _reference_scope)
-        patch.setattr(constructed, "constructed", _reference_constructed)
+        patch.setattr(
+            calls._Scope, "constructed", lambda scope: _reference_constructed(scope.function) if scope.function else {}
+        )
         patch.setattr(children, "walk", ast.walk)
         patch.setattr(children, "child_nodes", ast.iter_child_nodes)
         patch.setattr(runtime_patches, "may_patch", lambda node, lines: True)
@@ -508,7 +514,7 @@ def test_names_bound_once_equal_the_full_walk(name):
     text, expected = CONSTRUCTED_SOURCES[name]
     tree = ast.parse(_source(text))
     assert _constructed_differ(tree) == []
-    assert set(constructed.constructed(_functions(tree)[0])) == expected
+    assert set(bindings.Bindings(_functions(tree)[0]).constructed) == expected
 
 
 STDLIB_PACKAGES = ["asyncio", "email", "importlib", "json", "logging", "unittest", "concurrent", "xml"]
@@ -524,7 +530,7 @@ def test_names_bound_once_equal_the_full_walk_over_stdlib_packages(package):
         with open(path, "rb") as file:
             tree = ast.parse(file.read(), path, feature_version=sys.version_info[:2])
         differing += [f"{path}: {function}" for function in _constructed_differ(tree)]
-        found += sum(len(constructed.constructed(function)) for function in _functions(tree))
+        found += sum(len(bindings.Bindings(function).constructed) for function in _functions(tree))
     assert differing == []
     assert found > 0
 

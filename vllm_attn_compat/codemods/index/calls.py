@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol, TypeAlias
 
-from vllm_attn_compat.codemods.index import children, constructed, occurrences, shadowing
+from vllm_attn_compat.codemods.index import bindings, children, occurrences
 from vllm_attn_compat.codemods.index.forwarded import Parameters, is_none, none_tested, reaches
 from vllm_attn_compat.codemods.index.names import ALLOCATORS
 
@@ -102,7 +102,7 @@ class Use(NamedTuple):  # a tuple: tens of thousands are made and pickled on a f
     end_line: int
     kind: str  # "call", "reference", "signature" (`SIGNATURE_READERS`) or "getattr"
     # "self", "super", "class" (a name bound by an import or a class), "instance" (a local name bound once to what
-    # a call of such a name made, `constructed`) or "other"
+    # a call of such a name made, `bindings`) or "other"
     receiver: str
     scope: str | None  # qualname of the class whose method holds it (self and super receivers)
     target: str | None  # dotted name of a "class" receiver
@@ -291,25 +291,28 @@ class _Scope:
     owner: str | None  # qualname of the class whose method this is (self/super resolve to it)
     self_name: str | None
     local_classes: dict[str, str] = field(default_factory=dict)
-    function: constructed.Function | None = None  # the function whose body this is
+    function: bindings.Function | None = None  # the function whose body this is
     method: str | None = None  # its name, where it is a method of the class ``owner``
     walrus: bool = True  # whether the module may hold an assignment expression (`forwarded.Parameters`)
-    _constructed: dict[str, ast.expr] | None = None
     _parameters: Parameters | None = None
-    _local_names: tuple[frozenset[str], frozenset[str]] | None = None
+    _bindings: bindings.Bindings | None = None
 
     def local_names(self) -> tuple[frozenset[str], frozenset[str]]:
-        """`shadowing.local_names` of the function (nothing outside one), found when first asked for."""
-        if self._local_names is None:
-            none: frozenset[str] = frozenset()
-            self._local_names = shadowing.local_names(self.function) if self.function is not None else (none, none)
-        return self._local_names
+        """`bindings.Bindings.local_names` of the function (nothing outside one)."""
+        if self.function is None:
+            return frozenset(), frozenset()
+        return self._bound().local_names
 
     def constructed(self) -> dict[str, ast.expr]:
-        """`constructed.constructed` of the function, found when first asked for."""
-        if self._constructed is None:
-            self._constructed = constructed.constructed(self.function) if self.function is not None else {}
-        return self._constructed
+        """`bindings.Bindings.constructed` of the function (nothing outside one)."""
+        return {} if self.function is None else self._bound().constructed
+
+    def _bound(self) -> bindings.Bindings:
+        """What the function binds, read when first asked for."""
+        if self._bindings is None:
+            assert self.function is not None
+            self._bindings = bindings.Bindings(self.function)
+        return self._bindings
 
     def parameters(self) -> Parameters:
         """What the function's parameters may hold (`forwarded.Parameters`), found when first asked for."""
@@ -801,8 +804,8 @@ _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def _shadowed(name: str, scopes: list[_Scope]) -> bool:
-    """Whether ``name`` in the innermost of ``scopes`` is a function's own variable, not the builtin (`shadowing`)."""
-    return shadowing.shadows(name, (s.local_names() for s in reversed(scopes) if s.function is not None))
+    """Whether ``name`` in the innermost of ``scopes`` is a function's own variable, not the builtin (`bindings`)."""
+    return bindings.shadows(name, (s.local_names() for s in reversed(scopes) if s.function is not None))
 
 
 # The receiver of ``type(x)`` (``x.__class__``) by that of ``x``: the class of an instance is that class (or, for

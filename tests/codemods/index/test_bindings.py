@@ -1,5 +1,7 @@
-"""Which names a function binds itself: by example, and held to CPython's own symbol tables (`symtable`) over the
-standard library's sources, code nobody here wrote: a name taken for the function's variable is never the builtin."""
+"""What a function binds itself (codemods/index/bindings.py): the names it binds once, to a call, by example; the
+names it binds at all, by example and held to CPython's own symbol tables (`symtable`) over the standard library's
+sources, code nobody here wrote, and over generated functions: a name taken for the function's variable is never
+the builtin."""
 
 from __future__ import annotations
 
@@ -11,7 +13,11 @@ import textwrap
 
 import pytest
 
-from vllm_attn_compat.codemods.index.shadowing import local_names, shadows
+from vllm_attn_compat.codemods.index.bindings import Bindings, Function, shadows
+
+
+def local_names(function: Function) -> tuple[frozenset[str], frozenset[str]]:
+    return Bindings(function).local_names
 
 
 def _function(text: str) -> ast.FunctionDef:
@@ -167,3 +173,61 @@ def test_generated_functions_agree_with_cpython_where_a_name_is_taken_for_a_vari
                 taken += 1
                 assert not symbol.is_global(), source
     assert taken > 100
+
+
+# --- the names bound once, to a call -------------------------------------------------------------------------
+
+
+def _constructed(body: str, parameters: str = "") -> dict[str, str]:
+    text = f"def f({parameters}):\n" + textwrap.indent(textwrap.dedent(body), "    ")
+    function = ast.parse(text).body[0]
+    assert isinstance(function, ast.FunctionDef)
+    return {name: ast.unparse(callee) for name, callee in Bindings(function).constructed.items()}
+
+
+def test_a_name_bound_once_to_a_call_holds_what_the_call_made():
+    found = _constructed(
+        """
+        impl = MyImpl(1, 2)
+        typed: Impl = plugin.Impl()
+        made = factory()(3)
+        value = 3
+        impl.forward(None)
+        """
+    )
+    assert found == {"impl": "MyImpl", "typed": "plugin.Impl", "made": "factory()"}
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "impl = MyImpl()\nimpl = OtherImpl()\n",
+        "impl = MyImpl()\nfor impl in impls:\n    pass\n",
+        "impl = MyImpl()\nwith open(p) as impl:\n    pass\n",
+        "impl = MyImpl()\ndel impl\n",
+        "impl = MyImpl()\nimpl += 1\n",
+        "impl = MyImpl()\nif (impl := other()):\n    pass\n",
+        "impl = MyImpl()\n[impl for impl in impls]\n",  # (its own scope in Python 3: counted all the same)
+        "global impl\nimpl = MyImpl()\n",
+        "impl = MyImpl()\nimport impl\n",
+        "impl = MyImpl()\ntry:\n    pass\nexcept E as impl:\n    pass\n",
+        "impl = MyImpl()\nmatch x:\n    case [*impl]:\n        pass\n",
+        "impl = MyImpl()\nmatch x:\n    case {**impl}:\n        pass\n",
+        "impl = MyImpl()\nmatch x:\n    case Point() as impl:\n        pass\n",
+        "impl = MyImpl()\ndef g():\n    nonlocal impl\n    impl = other\n",
+        "impl = MyImpl()\ndef impl():\n    pass\n",
+        "impl = MyImpl()\nclass impl:\n    pass\n",
+        "impl, other = MyImpl(), Other()\n",
+        "impl = other = MyImpl()\n",
+        "impl[0] = MyImpl()\n",
+    ],
+)
+def test_any_other_binding_of_the_name_makes_it_unknown(body):
+    assert "impl" not in _constructed(body)
+
+
+def test_a_parameter_is_unknown_and_nested_scopes_bind_nothing_of_their_own():
+    assert _constructed("impl = MyImpl()\n", "impl") == {}
+    nested = _constructed("impl = MyImpl()\ndef g():\n    impl = Other()\n    inner = Inner()\nlambda impl: impl\n")
+    assert nested == {"impl": "MyImpl"}
+    assert _constructed("impl = MyImpl()\ndef g(x=(impl := 2)):\n    pass\n") == {}  # a default runs here

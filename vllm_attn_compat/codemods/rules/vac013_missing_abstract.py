@@ -28,12 +28,12 @@ class MissingAbstract(Rule):
     class is concrete where no class of the run derives from it (a base of the project's own is completed by its
     subclasses, which are checked), its name does not say it is a base (``PluginImplBase``, ``AbstractImpl``,
     ``...Mixin``: a run over some files may hold a base without its subclasses) and its own body declares no
-    abstract method. A backend vLLM uses by its shape
-    alone is no subclass: Python asks nothing of it. Nor is a backend reported that lacks exactly what one of vLLM's
-    own backends at the target release lacks (vLLM 0.34's backends of no attention layer, Mamba's and the
-    indexers', go without ``get_impl_cls``, which only an attention layer asks for; the manifest reads them from
-    each release's sources): vLLM never instantiates a backend, so it needs a member only where it calls it. An
-    impl or a builder, which vLLM instantiates, needs every one. No fix: implement the member.
+    abstract method. A backend vLLM uses by its shape alone is no subclass: Python asks nothing of it. Nor is a
+    backend reported that lacks exactly what one of vLLM's own backends at the target release lacks (vLLM 0.34's
+    backends of no attention layer, Mamba's and the indexers', go without ``get_impl_cls``, which only an
+    attention layer asks for; the manifest reads them from each release's sources): vLLM never instantiates a
+    backend, so it needs a member only where it calls it. An impl or a builder, which vLLM instantiates, needs
+    every one. No fix: implement the member.
     """
 
     code = "VAC013"

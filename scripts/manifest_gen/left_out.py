@@ -62,15 +62,13 @@ def left_out(modules: Iterable[tuple[str, bool, str]], classes: dict[str, Any]) 
         if any(base.startswith("vllm.") and base not in tree for cls in lineage for base in resolved[cls]):
             continue  # a base of vLLM's the tree cannot show may implement what seems left out
         concrete = {member for cls in lineage for member in tree[cls][1] - tree[cls][2]}
-        lacking = {
-            f"{cls}.{member}"
-            for cls in lineage
-            if cls in classes
-            for member, state in classes[cls]["members"].items()
-            if state.get("abstract") and member not in concrete
-        }
+        lacking: dict[str, str] = {}  # member -> the nearest interface class declaring it abstract (as the rule asks)
+        for cls in lineage:
+            for member, state in classes[cls]["members"].items() if cls in classes else ():
+                if state.get("abstract") and member not in concrete:
+                    lacking.setdefault(member, cls)
         if lacking:
-            found[qualified] = sorted(lacking)
+            found[qualified] = sorted(f"{cls}.{member}" for member, cls in lacking.items())
     return found
 
 

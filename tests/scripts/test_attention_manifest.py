@@ -266,10 +266,17 @@ def test_abstract_members_vllms_own_concrete_classes_leave_out():
                 "get_impl_cls": {"kind": "staticmethod", "abstract": True},
                 "get_shape": {"kind": "staticmethod", "abstract": True},
             }
-        }
+        },
+        # An interface class declaring a member of its base abstract again: what a subclass lacks is its.
+        "vllm.backend.SparseBackend": {"members": {"get_shape": {"kind": "staticmethod", "abstract": True}}},
     }
     modules = {
-        "vllm.backend": "class Backend: ...\n",
+        "vllm.backend": "class Backend: ...\nclass SparseBackend(Backend): ...\n",
+        "vllm.backends.sparse": (
+            "from vllm.backend import SparseBackend\n"
+            "class IndexerBackend(SparseBackend):\n"
+            "    get_name = get_impl_cls = staticmethod(lambda: None)\n"
+        ),
         # A package re-exporting the interface: the classes importing it from there derive from it too.
         "vllm.backends": "from vllm.backend import Backend\n",
         "vllm.backends.mamba": (
@@ -310,6 +317,7 @@ def test_abstract_members_vllms_own_concrete_classes_leave_out():
     assert found == {
         "vllm.backends.mamba.MambaBackend": lacking,
         "vllm.backends.paged.PagedBackend": ["vllm.backend.Backend.get_impl_cls"],
+        "vllm.backends.sparse.IndexerBackend": ["vllm.backend.SparseBackend.get_shape"],
     }
 
 

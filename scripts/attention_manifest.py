@@ -10,10 +10,10 @@ Usage::
     python scripts/attention_manifest.py --check                  # exit 1 when the committed files differ
     python scripts/attention_manifest.py --releases 0.33.0 0.34.0 --sources DIR --output m.json --docs d.md
 
-Standard library only; nothing of vLLM is imported: each release's sources are read with ``ast``
-(scripts/manifest_gen/). Without ``--sources``, each wheel is fetched with ``pip download --no-deps``, read out of
-the zip and deleted (``--cache DIR`` keeps the extracted sources for the next run). Releases are read ``--jobs``
-at a time, in separate processes.
+Standard library and this package's ``codemods.index.names``; nothing of vLLM is imported: each release's sources
+are read with ``ast`` (scripts/manifest_gen/). Without ``--sources``, each wheel is fetched with ``pip download
+--no-deps``, read out of the zip and deleted (``--cache DIR`` keeps the extracted sources for the next run).
+Releases are read ``--jobs`` at a time, in separate processes.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parent.parent))  # this package, where it is not installed
 
 from manifest_gen import docs, history, release, successors, wheels
 

@@ -9,10 +9,10 @@ derive from the snapshot's classes and are concrete, the abstract members of tho
 ancestry are recorded, as ``owner.member`` (the snapshot's ``left_out`` section).
 
 A class counts as concrete here as VAC013 counts a plugin's: no class of the tree derives from it, it declares no
-abstract method of its own, and its name does not say it is a base. Bases are resolved through the modules'
-imports, a package's re-exports followed. A class with a base of vLLM's that the tree cannot show is passed over (the
-base may implement what seems left out): a class missed here is one record fewer, so the rule reports more, as it
-did before the record existed.
+abstract method of its own, and its name does not say it is a base (`named_as_base`, VAC013's own test). Bases are
+resolved through the modules' imports, a package's re-exports followed. A class with a base of vLLM's that the tree
+cannot show is passed over (the base may implement what seems left out): a class missed here is one record fewer,
+so the rule reports more, as it did before the record existed.
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ import ast
 import re
 from collections.abc import Iterable
 from typing import Any
+
+from vllm_attn_compat.codemods.index.names import named_as_base
 
 from .extract import Module
 
@@ -56,7 +58,12 @@ def left_out(modules: Iterable[tuple[str, bool, str]], classes: dict[str, Any]) 
     derived = {base for bases in resolved.values() for base in bases}
     found: dict[str, list[str]] = {}
     for qualified in sorted(tree):
-        if qualified in classes or qualified in derived or tree[qualified][2] or _says_base(qualified):
+        if (
+            qualified in classes
+            or qualified in derived
+            or tree[qualified][2]
+            or named_as_base(qualified.rpartition(".")[2])
+        ):
             continue
         lineage = _ancestry(qualified, resolved)
         if any(base.startswith("vllm.") and base not in tree for cls in lineage for base in resolved[cls]):
@@ -120,9 +127,3 @@ def _ancestry(qualified: str, resolved: dict[str, list[str]]) -> list[str]:
         order.append(cls)
         queue += resolved[cls]
     return order
-
-
-def _says_base(qualified: str) -> bool:
-    """VAC013's test (``index/interface.py``): a name saying it is a base is completed by subclasses elsewhere."""
-    name = qualified.rpartition(".")[2]
-    return name.startswith(("Abstract", "Base")) or name.endswith(("Base", "Mixin"))

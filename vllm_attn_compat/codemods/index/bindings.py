@@ -41,7 +41,7 @@ class Bindings:
     """One function's bindings: ``counts`` (each binding by ``name = ...`` counts 1, any other 2), ``made``
     (``name = callee(...)``: the callee), ``declared`` (``global``), ``uncertain`` (bound in a comprehension)."""
 
-    __slots__ = ("_constructed", "counts", "declared", "made", "uncertain")
+    __slots__ = ("_constructed", "_local_names", "counts", "declared", "made", "uncertain")
 
     def __init__(self, function: Function) -> None:
         arguments = function.args
@@ -53,6 +53,7 @@ class Bindings:
         self.declared: set[str] = set()
         self.uncertain: set[str] = set()
         self._constructed: dict[str, ast.expr] | None = None
+        self._local_names: tuple[frozenset[str], frozenset[str]] | None = None
         self._walk(function.body)
 
     @property
@@ -68,8 +69,10 @@ class Bindings:
     @property
     def local_names(self) -> tuple[frozenset[str], frozenset[str]]:
         """(the names bound in the function's own scope, the names it declares ``global``)."""
-        bound = {name for name, count in self.counts.items() if count} - self.declared
-        return frozenset(bound), frozenset(self.declared)
+        if self._local_names is None:  # (asked at each reflection builtin's use, of each function around it)
+            bound = {name for name, count in self.counts.items() if count} - self.declared
+            self._local_names = frozenset(bound), frozenset(self.declared)
+        return self._local_names
 
     def _walk(self, body: list[ast.stmt]) -> None:
         # Every function of every indexed module is walked: types are compared exactly, the commonest first, and

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from vllm_attn_compat.codemods.index.accounting import Blocker
 from vllm_attn_compat.codemods.index.calls import Use
 from vllm_attn_compat.codemods.index.classgraph import ClassGraph
+from vllm_attn_compat.codemods.index.names import named_as_base
 
 BACKEND = "vllm.v1.attention.backend.AttentionBackend"
 # The methods that make a class vLLM uses as a backend without its base (ATOM's ``AiterMhaBackendForVllm``).
@@ -73,7 +74,7 @@ class Interfaces:
         facts = self.facts.get(full_name)
         if facts is None or facts.abstract or not self.of(full_name) or self.duck_typed(full_name):
             return None
-        if _named_as_base(full_name.rpartition(".")[2]):
+        if named_as_base(full_name.rpartition(".")[2]):
             return None
         if self.graph.descendants(full_name) != {full_name}:
             return None
@@ -96,11 +97,6 @@ class Interfaces:
 
 
 _NONE = ClassFacts(())
-
-
-def _named_as_base(name: str) -> bool:
-    bare = name.lstrip("_")
-    return bare.startswith(("Base", "Abstract")) or bare.endswith(("Base", "Mixin"))
 
 
 def _resolved(base: str) -> str | None:

@@ -255,3 +255,11 @@ ALLOCATORS = frozenset(
         "new_full",
     }
 )
+
+
+def named_as_base(name: str) -> bool:
+    """Whether a class's plain name says it is a base that subclasses complete (``PluginImplBase``, ``BaseImpl``,
+    ``AbstractImpl``, ``CacheMixin``): VAC013 does not take such a class for a concrete one, nor does the manifest
+    generator take vLLM's own (scripts/manifest_gen/left_out.py)."""
+    bare = name.lstrip("_")
+    return bare.startswith(("Base", "Abstract")) or bare.endswith(("Base", "Mixin"))

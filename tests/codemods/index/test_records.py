@@ -35,6 +35,12 @@ class MyImpl(AttentionImpl):
     def get_name(self):
         return "MINE"
 
+    def get_impl_cls(self):
+        return MyImpl
+
+    def get_attn_backend_cls(self):
+        return "plugin.attention.MyBackend"
+
     def forward(self, layer, query, key, value, kv_cache, attn_metadata, output=None, *, scale=1.0, **extra):
         if output is None:
             output = torch.empty_like(query)
@@ -131,7 +137,10 @@ def test_an_index_recording_some_names_holds_their_uses_and_says_what_it_lacks(d
 def test_an_index_with_every_kind_of_record_comes_back_the_same():
     index = index_module(BACKEND, "plugin/backend.py")
     assert index.classes and index.patches and index.calls.methods and index.calls.uses  # all present
-    assert index.calls.signatures == (Signature("MyImpl", "get_name", ""),)
+    hooks = ("get_name", "get_impl_cls", "get_attn_backend_cls")
+    assert set(index.calls.signatures) == {Signature("MyImpl", hook, "") for hook in hooks}
+    entry = index.classes[0]
+    assert entry.impls == ("backend.MyImpl",) and entry.backends == ("plugin.attention.MyBackend",)
     assert any(use.none_at or use.output_none for use in index.calls.uses)
     assert {read.target for read in index.flag_reads} == {None, "backend.MyImpl"}  # both kinds of target
     first = BACKEND.splitlines().index(b"def unified_attention(query, layer_name):") + 1

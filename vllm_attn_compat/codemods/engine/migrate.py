@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from vllm_attn_compat.codemods.engine import tokens
 from vllm_attn_compat.codemods.engine.rule import Rule
 from vllm_attn_compat.codemods.findings import Finding, FixSafety, Status, TargetRelease
+from vllm_attn_compat.codemods.index.handed import HOOK_BYTES
 from vllm_attn_compat.codemods.index.hierarchy import index_module
 from vllm_attn_compat.codemods.index.names import BASE_TOKENS
 from vllm_attn_compat.codemods.index.questions import Questions
@@ -64,7 +65,8 @@ def prefilter_tokens(rules: Sequence[type[Rule]]) -> tuple[bytes, ...]:
     tokens: dict[bytes, None] = {}
     for rule in rules:
         own = () if rule.scoped else rule.tokens
-        for token in (*own, *(BASE_TOKENS if rule.scoped or rule.reads_hierarchy else ())):
+        # (A file handing vLLM a class by name, `index.handed`, may make another file's classes attention code.)
+        for token in (*own, *(BASE_TOKENS + HOOK_BYTES if rule.scoped or rule.reads_hierarchy else ())):
             tokens[token] = None
     # A token containing another is redundant: the shorter one already matches.
     return tuple(t for t in tokens if not any(other != t and other in t for other in tokens))

@@ -5,7 +5,8 @@ imported from vLLM's attention modules, or another class of the run deriving fro
 base class in one file, its backends in others; classes nested in functions too): provenance, not
 names, decides (other projects have their own ``AttentionBackend``). A backend vLLM uses without its
 base (duck-typed) is one too, but makes no backends of its subclasses, and a class whose
-``accept_output_buffer`` overrides that of its project's own base is that project's kind of backend.
+``accept_output_buffer`` overrides that of its project's own base is that project's kind of backend. So are the
+classes the run hands vLLM by name (`handed`): the impl a backend returns, the backend a platform names.
 
 Stdlib ``ast`` only: this pass runs over every candidate file before libcst is imported, and
 its results travel between processes, so they are plain picklable dataclasses.
@@ -26,6 +27,7 @@ from vllm_attn_compat.codemods.index import (
     callsites,
     children,
     flags,
+    handed,
     interface,
     occurrences,
     runtime_patches,
@@ -69,6 +71,10 @@ class ClassEntry:
     # see, `engine.scope.FunctionFrame.attention_class`), and of them those taking an ``output`` parameter.
     methods: tuple[str, ...] = ()
     output_methods: tuple[str, ...] = ()
+    # What it hands vLLM by name (`handed`): the classes its `get_impl_cls` returns (dotted, resolved through the
+    # module's names), and the backends its `get_attn_backend_cls` names by their dotted paths.
+    impls: tuple[str, ...] = ()
+    backends: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -108,6 +114,9 @@ class _Indexer:
         self.true_flags: set[str] = set()  # ... to the literal True
         self.facts: dict[str, tuple[tuple[str, ...], bool]] = {}  # qualname -> (members, declares an abstract method)
         self.methods: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {}  # qualname -> (methods, output_methods)
+        # qualname -> what its `get_impl_cls` returns (with the scopes to resolve it in), the paths it names as
+        # backends (`handed`)
+        self.hooks: dict[str, tuple[list[ast.expr], list[dict[str, str]], tuple[str, ...]]] = {}
         # Statements and decorated definitions that may patch a class, with the scopes to resolve them in.
         self.pending_patches: list[tuple[ast.stmt, str | None, list[dict[str, str]]]] = []
 
@@ -175,6 +184,12 @@ class _Indexer:
             tuple(sorted({m.name for m in methods})),
             tuple(sorted({m.name for m in methods if calls.takes_output(m)})),
         )
+        impls = [value for m in methods if m.name == handed.IMPL_HOOK for value in handed.returned_values(m)]
+        backends = handed.dotted_paths(
+            value for m in methods if m.name == handed.PLATFORM_HOOK for value in handed.returned_values(m)
+        )
+        if impls or backends:
+            self.hooks[qualname] = (impls, local_scopes, backends)
         if "accept_output_buffer" in defined:
             self.flag_classes.add(qualname)
             if _sets_flag_true(node):
@@ -309,6 +324,11 @@ def _sets_flag_true(node: ast.ClassDef) -> bool:
     return isinstance(value, ast.Constant) and value.value is True
 
 
+def _is_torch_module(graph: ClassGraph, full_name: str) -> bool:
+    """Whether the class derives from ``torch.nn.Module`` (however imported: ``nn.Module``)."""
+    return any(base == "nn.Module" or base.endswith(".nn.Module") for base in graph.outside_bases(full_name))
+
+
 def unparsed_index(source: bytes, path: str) -> ModuleIndex:
     """The index of a file that does not parse: its text's names, each a use the run cannot account for
     (`occurrences.unparsed_occurrences`), so that the fixes it may use stay withheld until it is mended."""
@@ -356,9 +376,11 @@ def _index_module(
         true = qualname in indexer.true_flags
         members, abstract = indexer.facts[qualname]
         shaped = uses_vllm and set(members) >= BACKEND_SHAPE
+        impls, hook_scopes, backends = indexer.hooks.get(qualname, ([], [], ()))
+        handing = sorted({impl for value in impls if (impl := indexer.resolve_bound(value, hook_scopes))})
         entry = ClassEntry(
             qualname, bases_found, line, qualname in duck, flag, true, members, abstract, shaped,
-            *indexer.methods[qualname],
+            *indexer.methods[qualname], tuple(handing), backends,
         )  # fmt: skip
         classes.append(entry)
     if names is not None:
@@ -460,6 +482,13 @@ class ClassHierarchy:
     # signature of a method of one of their names (set by `build` and `extended`).
     drift: set[tuple[str, str]] = field(default_factory=set)
     signature_uses: list[tuple[str, Use]] = field(default_factory=list)
+    _hands: handed.Handed | None = None  # the impls and backends the run's classes hand vLLM by name (`handed`)
+
+    @property
+    def _handed(self) -> handed.Handed:
+        if self._hands is None:
+            self._hands = handed.Handed(self.graph)
+        return self._hands
 
     @classmethod
     def build(cls, indexes: Iterable[ModuleIndex], run_modules: Iterable[str] = ()) -> ClassHierarchy:
@@ -551,6 +580,7 @@ class ClassHierarchy:
                 self.flag_classes[full] = entry.flag_true
             self.facts[full] = ClassFacts(entry.members, entry.abstract, entry.backend_shaped)
             self.methods[full] = (entry.methods, entry.output_methods)
+            self._handed.add(full, entry.impls, entry.backends)
         self.flag_reads += [(index.path, read) for read in index.flag_reads]
         found = index.occurrences
         if found.class_names or found.reflection or found.named or found.op_strings or found.stores:
@@ -580,7 +610,9 @@ class ClassHierarchy:
             occurrences=list(self.occurrences),
             run_modules=self.run_modules,
             facts=dict(self.facts),
+            methods=dict(self.methods),
         )
+        copy._hands = self._handed.copy(copy.graph)
         copy.add(index)
         copy.calls = callsites.extend(self.calls, copy, index)
         copy.ops = copy.op_blockers()
@@ -621,6 +653,7 @@ class ClassHierarchy:
         is given by a name of one of the run's modules that names no class indexed (``getattr(Config, name)``: a
         class of a file not read yet, or any object). The runner indexes the files that may define them."""
         missing = self.flags.missing_flag_classes()
+        missing.update(self._handed.missing(self._is_backend))
         if callsites.open_method_names(self.calls) or self.open_flags():
             modules = self.all_modules()
             missing.update(
@@ -647,9 +680,33 @@ class ClassHierarchy:
             return known
         self._attention[full_name] = False  # breaks cycles (class A(B), class B(A) across files)
         # A duck-typed class whose flag overrides its own base's is that base's kind of backend, not vLLM's.
-        result = self.from_vllm(full_name) or (full_name in self.duck_typed and self.own_flag_base(full_name) is None)
+        result = (
+            self.from_vllm(full_name)
+            or (full_name in self.duck_typed and self.own_flag_base(full_name) is None)
+            or self._handed_to_vllm(full_name)
+        )
         self._attention[full_name] = result
         return result
+
+    def _handed_to_vllm(self, full_name: str) -> bool:
+        """Whether vLLM is handed the class by name (`handed`): a platform of the run names it as its backend, or a
+        backend returns it from ``get_impl_cls`` and it is no torch module. (vLLM's attention layer is the module,
+        and calls its impl with the buffer; a backend of no attention layer, a Mamba mixer's or an indexer's, hands
+        its own layer, which vLLM never calls with one.) Its subclasses are not: vLLM is handed this class."""
+        hands = self._handed
+        if hands.named_backend(full_name):
+            return True
+        backends = hands.impl_of(full_name)
+        return bool(backends) and not _is_torch_module(self.graph, full_name) and any(map(self._is_backend, backends))
+
+    def _is_backend(self, full_name: str) -> bool:
+        """Whether vLLM may use the class as a backend: an attention class (a platform names it, or it derives from
+        vLLM's), or one with a backend's shape in a module importing vLLM that derives from no class of the run (a
+        project's own backend ABC is not vLLM's)."""
+        if self.is_attention_class(full_name):
+            return True
+        facts = self.facts.get(full_name)
+        return facts is not None and facts.backend_shaped and not self.graph.parents(full_name)
 
     def from_vllm(self, full_name: str) -> bool:
         """Whether the class is vLLM's (or a fork's copy of vLLM's base), derives from one through classes of
@@ -728,7 +785,14 @@ class ClassHierarchy:
     def interfaces(self) -> Interfaces:
         """Which of vLLM's interface classes each class derives from (`interface`)."""
         if self._interfaces is None:
-            self._interfaces = Interfaces(self.graph, self.facts)
+            # A backend a platform names is vLLM's backend by its shape, whatever its module imports.
+            facts = self.facts
+            if self._handed.backends:
+                facts = {
+                    full: ClassFacts(found.members, found.abstract, True) if self._handed.named_backend(full) else found
+                    for full, found in facts.items()
+                }
+            self._interfaces = Interfaces(self.graph, facts)
         return self._interfaces
 
     def vllm_interface(self, full_name: str) -> str | None:

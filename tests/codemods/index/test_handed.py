@@ -1,0 +1,191 @@
+"""The classes a run hands vLLM by name: a backend's ``get_impl_cls`` returns, a platform's
+``get_attn_backend_cls`` paths; and which of them the hierarchy makes attention code."""
+
+from __future__ import annotations
+
+import ast
+import pickle
+import textwrap
+
+import pytest
+
+from vllm_attn_compat.codemods.index.handed import dotted_paths, returned_values
+from vllm_attn_compat.codemods.index.hierarchy import ClassHierarchy, index_module
+
+
+@pytest.fixture(autouse=True)
+def _package(tmp_path, monkeypatch):
+    """``plugin/`` a package on disk, so that its modules are named ``plugin.x`` (`names.guess_module_name`)."""
+    (tmp_path / "plugin").mkdir()
+    (tmp_path / "plugin" / "__init__.py").write_text("")
+    monkeypatch.chdir(tmp_path)
+
+
+def index(path: str, text: str):
+    return index_module(textwrap.dedent(text).encode(), path)
+
+
+def _function(text: str) -> ast.FunctionDef:
+    node = ast.parse(textwrap.dedent(text)).body[0]
+    assert isinstance(node, ast.FunctionDef)
+    return node
+
+
+def test_the_values_returned_are_the_function_s_own():
+    function = _function(
+        """
+        def get_impl_cls(flag):
+            def inner():
+                return Nested
+            if flag:
+                return First
+            try:
+                return Second
+            finally:
+                pass
+            return
+        """
+    )
+    assert sorted(ast.unparse(value) for value in returned_values(function)) == ["First", "Second"]
+
+
+def test_only_string_literals_spelling_a_dotted_path_are_paths():
+    function = _function(
+        """
+        def get_attn_backend_cls(cls, use_mla):
+            if use_mla:
+                return "plugin.mla.MLABackend"
+            if cls.other:
+                return f"plugin.{cls.name}.Backend"
+            if cls.bare:
+                return "Backend"
+            if cls.spaced:
+                return "plugin. attention.Backend"
+            return "plugin.attention.Backend"
+        """
+    )
+    assert dotted_paths(returned_values(function)) == ("plugin.attention.Backend", "plugin.mla.MLABackend")
+
+
+_BACKEND = """
+    from vllm.v1.attention.backend import AttentionBackend
+
+
+    class MyBackend(AttentionBackend):
+        @staticmethod
+        def get_name():
+            return "MINE"
+
+        @staticmethod
+        def get_impl_cls():
+            from plugin.impl import MyImpl
+            return MyImpl
+"""
+
+
+def test_a_plain_class_a_vllm_backend_returns_from_get_impl_cls_is_attention_code():
+    backend = index("plugin/backend.py", _BACKEND)
+    assert backend.classes[0].impls == ("plugin.impl.MyImpl",)  # a local import resolves
+    impl = index("plugin/impl.py", "class MyImpl:\n    def forward(self, layer, q, k, v, kv, meta, output=None): ...\n")
+    hierarchy = ClassHierarchy.build([backend, impl])
+    assert hierarchy.is_attention_class("plugin.impl.MyImpl")
+    assert "MyImpl" in hierarchy.attention_class_names()
+    again = pickle.loads(pickle.dumps(hierarchy))  # as the workers get it
+    assert again.is_attention_class("plugin.impl.MyImpl")
+    # Alone, the backend's file names the impl the run has not read: the runner reads the file that may define it.
+    assert "plugin.impl.MyImpl" in ClassHierarchy.build([backend]).missing_classes()
+    # A subclass of the impl is not what vLLM is handed.
+    sub = index("plugin/sub.py", "from plugin.impl import MyImpl\nclass Sub(MyImpl): ...\n")
+    assert not ClassHierarchy.build([backend, impl, sub]).is_attention_class("plugin.sub.Sub")
+
+
+def test_a_torch_module_handed_as_impl_is_a_layer_vllm_never_calls_with_the_buffer():
+    """A Mamba mixer's or an indexer's backend hands its own layer (an ``nn.Module``); vLLM's attention layer is the
+    module that calls an impl with the buffer."""
+    backend = index("plugin/backend.py", _BACKEND)
+    impl = index(
+        "plugin/impl.py",
+        """
+        from torch import nn
+
+        class Layer(nn.Module): ...
+
+        class MyImpl(Layer):
+            def forward(self, x): ...
+        """,
+    )
+    assert not ClassHierarchy.build([backend, impl]).is_attention_class("plugin.impl.MyImpl")
+
+
+def test_a_backend_by_shape_hands_its_impl_but_a_project_s_own_backend_abc_does_not():
+    shaped = """
+        import vllm
+        {base_import}
+
+        class MyBackend{bases}:
+            @staticmethod
+            def get_name():
+                return "MINE"
+
+            @staticmethod
+            def get_impl_cls():
+                return MyImpl
+
+
+        class MyImpl:
+            def forward(self, layer, q, k, v, kv, meta, output=None): ...
+    """
+    duck = index("plugin/attn.py", shaped.format(base_import="", bases=""))
+    assert ClassHierarchy.build([duck]).is_attention_class("plugin.attn.MyImpl")
+    own = index("plugin/attn.py", shaped.format(base_import="from plugin.abstract import Backend", bases="(Backend)"))
+    abstract = index("plugin/abstract.py", "class Backend:\n    pass\n")
+    assert not ClassHierarchy.build([own, abstract]).is_attention_class("plugin.attn.MyImpl")
+    # Without vLLM imported, a class of that shape is nobody's backend ...
+    alone = index("plugin/attn.py", shaped.replace("import vllm", "").format(base_import="", bases=""))
+    assert not ClassHierarchy.build([alone]).is_attention_class("plugin.attn.MyImpl")
+
+
+def test_a_backend_a_platform_names_is_one_whatever_its_module_imports():
+    """... unless a platform of the run names it to vLLM by its dotted path (vllm-mlx's does)."""
+    platform = index(
+        "plugin/platform.py",
+        """
+        from vllm.platforms.interface import Platform
+
+        class MyPlatform(Platform):
+            @classmethod
+            def get_attn_backend_cls(cls, selected_backend, head_size, dtype, *args, **kwargs):
+                return "plugin.attention.PlainBackend"
+        """,
+    )
+    assert platform.classes[0].backends == ("plugin.attention.PlainBackend",)
+    attention = index(
+        "plugin/attention.py",
+        """
+        class PlainBackend:
+            @staticmethod
+            def get_name():
+                return "PLAIN"
+
+            @staticmethod
+            def get_impl_cls():
+                return PlainImpl
+
+            @staticmethod
+            def get_kv_cache_shape(num_blocks, block_size, num_kv_heads, head_size):
+                return (num_blocks, block_size, num_kv_heads, head_size)
+
+
+        class PlainImpl:
+            def forward(self, query, key, value, kv_cache=None, attn_metadata=None, output=None):
+                return query
+        """,
+    )
+    assert ClassHierarchy.build([platform]).missing_classes() >= {"plugin.attention.PlainBackend"}
+    hierarchy = ClassHierarchy.build([platform, attention])
+    assert hierarchy.is_attention_class("plugin.attention.PlainBackend")
+    assert hierarchy.is_attention_class("plugin.attention.PlainImpl")
+    assert hierarchy.vllm_interface("plugin.attention.PlainBackend") == "~vllm.v1.attention.backend.AttentionBackend"
+    assert not ClassHierarchy.build([attention]).is_attention_class("plugin.attention.PlainImpl")
+    extended = ClassHierarchy.build([platform]).extended(attention)
+    assert extended.is_attention_class("plugin.attention.PlainImpl")

@@ -1,0 +1,94 @@
+"""The classes a run hands vLLM by name, whatever their bases: the impl a backend's ``get_impl_cls`` returns, which
+vLLM's attention layer instantiates and calls with the output buffer, and the backend a platform's
+``get_attn_backend_cls`` names by its dotted path, which vLLM imports and uses as the layer's backend (vllm-mlx's
+platform names a backend whose module never imports vLLM). Such an impl's ``forward`` that returns a new tensor
+leaves vLLM's buffer unwritten as surely as a subclass of ``AttentionImpl`` would.
+
+Stdlib ``ast`` only, as the rest of the class index.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+
+from vllm_attn_compat.codemods.index.classgraph import ClassGraph
+
+IMPL_HOOK = "get_impl_cls"
+PLATFORM_HOOK = "get_attn_backend_cls"
+# What a file must hold to hand vLLM a class (the prefilter and the class scan keep it).
+HOOK_BYTES = (IMPL_HOOK.encode(), PLATFORM_HOOK.encode())
+
+_DOTTED_PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+")
+_NESTED = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
+
+
+def returned_values(function: ast.FunctionDef | ast.AsyncFunctionDef) -> list[ast.expr]:
+    """The values the function's own ``return`` statements give (not those of functions or classes it defines)."""
+    found: list[ast.expr] = []
+    stack: list[ast.AST] = list(function.body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.Return):
+            if node.value is not None:
+                found.append(node.value)
+        elif not isinstance(node, _NESTED):
+            stack.extend(ast.iter_child_nodes(node))
+    return found
+
+
+def dotted_paths(values: Iterable[ast.expr]) -> tuple[str, ...]:
+    """The string literals among ``values`` that spell a dotted path (``"plugin.attention.MyBackend"``)."""
+    paths = {
+        value.value
+        for value in values
+        if isinstance(value, ast.Constant) and isinstance(value.value, str) and _DOTTED_PATH.fullmatch(value.value)
+    }
+    return tuple(sorted(paths))
+
+
+@dataclass
+class Handed:
+    """What the run's classes hand vLLM: each class's ``get_impl_cls`` returns (dotted references), and the backends
+    the platforms name. Asked by class (`impl_of`, `named_backend`) once the run's classes are in ``graph``."""
+
+    graph: ClassGraph
+    impls: dict[str, tuple[str, ...]] = field(default_factory=dict)  # class -> the references its hook returns
+    backends: set[str] = field(default_factory=set)  # the dotted paths the platforms name
+    _impl_of: dict[str, set[str]] | None = None
+    _named: set[str] | None = None
+
+    def add(self, full_name: str, impls: tuple[str, ...], backends: tuple[str, ...]) -> None:
+        if impls:
+            self.impls[full_name] = impls
+        self.backends.update(backends)
+        self._impl_of = self._named = None
+
+    def copy(self, graph: ClassGraph) -> Handed:
+        return Handed(graph, dict(self.impls), set(self.backends))
+
+    def impl_of(self, full_name: str) -> set[str]:
+        """The classes of the run whose ``get_impl_cls`` may return ``full_name``."""
+        if self._impl_of is None:
+            self._impl_of = {}
+            for backend, references in self.impls.items():
+                for reference in references:
+                    for impl in self.graph.named(reference):
+                        self._impl_of.setdefault(impl, set()).add(backend)
+        return self._impl_of.get(full_name, set())
+
+    def named_backend(self, full_name: str) -> bool:
+        """Whether a platform of the run names the class as its attention backend."""
+        if self._named is None:
+            self._named = {full for path in self.backends for full in self.graph.named(path)}
+        return full_name in self._named
+
+    def missing(self, is_backend: Callable[[str], bool]) -> Iterator[str]:
+        """The references to classes the run has not indexed: the backends the platforms name, and what the backends
+        (``is_backend``) hand as impls; the runner indexes the files that may define them."""
+        yield from (path for path in self.backends if not self.graph.named(path))
+        for backend, references in self.impls.items():
+            if is_backend(backend):
+                yield from (reference for reference in references if not self.graph.named(reference))

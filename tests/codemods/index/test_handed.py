@@ -13,16 +13,17 @@ from vllm_attn_compat.codemods.index.handed import dotted_paths, returned_values
 from vllm_attn_compat.codemods.index.hierarchy import ClassHierarchy, index_module
 
 
-@pytest.fixture(autouse=True)
-def _package(tmp_path, monkeypatch):
-    """``plugin/`` a package on disk, so that its modules are named ``plugin.x`` (`names.guess_module_name`)."""
+@pytest.fixture
+def index(tmp_path):
+    """The index of a module of ``plugin/``, a package on disk, so that its modules are named ``plugin.x``
+    (`names.guess_module_name`; each test's own folder, as the guesses are kept by path)."""
     (tmp_path / "plugin").mkdir()
     (tmp_path / "plugin" / "__init__.py").write_text("")
-    monkeypatch.chdir(tmp_path)
 
+    def indexed(path: str, text: str):
+        return index_module(textwrap.dedent(text).encode(), str(tmp_path / path))
 
-def index(path: str, text: str):
-    return index_module(textwrap.dedent(text).encode(), path)
+    return indexed
 
 
 def _function(text: str) -> ast.FunctionDef:
@@ -83,7 +84,7 @@ _BACKEND = """
 """
 
 
-def test_a_plain_class_a_vllm_backend_returns_from_get_impl_cls_is_attention_code():
+def test_a_plain_class_a_vllm_backend_returns_from_get_impl_cls_is_attention_code(index):
     backend = index("plugin/backend.py", _BACKEND)
     assert backend.classes[0].impls == ("plugin.impl.MyImpl",)  # a local import resolves
     impl = index("plugin/impl.py", "class MyImpl:\n    def forward(self, layer, q, k, v, kv, meta, output=None): ...\n")
@@ -99,7 +100,7 @@ def test_a_plain_class_a_vllm_backend_returns_from_get_impl_cls_is_attention_cod
     assert not ClassHierarchy.build([backend, impl, sub]).is_attention_class("plugin.sub.Sub")
 
 
-def test_a_torch_module_handed_as_impl_is_a_layer_vllm_never_calls_with_the_buffer():
+def test_a_torch_module_handed_as_impl_is_a_layer_vllm_never_calls_with_the_buffer(index):
     """A Mamba mixer's or an indexer's backend hands its own layer (an ``nn.Module``); vLLM's attention layer is the
     module that calls an impl with the buffer."""
     backend = index("plugin/backend.py", _BACKEND)
@@ -117,7 +118,7 @@ def test_a_torch_module_handed_as_impl_is_a_layer_vllm_never_calls_with_the_buff
     assert not ClassHierarchy.build([backend, impl]).is_attention_class("plugin.impl.MyImpl")
 
 
-def test_a_backend_by_shape_hands_its_impl_but_a_project_s_own_backend_abc_does_not():
+def test_a_backend_by_shape_hands_its_impl_but_a_project_s_own_backend_abc_does_not(index):
     shaped = """
         import vllm
         {base_import}
@@ -145,7 +146,7 @@ def test_a_backend_by_shape_hands_its_impl_but_a_project_s_own_backend_abc_does_
     assert not ClassHierarchy.build([alone]).is_attention_class("plugin.attn.MyImpl")
 
 
-def test_a_backend_a_platform_names_is_one_whatever_its_module_imports():
+def test_a_backend_a_platform_names_is_one_whatever_its_module_imports(index):
     """... unless a platform of the run names it to vLLM by its dotted path (vllm-mlx's does)."""
     platform = index(
         "plugin/platform.py",

@@ -39,7 +39,7 @@ def test_the_values_returned_are_the_function_s_own():
             def inner():
                 return Nested
             if flag:
-                return First
+                return First if flag > 1 else Third
             try:
                 return Second
             finally:
@@ -47,7 +47,7 @@ def test_the_values_returned_are_the_function_s_own():
             return
         """
     )
-    assert sorted(ast.unparse(value) for value in returned_values(function)) == ["First", "Second"]
+    assert sorted(ast.unparse(value) for value in returned_values(function)) == ["First", "Second", "Third"]
 
 
 def test_only_string_literals_spelling_a_dotted_path_are_paths():

@@ -26,17 +26,25 @@ _NESTED = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
 
 
 def returned_values(function: ast.FunctionDef | ast.AsyncFunctionDef) -> list[ast.expr]:
-    """The values the function's own ``return`` statements give (not those of functions or classes it defines)."""
+    """The values the function's own ``return`` statements may give, each branch of ``a if c else b`` apart (not
+    those of functions or classes it defines)."""
     found: list[ast.expr] = []
     stack: list[ast.AST] = list(function.body)
     while stack:
         node = stack.pop()
         if isinstance(node, ast.Return):
             if node.value is not None:
-                found.append(node.value)
+                found += _alternatives(node.value)
         elif not isinstance(node, _NESTED):
             stack.extend(ast.iter_child_nodes(node))
     return found
+
+
+def _alternatives(value: ast.expr) -> list[ast.expr]:
+    """The values an expression may give: each branch of ``a if c else b``."""
+    if isinstance(value, ast.IfExp):
+        return [*_alternatives(value.body), *_alternatives(value.orelse)]
+    return [value]
 
 
 def dotted_paths(values: Iterable[ast.expr]) -> tuple[str, ...]:

@@ -64,6 +64,38 @@ def helper(output):
 """
 
 
+# vllm-mlx's shape: a platform names a backend by its dotted path, in a module that never imports vLLM, whose impl
+# derives from nothing and returns a new tensor.
+PLATFORM = """\
+from vllm.platforms.interface import Platform
+
+
+class MyPlatform(Platform):
+    @classmethod
+    def get_attn_backend_cls(cls, selected_backend, head_size, dtype, *args, **kwargs):
+        return "plugin.attention.PlainBackend"
+"""
+PLAIN_BACKEND = """\
+class PlainBackend:
+    @staticmethod
+    def get_name():
+        return "PLAIN"
+
+    @staticmethod
+    def get_impl_cls():
+        return PlainImpl
+
+    @staticmethod
+    def get_kv_cache_shape(num_blocks, block_size, num_kv_heads, head_size):
+        return (num_blocks, block_size, num_kv_heads, head_size)
+
+
+class PlainImpl:
+    def forward(self, layer, query, key, value, kv_cache, attn_metadata, output):
+        return query * 2
+"""
+
+
 def write_tree(root: Path, layout: dict[str, str | bytes]) -> Path:
     for relative, content in layout.items():
         path = root / relative

@@ -12,6 +12,8 @@ import pytest
 from vllm_attn_compat.codemods.index.handed import dotted_paths, returned_values
 from vllm_attn_compat.codemods.index.hierarchy import ClassHierarchy, index_module
 
+from runner_trees import PLAIN_BACKEND, PLATFORM
+
 
 @pytest.fixture
 def index(tmp_path):
@@ -148,40 +150,9 @@ def test_a_backend_by_shape_hands_its_impl_but_a_project_s_own_backend_abc_does_
 
 def test_a_backend_a_platform_names_is_one_whatever_its_module_imports(index):
     """... unless a platform of the run names it to vLLM by its dotted path (vllm-mlx's does)."""
-    platform = index(
-        "plugin/platform.py",
-        """
-        from vllm.platforms.interface import Platform
-
-        class MyPlatform(Platform):
-            @classmethod
-            def get_attn_backend_cls(cls, selected_backend, head_size, dtype, *args, **kwargs):
-                return "plugin.attention.PlainBackend"
-        """,
-    )
+    platform = index("plugin/platform.py", PLATFORM)
     assert platform.classes[0].backends == ("plugin.attention.PlainBackend",)
-    attention = index(
-        "plugin/attention.py",
-        """
-        class PlainBackend:
-            @staticmethod
-            def get_name():
-                return "PLAIN"
-
-            @staticmethod
-            def get_impl_cls():
-                return PlainImpl
-
-            @staticmethod
-            def get_kv_cache_shape(num_blocks, block_size, num_kv_heads, head_size):
-                return (num_blocks, block_size, num_kv_heads, head_size)
-
-
-        class PlainImpl:
-            def forward(self, query, key, value, kv_cache=None, attn_metadata=None, output=None):
-                return query
-        """,
-    )
+    attention = index("plugin/attention.py", PLAIN_BACKEND)
     assert ClassHierarchy.build([platform]).missing_classes() >= {"plugin.attention.PlainBackend"}
     hierarchy = ClassHierarchy.build([platform, attention])
     assert hierarchy.is_attention_class("plugin.attention.PlainBackend")

@@ -12,7 +12,7 @@ from vllm_attn_compat.codemods.findings import Status
 from vllm_attn_compat.codemods.run import parallel, worker
 from vllm_attn_compat.codemods.run.runner import Options, run_paths
 
-from runner_trees import BASE, IMPL, IMPL_MIGRATED, MANUAL, UNRELATED, write_tree
+from runner_trees import BASE, IMPL, IMPL_MIGRATED, MANUAL, PLAIN_BACKEND, PLATFORM, UNRELATED, write_tree
 
 
 def test_the_funnel_parses_only_files_with_tokens(tmp_path, plugin):
@@ -70,47 +70,15 @@ def test_an_unrelated_hierarchy_is_left_alone(tmp_path):
     assert report.findings == [] and (tmp_path / "other.py").read_text() == unrelated
 
 
-# vllm-mlx's shape: a platform names a backend by its dotted path, in a module that never imports vLLM, whose impl
-# derives from nothing and returns a new tensor.
-_PLATFORM = """\
-from vllm.platforms.interface import Platform
-
-
-class MyPlatform(Platform):
-    @classmethod
-    def get_attn_backend_cls(cls, selected_backend, head_size, dtype, *args, **kwargs):
-        return "plugin.attention.PlainBackend"
-"""
-_PLAIN_BACKEND = """\
-class PlainBackend:
-    @staticmethod
-    def get_name():
-        return "PLAIN"
-
-    @staticmethod
-    def get_impl_cls():
-        return PlainImpl
-
-    @staticmethod
-    def get_kv_cache_shape(num_blocks, block_size, num_kv_heads, head_size):
-        return (num_blocks, block_size, num_kv_heads, head_size)
-
-
-class PlainImpl:
-    def forward(self, layer, query, key, value, kv_cache, attn_metadata, output):
-        return query * 2
-"""
-
-
 @pytest.mark.parametrize("jobs", [1, 2])
 def test_a_backend_a_platform_names_by_its_path_is_checked_whatever_its_module_imports(tmp_path, jobs):
     """vLLM imports the backend the platform names and calls its impl with the buffer, which this impl leaves
     unwritten (VAC009); vLLM 0.34 never calls the layout hook (VAC010). Without the platform, nothing says the classes
     are vLLM's: nothing is reported."""
-    layout = {"plugin/__init__.py": "", "plugin/attention.py": _PLAIN_BACKEND}
+    layout = {"plugin/__init__.py": "", "plugin/attention.py": PLAIN_BACKEND}
     write_tree(tmp_path, layout)
     assert run_paths([str(tmp_path)], Options(mode="check", jobs=jobs)).findings == []
-    write_tree(tmp_path, layout | {"plugin/platform.py": _PLATFORM})
+    write_tree(tmp_path, layout | {"plugin/platform.py": PLATFORM})
     report = run_paths([str(tmp_path)], Options(mode="check", jobs=jobs))
     assert report.errors == []
     found = sorted((os.path.basename(path), finding.line, finding.code) for path, finding in report.findings)

@@ -158,6 +158,29 @@ def test_a_backend_a_platform_names_is_one_whatever_its_module_imports(index):
     assert hierarchy.is_attention_class("plugin.attention.PlainBackend")
     assert hierarchy.is_attention_class("plugin.attention.PlainImpl")
     assert hierarchy.vllm_interface("plugin.attention.PlainBackend") == "~vllm.v1.attention.backend.AttentionBackend"
+    # The impl implements vLLM's impl interface by its shape (VAC010-VAC012 hold it to the calls vLLM makes).
+    assert hierarchy.vllm_interface("plugin.attention.PlainImpl") == "~vllm.v1.attention.backend.AttentionImpl"
     assert not ClassHierarchy.build([attention]).is_attention_class("plugin.attention.PlainImpl")
     extended = ClassHierarchy.build([platform]).extended(attention)
     assert extended.is_attention_class("plugin.attention.PlainImpl")
+
+
+def test_a_handed_impl_deriving_from_nothing_has_vllm_s_impl_interface_of_its_kind(index):
+    """An impl defining ``forward_mqa`` is called by vLLM's MLA layer; one deriving from a class has that class's
+    interface or none (vLLM's concrete impls are not the manifest's)."""
+    backend = index("plugin/backend.py", _BACKEND)
+    impls = {
+        "plain": "class MyImpl:\n    def forward(self, layer, q, k, v, kv, meta, output): ...\n",
+        "mla": "class MyImpl(object):\n    def forward_mqa(self, q, kv_c_and_k_pe_cache, attn_metadata, layer): ...\n",
+        "derived": "from vllm.v1.attention.backends.flash_attn import FlashAttentionImpl\n\n\n"
+        "class MyImpl(FlashAttentionImpl):\n    def forward(self, layer, q, k, v, kv, meta, output): ...\n",
+    }
+    found = {
+        kind: ClassHierarchy.build([backend, index("plugin/impl.py", text)]).vllm_interface("plugin.impl.MyImpl")
+        for kind, text in impls.items()
+    }
+    assert found == {
+        "plain": "~vllm.v1.attention.backend.AttentionImpl",
+        "mla": "~vllm.v1.attention.backend.MLAAttentionImpl",
+        "derived": None,
+    }

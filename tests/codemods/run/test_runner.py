@@ -73,8 +73,9 @@ def test_an_unrelated_hierarchy_is_left_alone(tmp_path):
 @pytest.mark.parametrize("jobs", [1, 2])
 def test_a_backend_a_platform_names_by_its_path_is_checked_whatever_its_module_imports(tmp_path, jobs):
     """vLLM imports the backend the platform names and calls its impl with the buffer, which this impl leaves
-    unwritten (VAC009); vLLM 0.34 never calls the layout hook (VAC010). Without the platform, nothing says the classes
-    are vLLM's: nothing is reported."""
+    unwritten (VAC009), and with `output_scale` and `output_block_scale`, which it cannot take (VAC012); vLLM 0.34
+    never calls the layout hook (VAC010). Without the platform, nothing says the classes are vLLM's: nothing is
+    reported."""
     layout = {"plugin/__init__.py": "", "plugin/attention.py": PLAIN_BACKEND}
     write_tree(tmp_path, layout)
     assert run_paths([str(tmp_path)], Options(mode="check", jobs=jobs)).findings == []
@@ -82,7 +83,7 @@ def test_a_backend_a_platform_names_by_its_path_is_checked_whatever_its_module_i
     report = run_paths([str(tmp_path)], Options(mode="check", jobs=jobs))
     assert report.errors == []
     found = sorted((os.path.basename(path), finding.line, finding.code) for path, finding in report.findings)
-    assert found == [("attention.py", 11, "VAC010"), ("attention.py", 16, "VAC009")]
+    assert found == [("attention.py", 11, "VAC010"), ("attention.py", 16, "VAC009"), ("attention.py", 16, "VAC012")]
 
 
 @pytest.mark.parametrize("jobs", [1, 2])

@@ -324,6 +324,10 @@ def _sets_flag_true(node: ast.ClassDef) -> bool:
     return isinstance(value, ast.Constant) and value.value is True
 
 
+# Bases that make no class of anything: what derives from them alone has no interface of its own.
+_PLAIN_BASES = frozenset({"object", "ABC", "Generic", "Protocol"})
+
+
 def _is_torch_module(graph: ClassGraph, full_name: str) -> bool:
     """Whether the class derives from ``torch.nn.Module`` (however imported: ``nn.Module``)."""
     return any(base == "nn.Module" or base.endswith(".nn.Module") for base in graph.outside_bases(full_name))
@@ -693,11 +697,19 @@ class ClassHierarchy:
         backend returns it from ``get_impl_cls`` and it is no torch module. (vLLM's attention layer is the module,
         and calls its impl with the buffer; a backend of no attention layer, a Mamba mixer's or an indexer's, hands
         its own layer, which vLLM never calls with one.) Its subclasses are not: vLLM is handed this class."""
-        hands = self._handed
-        if hands.named_backend(full_name):
-            return True
-        backends = hands.impl_of(full_name)
+        return self._handed.named_backend(full_name) or self._handed_impl(full_name)
+
+    def _handed_impl(self, full_name: str) -> bool:
+        """Whether a backend hands vLLM the class as its impl (`_handed_to_vllm`)."""
+        backends = self._handed.impl_of(full_name)
         return bool(backends) and not _is_torch_module(self.graph, full_name) and any(map(self._is_backend, backends))
+
+    def _duck_impl(self, full_name: str) -> bool:
+        """Whether the class is an impl vLLM is handed that derives from nothing (but ``object``, ``ABC``,
+        ``Generic``): it implements vLLM's impl interface by its shape alone (`interface.Interfaces`). One deriving
+        from a class, vLLM's or the run's, has that class's interface or none."""
+        bases = self.graph.bases.get(full_name, ())
+        return all(base.rpartition(".")[2] in _PLAIN_BASES for base in bases) and self._handed_impl(full_name)
 
     def _is_backend(self, full_name: str) -> bool:
         """Whether vLLM may use the class as a backend: an attention class (a platform names it, or it derives from
@@ -792,7 +804,7 @@ class ClassHierarchy:
                     full: ClassFacts(found.members, found.abstract, True) if self._handed.named_backend(full) else found
                     for full, found in facts.items()
                 }
-            self._interfaces = Interfaces(self.graph, facts)
+            self._interfaces = Interfaces(self.graph, facts, self._duck_impl)
         return self._interfaces
 
     def vllm_interface(self, full_name: str) -> str | None:

@@ -12,7 +12,7 @@ data is read the first time a base can be one of its classes.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from vllm_attn_compat.codemods.index.accounting import Blocker
@@ -21,6 +21,10 @@ from vllm_attn_compat.codemods.index.classgraph import ClassGraph
 from vllm_attn_compat.codemods.index.names import named_as_base
 
 BACKEND = "vllm.v1.attention.backend.AttentionBackend"
+# What vLLM calls an impl it is handed by name (`handed`) as: its MLA layer calls `forward_mqa`, its other layers
+# `forward`.
+IMPL = "vllm.v1.attention.backend.AttentionImpl"
+MLA_IMPL = "vllm.v1.attention.backend.MLAAttentionImpl"
 # The methods that make a class vLLM uses as a backend without its base (ATOM's ``AiterMhaBackendForVllm``).
 BACKEND_SHAPE = frozenset({"get_name", "get_impl_cls"})
 _FORK_PREFIX = "vllm."
@@ -36,12 +40,18 @@ class ClassFacts:
     backend_shaped: bool = False
 
 
+def _handed_nothing(full_name: str) -> bool:
+    return False
+
+
 @dataclass
 class Interfaces:
     """The interface of each class of ``graph`` (`of`), asked once per class."""
 
     graph: ClassGraph
     facts: dict[str, ClassFacts]
+    # Whether vLLM is handed the class as a backend's impl (`handed`): duck-typed too, as the impl of its kind.
+    handed_impl: Callable[[str], bool] = field(default=_handed_nothing)
     _of: dict[str, tuple[tuple[str, ...], bool]] = field(default_factory=dict)
 
     def of(self, full_name: str) -> tuple[str, ...]:
@@ -61,7 +71,16 @@ class Interfaces:
             shaped = not found and any(
                 self.facts.get(name, _NONE).backend_shaped for name in self.graph.lineage(full_name)
             )
-            known = self._of[full_name] = ((BACKEND,) if shaped else tuple(sorted(found)), shaped)
+            if shaped:
+                known = ((BACKEND,), True)
+            elif not found and self.handed_impl(full_name):
+                mla = any(
+                    "forward_mqa" in self.facts.get(name, _NONE).members for name in self.graph.lineage(full_name)
+                )
+                known = ((MLA_IMPL if mla else IMPL,), True)
+            else:
+                known = (tuple(sorted(found)), False)
+            self._of[full_name] = known
         return known
 
     def concrete_members(self, full_name: str) -> tuple[str, ...] | None:

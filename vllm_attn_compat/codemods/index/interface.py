@@ -6,8 +6,10 @@ of its ancestors in the run name from outside the run (`classgraph.ClassGraph.ou
 name alone. A project's own ``AttentionBackend`` ABC is a class of the run, so its subclasses have no interface;
 in a fork of vLLM, whose interface classes are the run's own, no class has one. A class vLLM uses as a backend
 without deriving from its base (it defines ``get_name`` and ``get_impl_cls`` in a module that imports vLLM), and
-the run's classes deriving from it, have ``AttentionBackend``'s interface, duck-typed. Stdlib only; the manifest's
-data is read the first time a base can be one of its classes.
+the run's classes deriving from it, have ``AttentionBackend``'s interface, duck-typed; so has a backend a platform
+names by its path, and an impl vLLM is handed (`handed`) that derives from nothing has ``AttentionImpl``'s
+(``MLAAttentionImpl``'s where it defines ``forward_mqa``). Stdlib only; the manifest's data is read the first time a
+base can be one of its classes.
 """
 
 from __future__ import annotations

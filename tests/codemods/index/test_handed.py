@@ -96,7 +96,8 @@ def test_a_plain_class_a_vllm_backend_returns_from_get_impl_cls_is_attention_cod
     again = pickle.loads(pickle.dumps(hierarchy))  # as the workers get it
     assert again.is_attention_class("plugin.impl.MyImpl")
     # Alone, the backend's file names the impl the run has not read: the runner reads the file that may define it.
-    assert "plugin.impl.MyImpl" in ClassHierarchy.build([backend]).missing_classes()
+    assert "plugin.impl.MyImpl" in ClassHierarchy.build([backend], ["plugin.impl"]).missing_classes()
+    assert "plugin.impl.MyImpl" not in ClassHierarchy.build([backend]).missing_classes()  # no module of the run
     # A subclass of the impl is not what vLLM is handed.
     sub = index("plugin/sub.py", "from plugin.impl import MyImpl\nclass Sub(MyImpl): ...\n")
     assert not ClassHierarchy.build([backend, impl, sub]).is_attention_class("plugin.sub.Sub")
@@ -153,7 +154,7 @@ def test_a_backend_a_platform_names_is_one_whatever_its_module_imports(index):
     platform = index("plugin/platform.py", PLATFORM)
     assert platform.classes[0].backends == ("plugin.attention.PlainBackend",)
     attention = index("plugin/attention.py", PLAIN_BACKEND)
-    assert ClassHierarchy.build([platform]).missing_classes() >= {"plugin.attention.PlainBackend"}
+    assert ClassHierarchy.build([platform], ["plugin.attention"]).missing_classes() >= {"plugin.attention.PlainBackend"}
     hierarchy = ClassHierarchy.build([platform, attention])
     assert hierarchy.is_attention_class("plugin.attention.PlainBackend")
     assert hierarchy.is_attention_class("plugin.attention.PlainImpl")

@@ -655,11 +655,14 @@ class ClassHierarchy:
         """The classes (dotted names) the run has not indexed whose bases or members decide a fix: the flag owners'
         (`flag_owners.FlagOwners.missing_flag_classes`), and, while a fix of a class is still safe, what reflection
         is given by a name of one of the run's modules that names no class indexed (``getattr(Config, name)``: a
-        class of a file not read yet, or any object). The runner indexes the files that may define them."""
+        class of a file not read yet, or any object); and the classes of the run's modules handed to vLLM by name
+        (`handed`). The runner indexes the files that may define them."""
         missing = self.flags.missing_flag_classes()
-        missing.update(self._handed.missing(self._is_backend))
+        modules = self.all_modules()
+        missing.update(
+            ref for ref in self._handed.missing(self._is_backend) if accounting.global_of_the_run(ref, modules)
+        )
         if callsites.open_method_names(self.calls) or self.open_flags():
-            modules = self.all_modules()
             missing.update(
                 target
                 for place in self.occurrences

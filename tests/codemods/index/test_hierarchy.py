@@ -59,15 +59,17 @@ def test_the_attention_class_names_follow_each_module_added():
     assert again.attention_class_names() == {"Base", "Impl", "More"}
 
 
-def test_an_extended_hierarchy_keeps_what_the_classes_of_the_others_define():
+def test_an_extended_hierarchy_keeps_what_the_classes_of_the_others_define(tmp_path):
+    base_path, impl_path = str(tmp_path / "base.py"), str(tmp_path / "impl.py")
     base = index(
-        "plugin/base.py",
+        base_path,
         "from vllm.v1.attention.backend import AttentionImpl\nclass Base(AttentionImpl):\n"
         "    def forward(self, layer, q, k, v, kv, meta, output=None): ...\n",
     )
     hierarchy = ClassHierarchy.build([base])
-    extended = hierarchy.extended(index("plugin/impl.py", "from plugin.base import Base\nclass Impl(Base): ...\n"))
-    assert extended.methods_of("base.Base") == hierarchy.methods_of("base.Base") == "forward"
+    extended = hierarchy.extended(index(impl_path, "from base import Base\nclass Impl(Base): ...\n"))
+    full = f"{base.module}.Base"
+    assert extended.methods_of(full) == hierarchy.methods_of(full) == "forward"
 
 
 def test_classes_nested_in_functions_use_qualnames():

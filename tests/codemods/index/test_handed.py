@@ -185,3 +185,55 @@ def test_a_handed_impl_deriving_from_nothing_has_vllm_s_impl_interface_of_its_ki
         "mla": "~vllm.v1.attention.backend.MLAAttentionImpl",
         "derived": None,
     }
+
+
+_REGISTERED = """
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum, register_backend
+
+    {registration}
+    class PlainBackend:
+        @staticmethod
+        def get_name():
+            return "PLAIN"
+
+        @staticmethod
+        def get_impl_cls():
+            return PlainImpl
+
+
+    class PlainImpl:
+        def forward(self, layer, query, key, value, kv_cache, attn_metadata, output):
+            return query
+"""
+
+
+def test_a_backend_vllm_s_register_backend_registers_is_one_whatever_its_bases(index):
+    """As vLLM's own docs show it (``@register_backend(AttentionBackendEnum.CUSTOM)`` on a class of no base), or by
+    its path (as tt-xla registers its backends); not a Mamba backend's, nor torch dynamo's ``register_backend``."""
+    registrations = {
+        "decorator": "@register_backend(AttentionBackendEnum.CUSTOM)",
+        "path": 'register_backend(AttentionBackendEnum.CUSTOM, "plugin.attention.PlainBackend")',
+        "keyword": 'register_backend(backend="CUSTOM", class_path="plugin.attention.PlainBackend", is_mamba=False)',
+        "in-a-function": 'def register():\n    register_backend("CUSTOM", "plugin.attention.PlainBackend")',
+        "mamba": "@register_backend(AttentionBackendEnum.CUSTOM, is_mamba=True)",
+        "dynamo": 'from torch._dynamo import register_backend\n@register_backend(name="tt")',
+        "computed": "register_backend(AttentionBackendEnum.CUSTOM, PATH)",
+    }
+    found = {}
+    for kind, registration in registrations.items():
+        text = textwrap.dedent(_REGISTERED).replace("{registration}", registration)
+        module = index("plugin/attention.py", text)
+        hierarchy = ClassHierarchy.build([module])
+        # (A backend by its shape, in a module importing vLLM, hands its impl anyway; it is attention code itself
+        # only where vLLM is named it.)
+        found[kind] = (module.backends, hierarchy.is_attention_class("plugin.attention.PlainBackend"))
+    registered = (("plugin.attention.PlainBackend",), True)
+    assert found == {
+        "decorator": registered,
+        "path": registered,
+        "keyword": registered,
+        "in-a-function": registered,
+        "mamba": ((), False),
+        "dynamo": ((), False),
+        "computed": ((), False),
+    }

@@ -67,6 +67,10 @@ def unified_attention(query, layer_name):
 
 
 direct_register_custom_op(op_name="unified_attention", op_func=unified_attention)
+
+from vllm.v1.attention.backends.registry import AttentionBackendEnum, register_backend
+
+register_backend(AttentionBackendEnum.CUSTOM, "plugin.attention.Registered")
 """
 
 
@@ -139,6 +143,7 @@ def test_an_index_with_every_kind_of_record_comes_back_the_same():
     assert index.classes and index.patches and index.calls.methods and index.calls.uses  # all present
     hooks = ("get_name", "get_impl_cls", "get_attn_backend_cls")
     assert set(index.calls.signatures) == {Signature("MyImpl", hook, "") for hook in hooks}
+    assert index.backends == ("plugin.attention.Registered",)
     entry = index.classes[0]
     assert entry.impls == ("backend.MyImpl",) and entry.backends == ("plugin.attention.MyBackend",)
     assert any(use.none_at or use.output_none for use in index.calls.uses)
@@ -180,7 +185,8 @@ def _spoiled(change):
         (lambda data: data["uses"][1].append(1), "no lists of one length"),
         (lambda data: data["uses"][1].__setitem__(0, True), "Use values holds a value of the wrong type"),  # a line
         (lambda data: data.update(names="forward"), "names must be null or a list of strings"),
-        (lambda data: data.update(attributes=[1]), "attributes a list of strings"),
+        (lambda data: data.update(attributes=[1]), "attributes and backends lists of strings"),
+        (lambda data: data.update(backends="plugin.Backend"), "attributes and backends lists of strings"),
         (lambda data: data["classes"][1].__setitem__(0, "Base"), "ClassEntry values holds a value of the wrong type"),
         (lambda data: data["methods"][5].__setitem__(0, [1]), "OutputMethod values holds a value of the wrong type"),
         (lambda data: data["old_ops"][3].__setitem__(0, 1), "OldOpBody values holds a value of the wrong type"),
@@ -198,6 +204,7 @@ def _spoiled(change):
         "bool-for-line",
         "names-text",
         "attributes-numbers",
+        "backends-text",
         "bases-text",
         "set-of-numbers",
         "number-for-registered",

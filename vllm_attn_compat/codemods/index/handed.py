@@ -1,8 +1,10 @@
 """The classes a run hands vLLM by name, whatever their bases: the impl a backend's ``get_impl_cls`` returns, which
 vLLM's attention layer instantiates and calls with the output buffer, and the backend a platform's
-``get_attn_backend_cls`` names by its dotted path, which vLLM imports and uses as the layer's backend (vllm-mlx's
-platform names a backend whose module never imports vLLM). Such an impl's ``forward`` that returns a new tensor
-leaves vLLM's buffer unwritten as surely as a subclass of ``AttentionImpl`` would.
+``get_attn_backend_cls`` names by its dotted path, or vLLM's ``register_backend`` registers (by its path, or as the
+class it decorates: vLLM's own docs show ``@register_backend(AttentionBackendEnum.CUSTOM)`` on a class of no base),
+which vLLM imports and uses as the layer's backend (vllm-mlx's platform names a backend whose module never imports
+vLLM). Such an impl's ``forward`` that returns a new tensor leaves vLLM's buffer unwritten as surely as a subclass of
+``AttentionImpl`` would.
 
 Stdlib ``ast`` only, as the rest of the class index.
 """
@@ -18,8 +20,9 @@ from vllm_attn_compat.codemods.index.classgraph import ClassGraph
 
 IMPL_HOOK = "get_impl_cls"
 PLATFORM_HOOK = "get_attn_backend_cls"
+REGISTER = "register_backend"
 # What a file must hold to hand vLLM a class (the prefilter and the class scan keep it).
-HOOK_BYTES = (IMPL_HOOK.encode(), PLATFORM_HOOK.encode())
+HOOK_BYTES = (IMPL_HOOK.encode(), PLATFORM_HOOK.encode(), REGISTER.encode())
 
 _DOTTED_PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+")
 _NESTED = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
@@ -57,6 +60,32 @@ def dotted_paths(values: Iterable[ast.expr]) -> tuple[str, ...]:
     return tuple(sorted(paths))
 
 
+def registration(call: ast.expr) -> tuple[ast.expr, str | None] | None:
+    """``(callee, path)`` of a call named ``register_backend`` registering an attention backend: the dotted path it
+    gives (second argument, ``class_path=``), or None where it decorates the class; None for any other expression,
+    a Mamba backend's registration (``is_mamba``, which no attention layer uses) or a path it computes. Whether the
+    callee is vLLM's is the caller's to resolve (`registers`: torch's dynamo has a ``register_backend`` too)."""
+    if not isinstance(call, ast.Call):
+        return None
+    func = call.func
+    name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
+    if name != REGISTER:
+        return None
+    mamba = call.args[2] if len(call.args) > 2 else next((k.value for k in call.keywords if k.arg == "is_mamba"), None)
+    if mamba is not None and not (isinstance(mamba, ast.Constant) and mamba.value is False):
+        return None
+    path = call.args[1] if len(call.args) > 1 else next((k.value for k in call.keywords if k.arg == "class_path"), None)
+    if path is None or (isinstance(path, ast.Constant) and path.value is None):
+        return func, None
+    paths = dotted_paths([path])
+    return (func, paths[0]) if paths else None
+
+
+def registers(callee: str | None) -> bool:
+    """Whether ``callee`` (resolved through the module's imports) is vLLM's ``register_backend``."""
+    return callee is not None and callee.startswith("vllm.") and callee.endswith(".registry." + REGISTER)
+
+
 @dataclass
 class Handed:
     """What the run's classes hand vLLM: each class's ``get_impl_cls`` returns (dotted references), and the backends
@@ -73,6 +102,10 @@ class Handed:
             self.impls[full_name] = impls
         self.backends.update(backends)
         self._impl_of = self._named = None
+
+    def name(self, backends: Iterable[str]) -> None:
+        """Count ``backends`` (dotted paths) among those vLLM is named: a module registers them."""
+        self.add("", (), tuple(backends))
 
     def copy(self, graph: ClassGraph) -> Handed:
         return Handed(graph, dict(self.impls), set(self.backends))

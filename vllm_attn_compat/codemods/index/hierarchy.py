@@ -88,6 +88,8 @@ class ModuleIndex:
     old_ops: tuple[OldOpBody, ...] = ()  # functions named as the ops vLLM 0.20 deleted
     # What else names what a fix changes: reflection, class-body reads, doctests, op strings (`occurrences`).
     occurrences: Occurrences = EMPTY_OCCURRENCES
+    # The backends it registers with vLLM's `register_backend`, by their dotted paths (`handed`).
+    backends: tuple[str, ...] = ()
 
 
 # Classes, functions and imports are statements, so walking the bodies statements nest in finds every one of them
@@ -117,6 +119,9 @@ class _Indexer:
         # qualname -> what its `get_impl_cls` returns (with the scopes to resolve it in), the paths it names as
         # backends (`handed`)
         self.hooks: dict[str, tuple[list[ast.expr], list[dict[str, str]], tuple[str, ...]]] = {}
+        # Calls of something named `register_backend`: (callee, scopes, the path it registers or the qualname of the
+        # class it decorates), resolved once the module's imports are known (`handed.registration`).
+        self.registrations: list[tuple[ast.expr, list[dict[str, str]], str]] = []
         # Statements and decorated definitions that may patch a class, with the scopes to resolve them in.
         self.pending_patches: list[tuple[ast.stmt, str | None, list[dict[str, str]]]] = []
 
@@ -143,6 +148,10 @@ class _Indexer:
                     and runtime_patches.may_patch(node, self.helper_lines)
                 ):
                     self.pending_patches.append((node, None, [scope for _, scope in self.scopes]))
+                if kind is ast.Expr and isinstance(node, ast.Expr) and type(node.value) is ast.Call:
+                    found = handed.registration(node.value)
+                    if found is not None and found[1] is not None:
+                        self.registrations.append((found[0], [scope for _, scope in self.scopes], found[1]))
                 fields = _NESTED_BODIES.get(kind)
                 if fields:
                     for name in fields:
@@ -177,6 +186,11 @@ class _Indexer:
         self.pending.append((qualname, list(node.bases), node.lineno, local_scopes))
         if node.decorator_list:
             self.pending_patches.append((node, qualname, local_scopes))
+            for decorator in node.decorator_list:
+                found = handed.registration(decorator)
+                if found is not None:
+                    path = found[1] if found[1] is not None else f"{self.module}.{qualname}"
+                    self.registrations.append((found[0], local_scopes, path))
         defined = _defined_in_body(node)
         methods = list(_methods_in_scope(node.body))
         self.facts[qualname] = (tuple(sorted(defined)), _declares_abstract(node))
@@ -398,10 +412,16 @@ def _index_module(
     reads: tuple[flags.FlagRead, ...] = ()
     if flags.FLAG_BYTES in source:
         reads = flags.index_flag_reads(tree, module, lambda expr: indexer.resolve_bound(expr, []))
+    registered = {
+        found
+        for callee, scopes, found in indexer.registrations
+        if handed.registers(indexer.resolve_bound(callee, scopes))
+    }
     return ModuleIndex(
         normalize_path(path),
         module,
         tuple(classes),
+        backends=tuple(sorted(registered)),
         patches=indexer.patches(),
         calls=found_calls,
         flag_reads=reads,
@@ -585,6 +605,7 @@ class ClassHierarchy:
             self.facts[full] = ClassFacts(entry.members, entry.abstract, entry.backend_shaped)
             self.methods[full] = (entry.methods, entry.output_methods)
             self._handed.add(full, entry.impls, entry.backends)
+        self._handed.name(index.backends)
         self.flag_reads += [(index.path, read) for read in index.flag_reads]
         found = index.occurrences
         if found.class_names or found.reflection or found.named or found.op_strings or found.stores:

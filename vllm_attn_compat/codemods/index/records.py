@@ -124,6 +124,7 @@ def to_data(index: ModuleIndex) -> dict[str, object]:
         "flag_reads": _columns(FlagRead, index.flag_reads),
         "old_ops": _columns(OldOpBody, index.old_ops),
         "occurrences": _occurrences_to_data(index.occurrences),
+        "backends": list(index.backends),
     }
 
 
@@ -162,6 +163,7 @@ _KEYS = (
     "flag_reads",
     "old_ops",
     "occurrences",
+    "backends",
 )
 
 
@@ -174,9 +176,9 @@ def from_data(data: object) -> ModuleIndex:
     path, module = data["path"], data["module"]
     if not (type(path) is str and type(module) is str):
         raise ValueError("path and module must be strings")
-    names, attributes = data["names"], data["attributes"]
-    if not ((names is None or _lists_of(str)([names])) and _lists_of(str)([attributes])):
-        raise ValueError("names must be null or a list of strings, attributes a list of strings")
+    names, attributes, backends = data["names"], data["attributes"], data["backends"]
+    if not ((names is None or _lists_of(str)([names])) and _lists_of(str)([attributes, backends])):
+        raise ValueError("names must be null or a list of strings, attributes and backends lists of strings")
     calls = CallIndex(
         _records(OutputMethod, data["methods"]),
         _records(Use, data["uses"]),
@@ -193,6 +195,7 @@ def from_data(data: object) -> ModuleIndex:
         _records(FlagRead, data["flag_reads"]),
         _records(OldOpBody, data["old_ops"]),
         _occurrences_from_data(data["occurrences"]),
+        tuple(backends),
     )
 
 

@@ -187,24 +187,7 @@ def test_a_handed_impl_deriving_from_nothing_has_vllm_s_impl_interface_of_its_ki
     }
 
 
-_REGISTERED = """
-    from vllm.v1.attention.backends.registry import AttentionBackendEnum, register_backend
-
-    {registration}
-    class PlainBackend:
-        @staticmethod
-        def get_name():
-            return "PLAIN"
-
-        @staticmethod
-        def get_impl_cls():
-            return PlainImpl
-
-
-    class PlainImpl:
-        def forward(self, layer, query, key, value, kv_cache, attn_metadata, output):
-            return query
-"""
+_REGISTRY = "from vllm.v1.attention.backends.registry import AttentionBackendEnum, register_backend\n\n"
 
 
 def test_a_backend_vllm_s_register_backend_registers_is_one_whatever_its_bases(index):
@@ -221,7 +204,7 @@ def test_a_backend_vllm_s_register_backend_registers_is_one_whatever_its_bases(i
     }
     found = {}
     for kind, registration in registrations.items():
-        text = textwrap.dedent(_REGISTERED).replace("{registration}", registration)
+        text = _REGISTRY + registration + "\n" + PLAIN_BACKEND
         module = index("plugin/attention.py", text)
         hierarchy = ClassHierarchy.build([module])
         # (A backend by its shape, in a module importing vLLM, hands its impl anyway; it is attention code itself

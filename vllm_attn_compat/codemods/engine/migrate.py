@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from vllm_attn_compat.codemods.engine import tokens
 from vllm_attn_compat.codemods.engine.rule import Rule
 from vllm_attn_compat.codemods.findings import Finding, FixSafety, Status, TargetRelease
-from vllm_attn_compat.codemods.index.handed import HOOK_BYTES
+from vllm_attn_compat.codemods.index.handed import HOOK_BYTES, REGISTER_BYTES
 from vllm_attn_compat.codemods.index.hierarchy import index_module
 from vllm_attn_compat.codemods.index.names import BASE_TOKENS
 from vllm_attn_compat.codemods.index.questions import Questions
@@ -50,7 +50,15 @@ def prefilter_groups(
     requirement and its tokens: a file holding none of the first, nor for any group one of its requirement and
     one of its tokens, is not worth parsing (`scan.GuardedScan`)."""
     plain = prefilter_tokens([rule for rule in rules if not rule.requires])
-    return plain, tuple((rule.requires, rule.tokens) for rule in rules if rule.requires)
+    groups: dict[tuple[bytes, ...], tuple[bytes, ...]] = {}
+    for rule in rules:
+        if rule.requires:
+            groups[rule.requires] = (*groups.get(rule.requires, ()), *rule.tokens)
+    if any(rule.scoped or rule.reads_hierarchy for rule in rules):
+        # A file naming vLLM that hands it a class by name (`index.handed`) may make another file's classes attention
+        # code (that file the rounds find by its module's name, whatever it holds).
+        groups[(b"vllm",)] = (*groups.get((b"vllm",), ()), *HOOK_BYTES, REGISTER_BYTES)
+    return plain, tuple(groups.items())
 
 
 def prefilter_tokens(rules: Sequence[type[Rule]]) -> tuple[bytes, ...]:
@@ -65,8 +73,7 @@ def prefilter_tokens(rules: Sequence[type[Rule]]) -> tuple[bytes, ...]:
     tokens: dict[bytes, None] = {}
     for rule in rules:
         own = () if rule.scoped else rule.tokens
-        # (A file handing vLLM a class by name, `index.handed`, may make another file's classes attention code.)
-        for token in (*own, *(BASE_TOKENS + HOOK_BYTES if rule.scoped or rule.reads_hierarchy else ())):
+        for token in (*own, *(BASE_TOKENS if rule.scoped or rule.reads_hierarchy else ())):
             tokens[token] = None
     # A token containing another is redundant: the shorter one already matches.
     return tuple(t for t in tokens if not any(other != t and other in t for other in tokens))

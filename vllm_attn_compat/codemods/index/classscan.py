@@ -29,7 +29,7 @@ import re
 from dataclasses import dataclass
 
 from vllm_attn_compat.codemods.index.calltext import OPENING, SEP, call_extent
-from vllm_attn_compat.codemods.index.handed import HOOK_BYTES
+from vllm_attn_compat.codemods.index.handed import may_hand
 from vllm_attn_compat.codemods.index.hierarchy import ModuleIndex
 from vllm_attn_compat.codemods.index.names import (
     IDENTIFIER_BYTES,
@@ -308,7 +308,7 @@ def quick_index(source: bytes, path: str, known: frozenset[str]) -> ScannedIndex
     """A :class:`ScannedIndex` when none of the file's classes (if any) can be an attention class given
     the attention-class names ``known`` so far, nor be shaped like a backend, and the file patches no
     code onto one; None when the file must be parsed."""
-    if b"accept_output_buffer" in source or any(hook in source for hook in HOOK_BYTES):
+    if b"accept_output_buffer" in source or may_hand(source):
         # a duck-typed backend (`interface`), a "methods" class, a class handing vLLM another (`handed`): `ast` decides
         return None
     if b"vllm::" in source or (b"vllm." in source and _OP_NAME.search(source)):

@@ -21,8 +21,16 @@ from vllm_attn_compat.codemods.index.classgraph import ClassGraph
 IMPL_HOOK = "get_impl_cls"
 PLATFORM_HOOK = "get_attn_backend_cls"
 REGISTER = "register_backend"
-# What a file must hold to hand vLLM a class (the prefilter and the class scan keep it).
-HOOK_BYTES = (IMPL_HOOK.encode(), PLATFORM_HOOK.encode(), REGISTER.encode())
+# What a file must hold to hand vLLM a class (the prefilter and the class scan keep it): a hook's name, or
+# `register_backend` where the file names vLLM (torch's dynamo has a `register_backend` too: torch's tree holds 21).
+HOOK_BYTES = (IMPL_HOOK.encode(), PLATFORM_HOOK.encode())
+REGISTER_BYTES = REGISTER.encode()
+
+
+def may_hand(source: bytes) -> bool:
+    """Whether the file may hand vLLM a class by name (its index then says which)."""
+    return any(hook in source for hook in HOOK_BYTES) or (REGISTER_BYTES in source and b"vllm" in source)
+
 
 _DOTTED_PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+")
 _NESTED = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)

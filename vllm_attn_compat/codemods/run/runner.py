@@ -564,7 +564,7 @@ def run_source(source: bytes, path: str, options: Options) -> tuple[RunReport, b
 def _run_source(source: bytes, path: str, options: Options) -> tuple[RunReport, bytes, str]:
     from vllm_attn_compat.codemods import registry
     from vllm_attn_compat.codemods.engine import migrate
-    from vllm_attn_compat.codemods.engine.scan import TokenScan
+    from vllm_attn_compat.codemods.engine.scan import GuardedScan
     from vllm_attn_compat.codemods.index import callsites, hierarchy
     from vllm_attn_compat.codemods.run.dependencies import MissingDependency
 
@@ -575,7 +575,7 @@ def _run_source(source: bytes, path: str, options: Options) -> tuple[RunReport, 
     except sources.SourceError as error:
         report.errors.append(FileError(path, error.line, error.column, error.message))
         return report, source, ""
-    if not TokenScan(migrate.prefilter_tokens(rules), once=True)(source):
+    if not GuardedScan(*migrate.prefilter_groups(rules))(source):
         return report, source, ""
     index = worker.index_file(source, path)
     if isinstance(index, FileError):

@@ -152,7 +152,7 @@ def test_a_backend_by_shape_hands_its_impl_but_a_project_s_own_backend_abc_does_
 def test_a_backend_a_platform_names_is_one_whatever_its_module_imports(index):
     """... unless a platform of the run names it to vLLM by its dotted path (vllm-mlx's does)."""
     platform = index("plugin/platform.py", PLATFORM)
-    assert platform.classes[0].backends == ("plugin.attention.PlainBackend",)
+    assert platform.backends == ("plugin.attention.PlainBackend",)
     attention = index("plugin/attention.py", PLAIN_BACKEND)
     assert ClassHierarchy.build([platform], ["plugin.attention"]).missing_classes() >= {"plugin.attention.PlainBackend"}
     hierarchy = ClassHierarchy.build([platform, attention])

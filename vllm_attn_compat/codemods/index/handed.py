@@ -21,8 +21,9 @@ from vllm_attn_compat.codemods.index.classgraph import ClassGraph
 IMPL_HOOK = "get_impl_cls"
 PLATFORM_HOOK = "get_attn_backend_cls"
 REGISTER = "register_backend"
-# What a file must hold to hand vLLM a class (the prefilter and the class scan keep it): a hook's name, or
-# `register_backend` where the file names vLLM (torch's dynamo has a `register_backend` too: torch's tree holds 21).
+# What a file must hold to hand vLLM a class: a hook's name, or `register_backend` (the class scan parses a file holding
+# a hook's name, or `register_backend` where it names vLLM: torch's dynamo has one too; the prefilter keeps a file
+# naming vLLM that holds any of them).
 HOOK_BYTES = (IMPL_HOOK.encode(), PLATFORM_HOOK.encode())
 REGISTER_BYTES = REGISTER.encode()
 
@@ -96,24 +97,26 @@ def registers(callee: str | None) -> bool:
 
 @dataclass
 class Handed:
-    """What the run's classes hand vLLM: each class's ``get_impl_cls`` returns (dotted references), and the backends
-    the platforms name. Asked by class (`impl_of`, `named_backend`) once the run's classes are in ``graph``."""
+    """What the run hands vLLM: each class's ``get_impl_cls`` returns (dotted references), and the backends its
+    modules name (`ModuleIndex.backends`). Asked by class (`impl_of`, `named_backend`) once the run's classes are in
+    ``graph``."""
 
     graph: ClassGraph
     impls: dict[str, tuple[str, ...]] = field(default_factory=dict)  # class -> the references its hook returns
-    backends: set[str] = field(default_factory=set)  # the dotted paths the platforms name
+    backends: set[str] = field(default_factory=set)  # the dotted paths the modules name
     _impl_of: dict[str, set[str]] | None = None
     _named: set[str] | None = None
 
-    def add(self, full_name: str, impls: tuple[str, ...], backends: tuple[str, ...]) -> None:
+    def hands(self, full_name: str, impls: tuple[str, ...]) -> None:
+        """The class's ``get_impl_cls`` returns ``impls``."""
         if impls:
             self.impls[full_name] = impls
-        self.backends.update(backends)
-        self._impl_of = self._named = None
+        self._impl_of = self._named = None  # (what a reference names changes with each class the graph gains)
 
     def name(self, backends: Iterable[str]) -> None:
-        """Count ``backends`` (dotted paths) among those vLLM is named: a module registers them."""
-        self.add("", (), tuple(backends))
+        """A module names ``backends`` (dotted paths) to vLLM."""
+        self.backends.update(backends)
+        self._impl_of = self._named = None
 
     def copy(self, graph: ClassGraph) -> Handed:
         return Handed(graph, dict(self.impls), set(self.backends))

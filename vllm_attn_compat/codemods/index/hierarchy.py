@@ -71,10 +71,8 @@ class ClassEntry:
     # see, `engine.scope.FunctionFrame.attention_class`), and of them those taking an ``output`` parameter.
     methods: tuple[str, ...] = ()
     output_methods: tuple[str, ...] = ()
-    # What it hands vLLM by name (`handed`): the classes its `get_impl_cls` returns (dotted, resolved through the
-    # module's names), and the backends its `get_attn_backend_cls` names by their dotted paths.
+    # The classes its `get_impl_cls` returns, dotted, resolved through the module's names (`handed`).
     impls: tuple[str, ...] = ()
-    backends: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -88,7 +86,8 @@ class ModuleIndex:
     old_ops: tuple[OldOpBody, ...] = ()  # functions named as the ops vLLM 0.20 deleted
     # What else names what a fix changes: reflection, class-body reads, doctests, op strings (`occurrences`).
     occurrences: Occurrences = EMPTY_OCCURRENCES
-    # The backends it registers with vLLM's `register_backend`, by their dotted paths (`handed`).
+    # The backends it names to vLLM by their dotted paths (`handed`): those a platform's `get_attn_backend_cls` returns,
+    # and those vLLM's `register_backend` registers.
     backends: tuple[str, ...] = ()
 
 
@@ -116,9 +115,9 @@ class _Indexer:
         self.true_flags: set[str] = set()  # ... to the literal True
         self.facts: dict[str, tuple[tuple[str, ...], bool]] = {}  # qualname -> (members, declares an abstract method)
         self.methods: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {}  # qualname -> (methods, output_methods)
-        # qualname -> what its `get_impl_cls` returns (with the scopes to resolve it in), the paths it names as
-        # backends (`handed`)
-        self.hooks: dict[str, tuple[list[ast.expr], list[dict[str, str]], tuple[str, ...]]] = {}
+        # qualname -> what its `get_impl_cls` returns, with the scopes to resolve it in (`handed`)
+        self.hooks: dict[str, tuple[list[ast.expr], list[dict[str, str]]]] = {}
+        self.platform_paths: set[str] = set()  # the dotted paths a `get_attn_backend_cls` returns
         # Calls of something named `register_backend`: (callee, scopes, the path it registers or the qualname of the
         # class it decorates), resolved once the module's imports are known (`handed.registration`).
         self.registrations: list[tuple[ast.expr, list[dict[str, str]], str]] = []
@@ -199,11 +198,13 @@ class _Indexer:
             tuple(sorted({m.name for m in methods if calls.takes_output(m)})),
         )
         impls = [value for m in methods if m.name == handed.IMPL_HOOK for value in handed.returned_values(m)]
-        backends = handed.dotted_paths(
-            value for m in methods if m.name == handed.PLATFORM_HOOK for value in handed.returned_values(m)
+        if impls:
+            self.hooks[qualname] = (impls, local_scopes)
+        self.platform_paths.update(
+            handed.dotted_paths(
+                value for m in methods if m.name == handed.PLATFORM_HOOK for value in handed.returned_values(m)
+            )
         )
-        if impls or backends:
-            self.hooks[qualname] = (impls, local_scopes, backends)
         if "accept_output_buffer" in defined:
             self.flag_classes.add(qualname)
             if _sets_flag_true(node):
@@ -394,11 +395,11 @@ def _index_module(
         true = qualname in indexer.true_flags
         members, abstract = indexer.facts[qualname]
         shaped = uses_vllm and set(members) >= BACKEND_SHAPE
-        impls, hook_scopes, backends = indexer.hooks.get(qualname, ([], [], ()))
+        impls, hook_scopes = indexer.hooks.get(qualname, ([], []))
         handing = sorted({impl for value in impls if (impl := indexer.resolve_bound(value, hook_scopes))})
         entry = ClassEntry(
             qualname, bases_found, line, qualname in duck, flag, true, members, abstract, shaped,
-            *indexer.methods[qualname], tuple(handing), backends,
+            *indexer.methods[qualname], tuple(handing),
         )  # fmt: skip
         classes.append(entry)
     if names is not None:
@@ -421,7 +422,7 @@ def _index_module(
         normalize_path(path),
         module,
         tuple(classes),
-        backends=tuple(sorted(registered)),
+        backends=tuple(sorted(registered | indexer.platform_paths)),
         patches=indexer.patches(),
         calls=found_calls,
         flag_reads=reads,
@@ -604,7 +605,7 @@ class ClassHierarchy:
                 self.flag_classes[full] = entry.flag_true
             self.facts[full] = ClassFacts(entry.members, entry.abstract, entry.backend_shaped)
             self.methods[full] = (entry.methods, entry.output_methods)
-            self._handed.add(full, entry.impls, entry.backends)
+            self._handed.hands(full, entry.impls)
         self._handed.name(index.backends)
         self.flag_reads += [(index.path, read) for read in index.flag_reads]
         found = index.occurrences
@@ -821,14 +822,7 @@ class ClassHierarchy:
     def interfaces(self) -> Interfaces:
         """Which of vLLM's interface classes each class derives from (`interface`)."""
         if self._interfaces is None:
-            # A backend a platform names is vLLM's backend by its shape, whatever its module imports.
-            facts = self.facts
-            if self._handed.backends:
-                facts = {
-                    full: ClassFacts(found.members, found.abstract, True) if self._handed.named_backend(full) else found
-                    for full, found in facts.items()
-                }
-            self._interfaces = Interfaces(self.graph, facts, self._duck_impl)
+            self._interfaces = Interfaces(self.graph, self.facts, self._duck_impl, self._handed.named_backend)
         return self._interfaces
 
     def vllm_interface(self, full_name: str) -> str | None:

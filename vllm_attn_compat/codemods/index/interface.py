@@ -54,6 +54,8 @@ class Interfaces:
     facts: dict[str, ClassFacts]
     # Whether vLLM is handed the class as a backend's impl (`handed`): duck-typed too, as the impl of its kind.
     handed_impl: Callable[[str], bool] = field(default=_handed_nothing)
+    # Whether vLLM is named the class as a backend (`handed`): a backend by its shape, whatever its module imports.
+    named_backend: Callable[[str], bool] = field(default=_handed_nothing)
     _of: dict[str, tuple[tuple[str, ...], bool]] = field(default_factory=dict)
 
     def of(self, full_name: str) -> tuple[str, ...]:
@@ -71,7 +73,8 @@ class Interfaces:
                 resolved for base in self.graph.outside_bases(full_name) if (resolved := _resolved(base)) is not None
             }
             shaped = not found and any(
-                self.facts.get(name, _NONE).backend_shaped for name in self.graph.lineage(full_name)
+                self.facts.get(name, _NONE).backend_shaped or self.named_backend(name)
+                for name in self.graph.lineage(full_name)
             )
             if shaped:
                 known = ((BACKEND,), True)

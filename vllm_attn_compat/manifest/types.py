@@ -3,6 +3,7 @@ library's ``typing``, so the CLI (no torch, no libcst) and the runtime half shar
 
 from __future__ import annotations
 
+from collections.abc import Container
 from typing import Literal, NamedTuple
 
 ParameterKind = Literal["POSITIONAL_ONLY", "POSITIONAL_OR_KEYWORD", "VAR_POSITIONAL", "KEYWORD_ONLY", "VAR_KEYWORD"]
@@ -149,6 +150,15 @@ class Drift(NamedTuple):
     def compatible(self) -> bool:
         return not (self.missing or self.extra_required)
 
+
+class _Every:
+    """Every parameter name: those a hook's caller passes by name where it names each one."""
+
+    def __contains__(self, name: object) -> bool:
+        return True
+
+
+EVERY: Container[str] = _Every()
 
 _POSITIONAL = ("POSITIONAL_ONLY", "POSITIONAL_OR_KEYWORD")
 _BY_NAME = ("POSITIONAL_OR_KEYWORD", "KEYWORD_ONLY")

@@ -178,3 +178,134 @@ def test_a_multi_line_list_without_a_trailing_comma_keeps_its_closing_line():
     )
     fixed = run(text, ["VAC012"], target=AT_0_34).source.decode()
     assert fixed == text.replace("        k_scale\n", "        k_scale,\n        skip_scale=False\n")
+
+
+# How vLLM calls the hooks the tests below override, as its call sites do (tests/manifest/test_vllm_call_sites.py).
+def _validate_call(cls: type) -> object:
+    return cls.validate_configuration(**_vllm_s_call())
+
+
+def _combination_call(cls: type) -> object:
+    return cls.supports_combination(*[True] * 9)  # nine positional arguments, `use_mm_prefix` eighth
+
+
+def _forward_call(impl: object) -> object:
+    layer = query = key = value = kv_cache = attn_metadata = output = object()
+    return impl.forward(layer, query, key, value, kv_cache, attn_metadata, output=output)  # type: ignore[attr-defined]
+
+
+def _backend(body: str) -> str:
+    return source(f"{IMPORT}\n\n\nclass PluginBackend(AttentionBackend):\n{body}")
+
+
+def test_validate_configuration_is_held_to_the_names_vllm_passes_whatever_their_order():
+    # vLLM names every argument: an override in its own order takes the call; one taking parameters vLLM never
+    # passes (vllm-mlx's `num_heads`, `num_kv_heads`, its **kwargs taking the rest) does not.
+    parameters = ", ".join(reversed(list(_vllm_s_call())))
+    in_any_order = _backend(
+        f"    @classmethod\n    def validate_configuration(cls, {parameters}):\n        return []\n"
+    )
+    assert run(in_any_order, ["VAC012"], target=AT_0_34).findings == []
+    assert _validate_call(_load(in_any_order)) == []
+    its_own = _backend(
+        "    @staticmethod\n"
+        "    def validate_configuration(num_heads, head_size, num_kv_heads, dtype, block_size, **kwargs):\n"
+        "        return []\n"
+    )
+    [finding] = run(its_own, ["VAC012"], target=AT_0_34).findings
+    assert finding.status is Status.MANUAL
+    assert finding.message.startswith("vLLM never passes `num_heads`, `num_kv_heads` (no default)")
+    with pytest.raises(TypeError, match="num_heads"):
+        _validate_call(_load(its_own))
+
+
+def test_an_override_lacking_a_positional_parameter_is_told_which():
+    # vLLM 0.24 added `use_mm_prefix` before `device_capability`: an override of 0.23's eight parameters takes
+    # nine positional arguments nowhere (Sandermage's TurboQuant overlay, vLLM's own backends before 0.24).
+    eight = "head_size, dtype, kv_cache_dtype, block_size, use_mla, has_sink, use_sparse, device_capability"
+    text = _backend(f"    @classmethod\n    def supports_combination(cls, {eight}):\n        return None\n")
+    [finding] = run(text, ["VAC012"], target=AT_0_34).findings
+    assert finding.status is Status.MANUAL
+    assert finding.message == (
+        "`AttentionBackend.supports_combination` (changed in vLLM 0.24) is called with 9 positional arguments and "
+        "this override takes 8: it lacks `use_mm_prefix`"
+    )
+    with pytest.raises(TypeError, match="positional arguments"):
+        _combination_call(_load(text))
+
+
+def test_an_impl_whose_positional_parameters_fill_output_is_told_what_it_lacks():
+    # vllm-mlx's impl: no `layer`, so vLLM's six positional arguments reach its `output`, which vLLM names too.
+    text = source(
+        """
+        from vllm.v1.attention.backend import AttentionImpl
+
+
+        class PluginImpl(AttentionImpl):
+            def forward(self, query, key, value, kv_cache=None, attn_metadata=None, output=None, **kwargs):
+                return query
+        """
+    )
+    [finding] = run(text, ["VAC012"], target=AT_0_34).findings
+    assert finding.status is Status.MANUAL
+    assert finding.message.endswith(
+        "is called with 6 positional arguments, filling its `output`, which vLLM names too: it lacks `layer`"
+    )
+    namespace: dict[str, object] = {}
+    stand_in = "class AttentionImpl:\n    pass\n"
+    exec(
+        compile(text.replace("from vllm.v1.attention.backend import AttentionImpl", stand_in), "impl.py", "exec"),
+        namespace,
+    )
+    with pytest.raises(TypeError, match="multiple values for argument 'output'"):
+        _forward_call(namespace["PluginImpl"]())  # type: ignore[operator]
+
+
+def test_an_impl_without_output_gets_no_fix_that_leaves_vllm_s_call_failing():
+    # vLLM-Kunlun's impl takes `k_scale=1.0, v_scale=1.0` where vLLM passes `output=`: appending `output_scale` and
+    # `output_block_scale` alone (what the rule did when it took `output` for a positional argument) left the
+    # TypeError on `output` in place.
+    text = source(
+        """
+        from vllm.v1.attention.backend import AttentionImpl
+
+
+        class PluginImpl(AttentionImpl):
+            def forward(self, layer, query, key, value, kv_cache, attn_metadata, k_scale=1.0, v_scale=1.0):
+                return query
+        """
+    )
+    result = run(text, ["VAC012"], target=AT_0_34, unsafe=True)
+    [finding] = result.findings
+    assert finding.status is Status.MANUAL
+    assert "is called with `output`, `output_scale`, `output_block_scale`" in finding.message
+    assert result.source.decode() == text
+
+
+def test_a_builder_s_decode_hook_is_held_to_the_keywords_of_the_target_release():
+    # ROCm ATOM's `_build_decode` predates 0.31's `max_query_len=`, which vLLM passes by name: its positions match,
+    # its names do not.
+    text = source(
+        """
+        from vllm.v1.attention.backends.mla.common import MLACommonMetadataBuilder
+
+
+        class Builder(MLACommonMetadataBuilder):
+            def _build_decode(
+                self,
+                block_table_tensor,
+                seq_lens_device,
+                max_seq_len,
+                query_start_loc_cpu,
+                query_start_loc_device,
+                num_decode_tokens,
+                dcp_tot_seq_lens_device,
+                causal=True,
+            ):
+                return causal
+        """
+    )
+    [finding] = run(text, ["VAC012"], target=AT_0_34).findings
+    assert finding.status is Status.MANUAL and finding.release == "0.31.0"
+    assert "is called with `max_query_len`, which this override cannot take" in finding.message
+    assert run(text, ["VAC012"], target=TargetRelease("0.30.0", "0.30.0")).findings == []

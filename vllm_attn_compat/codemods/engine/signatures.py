@@ -7,17 +7,19 @@ Stated for bound calls: ``self``/``cls`` left out of both, as vLLM calls a metho
 from __future__ import annotations
 
 import ast
-from typing import TYPE_CHECKING
+from collections.abc import Container
+from typing import TYPE_CHECKING, NamedTuple
 
 import libcst as cst
 
-from vllm_attn_compat.manifest.types import Drift, Parameter, Signature, incompatibilities
+from vllm_attn_compat.manifest.types import Drift, Parameter, Signature
 
 if TYPE_CHECKING:
     from vllm_attn_compat.codemods.engine.edits import CommentSink
 
 _BOUND = ("method", "classmethod")
 _POSITIONAL = ("POSITIONAL_ONLY", "POSITIONAL_OR_KEYWORD")
+_VARIADIC = ("VAR_POSITIONAL", "VAR_KEYWORD")
 
 
 def kind_of(node: cst.FunctionDef) -> str:
@@ -57,29 +59,64 @@ def _parameter(param: cst.Param, kind: str) -> Parameter:
     return Parameter(param.name.value, kind, default, None)  # type: ignore[arg-type]  # one of ParameterKind
 
 
-def drift(expected: Signature, found: Signature) -> Drift:
+def drift(expected: Signature, found: Signature, named: Container[str] = frozenset()) -> Drift:
     """The parameters of ``expected`` (the bound signature vLLM calls) that ``found`` (an override's) cannot take,
     and ``found``'s required parameters vLLM never passes, as vLLM calls its hooks: the required parameters by
-    position (an override may name them as it likes: ``q`` for ``query``), those with a default by name
-    (``output_scale=...``). `manifest.incompatibilities` holds an override to every call the base's signature
-    allows; this holds it to the calls vLLM makes."""
-    full = incompatibilities(expected, found)
-    positional = sum(p.kind in _POSITIONAL for p in found.parameters)
+    position (an override may name them as it likes: ``q`` for ``query``), except those of ``named`` (``output=``;
+    `manifest.types.EVERY`: ``validate_configuration(device_capability=..., **config._asdict())``), and those with a
+    default by name (``output_scale=...``). `manifest.incompatibilities` holds an override to every call the base's
+    signature allows; this holds it to the calls vLLM makes."""
+    by_position = [
+        p for p in expected.parameters if p.kind in _POSITIONAL and p.default is None and p.name not in named
+    ]
+    by_name = [p for p in expected.parameters if p.kind not in _VARIADIC and p not in by_position]
+    positional = [p for p in found.parameters if p.kind in _POSITIONAL]
     takes_args = any(p.kind == "VAR_POSITIONAL" for p in found.parameters)
-    names = {p.name for p in found.parameters if p.kind in ("POSITIONAL_OR_KEYWORD", "KEYWORD_ONLY")}
     takes_kwargs = any(p.kind == "VAR_KEYWORD" for p in found.parameters)
-    base_positional = [p for p in expected.parameters if p.kind in _POSITIONAL]
-    missing = []
-    for parameter in full.missing:
-        if parameter.default is None and parameter in base_positional:
-            taken = takes_args or base_positional.index(parameter) < positional
-        elif parameter.default is not None:
-            taken = takes_kwargs or parameter.name in names
-        else:
-            taken = False
-        if not taken:
-            missing.append(parameter)
-    return Drift(tuple(missing), full.extra_required)
+    # The override's parameters vLLM's positional arguments fill: a name among them, passed again, is a TypeError
+    # (``got multiple values``) even where ``**kwargs`` would take it.
+    filled = {p.name for p in positional[: len(by_position)]}
+    nameable = {p.name for p in found.parameters if p.kind in ("POSITIONAL_OR_KEYWORD", "KEYWORD_ONLY")}
+    missing = [p for index, p in enumerate(by_position) if not (takes_args or index < len(positional))]
+    missing += [p for p in by_name if p.name in filled or not (takes_kwargs or p.name in nameable)]
+    passed = {p.name for p in by_name}
+    extra = tuple(
+        p
+        for p in found.parameters
+        if p.default is None
+        and p.kind not in _VARIADIC
+        and p.name not in filled
+        and not (p.name in passed and p.name in nameable)
+    )
+    return Drift(tuple(missing), extra)
+
+
+class Misfit(NamedTuple):
+    """Where vLLM's positional arguments do not fit an override: how many vLLM passes and the override takes, the
+    override's parameters they fill that vLLM then passes by name too, and vLLM's parameters the override lacks
+    (where it names the others as vLLM does: its own, shifted, take the wrong values)."""
+
+    passed: int
+    takes: int
+    clashes: tuple[str, ...]
+    lacked: tuple[Parameter, ...]
+
+
+def misfit(expected: Signature, found: Signature, named: Container[str] = frozenset()) -> Misfit | None:
+    """How vLLM's positional arguments (`drift`) miss ``found``, or None where they fit it."""
+    by_position = [
+        p for p in expected.parameters if p.kind in _POSITIONAL and p.default is None and p.name not in named
+    ]
+    if any(p.kind == "VAR_POSITIONAL" for p in found.parameters):
+        return None
+    positional = [p.name for p in found.parameters if p.kind in _POSITIONAL]
+    by_name = {p.name for p in expected.parameters if p.kind not in _VARIADIC} - {p.name for p in by_position}
+    clashes = tuple(name for name in positional[: len(by_position)] if name in by_name)
+    if len(positional) >= len(by_position) and not clashes:
+        return None
+    names = {p.name for p in expected.parameters}
+    lacked = tuple(p for p in by_position if p.name not in positional) if names.issuperset(positional) else ()
+    return Misfit(len(by_position), len(positional), clashes, lacked)
 
 
 def literal(default: str | None) -> bool:

@@ -3,10 +3,12 @@ parameters where vLLM gives them a default."""
 
 from __future__ import annotations
 
+from collections.abc import Container
 from typing import TYPE_CHECKING, Any
 
 from vllm_attn_compat.codemods.engine.rule import Example, Rule, class_source, interface_methods, short_release
 from vllm_attn_compat.codemods.findings import FixSafety, Status
+from vllm_attn_compat.manifest.types import EVERY
 
 if TYPE_CHECKING:
     import libcst as cst
@@ -69,9 +71,12 @@ class SignatureDrift(Rule):
     The rule compares each method, in a class deriving from vLLM's interface classes (as VAC010 finds them), with
     the signature of the member it overrides at the target release, as vLLM calls its hooks: the required
     parameters by position (an override may call ``query`` ``q``), those with a default by name
-    (``output_scale=output_scale``). A base parameter the override cannot take that way, or a parameter of the
-    override without default that vLLM never passes, is a finding at the ``def``, naming the parameters and the
-    release that last changed the base's.
+    (``output_scale=output_scale``), and the required ones its call sites name by name too (every argument of
+    ``validate_configuration`` and of the MLA builder's ``_build_decode``, an impl's ``output``: ``PASSED_BY_NAME``).
+    A base parameter the override cannot take that way, or a parameter of the override without default that vLLM
+    never passes, is a finding at the ``def``, naming the parameters and the release that last changed the base's.
+    Where vLLM's positional arguments do not fit (the override takes fewer, or they fill a parameter vLLM then
+    names), the finding says how many vLLM passes and which of its parameters the override lacks.
 
     Where each missing parameter has a literal default in vLLM's signature, the fix appends them with those
     defaults: the override then takes the call, and, as it takes neither ``*args`` nor ``**kwargs``, every call
@@ -258,7 +263,8 @@ class SignatureDrift(Rule):
             return  # a class-level hook overridden by an instance method, or the reverse: not a question of arguments
         expected = signatures.bound(base.signature, base.kind)
         found = signatures.bound(signatures.signature_of(node), kind)
-        drift = signatures.drift(expected, found)
+        named = PASSED_BY_NAME.get(name, frozenset())
+        drift = signatures.drift(expected, found, named)
         if drift.compatible or (name == "forward" and _layer(base.owner) and not _ever_takes(classes, found)):
             return
         changed = last_change(base.owner, name, self.ctx.target.release)
@@ -266,8 +272,13 @@ class SignatureDrift(Rule):
         when = f" (changed in vLLM {short_release(changed)})" if changed else ""
         if drift.extra_required:
             extra = _listed(drift.extra_required)
-            message = f"vLLM never passes {extra} (no default): {where}{when} does not take it"
+            them = "them" if len(drift.extra_required) > 1 else "it"
+            message = f"vLLM never passes {extra} (no default): {where}{when} does not take {them}"
             self.ctx.report(self, node.name, message, release=changed)
+            return
+        misfit = signatures.misfit(expected, found, named)
+        if misfit is not None:  # (never fixed: where vLLM's positional arguments go is the override's to say)
+            self.ctx.report(self, node.name, f"{where}{when} {_misfit_text(misfit)}", release=changed)
             return
         missing = _listed(drift.missing)
         message = f"{where}{when} is called with {missing}, which this override cannot take"
@@ -319,16 +330,41 @@ def _ever_takes(classes: tuple[str, ...], found: Any) -> bool:
 
     bases = (base_member(release, classes, "forward") for release in releases())
     return any(
-        signatures.drift(signatures.bound(base.signature, base.kind), found).compatible
+        signatures.drift(signatures.bound(base.signature, base.kind), found, PASSED_BY_NAME["forward"]).compatible
         for base in bases
         if base is not None and base.signature is not None
     )
 
 
-def _listed(parameters: tuple[Parameter, ...]) -> str:
+def _misfit_text(misfit: Any) -> str:
+    """What a `signatures.Misfit` means for the override, one line."""
+    if misfit.clashes and misfit.takes >= misfit.passed:
+        clash = _listed(misfit.clashes)
+        text = f"is called with {misfit.passed} positional arguments, filling its {clash}, which vLLM names too"
+    else:
+        text = f"is called with {misfit.passed} positional arguments and this override takes {misfit.takes}"
+    return f"{text}: it lacks {_listed(misfit.lacked)}" if misfit.lacked else text
+
+
+def _listed(parameters: tuple[Parameter, ...] | tuple[str, ...]) -> str:
     """The parameters' names, the first three of them and how many more: a message is one short line."""
-    names = ", ".join(f"`{p.name}`" for p in parameters[:3])
+    names = ", ".join(f"`{p if isinstance(p, str) else p.name}`" for p in parameters[:3])
     return names + (f" and {len(parameters) - 3} more" if len(parameters) > 3 else "")
 
 
 _TOKENS = frozenset(SignatureDrift.tokens)
+
+# The required parameters vLLM passes by name, as its call sites do in every release the manifest knows (the others go
+# by position), by the hook's name: each has one caller, whichever class of vLLM's declares it. The platforms'
+# ``backend_class.validate_configuration(device_capability=..., **attn_selector_config._asdict())`` and the MLA
+# builder's ``self._build_decode(block_table_tensor=..., ...)`` name every one; the layers pass ``output=`` to an
+# impl's ``forward`` and ``forward_mha`` and an MLA layer's ``forward_impl``, and the MLA impl its context's scales.
+# tests/manifest/test_vllm_call_sites.py holds this to the installed vLLM's call sites.
+PASSED_BY_NAME: dict[str, Container[str]] = {
+    "validate_configuration": EVERY,
+    "_build_decode": EVERY,
+    "forward": frozenset({"output"}),
+    "forward_mha": frozenset({"output"}),
+    "forward_impl": frozenset({"output"}),
+    "_context_parallel_compute_prefill_context": frozenset({"k_scale", "dcp_world_size"}),
+}

@@ -9,7 +9,7 @@ import textwrap
 
 import pytest
 
-from vllm_attn_compat.codemods.index.handed import dotted_paths, returned_values
+from vllm_attn_compat.codemods.index.handed import dotted_paths, named_paths, returned_values
 from vllm_attn_compat.codemods.index.hierarchy import ClassHierarchy, index_module
 
 from runner_trees import PLAIN_BACKEND, PLATFORM
@@ -68,6 +68,32 @@ def test_only_string_literals_spelling_a_dotted_path_are_paths():
         """
     )
     assert dotted_paths(returned_values(function)) == ("plugin.attention.Backend", "plugin.mla.MLABackend")
+
+
+def test_a_platform_s_paths_are_those_its_body_spells_however_it_returns_them():
+    # vllm-ascend returns an entry of a table of paths, vllm-rbln a name bound to one; a nested function's are its own.
+    function = _function(
+        """
+        def get_attn_backend_cls(cls, config):
+            table = {
+                (True, False): "plugin.mla.MLABackend",
+                (False, False): "plugin.attention.Backend",
+            }
+            if config.old:
+                chosen = (
+                    "plugin.legacy."
+                    "OldBackend"
+                )
+                logger.info("Using %s", chosen)
+                return chosen
+
+            def helper():
+                return "plugin.elsewhere.NotNamedHere"
+
+            return table[(config.use_mla, config.use_sparse)]
+        """
+    )
+    assert named_paths(function) == ("plugin.attention.Backend", "plugin.legacy.OldBackend", "plugin.mla.MLABackend")
 
 
 _BACKEND = """

@@ -59,6 +59,21 @@ def _alternatives(value: ast.expr) -> list[ast.expr]:
     return [value]
 
 
+def named_paths(function: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[str, ...]:
+    """The dotted paths the function's own body spells as string literals: what a platform's `get_attn_backend_cls`
+    may return, whether it returns the literal, a name bound to it, or an entry of a table of them (vllm-ascend's
+    ``backend_map[key]``, vllm-rbln's ``attn_backend_cls = "..."`` then ``return attn_backend_cls``)."""
+    found: list[ast.expr] = []
+    stack: list[ast.AST] = list(function.body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.Constant):
+            found.append(node)
+        elif not isinstance(node, _NESTED):
+            stack.extend(ast.iter_child_nodes(node))
+    return dotted_paths(found)
+
+
 def dotted_paths(values: Iterable[ast.expr]) -> tuple[str, ...]:
     """The string literals among ``values`` that spell a dotted path (``"plugin.attention.MyBackend"``)."""
     paths = {

@@ -117,7 +117,7 @@ class _Indexer:
         self.methods: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {}  # qualname -> (methods, output_methods)
         # qualname -> what its `get_impl_cls` returns, with the scopes to resolve it in (`handed`)
         self.hooks: dict[str, tuple[list[ast.expr], list[dict[str, str]]]] = {}
-        self.platform_paths: set[str] = set()  # the dotted paths a `get_attn_backend_cls` returns
+        self.platform_paths: set[str] = set()  # the dotted paths a `get_attn_backend_cls` spells
         # Calls of something named `register_backend`: (callee, scopes, the path it registers or the qualname of the
         # class it decorates), resolved once the module's imports are known (`handed.registration`).
         self.registrations: list[tuple[ast.expr, list[dict[str, str]], str]] = []
@@ -201,9 +201,7 @@ class _Indexer:
         if impls:
             self.hooks[qualname] = (impls, local_scopes)
         self.platform_paths.update(
-            handed.dotted_paths(
-                value for m in methods if m.name == handed.PLATFORM_HOOK for value in handed.returned_values(m)
-            )
+            path for m in methods if m.name == handed.PLATFORM_HOOK for path in handed.named_paths(m)
         )
         if "accept_output_buffer" in defined:
             self.flag_classes.add(qualname)

@@ -274,7 +274,8 @@ class RBLNMLAMetadataBuilder(MLACommonMetadataBuilder):
 """,
 }
 
-# The project's own copy of a vLLM class of the same name, deriving from vLLM's base; a builder deriving from none.
+# The project's own copy of a vLLM class of the same name, deriving from vLLM's base; a builder deriving from none,
+# which vLLM makes and calls as the backend's (`get_builder_cls`): its hooks die with vLLM's.
 KUNLUN = {
     "vllm_kunlun/__init__.py": "",
     "vllm_kunlun/mla_common.py": """
@@ -296,10 +297,10 @@ class MLACommonBackend(AttentionBackend):
 
 
 class KunlunAttentionMetadataBuilder:
-    def build_for_drafting(self, common_attn_metadata, draft_index):
+    def build_for_drafting(self, common_attn_metadata, draft_index):  # VAC010 0.34.0
         return common_attn_metadata
 
-    def use_cascade_attention(self, *args, **kwargs):
+    def use_cascade_attention(self, *args, **kwargs):  # VAC010 0.32.0
         return False
 """,
     "vllm_kunlun/flashmla.py": """

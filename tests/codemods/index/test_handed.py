@@ -213,6 +213,41 @@ def test_a_handed_impl_deriving_from_nothing_has_vllm_s_impl_interface_of_its_ki
     }
 
 
+def test_a_builder_a_backend_hands_vllm_has_vllm_s_builder_interface_when_it_derives_from_nothing(index):
+    """vLLM makes the class a backend's ``get_builder_cls`` returns and calls its hooks (vLLM-Kunlun's and
+    vllm-mindspore's builders derive from nothing and override ``build_for_drafting``, which 0.34 no longer calls);
+    it takes no output buffer, so it is no attention code. A project's own backend ABC hands vLLM nothing."""
+    backend = _BACKEND.replace(
+        "        @staticmethod\n        def get_impl_cls():",
+        "        @staticmethod\n        def get_builder_cls():\n            from plugin.builder import MyBuilder\n"
+        "            return MyBuilder\n\n        @staticmethod\n        def get_impl_cls():",
+    )
+    builders = {
+        "plain": "class MyBuilder:\n    def build_for_drafting(self, common_attn_metadata, draft_index): ...\n",
+        "generic": "from typing import Generic, TypeVar\n\nM = TypeVar('M')\n\n\n"
+        "class MyBuilder(Generic[M]):\n    pass\n",
+        "derived": "class Base:\n    pass\n\n\nclass MyBuilder(Base):\n    pass\n",
+    }
+    found = {}
+    for kind, text in builders.items():
+        hierarchy = ClassHierarchy.build([index("plugin/backend.py", backend), index("plugin/builder.py", text)])
+        found[kind] = (
+            hierarchy.vllm_interface("plugin.builder.MyBuilder"),
+            hierarchy.is_attention_class("plugin.builder.MyBuilder"),
+        )
+    builder = ("~vllm.v1.attention.backend.AttentionMetadataBuilder", False)
+    assert found == {"plain": builder, "generic": builder, "derived": (None, False)}
+    own_abc = "import abc\n\n\nclass MyBackend(abc.ABC):\n    @staticmethod\n    def get_builder_cls():\n"
+    own_abc += "        from plugin.builder import MyBuilder\n        return MyBuilder\n"
+    hierarchy = ClassHierarchy.build(
+        [index("plugin/backend.py", own_abc), index("plugin/builder.py", builders["plain"])]
+    )
+    assert hierarchy.vllm_interface("plugin.builder.MyBuilder") is None
+    # The runner reads the file that defines a builder a backend names (`missing_classes`).
+    alone = ClassHierarchy.build([index("plugin/backend.py", backend)], ["plugin.builder"])
+    assert "plugin.builder.MyBuilder" in alone.missing_classes()
+
+
 _REGISTRY = "from vllm.v1.attention.backends.registry import AttentionBackendEnum, register_backend\n\n"
 
 

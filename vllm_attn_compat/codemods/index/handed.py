@@ -4,7 +4,8 @@ vLLM's attention layer instantiates and calls with the output buffer, and the ba
 class it decorates: vLLM's own docs show ``@register_backend(AttentionBackendEnum.CUSTOM)`` on a class of no base),
 which vLLM imports and uses as the layer's backend (vllm-mlx's platform names a backend whose module never imports
 vLLM). Such an impl's ``forward`` that returns a new tensor leaves vLLM's buffer unwritten as surely as a subclass of
-``AttentionImpl`` would.
+``AttentionImpl`` would. And the metadata builder a backend's ``get_builder_cls`` returns, which vLLM makes and calls
+as it would a subclass of ``AttentionMetadataBuilder`` (its ``build_for_drafting`` dies with vLLM's).
 
 Stdlib ``ast`` only, as the rest of the class index.
 """
@@ -19,6 +20,7 @@ from dataclasses import dataclass, field
 from vllm_attn_compat.codemods.index.classgraph import ClassGraph
 
 IMPL_HOOK = "get_impl_cls"
+BUILDER_HOOK = "get_builder_cls"
 PLATFORM_HOOK = "get_attn_backend_cls"
 REGISTER = "register_backend"
 # What a file must hold to hand vLLM a class: a hook's name, or `register_backend` (the class scan parses a file holding
@@ -119,32 +121,44 @@ class Handed:
     graph: ClassGraph
     impls: dict[str, tuple[str, ...]] = field(default_factory=dict)  # class -> the references its hook returns
     backends: set[str] = field(default_factory=set)  # the dotted paths the modules name
-    _impl_of: dict[str, set[str]] | None = None
+    builders: dict[str, tuple[str, ...]] = field(default_factory=dict)  # class -> what its `get_builder_cls` returns
+    _handed_by: dict[str, dict[str, set[str]]] | None = None  # hook -> class -> the backends returning it
     _named: set[str] | None = None
 
-    def hands(self, full_name: str, impls: tuple[str, ...]) -> None:
-        """The class's ``get_impl_cls`` returns ``impls``."""
+    def hands(self, full_name: str, impls: tuple[str, ...], builders: tuple[str, ...] = ()) -> None:
+        """The class's ``get_impl_cls`` returns ``impls``, its ``get_builder_cls`` ``builders``."""
         if impls:
             self.impls[full_name] = impls
-        self._impl_of = self._named = None  # (what a reference names changes with each class the graph gains)
+        if builders:
+            self.builders[full_name] = builders
+        self._handed_by = self._named = None  # (what a reference names changes with each class the graph gains)
 
     def name(self, backends: Iterable[str]) -> None:
         """A module names ``backends`` (dotted paths) to vLLM."""
         self.backends.update(backends)
-        self._impl_of = self._named = None
+        self._handed_by = self._named = None
 
     def copy(self, graph: ClassGraph) -> Handed:
-        return Handed(graph, dict(self.impls), set(self.backends))
+        return Handed(graph, dict(self.impls), set(self.backends), dict(self.builders))
 
     def impl_of(self, full_name: str) -> set[str]:
         """The classes of the run whose ``get_impl_cls`` may return ``full_name``."""
-        if self._impl_of is None:
-            self._impl_of = {}
-            for backend, references in self.impls.items():
-                for reference in references:
-                    for impl in self.graph.named(reference):
-                        self._impl_of.setdefault(impl, set()).add(backend)
-        return self._impl_of.get(full_name, set())
+        return self._by(IMPL_HOOK).get(full_name, set())
+
+    def builder_of(self, full_name: str) -> set[str]:
+        """The classes of the run whose ``get_builder_cls`` may return ``full_name``."""
+        return self._by(BUILDER_HOOK).get(full_name, set())
+
+    def _by(self, hook: str) -> dict[str, set[str]]:
+        if self._handed_by is None:
+            self._handed_by = {}
+            for name, returned in ((IMPL_HOOK, self.impls), (BUILDER_HOOK, self.builders)):
+                found = self._handed_by[name] = {}
+                for backend, references in returned.items():
+                    for reference in references:
+                        for cls in self.graph.named(reference):
+                            found.setdefault(cls, set()).add(backend)
+        return self._handed_by[hook]
 
     def named_backend(self, full_name: str) -> bool:
         """Whether a platform of the run names the class as its attention backend."""
@@ -154,8 +168,9 @@ class Handed:
 
     def missing(self, is_backend: Callable[[str], bool]) -> Iterator[str]:
         """The references to classes the run has not indexed: the backends the platforms name, and what the backends
-        (``is_backend``) hand as impls; the runner indexes the files that may define them."""
+        (``is_backend``) hand as impls and builders; the runner indexes the files that may define them."""
         yield from (path for path in self.backends if not self.graph.named(path))
-        for backend, references in self.impls.items():
-            if is_backend(backend):
-                yield from (reference for reference in references if not self.graph.named(reference))
+        for returned in (self.impls, self.builders):
+            for backend, references in returned.items():
+                if is_backend(backend):
+                    yield from (reference for reference in references if not self.graph.named(reference))

@@ -71,8 +71,10 @@ class ClassEntry:
     # see, `engine.scope.FunctionFrame.attention_class`), and of them those taking an ``output`` parameter.
     methods: tuple[str, ...] = ()
     output_methods: tuple[str, ...] = ()
-    # The classes its `get_impl_cls` returns, dotted, resolved through the module's names (`handed`).
+    # The classes its `get_impl_cls` and its `get_builder_cls` return, dotted, resolved through the module's names
+    # (`handed`).
     impls: tuple[str, ...] = ()
+    builders: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -116,7 +118,8 @@ class _Indexer:
         self.facts: dict[str, tuple[tuple[str, ...], bool]] = {}  # qualname -> (members, declares an abstract method)
         self.methods: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {}  # qualname -> (methods, output_methods)
         # qualname -> what its `get_impl_cls` returns, with the scopes to resolve it in (`handed`)
-        self.hooks: dict[str, tuple[list[ast.expr], list[dict[str, str]]]] = {}
+        # class -> what its `get_impl_cls` and `get_builder_cls` return, and the scopes their names resolve in
+        self.hooks: dict[str, tuple[list[ast.expr], list[ast.expr], list[dict[str, str]]]] = {}
         self.platform_paths: set[str] = set()  # the dotted paths a `get_attn_backend_cls` spells
         # Calls of something named `register_backend`: (callee, scopes, the path it registers or the qualname of the
         # class it decorates), resolved once the module's imports are known (`handed.registration`).
@@ -198,8 +201,9 @@ class _Indexer:
             tuple(sorted({m.name for m in methods if calls.takes_output(m)})),
         )
         impls = [value for m in methods if m.name == handed.IMPL_HOOK for value in handed.returned_values(m)]
-        if impls:
-            self.hooks[qualname] = (impls, local_scopes)
+        builders = [value for m in methods if m.name == handed.BUILDER_HOOK for value in handed.returned_values(m)]
+        if impls or builders:
+            self.hooks[qualname] = (impls, builders, local_scopes)
         self.platform_paths.update(
             path for m in methods if m.name == handed.PLATFORM_HOOK for path in handed.named_paths(m)
         )
@@ -393,11 +397,14 @@ def _index_module(
         true = qualname in indexer.true_flags
         members, abstract = indexer.facts[qualname]
         shaped = uses_vllm and set(members) >= BACKEND_SHAPE
-        impls, hook_scopes = indexer.hooks.get(qualname, ([], []))
-        handing = sorted({impl for value in impls if (impl := indexer.resolve_bound(value, hook_scopes))})
+        impls, builders, hook_scopes = indexer.hooks.get(qualname, ([], [], []))
+        handing = [
+            tuple(sorted({cls for value in values if (cls := indexer.resolve_bound(value, hook_scopes))}))
+            for values in (impls, builders)
+        ]
         entry = ClassEntry(
             qualname, bases_found, line, qualname in duck, flag, true, members, abstract, shaped,
-            *indexer.methods[qualname], tuple(handing),
+            *indexer.methods[qualname], *handing,
         )  # fmt: skip
         classes.append(entry)
     if names is not None:
@@ -603,7 +610,7 @@ class ClassHierarchy:
                 self.flag_classes[full] = entry.flag_true
             self.facts[full] = ClassFacts(entry.members, entry.abstract, entry.backend_shaped)
             self.methods[full] = (entry.methods, entry.output_methods)
-            self._handed.hands(full, entry.impls)
+            self._handed.hands(full, entry.impls, entry.builders)
         self._handed.name(index.backends)
         self.flag_reads += [(index.path, read) for read in index.flag_reads]
         found = index.occurrences
@@ -734,6 +741,16 @@ class ClassHierarchy:
         bases = self.graph.bases.get(full_name, ())
         return all(base.rpartition(".")[2] in _PLAIN_BASES for base in bases) and self._handed_impl(full_name)
 
+    def _duck_builder(self, full_name: str) -> bool:
+        """Whether the class is the metadata builder a backend hands vLLM (``get_builder_cls``) and derives from nothing
+        (but ``object``, ``ABC``, ``Generic``): vLLM makes it and calls its hooks (``build``, and where a release
+        still calls them ``build_for_drafting``, ``use_cascade_attention``) as it would a subclass of
+        ``AttentionMetadataBuilder``'s (`interface.Interfaces`). It takes no output buffer: no attention code."""
+        bases = self.graph.bases.get(full_name, ())
+        if not all(base.rpartition(".")[2] in _PLAIN_BASES for base in bases):
+            return False
+        return any(map(self._is_backend, self._handed.builder_of(full_name)))
+
     def _is_backend(self, full_name: str) -> bool:
         """Whether vLLM may use the class as a backend: an attention class (a platform names it, or it derives from
         vLLM's), or one with a backend's shape in a module importing vLLM that derives from no class of the run (a
@@ -820,7 +837,9 @@ class ClassHierarchy:
     def interfaces(self) -> Interfaces:
         """Which of vLLM's interface classes each class derives from (`interface`)."""
         if self._interfaces is None:
-            self._interfaces = Interfaces(self.graph, self.facts, self._duck_impl, self._handed.named_backend)
+            self._interfaces = Interfaces(
+                self.graph, self.facts, self._duck_impl, self._handed.named_backend, self._duck_builder
+            )
         return self._interfaces
 
     def vllm_interface(self, full_name: str) -> str | None:

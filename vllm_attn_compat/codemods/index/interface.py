@@ -27,6 +27,7 @@ BACKEND = "vllm.v1.attention.backend.AttentionBackend"
 # `forward`.
 IMPL = "vllm.v1.attention.backend.AttentionImpl"
 MLA_IMPL = "vllm.v1.attention.backend.MLAAttentionImpl"
+BUILDER = "vllm.v1.attention.backend.AttentionMetadataBuilder"
 # The methods that make a class vLLM uses as a backend without its base (ATOM's ``AiterMhaBackendForVllm``).
 BACKEND_SHAPE = frozenset({"get_name", "get_impl_cls"})
 _FORK_PREFIX = "vllm."
@@ -56,6 +57,8 @@ class Interfaces:
     handed_impl: Callable[[str], bool] = field(default=_handed_nothing)
     # Whether vLLM is named the class as a backend (`handed`): a backend by its shape, whatever its module imports.
     named_backend: Callable[[str], bool] = field(default=_handed_nothing)
+    # Whether vLLM is handed the class as a backend's metadata builder (`handed`): duck-typed too, as a builder.
+    handed_builder: Callable[[str], bool] = field(default=_handed_nothing)
     _of: dict[str, tuple[tuple[str, ...], bool]] = field(default_factory=dict)
 
     def of(self, full_name: str) -> tuple[str, ...]:
@@ -83,6 +86,8 @@ class Interfaces:
                     "forward_mqa" in self.facts.get(name, _NONE).members for name in self.graph.lineage(full_name)
                 )
                 known = ((MLA_IMPL if mla else IMPL,), True)
+            elif not found and self.handed_builder(full_name):
+                known = ((BUILDER,), True)
             else:
                 known = (tuple(sorted(found)), False)
             self._of[full_name] = known

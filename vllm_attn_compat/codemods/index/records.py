@@ -57,7 +57,7 @@ _NAME_SET: _Field = (_lists_of(str), lambda column: map(frozenset, column), _as_
 _NUMBERS: _Field = (_lists_of(int), lambda column: map(tuple, column), _as_lists)
 
 _FIELDS: dict[type, tuple[_Field, ...]] = {
-    ClassEntry: (_TEXT, _NAMES, _SCALAR, _FLAG, _FLAG, _FLAG, _NAMES, _FLAG, _FLAG, _NAMES, _NAMES, _NAMES),
+    ClassEntry: (_TEXT, _NAMES, _SCALAR, _FLAG, _FLAG, _FLAG, _NAMES, _FLAG, _FLAG, _NAMES, _NAMES, _NAMES, _NAMES),
     FlagRead: (_SCALAR, _MAYBE_TEXT, _TEXT, _TEXT),
     PatchEntry: (_TEXT, _TEXT, _NAMES, _SCALAR),
     OldOpBody: (_SCALAR, _SCALAR, _TEXT, _FLAG),

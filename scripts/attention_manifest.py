@@ -80,7 +80,8 @@ def differences(committed: str, generated: str, limit: int = 40) -> list[str]:
             lines.append(f"release {version}: in the committed data, not regenerated")
     for version in (v for v in new["releases"] if v in old.get("releases", [])):
         before, after = history.snapshot_at(old, version), history.snapshot_at(new, version)
-        for section, what in (("modules", "module"), ("classes", "class"), ("functions", "function"), ("ops", "op")):
+        sections = (("modules", "module"), ("classes", "class"), ("functions", "function"), ("ops", "op"))
+        for section, what in (*sections, ("module_files", "module file")):
             for key in sorted(set(before[section]) | set(after[section])):
                 if before[section].get(key) != after[section].get(key):
                     lines.append(f"release {version}: {what} {key} differs")

@@ -180,6 +180,12 @@ def _changes(
                 rows.append(("added", f"{module}.{name}", f"module-level name ({after[name]})", "—"))
             else:
                 rows.append(("changed", f"{module}.{name}", f"{before[name]} → {after[name]}", "—"))
+    # The other modules of vLLM's attention packages, where one goes: importing it raises ImportError (a package's
+    # modules go with it).
+    gone = set(old["module_files"]) - set(new["module_files"])
+    for module in sorted(gone - set(old["modules"])):
+        if not any(module.startswith(f"{package}.") for package in gone):
+            rows.append(("removed", module, old["module_files"][module], "VAC011"))
     return rows
 
 

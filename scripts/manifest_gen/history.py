@@ -14,6 +14,7 @@ The data (``vllm_attn_compat/manifest/attention_api.json``)::
      "functions": {qualified name: history},
      "ops": {"vllm::name": history},
      "left_out": {concrete class of vLLM's: history of the abstract members it does not implement},
+     "module_files": {module of vLLM's attention packages: history of "package" or "module"},
      "successors": {"<class>.<member>": {"use": text, "member": name?, "source": where vLLM says so}}}
 
 Written with one history per line, keys sorted, so that a new release shows as a readable diff.
@@ -69,6 +70,7 @@ def build(snapshots: list[tuple[str, Snapshot]], successors: dict[str, dict[str,
         "functions": {q: fold([(r, s["functions"].get(q)) for r, s in snapshots]) for q in keys("functions")},
         "ops": {q: fold([(r, s["ops"].get(q)) for r, s in snapshots]) for q in keys("ops")},
         "left_out": {q: fold([(r, s["left_out"].get(q)) for r, s in snapshots]) for q in keys("left_out")},
+        "module_files": {q: fold([(r, s["module_files"].get(q)) for r, s in snapshots]) for q in keys("module_files")},
         "successors": dict(sorted(successors.items())),
     }
 
@@ -87,7 +89,7 @@ def at(history: History, releases: list[str], release: str) -> Any:
 def snapshot_at(manifest: dict[str, Any], release: str) -> Snapshot:
     """The snapshot of ``release`` that ``manifest`` holds: what ``release.snapshot`` read (the inverse of build)."""
     releases = manifest["releases"]
-    result: Snapshot = {"modules": {}, "classes": {}, "functions": {}, "ops": {}, "left_out": {}}
+    result: Snapshot = {"modules": {}, "classes": {}, "functions": {}, "ops": {}, "left_out": {}, "module_files": {}}
     for module, names in manifest["modules"].items():
         present = {n: k for n, h in names.items() if (k := at(h, releases, release)) is not None}
         if present:
@@ -97,7 +99,7 @@ def snapshot_at(manifest: dict[str, Any], release: str) -> Snapshot:
         if outline is not None:
             members = {m: s for m, h in entry["members"].items() if (s := at(h, releases, release)) is not None}
             result["classes"][qualified] = {**outline, "members": members}
-    for section in ("functions", "ops", "left_out"):
+    for section in ("functions", "ops", "left_out", "module_files"):
         for key, history in manifest[section].items():
             state = at(history, releases, release)
             if state is not None:

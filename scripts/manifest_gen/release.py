@@ -4,7 +4,8 @@ The modules read (``SCOPE``): ``vllm/v1/attention/backend.py`` (the backend, imp
 interface), ``vllm/v1/attention/backends/registry.py`` (``AttentionBackendEnum``, ``register_backend``) and every
 module of ``vllm/model_executor/layers/attention/`` (the layers and the ops they register). The whole ``vllm/``
 tree is scanned for the members vLLM still uses (references.py) and for the abstract members its own concrete
-classes leave out (left_out.py).
+classes leave out (left_out.py). And every module of vLLM's attention packages (``MODULE_TREES``) is listed, read
+or not: an import of one a release no longer has raises ImportError there.
 
 A snapshot is JSON-ready::
 
@@ -12,7 +13,8 @@ A snapshot is JSON-ready::
      "classes": {qualified name: {"bases", "kind", "metaclass"?, "deprecated"?, "members": {name: state}}},
      "functions": {qualified name: state},
      "ops": {"vllm::name": state},
-     "left_out": {qualified name of a concrete class of vLLM's: ["<interface class>.<member>", ...]}}
+     "left_out": {qualified name of a concrete class of vLLM's: ["<interface class>.<member>", ...]},
+     "module_files": {module under MODULE_TREES: "package" or "module"}}
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ from .extract import Module
 
 SCOPE_FILES = ("vllm/v1/attention/backend.py", "vllm/v1/attention/backends/registry.py")
 SCOPE_FOLDERS = ("vllm/model_executor/layers/attention/",)
+# The packages of vLLM's attention code, old layout and new, whose modules a plugin imports.
+MODULE_TREES = ("vllm/attention/", "vllm/v1/attention/", "vllm/model_executor/layers/attention/")
 
 Snapshot = dict[str, Any]
 
@@ -95,10 +99,21 @@ def module_name(path: str) -> tuple[str, bool]:
     return ".".join(parts), False
 
 
+def module_files(paths: Iterator[str] | list[str]) -> dict[str, str]:
+    """The modules of ``MODULE_TREES`` among ``paths``: "package" or "module" by dotted name."""
+    found = {}
+    for path in paths:
+        if path.startswith(MODULE_TREES):
+            name, is_package = module_name(path)
+            found[name] = "package" if is_package else "module"
+    return found
+
+
 def snapshot(sources: Sources) -> Snapshot:
     """The attention interface of the release whose files ``sources`` holds."""
     files = list(sources.items())
     result: Snapshot = {"modules": {}, "classes": {}, "functions": {}, "ops": {}, "left_out": {}}
+    result["module_files"] = module_files(path for path, _ in files)
     class_scope_uses: set[str] = set()
     for path, text in files:
         if not in_scope(path):

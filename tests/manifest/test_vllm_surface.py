@@ -204,3 +204,29 @@ def test_each_class_said_to_leave_out_abstract_members_does(qualified):
         if issubclass(cls, getattr(module(owner.rpartition(".")[0]), owner.rpartition(".")[2]))
     }
     assert abstract == lacking, f"vLLM {RELEASE}'s {qualified}"
+
+
+def test_the_attention_packages_modules_are_the_manifests():
+    """Every module of vLLM's attention packages (`interface.MODULE_TREES`), as the installed release's files lay
+    them out, is one the manifest lists for the release, of the same kind, and the reverse (VAC011 reports an import
+    of one the target lacks)."""
+    import pathlib
+
+    from vllm_attn_compat.manifest import data
+
+    root = pathlib.Path(importlib.import_module("vllm").__file__).parent.parent
+    found = {}
+    for tree in interface.MODULE_TREES:
+        folder = root.joinpath(*tree.split("."))
+        for path in folder.rglob("*.py") if folder.is_dir() else ():
+            parts = path.relative_to(root).with_suffix("").parts
+            if parts[-1] == "__init__":
+                found[".".join(parts[:-1])] = "package"
+            else:
+                found[".".join(parts)] = "module"
+    listed = {
+        name: state
+        for name, changes in data.load()["module_files"].items()
+        if (state := data.state_at(changes, RELEASE)) is not None
+    }
+    assert found == listed

@@ -254,15 +254,22 @@ def _write(root: Path, files: dict[str, str]) -> None:
 
 def write_releases(root: Path) -> Path:
     """0.40.0: the old interface. 0.41.0: the same sources plus one enum member (a release that changes
-    little). 0.42.0: members and a class removed, a signature changed, an op gone, hooks no longer used."""
+    little). 0.42.0: members and a class removed, a signature changed, an op gone, hooks no longer used, a module
+    and a package of vLLM's attention packages gone."""
     common = {
         "vllm/__init__.py": "",
         "vllm/model_executor/layers/attention/__init__.py": INIT,
+    }
+    gone_in_0_42 = {
+        "vllm/v1/attention/ops/dcp_alltoall.py": "",
+        "vllm/v1/attention/ops/old_ops/__init__.py": "",
+        "vllm/v1/attention/ops/old_ops/kernels.py": "",
     }
     _write(
         root / "0.40.0",
         {
             **common,
+            **gone_in_0_42,
             "vllm/v1/attention/backend.py": BACKEND_OLD,
             "vllm/model_executor/layers/attention/attention.py": LAYER_OLD,
             "vllm/v1/attention/backends/registry.py": REGISTRY.format(extra=""),
@@ -274,6 +281,7 @@ def write_releases(root: Path) -> Path:
         root / "0.41.0",
         {
             **common,
+            **gone_in_0_42,
             "vllm/v1/attention/backend.py": BACKEND_OLD,
             "vllm/model_executor/layers/attention/attention.py": LAYER_OLD,
             "vllm/v1/attention/backends/registry.py": REGISTRY.format(extra=extra),

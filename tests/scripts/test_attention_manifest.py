@@ -163,6 +163,19 @@ def test_modules_re_exports_and_bases(generated):
     assert "AttentionBackend" not in attention  # imported for its own use, not re-exported
 
 
+def test_every_module_of_the_attention_packages_with_the_release_that_removed_it(generated):
+    files = generated["data"]["module_files"]
+    assert files["vllm.v1.attention.ops.dcp_alltoall"] == [["0.40.0", "module"], ["0.42.0", None]]
+    assert files["vllm.v1.attention.ops.old_ops"] == [["0.40.0", "package"], ["0.42.0", None]]
+    assert files["vllm.v1.attention.backend"] == [["0.40.0", "module"]]
+    assert not any(name.startswith("vllm.v1.worker") for name in files)  # outside the attention packages
+    # The docs name the module and the package gone, not each module of the package.
+    page = generated["docs"]
+    assert "| removed | `vllm.v1.attention.ops.dcp_alltoall` | module | VAC011 |" in page
+    assert "| removed | `vllm.v1.attention.ops.old_ops` | package | VAC011 |" in page
+    assert "old_ops.kernels" not in page
+
+
 def test_successors_from_messages_and_the_curated_table(generated):
     found = generated["data"]["successors"]
     assert found[f"{BACKEND}.CommonAttentionMetadata.seq_lens_cpu"]["use"] == "self.seq_lens.cpu()"

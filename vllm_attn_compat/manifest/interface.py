@@ -293,6 +293,64 @@ def removed_name(release: str, module: str, name: str) -> RemovedName | None:
     return RemovedName(module, name, str(kind), removed_in)
 
 
+# vLLM's attention packages, old layout and new, whose every module the manifest lists (`module_files`: the generator's
+# ``MODULE_TREES``).
+MODULE_TREES = ("vllm.attention", "vllm.v1.attention", "vllm.model_executor.layers.attention")
+
+
+class MissingModule(NamedTuple):
+    """A module of vLLM's attention packages that ``release`` lacks, so that importing it raises ImportError there:
+    ``gone`` is the module or package above it that went, ``removed_in`` the first release without it (None: no release
+    of the manifest has it, the old layout's ``vllm.attention``, gone before the first)."""
+
+    module: str
+    gone: str
+    removed_in: str | None
+
+
+def missing_module(release: str, module: str) -> MissingModule | None:
+    """Whether ``import <module>`` fails at ``release`` for a module an earlier release had (or, under a package of
+    vLLM's attention code that no release of the manifest has, for any module). None where ``release`` has it, where
+    it is outside vLLM's attention packages, and for a module no release of the manifest had under a package they
+    have (an older one's, a newer one's, none: not for the manifest to say)."""
+    root = next((tree for tree in MODULE_TREES if module == tree or module.startswith(tree + ".")), None)
+    if root is None:
+        return None
+    files = data.load()["module_files"]
+    if root not in files:
+        return MissingModule(module, root, None)
+    parts = module.split(".")
+    for end in range(root.count(".") + 1, len(parts) + 1):
+        name = ".".join(parts[:end])
+        history = files.get(name)
+        if history is None:
+            return None
+        if data.state_at(history, release) is None:
+            found = _removal(history, release)
+            return None if found is None else MissingModule(module, name, found[1])
+    return None
+
+
+# The bytes a prefilter token needs to be selective in ordinary code (`engine.migrate.prefilter_tokens`).
+_SELECTIVE = 10
+
+
+@functools.cache
+def removed_module_tokens() -> frozenset[str]:
+    """What a file importing a module some release of the manifest lacks holds (VAC011's tokens): each package of
+    `MODULE_TREES` no release has, and the name of each module one removed (its last part, with the part before it
+    where that is short: ``attention.pcp``, ``backends.tree_attn``), less those within a removed package."""
+    files = data.load()["module_files"]
+    gone = {name for name, changes in files.items() if _removed_after_present(changes)}
+    found = {tree for tree in MODULE_TREES if tree not in files}
+    for name in gone:
+        if any(name.startswith(f"{package}.") for package in gone):
+            continue
+        last = name.rpartition(".")[2]
+        found.add(last if len(last) >= _SELECTIVE else ".".join(name.split(".")[-2:]))
+    return frozenset(found)
+
+
 def removed_op(release: str, op: str) -> str | None:
     """The release that removed the custom op ``op`` (``vllm::maybe_calc_kv_scales``), where ``release`` lacks it and
     an earlier one registered it; else None."""

@@ -21,10 +21,57 @@ def test_several_names_one_removed_each_at_its_alias():
         """
     )
     result = run(text, ["VAC011"], target=AT_0_34)
-    assert [(f.line, f.column, f.release) for f in result.findings] == [(3, 5, "0.26.0"), (5, 54, "0.29.0")]
-    assert result.findings[1].message == (
-        "`maybe_gather_indexer_k` is gone: vLLM 0.29 removed it from `vllm.model_executor.layers.attention.pcp`"
+    # The module 0.29 removed is reported once, at its name, not each name it no longer holds.
+    assert [(f.line, f.column, f.release) for f in result.findings] == [(3, 5, "0.26.0"), (5, 6, "0.29.0")]
+    assert result.findings[1].message == "`vllm.model_executor.layers.attention.pcp` is gone: vLLM 0.29 removed it"
+    at_0_28 = run(text, ["VAC011"], target=TargetRelease("0.28.0", "0.28.0"))
+    assert [(f.line, f.column, f.release) for f in at_0_28.findings] == [(3, 5, "0.26.0")]
+
+
+def test_an_import_of_a_module_a_release_no_longer_has_fails_as_the_finding_says(tmp_path):
+    """Each finding is an import that raises ModuleNotFoundError on the target's module tree (the manifest's
+    `module_files`, laid out on disk without code), and each import left alone finds its module there."""
+    import subprocess
+    import sys
+
+    from vllm_attn_compat.manifest import data
+
+    release = "0.34.0"
+    tree = tmp_path / "vllm"
+    files = {name for name, changes in data.load()["module_files"].items() if data.state_at(changes, release)}
+    for name in {*files, "vllm", "vllm.v1", "vllm.model_executor", "vllm.model_executor.layers"}:
+        path = tmp_path.joinpath(*name.split("."))
+        is_package = name in {"vllm", "vllm.v1", "vllm.model_executor", "vllm.model_executor.layers"} or any(
+            other.startswith(name + ".") for other in files
+        )
+        if is_package:
+            path.mkdir(parents=True, exist_ok=True)
+            (path / "__init__.py").touch()
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.with_suffix(".py").touch()
+    assert tree.is_dir()
+    modules = [
+        "vllm.attention.backends.abstract",
+        "vllm.attention",
+        "vllm.v1.attention.backends.tree_attn",
+        "vllm.v1.attention.ops.dcp_alltoall",
+        "vllm.model_executor.layers.attention.pcp",
+        "vllm.v1.attention.backend",
+        "vllm.v1.attention.backends.flash_attn",
+        "vllm.model_executor.layers.attention.mla_attention",
+    ]
+    text = "".join(f"import {module}\n" for module in modules)
+    reported = {f.line for f in run(text, ["VAC011"], target=AT_0_34).findings}
+    probe = (
+        "import importlib, sys\nfor m in sys.argv[1:]:\n    try:\n        importlib.import_module(m)\n"
+        "    except ModuleNotFoundError:\n        print(m)\n"
     )
+    failing = subprocess.run(
+        [sys.executable, "-c", probe, *modules], cwd=tmp_path, capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert {modules.index(m) + 1 for m in failing} == reported
+    assert len(reported) == 5
 
 
 def test_guarded_relative_and_other_projects_imports_are_left_alone():

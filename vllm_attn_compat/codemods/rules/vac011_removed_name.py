@@ -34,10 +34,12 @@ class RemovedName(Rule):
     using device seq_lens directly to avoid implicit H<>D sync").
 
     The rule reports, for the target release, each ``from <vLLM module> import <name>`` of a name the release no
-    longer has in that module, and each ``torch.ops.vllm.<op>`` of a custom op it no longer registers
-    (``maybe_calc_kv_scales``, gone in 0.28), at the import or the op (an import guarded by ``try: ...
-    except ImportError:`` is the project's own fallback, and is left alone; so is a fork's import of its own
-    modules), and each read of a
+    longer has in that module, each import of a module of vLLM's attention packages the release no longer has (one
+    finding at the module's name: ``vllm.v1.attention.backends.tree_attn``, gone in 0.21, and every module of the
+    old layout's ``vllm.attention``, which no release from 0.19 has; `manifest.interface.missing_module`), and each
+    ``torch.ops.vllm.<op>`` of a custom op it no longer registers (``maybe_calc_kv_scales``, gone in 0.28), at the
+    import or the op (an import guarded by ``try: ... except ImportError:`` is the project's own fallback, and is
+    left alone; so is a fork's import of its own modules), and each read of a
     removed member of one of vLLM's interface classes on a receiver that is provably an instance of it: a
     parameter annotated with the class (imported from vLLM), not assigned before the read, or the class itself
     imported from vLLM; unless a class of the run deriving from it defines the member (the instance may be one
@@ -130,6 +132,15 @@ class RemovedName(Rule):
         b"use_flashinfer_prefill",
         b"use_trtllm_ragged_deepseek_prefill",
         b"workspace_buffer",
+        # The modules some release removed (`manifest.interface.removed_module_tokens`).
+        b"attention.pcp",
+        b"backends.tree_attn",
+        b"dcp_alltoall",
+        b"deepseek_v4_ops",
+        b"ops.dcp_utils",
+        b"tq_decode_gqa6",
+        b"triton_fp8_mqa_logits",
+        b"vllm.attention",
     )
     # Of a function holding a read: every statement (an assignment to the receiver before the read).
     reads_statements = None
@@ -177,6 +188,30 @@ class RemovedName(Rule):
                 SparseMLAAttentionImpl = None
             """,
             target="0.34",
+        ),
+        Example(
+            "an import from the old layout's `vllm.attention`, which no release from 0.19 has",
+            """
+            from vllm.attention.backends.abstract import AttentionBackend, AttentionImpl
+            import vllm.attention.layer
+            """,
+            findings=(Status.MANUAL, Status.MANUAL),
+            target="0.20",
+        ),
+        Example(
+            "a module vLLM 0.21 removed, imported; there in 0.20",
+            """
+            from vllm.v1.attention.backends.tree_attn import TreeAttentionMetadata
+            """,
+            findings=(Status.MANUAL,),
+            target="0.34",
+        ),
+        Example(
+            "a module vLLM 0.21 removed, at 0.20",
+            """
+            from vllm.v1.attention.backends.tree_attn import TreeAttentionMetadata
+            """,
+            target="0.20",
         ),
         Example(
             "still there in 0.25",
@@ -273,6 +308,8 @@ class RemovedName(Rule):
         module = dotted_name(node.module) or ""
         if not module.startswith("vllm.") or self._guarded() or self.ctx.hierarchy.in_run(module):
             return
+        if self._missing_module(node.module, module):
+            return
         for alias in node.names:
             name = alias.name.value if isinstance(alias.name, cst.Name) else ""
             if name in _HANDLED_ELSEWHERE:
@@ -281,6 +318,34 @@ class RemovedName(Rule):
             if removal is not None:
                 message = f"`{name}` is gone: vLLM {short_release(removal.removed_in)} removed it from `{module}`"
                 self.ctx.report(self, alias, message, release=removal.removed_in)
+
+    def visit_Import(self, node: cst.Import) -> None:
+        from vllm_attn_compat.codemods.engine.scope import dotted_name
+
+        if self._guarded():
+            return
+        for alias in node.names:
+            module = dotted_name(alias.name) or ""
+            if module.startswith("vllm.") and not self.ctx.hierarchy.in_run(module):
+                self._missing_module(alias.name, module)
+
+    def _missing_module(self, node: cst.BaseExpression, module: str) -> bool:
+        """Report the import of ``module`` (its name ``node``) where the target release lacks it; whether it did."""
+        from vllm_attn_compat.manifest import releases
+        from vllm_attn_compat.manifest.interface import missing_module
+
+        missing = missing_module(self.ctx.target.release, module)
+        if missing is None:
+            return False
+        gone = "it" if missing.gone == module else f"`{missing.gone}`"
+        if missing.removed_in is None:
+            first = releases()[0]
+            message = f"`{module}` is gone: no vLLM release from {short_release(first)} has {gone}"
+            self.ctx.report(self, node, message, release=first)
+        else:
+            message = f"`{module}` is gone: vLLM {short_release(missing.removed_in)} removed {gone}"
+            self.ctx.report(self, node, message, release=missing.removed_in)
+        return True
 
     def _guarded(self) -> bool:
         """Whether the statement being visited is in the body of a ``try`` one of whose handlers catches an
@@ -454,9 +519,13 @@ def _may_report(dotted: str, run: Questions, release: str) -> bool:
     """Whether an import binding the vLLM name ``dotted`` can lead to a finding: a name ``release`` removed, imported
     from a module outside the run (`RemovedName.visit_ImportFrom`), or a path to a manifest class outside the run
     (`RemovedName._annotated_class`)."""
-    from vllm_attn_compat.manifest.interface import reaches, removed_name
+    from vllm_attn_compat.manifest.interface import missing_module, reaches, removed_name
 
     module, _, name = dotted.rpartition(".")
     if not module or run.in_run(module):  # (``import vllm`` binds ``vllm``, which the rule reads nothing through)
         return False
-    return removed_name(release, module, name) is not None or (not run.in_run(dotted) and reaches(dotted))
+    return (
+        removed_name(release, module, name) is not None
+        or missing_module(release, module) is not None
+        or (not run.in_run(dotted) and (reaches(dotted) or missing_module(release, dotted) is not None))
+    )

@@ -13,13 +13,6 @@ from vllm_attn_compat.codemods.rules.vac012_signature_drift import PASSED_BY_NAM
 from vllm_attn_compat.manifest import Parameter, Signature
 from vllm_attn_compat.manifest.interface import base_member
 
-KINDS = {
-    inspect.Parameter.POSITIONAL_ONLY: "POSITIONAL_ONLY",
-    inspect.Parameter.POSITIONAL_OR_KEYWORD: "POSITIONAL_OR_KEYWORD",
-    inspect.Parameter.VAR_POSITIONAL: "VAR_POSITIONAL",
-    inspect.Parameter.KEYWORD_ONLY: "KEYWORD_ONLY",
-    inspect.Parameter.VAR_KEYWORD: "VAR_KEYWORD",
-}
 HOOKS = [
     ("vllm.v1.attention.backend.AttentionBackend", "validate_configuration"),
     ("vllm.v1.attention.backend.AttentionBackend", "supports_combination"),
@@ -70,7 +63,7 @@ def _valid(parameters: list[str]) -> bool:
 def _signature(function: object) -> Signature:
     return Signature(
         tuple(
-            Parameter(p.name, KINDS[p.kind], None if p.default is inspect.Parameter.empty else "None", None)  # type: ignore[arg-type]
+            Parameter(p.name, p.kind.name, None if p.default is inspect.Parameter.empty else "None", None)  # type: ignore[arg-type]
             for p in inspect.signature(function).parameters.values()  # type: ignore[arg-type]
         ),
         None,

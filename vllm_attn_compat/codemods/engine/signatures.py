@@ -66,9 +66,7 @@ def drift(expected: Signature, found: Signature, named: Container[str] = frozens
     `manifest.types.EVERY`: ``validate_configuration(device_capability=..., **config._asdict())``), and those with a
     default by name (``output_scale=...``). `manifest.incompatibilities` holds an override to every call the base's
     signature allows; this holds it to the calls vLLM makes."""
-    by_position = [
-        p for p in expected.parameters if p.kind in _POSITIONAL and p.default is None and p.name not in named
-    ]
+    by_position = _by_position(expected, named)
     by_name = [p for p in expected.parameters if p.kind not in _VARIADIC and p not in by_position]
     positional = [p for p in found.parameters if p.kind in _POSITIONAL]
     takes_args = any(p.kind == "VAR_POSITIONAL" for p in found.parameters)
@@ -91,6 +89,11 @@ def drift(expected: Signature, found: Signature, named: Container[str] = frozens
     return Drift(tuple(missing), extra)
 
 
+def _by_position(expected: Signature, named: Container[str]) -> list[Parameter]:
+    """The parameters vLLM passes by position, in order: the required ones it does not name (`drift`)."""
+    return [p for p in expected.parameters if p.kind in _POSITIONAL and p.default is None and p.name not in named]
+
+
 class Misfit(NamedTuple):
     """Where vLLM's positional arguments do not fit an override: how many vLLM passes and the override takes, the
     override's parameters they fill that vLLM then passes by name too, and vLLM's parameters the override lacks
@@ -104,9 +107,7 @@ class Misfit(NamedTuple):
 
 def misfit(expected: Signature, found: Signature, named: Container[str] = frozenset()) -> Misfit | None:
     """How vLLM's positional arguments (`drift`) miss ``found``, or None where they fit it."""
-    by_position = [
-        p for p in expected.parameters if p.kind in _POSITIONAL and p.default is None and p.name not in named
-    ]
+    by_position = _by_position(expected, named)
     if any(p.kind == "VAR_POSITIONAL" for p in found.parameters):
         return None
     positional = [p.name for p in found.parameters if p.kind in _POSITIONAL]

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 
     from vllm_attn_compat.codemods.engine.edits import CommentSink
     from vllm_attn_compat.codemods.engine.rule import Questions
+    from vllm_attn_compat.codemods.engine.signatures import Misfit
     from vllm_attn_compat.manifest.types import Parameter
 
 _BACKEND = """\
@@ -336,7 +337,7 @@ def _ever_takes(classes: tuple[str, ...], found: Any) -> bool:
     )
 
 
-def _misfit_text(misfit: Any) -> str:
+def _misfit_text(misfit: Misfit) -> str:
     """What a `signatures.Misfit` means for the override, one line."""
     if misfit.clashes and misfit.takes >= misfit.passed:
         clash = _listed(misfit.clashes)

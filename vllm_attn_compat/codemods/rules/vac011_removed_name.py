@@ -338,10 +338,9 @@ class RemovedName(Rule):
         if missing is None:
             return False
         gone = "it" if missing.gone == module else f"`{missing.gone}`"
-        if missing.removed_in is None:
-            first = releases()[0]
-            message = f"`{module}` is gone: no vLLM release from {short_release(first)} has {gone}"
-            self.ctx.report(self, node, message, release=first)
+        if missing.removed_in is None:  # (gone before the manifest's first release: which release did is not known)
+            message = f"`{module}` is gone: no vLLM release from {short_release(releases()[0])} has {gone}"
+            self.ctx.report(self, node, message)
         else:
             message = f"`{module}` is gone: vLLM {short_release(missing.removed_in)} removed {gone}"
             self.ctx.report(self, node, message, release=missing.removed_in)

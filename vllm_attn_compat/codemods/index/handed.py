@@ -25,7 +25,8 @@ PLATFORM_HOOK = "get_attn_backend_cls"
 REGISTER = "register_backend"
 # What a file must hold to hand vLLM a class: a hook's name, or `register_backend` (the class scan parses a file holding
 # a hook's name, or `register_backend` where it names vLLM: torch's dynamo has one too; the prefilter keeps a file
-# naming vLLM that holds any of them).
+# naming vLLM that holds any of them). A backend handing a builder (`BUILDER_HOOK`) is read as the backend it is: by
+# its `get_impl_cls`, or its base's name.
 HOOK_BYTES = (IMPL_HOOK.encode(), PLATFORM_HOOK.encode())
 REGISTER_BYTES = REGISTER.encode()
 
@@ -42,16 +43,22 @@ _NESTED = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
 def returned_values(function: ast.FunctionDef | ast.AsyncFunctionDef) -> list[ast.expr]:
     """The values the function's own ``return`` statements may give, each branch of ``a if c else b`` apart (not
     those of functions or classes it defines)."""
-    found: list[ast.expr] = []
+    return [
+        value
+        for node in _own_nodes(function)
+        if isinstance(node, ast.Return) and node.value is not None
+        for value in _alternatives(node.value)
+    ]
+
+
+def _own_nodes(function: ast.FunctionDef | ast.AsyncFunctionDef) -> Iterator[ast.AST]:
+    """The nodes of the function's body, but those of the functions, classes and lambdas it defines."""
     stack: list[ast.AST] = list(function.body)
     while stack:
         node = stack.pop()
-        if isinstance(node, ast.Return):
-            if node.value is not None:
-                found += _alternatives(node.value)
-        elif not isinstance(node, _NESTED):
+        yield node
+        if not isinstance(node, _NESTED):
             stack.extend(ast.iter_child_nodes(node))
-    return found
 
 
 def _alternatives(value: ast.expr) -> list[ast.expr]:
@@ -65,15 +72,7 @@ def named_paths(function: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[str, 
     """The dotted paths the function's own body spells as string literals: what a platform's `get_attn_backend_cls`
     may return, whether it returns the literal, a name bound to it, or an entry of a table of them (vllm-ascend's
     ``backend_map[key]``, vllm-rbln's ``attn_backend_cls = "..."`` then ``return attn_backend_cls``)."""
-    found: list[ast.expr] = []
-    stack: list[ast.AST] = list(function.body)
-    while stack:
-        node = stack.pop()
-        if isinstance(node, ast.Constant):
-            found.append(node)
-        elif not isinstance(node, _NESTED):
-            stack.extend(ast.iter_child_nodes(node))
-    return dotted_paths(found)
+    return dotted_paths(node for node in _own_nodes(function) if isinstance(node, ast.Constant))
 
 
 def dotted_paths(values: Iterable[ast.expr]) -> tuple[str, ...]:

@@ -117,8 +117,7 @@ class _Indexer:
         self.true_flags: set[str] = set()  # ... to the literal True
         self.facts: dict[str, tuple[tuple[str, ...], bool]] = {}  # qualname -> (members, declares an abstract method)
         self.methods: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {}  # qualname -> (methods, output_methods)
-        # qualname -> what its `get_impl_cls` returns, with the scopes to resolve it in (`handed`)
-        # class -> what its `get_impl_cls` and `get_builder_cls` return, and the scopes their names resolve in
+        # qualname -> what its `get_impl_cls` and `get_builder_cls` return, and the scopes their names resolve in
         self.hooks: dict[str, tuple[list[ast.expr], list[ast.expr], list[dict[str, str]]]] = {}
         self.platform_paths: set[str] = set()  # the dotted paths a `get_attn_backend_cls` spells
         # Calls of something named `register_backend`: (callee, scopes, the path it registers or the qualname of the
@@ -738,18 +737,18 @@ class ClassHierarchy:
         """Whether the class is an impl vLLM is handed that derives from nothing (but ``object``, ``ABC``,
         ``Generic``): it implements vLLM's impl interface by its shape alone (`interface.Interfaces`). One deriving
         from a class, vLLM's or the run's, has that class's interface or none."""
-        bases = self.graph.bases.get(full_name, ())
-        return all(base.rpartition(".")[2] in _PLAIN_BASES for base in bases) and self._handed_impl(full_name)
+        return self._derives_from_nothing(full_name) and self._handed_impl(full_name)
 
     def _duck_builder(self, full_name: str) -> bool:
         """Whether the class is the metadata builder a backend hands vLLM (``get_builder_cls``) and derives from nothing
         (but ``object``, ``ABC``, ``Generic``): vLLM makes it and calls its hooks (``build``, and where a release
         still calls them ``build_for_drafting``, ``use_cascade_attention``) as it would a subclass of
         ``AttentionMetadataBuilder``'s (`interface.Interfaces`). It takes no output buffer: no attention code."""
-        bases = self.graph.bases.get(full_name, ())
-        if not all(base.rpartition(".")[2] in _PLAIN_BASES for base in bases):
-            return False
-        return any(map(self._is_backend, self._handed.builder_of(full_name)))
+        return self._derives_from_nothing(full_name) and any(map(self._is_backend, self._handed.builder_of(full_name)))
+
+    def _derives_from_nothing(self, full_name: str) -> bool:
+        """Whether the class's bases are none but ``object``, ``ABC``, ``Generic``, ``Protocol``."""
+        return all(base.rpartition(".")[2] in _PLAIN_BASES for base in self.graph.bases.get(full_name, ()))
 
     def _is_backend(self, full_name: str) -> bool:
         """Whether vLLM may use the class as a backend: an attention class (a platform names it, or it derives from
